@@ -1,0 +1,313 @@
+package protocol
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+)
+
+// MaxFrameSize is the largest frame flowd reads or writes: 16 MiB, RocketMQ's own limit.
+const MaxFrameSize = 16 << 20
+
+// Errors a frame decoder returns; each is wrapped with the detail of what was wrong.
+var (
+	ErrFrameTooLarge    = errors.New("frame too large")
+	ErrMalformedFrame   = errors.New("malformed frame")
+	ErrUnknownSerialize = errors.New("unknown serialize type")
+)
+
+// Command is one remoting frame: a request, a response or a oneway notification.
+//
+// Custom header fields travel as strings in ExtFields; the typed headers in headers.go read and
+// write them.
+type Command struct {
+	Code      int16
+	Language  LanguageCode
+	Version   int16
+	Opaque    int32
+	Flag      int32
+	Remark    string
+	ExtFields map[string]string
+	Body      []byte
+	// Serialize is the header encoding the command came in with, or will go out with.
+	Serialize SerializeType
+}
+
+// IsResponse reports whether the response flag is set.
+func (c *Command) IsResponse() bool { return c.Flag&FlagResponse != 0 }
+
+// IsOneway reports whether the sender expects no response.
+func (c *Command) IsOneway() bool { return c.Flag&FlagOneway != 0 }
+
+// RequestCode is the command's code read as a request code.
+func (c *Command) RequestCode() RequestCode { return RequestCode(c.Code) }
+
+// ResponseCode is the command's code read as a response code.
+func (c *Command) ResponseCode() ResponseCode { return ResponseCode(c.Code) }
+
+// NewRequest makes a request command with the given header fields (which may be nil).
+func NewRequest(code RequestCode, ext map[string]string, body []byte) *Command {
+	if ext == nil {
+		ext = map[string]string{}
+	}
+	return &Command{Code: int16(code), Language: LangGo, Version: Version, ExtFields: ext, Body: body}
+}
+
+// NewResponse makes the response to req: it echoes req's opaque and serialize type.
+func NewResponse(req *Command, code ResponseCode, remark string) *Command {
+	return &Command{
+		Code:      int16(code),
+		Language:  LangGo,
+		Version:   Version,
+		Opaque:    req.Opaque,
+		Flag:      FlagResponse,
+		Remark:    remark,
+		ExtFields: map[string]string{},
+		Serialize: req.Serialize,
+	}
+}
+
+// Version is the protocol version flowd announces (RocketMQ 4.9.x's V4_9_4).
+const Version = 317
+
+func (c *Command) String() string {
+	kind := "request"
+	code := RequestCode(c.Code).String()
+	if c.IsResponse() {
+		kind = "response"
+		code = ResponseCode(c.Code).String()
+	}
+	return fmt.Sprintf("%s %s opaque=%d remark=%q ext=%v body=%dB", kind, code, c.Opaque, c.Remark, c.ExtFields, len(c.Body))
+}
+
+// jsonHeader is the JSON header form. Language is a name ("GO", "JAVA"); unknown fields such
+// as Java's serializeTypeCurrentRPC are ignored.
+type jsonHeader struct {
+	Code      int16             `json:"code"`
+	Language  json.RawMessage   `json:"language,omitempty"`
+	Version   int16             `json:"version"`
+	Opaque    int32             `json:"opaque"`
+	Flag      int32             `json:"flag"`
+	Remark    string            `json:"remark,omitempty"`
+	ExtFields map[string]string `json:"extFields,omitempty"`
+}
+
+// AppendFrame appends c's whole frame, length prefix included, to dst.
+func (c *Command) AppendFrame(dst []byte) ([]byte, error) {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0) // length and header mark, filled in below
+	var err error
+	switch c.Serialize {
+	case JSON:
+		dst, err = c.appendJSONHeader(dst)
+	case RocketMQ:
+		dst, err = c.appendBinaryHeader(dst)
+	default:
+		return dst[:start], fmt.Errorf("encode %s: %w %d", c, ErrUnknownSerialize, c.Serialize)
+	}
+	if err != nil {
+		return dst[:start], err
+	}
+	headerLen := len(dst) - start - 8
+	if headerLen > 0xFFFFFF {
+		return dst[:start], fmt.Errorf("encode %s: header of %d bytes exceeds 16 MiB: %w", c, headerLen, ErrFrameTooLarge)
+	}
+	dst = append(dst, c.Body...)
+	total := len(dst) - start - 4
+	if total > MaxFrameSize {
+		return dst[:start], fmt.Errorf("encode %s: frame of %d bytes exceeds %d: %w", c, total, MaxFrameSize, ErrFrameTooLarge)
+	}
+	binary.BigEndian.PutUint32(dst[start:], uint32(total))
+	binary.BigEndian.PutUint32(dst[start+4:], uint32(c.Serialize)<<24|uint32(headerLen))
+	return dst, nil
+}
+
+func (c *Command) appendJSONHeader(dst []byte) ([]byte, error) {
+	h := jsonHeader{
+		Code:      c.Code,
+		Language:  json.RawMessage(`"` + c.Language.String() + `"`),
+		Version:   c.Version,
+		Opaque:    c.Opaque,
+		Flag:      c.Flag,
+		Remark:    c.Remark,
+		ExtFields: c.ExtFields,
+	}
+	b, err := json.Marshal(&h)
+	if err != nil {
+		return dst, fmt.Errorf("encode JSON header: %w", err)
+	}
+	return append(dst, b...), nil
+}
+
+func (c *Command) appendBinaryHeader(dst []byte) ([]byte, error) {
+	dst = binary.BigEndian.AppendUint16(dst, uint16(c.Code))
+	dst = append(dst, byte(c.Language))
+	dst = binary.BigEndian.AppendUint16(dst, uint16(c.Version))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(c.Opaque))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(c.Flag))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(c.Remark)))
+	dst = append(dst, c.Remark...)
+	lenAt := len(dst)
+	dst = append(dst, 0, 0, 0, 0)
+	for k, v := range c.ExtFields {
+		if len(k) > math.MaxInt16 {
+			return dst, fmt.Errorf("encode binary header: ext field key of %d bytes is too long", len(k))
+		}
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(k)))
+		dst = append(dst, k...)
+		dst = binary.BigEndian.AppendUint32(dst, uint32(len(v)))
+		dst = append(dst, v...)
+	}
+	binary.BigEndian.PutUint32(dst[lenAt:], uint32(len(dst)-lenAt-4))
+	return dst, nil
+}
+
+// DecodeFrame decodes one frame given without its 4-byte length prefix (so len(frame) is the
+// length the prefix announced). The returned command's Body aliases frame.
+func DecodeFrame(frame []byte) (*Command, error) {
+	if len(frame) > MaxFrameSize {
+		return nil, fmt.Errorf("decode frame: %d bytes exceeds %d: %w", len(frame), MaxFrameSize, ErrFrameTooLarge)
+	}
+	if len(frame) < 4 {
+		return nil, fmt.Errorf("decode frame: %d bytes is too short for a header mark: %w", len(frame), ErrMalformedFrame)
+	}
+	mark := binary.BigEndian.Uint32(frame)
+	st := SerializeType(mark >> 24)
+	headerLen := int(mark & 0xFFFFFF)
+	if headerLen > len(frame)-4 {
+		return nil, fmt.Errorf("decode frame: header length %d exceeds the %d bytes after the mark: %w", headerLen, len(frame)-4, ErrMalformedFrame)
+	}
+	header := frame[4 : 4+headerLen]
+	var c *Command
+	var err error
+	switch st {
+	case JSON:
+		c, err = decodeJSONHeader(header)
+	case RocketMQ:
+		c, err = decodeBinaryHeader(header)
+	default:
+		return nil, fmt.Errorf("decode frame: %w %d", ErrUnknownSerialize, st)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.Serialize = st
+	if body := frame[4+headerLen:]; len(body) > 0 {
+		c.Body = body
+	}
+	return c, nil
+}
+
+func decodeJSONHeader(b []byte) (*Command, error) {
+	var h jsonHeader
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, fmt.Errorf("decode JSON header: %w: %w", ErrMalformedFrame, err)
+	}
+	c := &Command{Code: h.Code, Version: h.Version, Opaque: h.Opaque, Flag: h.Flag, Remark: h.Remark, ExtFields: h.ExtFields, Language: LangOther}
+	if len(h.Language) > 0 {
+		var name string
+		var num int8
+		switch {
+		case json.Unmarshal(h.Language, &name) == nil:
+			c.Language = ParseLanguage(name)
+		case json.Unmarshal(h.Language, &num) == nil:
+			c.Language = LanguageCode(num)
+		}
+	}
+	if c.ExtFields == nil {
+		c.ExtFields = map[string]string{}
+	}
+	return c, nil
+}
+
+func decodeBinaryHeader(b []byte) (*Command, error) {
+	const fixed = 2 + 1 + 2 + 4 + 4 + 4
+	if len(b) < fixed {
+		return nil, fmt.Errorf("decode binary header: %d bytes is shorter than the fixed %d: %w", len(b), fixed, ErrMalformedFrame)
+	}
+	c := &Command{
+		Code:     int16(binary.BigEndian.Uint16(b)),
+		Language: LanguageCode(b[2]),
+		Version:  int16(binary.BigEndian.Uint16(b[3:])),
+		Opaque:   int32(binary.BigEndian.Uint32(b[5:])),
+		Flag:     int32(binary.BigEndian.Uint32(b[9:])),
+	}
+	r := b[13:]
+	remark, r, err := takeBytes32(r, "remark")
+	if err != nil {
+		return nil, err
+	}
+	c.Remark = string(remark)
+	ext := map[string]string{}
+	if len(r) > 0 {
+		extBytes, rest, err := takeBytes32(r, "ext fields")
+		if err != nil {
+			return nil, err
+		}
+		if len(rest) != 0 {
+			return nil, fmt.Errorf("decode binary header: %d bytes after the ext fields: %w", len(rest), ErrMalformedFrame)
+		}
+		for len(extBytes) > 0 {
+			if len(extBytes) < 2 {
+				return nil, fmt.Errorf("decode binary header: truncated ext field key length: %w", ErrMalformedFrame)
+			}
+			kl := int(binary.BigEndian.Uint16(extBytes))
+			extBytes = extBytes[2:]
+			if kl > len(extBytes) {
+				return nil, fmt.Errorf("decode binary header: ext field key length %d exceeds the %d bytes left: %w", kl, len(extBytes), ErrMalformedFrame)
+			}
+			k := string(extBytes[:kl])
+			var v []byte
+			v, extBytes, err = takeBytes32(extBytes[kl:], "ext field "+k)
+			if err != nil {
+				return nil, err
+			}
+			ext[k] = string(v)
+		}
+	}
+	c.ExtFields = ext
+	return c, nil
+}
+
+// takeBytes32 splits an int32-length-prefixed field off b.
+func takeBytes32(b []byte, what string) (field, rest []byte, err error) {
+	if len(b) < 4 {
+		return nil, nil, fmt.Errorf("decode binary header: truncated %s length: %w", what, ErrMalformedFrame)
+	}
+	n := int64(int32(binary.BigEndian.Uint32(b)))
+	if n < 0 || n > int64(len(b)-4) {
+		return nil, nil, fmt.Errorf("decode binary header: %s length %d exceeds the %d bytes left: %w", what, n, len(b)-4, ErrMalformedFrame)
+	}
+	return b[4 : 4+n], b[4+n:], nil
+}
+
+// ReadFrame reads one length-prefixed frame from r and decodes it. It refuses a length over
+// max (MaxFrameSize when max <= 0) before allocating anything.
+func ReadFrame(r *bufio.Reader, max int) (*Command, error) {
+	if max <= 0 || max > MaxFrameSize {
+		max = MaxFrameSize
+	}
+	var lb [4]byte
+	if _, err := io.ReadFull(r, lb[:]); err != nil {
+		return nil, err
+	}
+	n := int64(int32(binary.BigEndian.Uint32(lb[:])))
+	if n < 4 {
+		return nil, fmt.Errorf("read frame: length %d is shorter than a header mark: %w", n, ErrMalformedFrame)
+	}
+	if n > int64(max) {
+		return nil, fmt.Errorf("read frame: length %d exceeds %d: %w", n, max, ErrFrameTooLarge)
+	}
+	frame := make([]byte, n)
+	if _, err := io.ReadFull(r, frame); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("read frame of %d bytes: %w", n, err)
+	}
+	return DecodeFrame(frame)
+}

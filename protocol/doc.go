@@ -1,0 +1,15 @@
+// Package protocol is RocketMQ's "remoting" wire protocol as flowd speaks it: frames and their
+// two header serializations, request and response codes, typed request and response headers,
+// the stored message format, and the JSON bodies carried by some commands.
+//
+// The package holds no socket policy: it turns bytes into values and values into bytes. Both
+// the broker and the clients import it; it imports neither.
+//
+// # Notes
+//
+//   - Every decoder treats its input as hostile: lengths are checked against the bytes actually
+//     present and against MaxFrameSize before anything is allocated, and errors name what was
+//     wrong rather than panicking.
+//   - Messages are stored and sent in the v1 layout (magic 0xDAA320A7): the Go RocketMQ client
+//     cannot read v2's two-byte topic length.
+package protocol
