@@ -1,0 +1,276 @@
+// Package broker is flowd's RocketMQ-compatible broker: the remoting server, the built-in
+// name service, and the processors for every request code of the protocol, over the store in
+// broker/store.
+//
+// # Lock order
+//
+// The broker's tables (topics, groups, consumers, offsets, locks, long polling) each have their
+// own mutex and never call into one another while holding it; events are emitted and members
+// notified only after every lock is released. The store's locks are below all of these.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
+)
+
+// Broker serves RocketMQ clients. Create it with New, then Start; Shutdown stops it.
+type Broker struct {
+	cfg    Config
+	log    *slog.Logger
+	delays []time.Duration
+
+	store     *store.Store
+	topics    *topicTable
+	groups    *groupTable
+	consumers *consumerManager
+	offsets   *offsetTable
+	locks     *lockTable
+	poll      *longPoll
+	events    eventBus
+
+	ln, nsLn  net.Listener
+	server    *remoting.Server
+	nsServer  *remoting.Server
+	addr      string // advertised broker address
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens the data directory (recovering the store if the last run crashed) and binds the
+// listeners. Nothing is served until Start.
+func New(c Config) (*Broker, error) {
+	cfg, err := c.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	delays, err := parseDelayLevels(cfg.DelayLevels)
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{cfg: cfg, log: cfg.Logger, delays: delays, consumers: newConsumerManager(), locks: newLockTable(cfg.LockLease), poll: newLongPoll()}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+
+	confDir := filepath.Join(cfg.DataDir, "config")
+	if err := os.MkdirAll(confDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	if b.topics, err = openTopicTable(filepath.Join(confDir, "topics.json")); err != nil {
+		return nil, err
+	}
+	if b.groups, err = openGroupTable(filepath.Join(confDir, "subscriptionGroups.json")); err != nil {
+		return nil, err
+	}
+	if b.offsets, err = openOffsetTable(filepath.Join(confDir, "consumerOffset.json"), b.log); err != nil {
+		return nil, err
+	}
+
+	if b.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("broker listen %s: %w", cfg.Listen, err)
+	}
+	if cfg.NamesrvListen != "off" {
+		if b.nsLn, err = net.Listen("tcp", cfg.NamesrvListen); err != nil {
+			b.ln.Close()
+			return nil, fmt.Errorf("name service listen %s: %w", cfg.NamesrvListen, err)
+		}
+	}
+	b.addr = cfg.AdvertisedAddr
+	if b.addr == "" {
+		b.addr = b.ln.Addr().String()
+	}
+
+	sopts := cfg.Store
+	if !sopts.StoreHost.IsValid() {
+		sopts.StoreHost = mustAddrPort(b.addr)
+	}
+	sopts.OnDispatch = b.poll.arrived
+	if b.store, err = store.Open(filepath.Join(cfg.DataDir, "store"), sopts); err != nil {
+		b.closeListeners()
+		return nil, err
+	}
+	if err := b.createSystemTopics(); err != nil {
+		b.closeListeners()
+		b.store.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *Broker) createSystemTopics() error {
+	if !b.cfg.DisableAutoCreateTopics {
+		tc := TopicConfig{Name: protocol.AutoCreateTopicKey, ReadQueueNums: 8, WriteQueueNums: 8, Perm: protocol.PermRead | protocol.PermWrite | protocol.PermInherit}
+		if _, _, err := b.topics.createIfAbsent(tc); err != nil {
+			return err
+		}
+	}
+	tc := TopicConfig{Name: ScheduleTopic, ReadQueueNums: len(b.delays), WriteQueueNums: len(b.delays), Perm: protocol.PermRead | protocol.PermWrite}
+	if cur, ok := b.topics.get(ScheduleTopic); !ok || cur.ReadQueueNums != len(b.delays) {
+		if _, err := b.topics.put(tc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Start serves the broker and name service listeners and starts the background loops.
+func (b *Broker) Start() error {
+	opts := remoting.ServerOptions{
+		Logger:      b.log,
+		OnConnClose: b.connClosed,
+	}
+	b.server = remoting.NewServer(remoting.HandlerFunc(b.serveBroker), opts)
+	b.goServe(b.server, b.ln)
+	if b.nsLn != nil {
+		b.nsServer = remoting.NewServer(remoting.HandlerFunc(b.serveNamesrv), remoting.ServerOptions{Logger: b.log})
+		b.goServe(b.nsServer, b.nsLn)
+	}
+	b.goLoop(func(ctx context.Context) { b.offsets.run(ctx, b.cfg.OffsetFlushInterval) })
+	b.goLoop(b.expireLoop)
+	for level := range b.delays {
+		b.goLoop(func(ctx context.Context) { b.scheduleLoop(ctx, level) })
+	}
+	return nil
+}
+
+func (b *Broker) goServe(s *remoting.Server, ln net.Listener) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		if err := s.Serve(ln); err != nil && !errors.Is(err, remoting.ErrServerClosed) {
+			b.log.Error("server stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+}
+
+func (b *Broker) goLoop(fn func(ctx context.Context)) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		fn(b.ctx)
+	}()
+}
+
+// Addr is the broker's advertised address.
+func (b *Broker) Addr() string { return b.addr }
+
+// NamesrvAddr is the name service's address, or "" when it is off.
+func (b *Broker) NamesrvAddr() string {
+	if b.nsLn == nil {
+		return ""
+	}
+	return b.nsLn.Addr().String()
+}
+
+// Subscribe calls fn for every broker event until cancel is called. fn must not block.
+func (b *Broker) Subscribe(fn func(Event)) (cancel func()) { return b.events.subscribe(fn) }
+
+// Shutdown stops accepting connections, answers parked pulls, lets in-flight requests finish
+// (bounded by ctx), persists consumer offsets, and closes the store, which flushes it and
+// removes its abort marker.
+func (b *Broker) Shutdown(ctx context.Context) error {
+	b.closeOnce.Do(func() {
+		var errs []error
+		b.cancel()
+		b.poll.wakeAll()
+		for _, s := range []*remoting.Server{b.nsServer, b.server} {
+			if s != nil {
+				if err := s.Shutdown(ctx); err != nil {
+					errs = append(errs, fmt.Errorf("stop server: %w", err))
+				}
+			}
+		}
+		if b.server == nil {
+			b.closeListeners()
+		}
+		b.wg.Wait()
+		if err := b.offsets.flush(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := b.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+		b.closeErr = errors.Join(errs...)
+	})
+	return b.closeErr
+}
+
+func (b *Broker) closeListeners() {
+	if b.ln != nil {
+		b.ln.Close()
+	}
+	if b.nsLn != nil {
+		b.nsLn.Close()
+	}
+}
+
+// expireLoop removes members that went silent.
+func (b *Broker) expireLoop(ctx context.Context) {
+	interval := min(b.cfg.ClientExpiry/4, 5*time.Second)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			b.membersChanged(b.consumers.expire(now.Add(-b.cfg.ClientExpiry)))
+		}
+	}
+}
+
+func (b *Broker) connClosed(c *remoting.Conn) {
+	b.membersChanged(b.consumers.connClosed(c))
+}
+
+// membersChanged releases departed members' locks, notifies the groups' remaining members so
+// they rebalance at once, and emits the events.
+func (b *Broker) membersChanged(changes []memberChange) {
+	notified := map[string]bool{}
+	for _, ch := range changes {
+		typ := MemberJoined
+		if !ch.joined {
+			typ = MemberLeft
+			b.locks.releaseClient(ch.group, ch.clientID)
+		}
+		b.events.emit(Event{Type: typ, Group: ch.group, ClientID: ch.clientID, Reason: ch.reason})
+		if !notified[ch.group] {
+			notified[ch.group] = true
+			b.notifyGroup(ch.group)
+		}
+	}
+}
+
+// notifyGroup sends NOTIFY_CONSUMER_IDS_CHANGED to every member of group, without waiting.
+func (b *Broker) notifyGroup(group string) {
+	conns := b.consumers.conns(group)
+	if len(conns) == 0 {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		ctx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
+		defer cancel()
+		for _, c := range conns {
+			req := protocol.NewRequest(protocol.NotifyConsumerIDsChanged, map[string]string{"consumerGroup": group}, nil)
+			req.Flag |= protocol.FlagOneway
+			if err := c.InvokeOneway(ctx, req); err != nil {
+				b.log.Debug("notify consumer ids changed failed", "group", group, "remote", c.RemoteAddr().String(), "err", err)
+			}
+		}
+	}()
+}

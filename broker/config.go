@@ -1,0 +1,182 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/flowd-io/flowd/broker/store"
+)
+
+// Config is everything a Broker is built from. The zero value of every field means its
+// documented default, so Config{DataDir: dir} is a working broker.
+type Config struct {
+	// DataDir holds the commit log, the consume queues and the broker's own state (topics,
+	// consumer offsets, subscription groups). Default "./flowd-data".
+	DataDir string
+
+	// Listen is the broker's address. Default "127.0.0.1:10911".
+	Listen string
+
+	// NamesrvListen is the address of the built-in name service, which answers route queries
+	// the way a RocketMQ name server does. Empty means the default "127.0.0.1:9876"; "off"
+	// disables it (the broker's own address answers route queries too).
+	NamesrvListen string
+
+	// AdvertisedAddr is the address put into topic routes. Default: the bound Listen address.
+	// Set it when clients reach the broker through another address.
+	AdvertisedAddr string
+
+	// Cluster is the cluster name in routes. Default "local".
+	Cluster string
+
+	// BrokerName is the broker's name in routes and message queues. Default "broker-a".
+	BrokerName string
+
+	// AutoCreateTopics lets a producer send to a topic that does not exist yet: the route of
+	// protocol.AutoCreateTopicKey is served and the topic is created on the first send.
+	// Default true; set DisableAutoCreateTopics to turn it off.
+	DisableAutoCreateTopics bool
+
+	// DefaultTopicQueues is the queue count of auto-created topics when the producer asks for
+	// none. Default 4.
+	DefaultTopicQueues int
+
+	// DisableAutoCreateGroups refuses heartbeats and pulls of groups not created beforehand.
+	// By default a subscription group is created by its first heartbeat.
+	DisableAutoCreateGroups bool
+
+	// MaxMessageSize is the largest message body accepted, after compression. Default 4 MiB.
+	MaxMessageSize int
+
+	// ClientExpiry is how long a client may stay silent (no heartbeat, no request) before it
+	// is removed from its groups. Default 45 s: RocketMQ's Go client heartbeats every 30 s, so
+	// anything shorter would drop healthy clients; a closed connection removes a client at once.
+	ClientExpiry time.Duration
+
+	// LockLease is how long a queue lock taken with LOCK_BATCH_MQ lasts without renewal.
+	// Default 60 s (RocketMQ's rebalance lock lifetime).
+	LockLease time.Duration
+
+	// MaxReconsumeTimes is how often a message may be sent back before it goes to the group's
+	// dead-letter topic, when the client does not say. Default 16.
+	MaxReconsumeTimes int
+
+	// DelayLevels are the delays of the message delay levels 1, 2, …, written as RocketMQ
+	// writes them. Default "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
+	DelayLevels string
+
+	// MaxLongPoll caps the suspend time a pull may ask for. Default 30 s.
+	MaxLongPoll time.Duration
+
+	// OffsetFlushInterval is how often committed consumer offsets are written to disk when
+	// they changed. Default 500 ms, so a commit is durable within a second.
+	OffsetFlushInterval time.Duration
+
+	// Store configures the commit log and consume queues; see store.Options for defaults.
+	// StoreHost is set from the advertised address when left empty.
+	Store store.Options
+
+	// Logger receives the broker's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultDelayLevels is RocketMQ's messageDelayLevel.
+const DefaultDelayLevels = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+func (c *Config) withDefaults() (Config, error) {
+	cfg := *c
+	if cfg.DataDir == "" {
+		cfg.DataDir = "./flowd-data"
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:10911"
+	}
+	if cfg.NamesrvListen == "" {
+		cfg.NamesrvListen = "127.0.0.1:9876"
+	}
+	if cfg.Cluster == "" {
+		cfg.Cluster = "local"
+	}
+	if cfg.BrokerName == "" {
+		cfg.BrokerName = "broker-a"
+	}
+	if strings.ContainsAny(cfg.BrokerName, " \t\n") {
+		return cfg, fmt.Errorf("config: broker name %q must not contain spaces", cfg.BrokerName)
+	}
+	if cfg.DefaultTopicQueues == 0 {
+		cfg.DefaultTopicQueues = 4
+	}
+	if cfg.DefaultTopicQueues < 0 || cfg.DefaultTopicQueues > maxQueues {
+		return cfg, fmt.Errorf("config: DefaultTopicQueues %d is outside 1..%d", cfg.DefaultTopicQueues, maxQueues)
+	}
+	if cfg.MaxMessageSize == 0 {
+		cfg.MaxMessageSize = 4 << 20
+	}
+	if cfg.MaxMessageSize < 0 {
+		return cfg, errors.New("config: MaxMessageSize must not be negative")
+	}
+	if cfg.ClientExpiry == 0 {
+		cfg.ClientExpiry = 45 * time.Second
+	}
+	if cfg.LockLease == 0 {
+		cfg.LockLease = 60 * time.Second
+	}
+	if cfg.MaxReconsumeTimes == 0 {
+		cfg.MaxReconsumeTimes = 16
+	}
+	if cfg.DelayLevels == "" {
+		cfg.DelayLevels = DefaultDelayLevels
+	}
+	if cfg.MaxLongPoll == 0 {
+		cfg.MaxLongPoll = 30 * time.Second
+	}
+	if cfg.OffsetFlushInterval == 0 {
+		cfg.OffsetFlushInterval = 500 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Store.MaxMessageSize == 0 {
+		// The stored form adds headers, topic and properties to the body.
+		cfg.Store.MaxMessageSize = cfg.MaxMessageSize + 64<<10
+	}
+	if cfg.Store.Logger == nil {
+		cfg.Store.Logger = cfg.Logger
+	}
+	return cfg, nil
+}
+
+// parseDelayLevels parses "1s 5s 1m 2h 1d" into durations.
+func parseDelayLevels(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.Fields(s) {
+		unit := f[len(f)-1]
+		if unit == 'd' {
+			f = f[:len(f)-1] + "h"
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("config: delay level %q is not a positive duration", f)
+		}
+		if unit == 'd' {
+			d *= 24
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("config: DelayLevels is empty")
+	}
+	return out, nil
+}
+
+func mustAddrPort(s string) netip.AddrPort {
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return netip.AddrPort{}
+	}
+	return ap
+}

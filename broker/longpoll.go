@@ -1,0 +1,106 @@
+package broker
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/flowd-io/flowd/broker/store"
+)
+
+// longPoll parks pulls that found nothing until the dispatcher appends a message they can
+// use, or their suspend time runs out.
+//
+// # Notes
+//
+// RocketMQ re-queues a parked request and re-runs it from a scanning thread every few
+// seconds as well as on arrival. Here each parked pull is a goroutine blocked on its waiter's
+// channel; an arrival wakes exactly the waiters of that queue whose filter accepts the
+// message's tag code, so an idle queue costs nothing and a busy one answers at once.
+type longPoll struct {
+	parked atomic.Int64 // fast path: the dispatcher skips the lock when nobody waits
+
+	mu      sync.Mutex
+	waiters map[string]map[*pollWaiter]struct{}
+}
+
+type pollWaiter struct {
+	key    string
+	offset int64
+	filter store.Filter
+	ready  chan struct{} // capacity 1; a send never blocks
+}
+
+func newLongPoll() *longPoll {
+	return &longPoll{waiters: map[string]map[*pollWaiter]struct{}{}}
+}
+
+func pollKey(topic string, queueID int32) string {
+	return topic + "@" + strconv.Itoa(int(queueID))
+}
+
+// park registers a waiter for messages at or after offset. Register before reading the queue
+// so that an arrival between the read and the wait is not missed.
+func (l *longPoll) park(topic string, queueID int32, offset int64, f store.Filter) *pollWaiter {
+	w := &pollWaiter{key: pollKey(topic, queueID), offset: offset, filter: f, ready: make(chan struct{}, 1)}
+	l.mu.Lock()
+	set := l.waiters[w.key]
+	if set == nil {
+		set = map[*pollWaiter]struct{}{}
+		l.waiters[w.key] = set
+	}
+	set[w] = struct{}{}
+	l.mu.Unlock()
+	l.parked.Add(1)
+	return w
+}
+
+func (l *longPoll) unpark(w *pollWaiter) {
+	l.mu.Lock()
+	set := l.waiters[w.key]
+	if _, ok := set[w]; ok {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(l.waiters, w.key)
+		}
+		l.parked.Add(-1)
+	}
+	l.mu.Unlock()
+}
+
+// arrived wakes the waiters a newly dispatched message may satisfy. It runs on the store's
+// dispatch goroutine and never blocks.
+func (l *longPoll) arrived(ev store.DispatchEvent) {
+	if l.parked.Load() == 0 {
+		return
+	}
+	key := pollKey(ev.Topic, ev.QueueID)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for w := range l.waiters[key] {
+		if ev.QueueOffset < w.offset {
+			continue
+		}
+		if w.filter != nil && !w.filter.MatchTagsCode(ev.TagsCode) {
+			continue
+		}
+		select {
+		case w.ready <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wakeAll releases every parked pull, for shutdown.
+func (l *longPoll) wakeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, set := range l.waiters {
+		for w := range set {
+			select {
+			case w.ready <- struct{}{}:
+			default:
+			}
+		}
+	}
+}

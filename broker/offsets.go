@@ -1,0 +1,165 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// offsetTable holds the consume offsets committed by consumer groups, keyed by
+// "topic@group" and queue id, and writes them to one JSON file when they change.
+//
+// # Notes
+//
+// A commit is acknowledged once it is in memory; the flush loop makes it durable within
+// OffsetFlushInterval. A consumer that crashes in between re-reads at most that window's
+// messages, which at-least-once delivery allows.
+type offsetTable struct {
+	path string
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	offsets map[string]map[int32]int64
+	dirty   bool
+}
+
+func offsetKey(topic, group string) string { return topic + "@" + group }
+
+func openOffsetTable(path string, log *slog.Logger) (*offsetTable, error) {
+	t := &offsetTable{path: path, log: log, offsets: map[string]map[int32]int64{}}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return t, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read consumer offsets %s: %w", path, err)
+	}
+	var file struct {
+		Offsets map[string]map[string]int64 `json:"offsetTable"`
+	}
+	if err := json.Unmarshal(b, &file); err != nil {
+		return nil, fmt.Errorf("parse consumer offsets %s: %w", path, err)
+	}
+	for key, queues := range file.Offsets {
+		if !strings.Contains(key, "@") {
+			return nil, fmt.Errorf("consumer offsets %s: key %q is not topic@group", path, key)
+		}
+		m := make(map[int32]int64, len(queues))
+		for q, off := range queues {
+			id, err := strconv.ParseInt(q, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("consumer offsets %s: %q queue id %q: %w", path, key, q, err)
+			}
+			m[int32(id)] = off
+		}
+		t.offsets[key] = m
+	}
+	return t, nil
+}
+
+func (t *offsetTable) commit(group, topic string, queueID int32, offset int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := offsetKey(topic, group)
+	m := t.offsets[key]
+	if m == nil {
+		m = map[int32]int64{}
+		t.offsets[key] = m
+	}
+	if old, ok := m[queueID]; ok && old == offset {
+		return
+	}
+	m[queueID] = offset
+	t.dirty = true
+}
+
+// query returns the committed offset, or false when the group never committed one.
+func (t *offsetTable) query(group, topic string, queueID int32) (int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	off, ok := t.offsets[offsetKey(topic, group)][queueID]
+	return off, ok
+}
+
+// groupOffsets returns a copy of the group's offsets for the topic.
+func (t *offsetTable) groupOffsets(group, topic string) map[int32]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	src := t.offsets[offsetKey(topic, group)]
+	out := make(map[int32]int64, len(src))
+	for q, o := range src {
+		out[q] = o
+	}
+	return out
+}
+
+// removeTopic drops every group's offsets of a deleted topic.
+func (t *offsetTable) removeTopic(topic string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for key := range t.offsets {
+		if strings.HasPrefix(key, topic+"@") {
+			delete(t.offsets, key)
+			t.dirty = true
+		}
+	}
+}
+
+// flush writes the table if it changed since the last flush.
+func (t *offsetTable) flush() error {
+	t.mu.Lock()
+	if !t.dirty {
+		t.mu.Unlock()
+		return nil
+	}
+	file := struct {
+		Offsets map[string]map[string]int64 `json:"offsetTable"`
+	}{Offsets: make(map[string]map[string]int64, len(t.offsets))}
+	for key, queues := range t.offsets {
+		m := make(map[string]int64, len(queues))
+		for q, off := range queues {
+			m[strconv.Itoa(int(q))] = off
+		}
+		file.Offsets[key] = m
+	}
+	t.dirty = false
+	t.mu.Unlock()
+
+	b, err := json.Marshal(file)
+	if err == nil {
+		err = writeFileAtomic(t.path, b)
+	}
+	if err != nil {
+		t.mu.Lock()
+		t.dirty = true
+		t.mu.Unlock()
+		return fmt.Errorf("flush consumer offsets: %w", err)
+	}
+	return nil
+}
+
+// run flushes every interval until ctx ends, then once more.
+func (t *offsetTable) run(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if err := t.flush(); err != nil {
+				t.log.Error("final offset flush failed", "err", err)
+			}
+			return
+		case <-tick.C:
+			if err := t.flush(); err != nil {
+				t.log.Error("offset flush failed", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,206 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
+)
+
+// tagFilter accepts messages whose consume-queue tag code is one of the subscribed tags'
+// codes. Like RocketMQ it matches codes only: a client re-checks the tag string, since two
+// tags can share a hash.
+type tagFilter struct {
+	codes []int64
+}
+
+func (f *tagFilter) MatchTagsCode(code int64) bool { return slices.Contains(f.codes, code) }
+func (f *tagFilter) MatchMessage([]byte) bool      { return true }
+
+// ParseTagExpression splits a tag expression as RocketMQ does: "*" or empty takes every
+// message (nil tags); otherwise tags are separated by "||", trimmed, empties dropped.
+func ParseTagExpression(expr string) []string {
+	expr = strings.TrimSpace(expr)
+	if expr == "" || expr == "*" {
+		return nil
+	}
+	var tags []string
+	for _, t := range strings.Split(expr, "||") {
+		if t = strings.TrimSpace(t); t != "" && !slices.Contains(tags, t) {
+			tags = append(tags, t)
+		}
+	}
+	return tags
+}
+
+// buildFilter turns a subscription into the store's read filter. A nil filter takes all.
+func buildFilter(expressionType, expr string) (store.Filter, error) {
+	switch strings.ToUpper(expressionType) {
+	case "", "TAG":
+	case "SQL92":
+		return nil, fmt.Errorf("SQL92 filtering is not enabled on this broker (expression %q)", expr)
+	default:
+		return nil, fmt.Errorf("unknown expression type %q", expressionType)
+	}
+	tags := ParseTagExpression(expr)
+	if tags == nil {
+		return nil, nil
+	}
+	f := &tagFilter{codes: make([]int64, len(tags))}
+	for i, t := range tags {
+		f.codes[i] = protocol.TagsCode(t)
+	}
+	return f, nil
+}
+
+// pullCode maps a read status to the pull response code (SPEC §2).
+func pullCode(st store.GetStatus, requested int64) protocol.ResponseCode {
+	switch st {
+	case store.Found:
+		return protocol.Success
+	case store.NoMatchedMessage, store.MessageWasRemoving:
+		return protocol.PullRetryImmediately
+	case store.NoMatchedLogicQueue, store.NoMessageInQueue:
+		if requested != 0 {
+			return protocol.PullOffsetMoved
+		}
+		return protocol.PullNotFound
+	case store.OffsetFoundNull, store.OffsetOverflowOne:
+		return protocol.PullNotFound
+	case store.OffsetOverflowBadly, store.OffsetTooSmall:
+		return protocol.PullOffsetMoved
+	}
+	return protocol.SystemError
+}
+
+// processPull serves PULL_MESSAGE, parking it when it finds nothing and asks to be suspended.
+func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protocol.Command) *protocol.Command {
+	var h protocol.PullMessageRequestHeader
+	if err := req.DecodeHeader(&h); err != nil {
+		return errorResponse(req, protocol.InvalidParameter, err)
+	}
+	tc, ok := b.topics.get(h.Topic)
+	if !ok {
+		return errorResponse(req, protocol.TopicNotExist, fmt.Errorf("topic %q does not exist", h.Topic))
+	}
+	if !tc.Readable() {
+		return errorResponse(req, protocol.NoPermission, fmt.Errorf("topic %q is not readable (perm %d)", h.Topic, tc.Perm))
+	}
+	if h.QueueID < 0 || int(h.QueueID) >= tc.ReadQueueNums {
+		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("queueId %d is illegal: topic %q has %d read queues", h.QueueID, h.Topic, tc.ReadQueueNums))
+	}
+	if resp := b.ensureGroup(req, h.ConsumerGroup); resp != nil {
+		return resp
+	}
+
+	var filter store.Filter
+	var err error
+	if h.SysFlag&protocol.PullFlagSubscription != 0 {
+		filter, err = buildFilter(h.ExpressionType, h.Subscription)
+	} else if sub, ok := b.consumers.subscription(h.ConsumerGroup, h.Topic); ok {
+		filter, err = buildFilter(sub.ExpressionType, sub.Expression)
+	}
+	if err != nil {
+		return errorResponse(req, protocol.SubscriptionParseFailed, err)
+	}
+
+	if h.SysFlag&protocol.PullFlagCommitOffset != 0 && h.CommitOffset >= 0 {
+		b.commitOffset(h.ConsumerGroup, h.Topic, h.QueueID, h.CommitOffset)
+	}
+
+	maxMsgs := int(h.MaxMsgNums)
+	if maxMsgs <= 0 {
+		maxMsgs = 1
+	}
+	maxBytes := int(h.MaxMsgBytes)
+
+	var deadline <-chan time.Time
+	if h.SysFlag&protocol.PullFlagSuspend != 0 && h.SuspendTimeoutMillis > 0 {
+		wait := min(time.Duration(h.SuspendTimeoutMillis)*time.Millisecond, b.cfg.MaxLongPoll)
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+
+	for {
+		var w *pollWaiter
+		if deadline != nil {
+			// Park before reading so that a message dispatched in between wakes us.
+			w = b.poll.park(h.Topic, h.QueueID, h.QueueOffset, filter)
+		}
+		res, err := b.store.GetMessage(ctx, h.ConsumerGroup, h.Topic, h.QueueID, h.QueueOffset, maxMsgs, maxBytes, filter)
+		if err != nil {
+			if w != nil {
+				b.poll.unpark(w)
+			}
+			return storeErrorResponse(req, err)
+		}
+		code := pullCode(res.Status, h.QueueOffset)
+		if code != protocol.PullNotFound || w == nil {
+			if w != nil {
+				b.poll.unpark(w)
+			}
+			return pullResponse(req, code, res)
+		}
+		res.Release()
+		select {
+		case <-w.ready:
+			b.poll.unpark(w)
+			continue
+		case <-deadline:
+		case <-ctx.Done():
+		case <-b.ctx.Done():
+		}
+		b.poll.unpark(w)
+		// Out of time: answer with whatever is there now, without waiting again.
+		deadline = nil
+	}
+}
+
+func pullResponse(req *protocol.Command, code protocol.ResponseCode, res *store.GetResult) *protocol.Command {
+	defer res.Release()
+	resp := protocol.NewResponse(req, code, res.Status.String())
+	(&protocol.PullMessageResponseHeader{
+		NextBeginOffset: res.NextBeginOffset,
+		MinOffset:       res.MinOffset,
+		MaxOffset:       res.MaxOffset,
+	}).EncodeTo(resp.ExtFields)
+	if code == protocol.Success && res.TotalBytes > 0 {
+		body := make([]byte, 0, res.TotalBytes)
+		for _, m := range res.Messages {
+			body = append(body, m...)
+		}
+		resp.Body = body
+	}
+	return resp
+}
+
+// commitOffset stores a group's consume offset and reports it.
+func (b *Broker) commitOffset(group, topic string, queueID int32, offset int64) {
+	b.offsets.commit(group, topic, queueID, offset)
+	b.events.emit(Event{Type: OffsetCommitted, Group: group, Topic: topic, QueueID: queueID, Offset: offset})
+}
+
+// ensureGroup creates a subscription group on first use, or refuses an unknown one when
+// auto-creation is off.
+func (b *Broker) ensureGroup(req *protocol.Command, group string) *protocol.Command {
+	if _, ok := b.groups.get(group); ok {
+		return nil
+	}
+	if b.cfg.DisableAutoCreateGroups {
+		return errorResponse(req, protocol.SubscriptionGroupNotExist, fmt.Errorf("subscription group %q does not exist", group))
+	}
+	_, created, err := b.groups.createIfAbsent(GroupConfig{Name: group, ConsumeEnable: true, RetryQueueNums: 1, RetryMaxTimes: b.cfg.MaxReconsumeTimes})
+	if err != nil {
+		return errorResponse(req, protocol.SystemError, err)
+	}
+	if created {
+		b.events.emit(Event{Type: GroupCreated, Group: group})
+	}
+	return nil
+}

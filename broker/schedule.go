@@ -1,0 +1,114 @@
+package broker
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// scheduleGroup is the pseudo consumer group under which the delay service records how far it
+// has delivered each delay level's queue.
+const scheduleGroup = "%SCHEDULE%"
+
+// scheduleLoop delivers the delayed messages of one level. A message sent with delay level L
+// (or sent back for a retry) is stored in queue L-1 of ScheduleTopic with its real topic and
+// queue in properties; once its delay has passed since it was stored, it is stored again in
+// its real topic, where consumers see it. Messages of one level are due in the order they were
+// stored, so the loop only ever waits for the head of its queue.
+func (b *Broker) scheduleLoop(ctx context.Context, level int) {
+	delay := b.delays[level]
+	qid := int32(level)
+	for ctx.Err() == nil {
+		offset, _ := b.offsets.query(scheduleGroup, ScheduleTopic, qid)
+		res, err := b.store.GetMessage(ctx, scheduleGroup, ScheduleTopic, qid, offset, 32, 1<<20, nil)
+		if err != nil {
+			b.log.Error("delay service read failed", "level", level+1, "err", err)
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		if len(res.Messages) == 0 {
+			if res.NextBeginOffset != offset {
+				b.offsets.commit(scheduleGroup, ScheduleTopic, qid, res.NextBeginOffset)
+				continue
+			}
+			w := b.poll.park(ScheduleTopic, qid, offset, nil)
+			if b.store.MaxOffset(ScheduleTopic, qid) > offset {
+				b.poll.unpark(w)
+				continue
+			}
+			select {
+			case <-ctx.Done():
+			case <-w.ready:
+			case <-time.After(time.Second):
+			}
+			b.poll.unpark(w)
+			continue
+		}
+		next := offset
+		for _, raw := range res.Messages {
+			m, _, err := protocol.DecodeStored(raw)
+			if err != nil {
+				b.log.Error("delay service skips a corrupt message", "level", level+1, "offset", next, "err", err)
+				next++
+				continue
+			}
+			due := time.UnixMilli(m.StoreTimestamp).Add(delay)
+			if wait := time.Until(due); wait > 0 {
+				b.offsets.commit(scheduleGroup, ScheduleTopic, qid, next)
+				sleepCtx(ctx, min(wait, time.Second))
+				break
+			}
+			if err := b.deliverDelayed(ctx, m); err != nil {
+				b.log.Error("delay service could not deliver", "level", level+1, "offset", next, "err", err)
+				sleepCtx(ctx, time.Second)
+				break
+			}
+			next++
+		}
+		b.offsets.commit(scheduleGroup, ScheduleTopic, qid, next)
+	}
+}
+
+// deliverDelayed stores a due message in its real topic and queue.
+func (b *Broker) deliverDelayed(ctx context.Context, m *protocol.MessageExt) error {
+	props := m.Properties
+	real := props[protocol.PropertyRealTopic]
+	qid, _ := strconv.Atoi(props[protocol.PropertyRealQueueID])
+	delete(props, protocol.PropertyRealTopic)
+	delete(props, protocol.PropertyRealQueueID)
+	delete(props, protocol.PropertyDelayLevel)
+	if _, err := b.topicForWrite(real, 1); err != nil {
+		return err
+	}
+	out := &protocol.MessageExt{
+		Message:        protocol.Message{Topic: real, Flag: m.Flag, Properties: props, Body: m.Body},
+		QueueID:        int32(qid),
+		SysFlag:        m.SysFlag,
+		BornTimestamp:  m.BornTimestamp,
+		BornHost:       m.BornHost,
+		ReconsumeTimes: m.ReconsumeTimes,
+	}
+	_, err := b.store.Put(ctx, out)
+	return err
+}
+
+// delayed rewrites m, bound for its topic with a delay level, into the schedule topic.
+func (b *Broker) delayed(m *protocol.MessageExt, level int) {
+	level = min(level, len(b.delays))
+	m.Properties[protocol.PropertyRealTopic] = m.Topic
+	m.Properties[protocol.PropertyRealQueueID] = strconv.Itoa(int(m.QueueID))
+	m.Properties[protocol.PropertyDelayLevel] = strconv.Itoa(level)
+	m.Topic = ScheduleTopic
+	m.QueueID = int32(level - 1)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

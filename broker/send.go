@@ -1,0 +1,208 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
+)
+
+// processSend serves SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE.
+func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protocol.Command) *protocol.Command {
+	h, err := protocol.DecodeSendHeader(req)
+	if err != nil {
+		return errorResponse(req, protocol.InvalidParameter, err)
+	}
+	if err := ValidateTopic(h.Topic); err != nil {
+		return errorResponse(req, protocol.MessageIllegal, err)
+	}
+	if isSystemTopic(h.Topic) {
+		return errorResponse(req, protocol.NoPermission, fmt.Errorf("topic %q is reserved for the broker", h.Topic))
+	}
+	tc, errResp := b.topicForSend(req, h)
+	if errResp != nil {
+		return errResp
+	}
+	queueID := h.QueueID
+	if queueID < 0 {
+		queueID = rand.Int32N(int32(tc.WriteQueueNums))
+	}
+	if int(queueID) >= tc.WriteQueueNums {
+		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("queueId %d is illegal: topic %q has %d write queues", queueID, h.Topic, tc.WriteQueueNums))
+	}
+	props, err := protocol.DecodeProperties([]byte(h.Properties))
+	if err != nil {
+		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("properties: %w", err))
+	}
+	base := protocol.MessageExt{
+		Message:        protocol.Message{Topic: h.Topic, Flag: h.Flag, Properties: props},
+		QueueID:        queueID,
+		SysFlag:        h.SysFlag,
+		BornTimestamp:  h.BornTimestamp,
+		BornHost:       addrPort(c.RemoteAddr()),
+		ReconsumeTimes: h.ReconsumeTimes,
+	}
+	if strings.HasPrefix(h.Topic, RetryTopicPrefix) {
+		// A client that could not send a message back sends it to the retry topic itself;
+		// past the maximum it belongs in the dead-letter topic.
+		maxTimes := int(h.MaxReconsumeTimes)
+		if maxTimes <= 0 {
+			maxTimes = b.cfg.MaxReconsumeTimes
+		}
+		if int(h.ReconsumeTimes) >= maxTimes {
+			dlq, err := b.internalTopic(DLQTopicPrefix + strings.TrimPrefix(h.Topic, RetryTopicPrefix))
+			if err != nil {
+				return errorResponse(req, protocol.SystemError, err)
+			}
+			base.Topic, base.QueueID = dlq.Name, 0
+		}
+	}
+
+	if req.RequestCode() == protocol.SendBatchMessage || h.Batch {
+		return b.sendBatch(ctx, req, &base)
+	}
+	if len(req.Body) == 0 {
+		return errorResponse(req, protocol.MessageIllegal, errors.New("message body is empty"))
+	}
+	if len(req.Body) > b.cfg.MaxMessageSize {
+		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("message body of %d bytes exceeds the %d-byte limit", len(req.Body), b.cfg.MaxMessageSize))
+	}
+	m := base
+	m.Body = req.Body
+	if lvl, _ := strconv.Atoi(props[protocol.PropertyDelayLevel]); lvl > 0 && !strings.HasPrefix(m.Topic, DLQTopicPrefix) {
+		b.delayed(&m, lvl)
+	}
+	res, err := b.store.Put(ctx, &m)
+	if err != nil {
+		return storeErrorResponse(req, err)
+	}
+	resp := protocol.NewResponse(req, protocol.Success, "")
+	(&protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset}).EncodeTo(resp.ExtFields)
+	return resp
+}
+
+func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *protocol.MessageExt) *protocol.Command {
+	entries, err := protocol.DecodeBatch(req.Body)
+	if err != nil {
+		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch body: %w", err))
+	}
+	if len(entries) == 0 {
+		return errorResponse(req, protocol.MessageIllegal, errors.New("batch is empty"))
+	}
+	ms := make([]*protocol.MessageExt, len(entries))
+	for i, e := range entries {
+		if len(e.Body) > b.cfg.MaxMessageSize {
+			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch message %d: body of %d bytes exceeds the %d-byte limit", i, len(e.Body), b.cfg.MaxMessageSize))
+		}
+		if lvl, _ := strconv.Atoi(e.Properties[protocol.PropertyDelayLevel]); lvl > 0 {
+			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch message %d: delayed messages cannot be batched", i))
+		}
+		m := *base
+		m.Flag, m.Properties, m.Body = e.Flag, e.Properties, e.Body
+		if m.Properties == nil {
+			m.Properties = map[string]string{}
+		}
+		ms[i] = &m
+	}
+	res, err := b.store.PutBatch(ctx, ms)
+	if err != nil {
+		return storeErrorResponse(req, err)
+	}
+	ids := make([]string, len(res))
+	for i, r := range res {
+		ids[i] = r.MsgID
+	}
+	resp := protocol.NewResponse(req, protocol.Success, "")
+	(&protocol.SendMessageResponseHeader{MsgID: strings.Join(ids, ","), QueueID: base.QueueID, QueueOffset: res[0].QueueOffset}).EncodeTo(resp.ExtFields)
+	return resp
+}
+
+// topicForSend finds the topic a send goes to, creating it from the auto-create key when the
+// producer asks for that and the broker allows it.
+func (b *Broker) topicForSend(req *protocol.Command, h *protocol.SendMessageRequestHeader) (TopicConfig, *protocol.Command) {
+	if tc, ok := b.topics.get(h.Topic); ok {
+		if !tc.Writable() {
+			return tc, errorResponse(req, protocol.NoPermission, fmt.Errorf("topic %q is not writable (perm %d)", h.Topic, tc.Perm))
+		}
+		return tc, nil
+	}
+	if strings.HasPrefix(h.Topic, RetryTopicPrefix) || strings.HasPrefix(h.Topic, DLQTopicPrefix) {
+		tc, err := b.internalTopic(h.Topic)
+		if err != nil {
+			return tc, errorResponse(req, protocol.SystemError, err)
+		}
+		return tc, nil
+	}
+	if b.cfg.DisableAutoCreateTopics || h.DefaultTopic == "" {
+		return TopicConfig{}, errorResponse(req, protocol.TopicNotExist, fmt.Errorf("topic %q does not exist; create it first", h.Topic))
+	}
+	def, ok := b.topics.get(h.DefaultTopic)
+	if !ok || def.Perm&protocol.PermInherit == 0 {
+		return TopicConfig{}, errorResponse(req, protocol.TopicNotExist, fmt.Errorf("topic %q does not exist and default topic %q cannot create it", h.Topic, h.DefaultTopic))
+	}
+	n := int(h.DefaultTopicQueueNums)
+	if n <= 0 {
+		n = b.cfg.DefaultTopicQueues
+	}
+	n = min(n, def.WriteQueueNums)
+	tc, err := b.topicForWrite(h.Topic, n)
+	if err != nil {
+		return tc, errorResponse(req, protocol.SystemError, err)
+	}
+	return tc, nil
+}
+
+// topicForWrite returns the topic, creating it with n queues when it does not exist.
+func (b *Broker) topicForWrite(name string, n int) (TopicConfig, error) {
+	tc, created, err := b.topics.createIfAbsent(TopicConfig{Name: name, ReadQueueNums: n, WriteQueueNums: n, Perm: protocol.PermRead | protocol.PermWrite})
+	if err != nil {
+		return tc, fmt.Errorf("create topic %q: %w", name, err)
+	}
+	if created {
+		b.log.Info("topic created", "topic", name, "queues", n)
+		b.events.emit(Event{Type: TopicCreated, Topic: name, Queues: n})
+	}
+	return tc, nil
+}
+
+// internalTopic returns a group's retry or dead-letter topic, creating it with one queue.
+func (b *Broker) internalTopic(name string) (TopicConfig, error) { return b.topicForWrite(name, 1) }
+
+func isSystemTopic(topic string) bool {
+	return topic == ScheduleTopic || topic == protocol.AutoCreateTopicKey
+}
+
+// storeErrorResponse maps a store error to the response code a RocketMQ client expects.
+func storeErrorResponse(req *protocol.Command, err error) *protocol.Command {
+	switch {
+	case errors.Is(err, store.ErrMessageTooLarge):
+		return errorResponse(req, protocol.MessageIllegal, err)
+	case errors.Is(err, store.ErrFlushTimeout):
+		return errorResponse(req, protocol.FlushDiskTimeout, err)
+	case errors.Is(err, store.ErrWriteFailed), errors.Is(err, store.ErrClosed):
+		return errorResponse(req, protocol.ServiceNotAvailable, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return errorResponse(req, protocol.SystemBusy, err)
+	}
+	return errorResponse(req, protocol.SystemError, err)
+}
+
+func errorResponse(req *protocol.Command, code protocol.ResponseCode, err error) *protocol.Command {
+	return protocol.NewResponse(req, code, err.Error())
+}
+
+func addrPort(a net.Addr) netip.AddrPort {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.AddrPort()
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap
+}
