@@ -1,0 +1,523 @@
+package remoting
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// Handler serves the requests that arrive on a connection.
+//
+// ServeRemoting returns the response to req, or nil to send none. The transport makes the
+// response fit req whatever the Handler built: it carries req's opaque and serialize type and
+// the response flag. A response to a oneway request is dropped.
+//
+// Each request is served on its own goroutine, so ServeRemoting may block (a long-polling pull
+// does) without holding up other requests on the same connection. ctx is cancelled when the
+// connection closes; a Handler that blocks must watch it. req.Body is the Handler's to keep.
+// A panic is recovered, logged, and answered SYSTEM_ERROR.
+type Handler interface {
+	ServeRemoting(ctx context.Context, c *Conn, req *protocol.Command) *protocol.Command
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, c *Conn, req *protocol.Command) *protocol.Command
+
+// ServeRemoting calls f.
+func (f HandlerFunc) ServeRemoting(ctx context.Context, c *Conn, req *protocol.Command) *protocol.Command {
+	return f(ctx, c, req)
+}
+
+// Buffer sizes. The reader reads frames larger than its buffer straight into the frame, and
+// the writer writes frames larger than its free space straight to the socket, so these only
+// bound how many small frames are batched per system call.
+const (
+	readBufferSize  = 16 << 10
+	writeBufferSize = 32 << 10
+	// maxPooledFrame is the largest encode buffer kept for reuse: one large pull response must
+	// not pin megabytes per connection for its lifetime.
+	maxPooledFrame = 64 << 10
+)
+
+// Defaults shared by ServerOptions and ClientOptions.
+const (
+	DefaultMaxInFlightPerConn = 256
+	DefaultIdleTimeout        = 120 * time.Second
+	DefaultWriteTimeout       = 10 * time.Second
+	DefaultDialTimeout        = 3 * time.Second
+)
+
+// connConfig is what a Conn takes from the Server, Client or Dial call that made it. One value
+// is shared by all the Conns of its owner and does not change once they exist.
+type connConfig struct {
+	handler      Handler
+	maxFrame     int
+	maxInFlight  int32
+	writeTimeout time.Duration // <= 0: none
+	logger       *slog.Logger
+	serialize    protocol.SerializeType
+	// mirrorPeer makes a Conn send its own requests in the serialize type of the last request
+	// the peer sent: on the server side, the peer has shown it speaks that one.
+	mirrorPeer bool
+	// draining is the Server's shutdown flag (nil on the client side). While it is set, new
+	// requests are refused so that in-flight ones can finish.
+	draining *atomic.Bool
+	onOpen   func(*Conn)
+	onClose  func(*Conn)
+	// frames recycles encode buffers across the owner's Conns.
+	frames sync.Pool
+	// calls recycles the channels Invoke waits on (two allocations each: a channel of
+	// pointers has its buffer apart). Only a channel known to be empty and out of every
+	// pending table goes back.
+	calls sync.Pool
+}
+
+func (cfg *connConfig) getCall() chan *protocol.Command {
+	if v := cfg.calls.Get(); v != nil {
+		return v.(chan *protocol.Command)
+	}
+	return make(chan *protocol.Command, 1)
+}
+
+func (cfg *connConfig) getFrame() *[]byte {
+	if v := cfg.frames.Get(); v != nil {
+		return v.(*[]byte)
+	}
+	b := make([]byte, 0, 512)
+	return &b
+}
+
+func (cfg *connConfig) putFrame(bp *[]byte, b []byte) {
+	if cap(b) > maxPooledFrame {
+		return
+	}
+	*bp = b[:0]
+	cfg.frames.Put(bp)
+}
+
+// Conn is one remoting connection, on either side. It is safe for concurrent use.
+type Conn struct {
+	nc     net.Conn
+	cfg    *connConfig
+	log    *slog.Logger
+	raddr  string
+	br     *bufio.Reader // read goroutine only
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	serialize atomic.Uint32 // protocol.SerializeType of requests this side sends
+	inflight  atomic.Int32  // Handler calls running or being admitted
+	activity  atomic.Uint64 // frames read plus Handler calls finished: the idle sweeper's clock
+	handlers  sync.WaitGroup
+
+	// The writer. writers counts goroutines waiting for wmu so the holder can tell whether
+	// someone will write after it (and flush for both) or whether it must flush itself.
+	writers   atomic.Int32
+	wmu       sync.Mutex
+	bw        *bufio.Writer // guarded by wmu
+	wdeadline time.Time     // guarded by wmu: the write deadline last set on nc
+
+	pmu        sync.Mutex
+	pending    map[int32]chan *protocol.Command // guarded by pmu: waiting Invokes by opaque; nil once closed
+	nextOpaque int32                            // guarded by pmu
+
+	closeOnce sync.Once
+	done      chan struct{}
+	err       error // set before done is closed
+
+	vmu   sync.Mutex
+	value any
+
+	// Owned by the Server's idle sweeper goroutine.
+	idleSeen  uint64
+	idleSince time.Time
+}
+
+func newConn(nc net.Conn, cfg *connConfig) *Conn {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	raddr := nc.RemoteAddr().String()
+	c := &Conn{
+		nc:        nc,
+		cfg:       cfg,
+		log:       cfg.logger.With("remote", raddr),
+		raddr:     raddr,
+		br:        bufio.NewReaderSize(nc, readBufferSize),
+		bw:        bufio.NewWriterSize(nc, writeBufferSize),
+		ctx:       ctx,
+		cancel:    cancel,
+		pending:   make(map[int32]chan *protocol.Command),
+		done:      make(chan struct{}),
+		idleSince: time.Now(),
+	}
+	c.serialize.Store(uint32(cfg.serialize))
+	return c
+}
+
+// RemoteAddr is the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// LocalAddr is this side's address.
+func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
+
+// Done is closed when the connection has closed.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err is nil while the connection is open. Afterwards it says why it closed; it wraps
+// ErrConnClosed and the cause.
+func (c *Conn) Err() error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// SetValue stores v in the connection's attribute slot (the broker keeps the client id there).
+func (c *Conn) SetValue(v any) {
+	c.vmu.Lock()
+	c.value = v
+	c.vmu.Unlock()
+}
+
+// Value returns what SetValue stored, or nil.
+func (c *Conn) Value() any {
+	c.vmu.Lock()
+	defer c.vmu.Unlock()
+	return c.value
+}
+
+// Close closes the connection at once. Pending calls fail with ErrConnClosed and the Handler
+// contexts of requests being served are cancelled. It is safe to call more than once.
+func (c *Conn) Close() error {
+	c.closeWithErr(errClosedLocally)
+	return nil
+}
+
+// closeWithErr closes the connection with the given cause; only the first call has an effect.
+func (c *Conn) closeWithErr(cause error) {
+	c.closeOnce.Do(func() {
+		c.err = &connClosedError{addr: c.raddr, cause: cause}
+		c.pmu.Lock()
+		c.pending = nil
+		c.pmu.Unlock()
+		close(c.done)
+		c.cancel(c.err)
+		_ = c.nc.Close()
+	})
+}
+
+// closeBetweenFrames closes the connection if no frame is being written, so that the peer
+// never sees half a frame, and reports whether it did. It does not wait for a write in
+// progress (which may take up to the write timeout): callers try again later.
+func (c *Conn) closeBetweenFrames(cause error) bool {
+	if !c.wmu.TryLock() {
+		return false
+	}
+	defer c.wmu.Unlock()
+	c.closeWithErr(cause)
+	return true
+}
+
+// idle reports whether nothing is in flight in either direction.
+func (c *Conn) idle() bool {
+	if c.inflight.Load() > 0 {
+		return false
+	}
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	return len(c.pending) == 0
+}
+
+// Invoke sends req and waits for its response, for ctx to end, or for the connection to
+// close.
+//
+// Invoke sets req.Opaque to a number unused on this connection, clears req's response and
+// oneway flags, and sets req.Serialize to the connection's serialize type; req must not be
+// shared with a concurrent call. An error that ends the wait wraps ctx.Err() or ErrConnClosed.
+// A response that arrives after ctx ended is dropped.
+func (c *Conn) Invoke(ctx context.Context, req *protocol.Command) (*protocol.Command, error) {
+	resp, _, err := c.invoke(ctx, req)
+	return resp, err
+}
+
+// InvokeOneway sends req with the oneway flag; there is no response. It returns once req has
+// been written to the socket, or queued behind a write in progress whose writer will flush it.
+// ctx is checked before sending: a write once started runs to completion or to the write
+// timeout. Like Invoke, it sets req's opaque, flags and serialize type.
+func (c *Conn) InvokeOneway(ctx context.Context, req *protocol.Command) error {
+	_, err := c.invokeOneway(ctx, req)
+	return err
+}
+
+func (c *Conn) invokeOneway(ctx context.Context, req *protocol.Command) (sent bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("invoke %s oneway on %s: %w", req.RequestCode(), c.raddr, err)
+	}
+	c.pmu.Lock()
+	if c.pending == nil {
+		c.pmu.Unlock()
+		return false, fmt.Errorf("invoke %s oneway: %w", req.RequestCode(), c.err) // set before pending was cleared
+	}
+	c.nextOpaque++
+	req.Opaque = c.nextOpaque
+	c.pmu.Unlock()
+	req.Flag = req.Flag&^protocol.FlagResponse | protocol.FlagOneway
+	req.Serialize = protocol.SerializeType(c.serialize.Load())
+	sent, err = c.writeCommand(req)
+	if err != nil {
+		return sent, fmt.Errorf("invoke %s oneway: %w", req.RequestCode(), err)
+	}
+	return true, nil
+}
+
+// invoke is Invoke that also reports whether any of req may have reached the peer; a Client
+// redials and retries only requests that certainly did not.
+func (c *Conn) invoke(ctx context.Context, req *protocol.Command) (resp *protocol.Command, sent bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, fmt.Errorf("invoke %s on %s: %w", req.RequestCode(), c.raddr, err)
+	}
+	ch := c.cfg.getCall()
+	c.pmu.Lock()
+	if c.pending == nil {
+		c.pmu.Unlock()
+		c.cfg.calls.Put(ch)
+		return nil, false, fmt.Errorf("invoke %s: %w", req.RequestCode(), c.err) // set before pending was cleared
+	}
+	opaque := c.nextOpaque + 1
+	for _, taken := c.pending[opaque]; taken; _, taken = c.pending[opaque] {
+		opaque++ // only after 2^32 calls, with one still waiting
+	}
+	c.nextOpaque = opaque
+	c.pending[opaque] = ch
+	c.pmu.Unlock()
+
+	req.Opaque = opaque
+	req.Flag &^= protocol.FlagResponse | protocol.FlagOneway
+	req.Serialize = protocol.SerializeType(c.serialize.Load())
+	if sent, err := c.writeCommand(req); err != nil {
+		c.forget(opaque, ch)
+		return nil, sent, fmt.Errorf("invoke %s: %w", req.RequestCode(), err)
+	}
+	select {
+	case resp := <-ch:
+		c.cfg.calls.Put(ch) // deliver removed it from pending before sending its one value
+		return resp, true, nil
+	case <-ctx.Done():
+		c.forget(opaque, ch)
+		return nil, true, fmt.Errorf("invoke %s on %s: %w", req.RequestCode(), c.raddr, ctx.Err())
+	case <-c.done:
+		select {
+		case resp := <-ch: // delivered just before the close
+			return resp, true, nil
+		default:
+		}
+		return nil, true, fmt.Errorf("invoke %s: %w", req.RequestCode(), c.err)
+	}
+}
+
+// forget removes an abandoned call. If it was still pending nobody can send on ch any more
+// and ch is recycled; otherwise deliver holds it and it is left to the garbage collector.
+func (c *Conn) forget(opaque int32, ch chan *protocol.Command) {
+	c.pmu.Lock()
+	_, found := c.pending[opaque]
+	if found {
+		delete(c.pending, opaque)
+	}
+	c.pmu.Unlock()
+	if found {
+		c.cfg.calls.Put(ch)
+	}
+}
+
+// deliver hands a response to the Invoke waiting for it.
+func (c *Conn) deliver(resp *protocol.Command) {
+	c.pmu.Lock()
+	ch, ok := c.pending[resp.Opaque]
+	if ok {
+		delete(c.pending, resp.Opaque)
+	}
+	c.pmu.Unlock()
+	if !ok {
+		// The caller gave up (its context ended) or the peer is confused; either way nobody
+		// is waiting.
+		c.log.Debug("dropping response nobody waits for", "opaque", resp.Opaque, "code", resp.ResponseCode())
+		return
+	}
+	ch <- resp // buffered, and each channel gets one response
+}
+
+// writeCommand encodes cmd and writes it. written is false only when nothing of cmd reached
+// the socket because the connection was already closed; an encoding error is returned as is
+// and leaves the connection open; any other error closes the connection and wraps
+// ErrConnClosed.
+func (c *Conn) writeCommand(cmd *protocol.Command) (written bool, err error) {
+	bp := c.cfg.getFrame()
+	frame, err := cmd.AppendFrame((*bp)[:0])
+	if err != nil {
+		c.cfg.putFrame(bp, frame)
+		return false, err
+	}
+	c.writers.Add(1)
+	c.wmu.Lock()
+	c.writers.Add(-1)
+	select {
+	case <-c.done:
+		c.wmu.Unlock()
+		c.cfg.putFrame(bp, frame)
+		return false, c.err
+	default:
+	}
+	if wt := c.cfg.writeTimeout; wt > 0 {
+		// Re-arming the deadline costs a runtime timer update; doing it only when less than
+		// 7/8 of the timeout is left keeps it off the path of back-to-back writes.
+		if now := time.Now(); c.wdeadline.Sub(now) < wt-wt/8 {
+			c.wdeadline = now.Add(wt)
+			_ = c.nc.SetWriteDeadline(c.wdeadline)
+		}
+	}
+	_, err = c.bw.Write(frame)
+	if err == nil && c.writers.Load() == 0 {
+		// Nobody is queued behind us to flush for us.
+		err = c.bw.Flush()
+	}
+	if err != nil {
+		c.closeWithErr(fmt.Errorf("write: %w", err))
+	}
+	c.wmu.Unlock()
+	c.cfg.putFrame(bp, frame)
+	if err != nil {
+		return true, c.err
+	}
+	return true, nil
+}
+
+// run is the connection's read goroutine. It returns once the connection is closed, every
+// Handler call has returned, and the close callback has run.
+func (c *Conn) run() {
+	if c.cfg.onOpen != nil {
+		c.cfg.onOpen(c)
+	}
+	c.closeWithErr(c.readLoop())
+	c.logClose()
+	c.handlers.Wait()
+	if c.cfg.onClose != nil {
+		c.cfg.onClose(c)
+	}
+}
+
+func (c *Conn) readLoop() error {
+	for {
+		cmd, err := protocol.ReadFrame(c.br, c.cfg.maxFrame)
+		if err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		c.activity.Add(1)
+		if cmd.IsResponse() {
+			c.deliver(cmd)
+			continue
+		}
+		c.dispatch(cmd)
+	}
+}
+
+func (c *Conn) logClose() {
+	err := c.err
+	switch {
+	case errors.Is(err, protocol.ErrMalformedFrame), errors.Is(err, protocol.ErrFrameTooLarge),
+		errors.Is(err, protocol.ErrUnknownSerialize), errors.Is(err, io.ErrUnexpectedEOF):
+		c.log.Warn("closing connection: broken frame", "err", err)
+	case errors.Is(err, errIdle):
+		c.log.Info("closed idle connection")
+	case errors.Is(err, io.EOF), errors.Is(err, errClosedLocally), errors.Is(err, errServerShutdown):
+		c.log.Debug("connection closed", "err", err)
+	default:
+		c.log.Info("connection lost", "err", err)
+	}
+}
+
+// dispatch admits a request and serves it on its own goroutine, or refuses it.
+func (c *Conn) dispatch(req *protocol.Command) {
+	if c.cfg.mirrorPeer && uint32(req.Serialize) != c.serialize.Load() {
+		c.serialize.Store(uint32(req.Serialize))
+	}
+	// Count first, then look at the drain flag: Shutdown sets the flag, then reads the count.
+	// Whichever order the two goroutines run in, either Shutdown sees this request in flight
+	// or this request sees the flag (both are sequentially consistent atomics).
+	n := c.inflight.Add(1)
+	var refuse string
+	switch {
+	case c.cfg.draining != nil && c.cfg.draining.Load():
+		refuse = "server is shutting down"
+	case n > c.cfg.maxInFlight:
+		refuse = "too many requests in flight on this connection"
+	}
+	if refuse != "" {
+		c.inflight.Add(-1)
+		if req.IsOneway() {
+			c.log.Warn("dropping oneway request", "code", req.RequestCode(), "reason", refuse)
+			return
+		}
+		c.log.Debug("refusing request", "code", req.RequestCode(), "reason", refuse)
+		c.respond(req, protocol.NewResponse(req, protocol.SystemBusy, refuse))
+		return
+	}
+	c.handlers.Add(1)
+	go c.serve(req)
+}
+
+func (c *Conn) serve(req *protocol.Command) {
+	defer func() {
+		c.inflight.Add(-1)
+		c.activity.Add(1)
+		c.handlers.Done()
+	}()
+	resp := c.callHandler(req)
+	if resp == nil || req.IsOneway() {
+		return
+	}
+	c.respond(req, resp)
+}
+
+func (c *Conn) callHandler(req *protocol.Command) (resp *protocol.Command) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("handler panicked", "code", req.RequestCode(), "opaque", req.Opaque, "panic", r, "stack", string(debug.Stack()))
+			resp = protocol.NewResponse(req, protocol.SystemError, fmt.Sprintf("handler panic: %v", r))
+		}
+	}()
+	if c.cfg.handler == nil {
+		return protocol.NewResponse(req, protocol.RequestCodeNotSupported, fmt.Sprintf("request code %d not supported", req.Code))
+	}
+	return c.cfg.handler.ServeRemoting(c.ctx, c, req)
+}
+
+// respond writes resp as the response to req. A response that cannot be encoded (too large)
+// is replaced by SYSTEM_ERROR so that the caller is not left waiting.
+func (c *Conn) respond(req, resp *protocol.Command) {
+	if resp.Opaque != req.Opaque || resp.Serialize != req.Serialize ||
+		resp.Flag&(protocol.FlagResponse|protocol.FlagOneway) != protocol.FlagResponse {
+		// Fix a copy: the Handler may share its response value.
+		fixed := *resp
+		fixed.Opaque = req.Opaque
+		fixed.Serialize = req.Serialize
+		fixed.Flag = fixed.Flag&^protocol.FlagOneway | protocol.FlagResponse
+		resp = &fixed
+	}
+	_, err := c.writeCommand(resp)
+	if err == nil || errors.Is(err, ErrConnClosed) {
+		return
+	}
+	c.log.Error("cannot encode response", "code", req.RequestCode(), "opaque", req.Opaque, "err", err)
+	_, _ = c.writeCommand(protocol.NewResponse(req, protocol.SystemError, "response could not be encoded: "+err.Error()))
+}

@@ -1,0 +1,39 @@
+// Package remoting is flowd's TCP transport for RocketMQ's remoting protocol: the connection
+// policy shared by the broker (Server) and flowd's clients (Dial, Client). It frames and
+// unframes commands with package protocol and knows nothing about what they mean; the broker
+// and the clients bring that as a Handler.
+//
+// Every connection is symmetric once open. Either side may send requests (Conn.Invoke,
+// Conn.InvokeOneway) and either side serves the requests it receives with its Handler: the
+// broker answers clients, and clients answer the broker's NOTIFY_CONSUMER_IDS_CHANGED and
+// GET_CONSUMER_RUNNING_INFO. A frame with the response flag is matched to the waiting Invoke
+// by its opaque; any other frame is a request for the Handler.
+//
+// # Notes
+//
+//   - Requests are pipelined. Each request is served on its own goroutine and its response is
+//     written whenever it is ready, so a long-polling pull parked for 20 s does not hold up the
+//     heartbeat sent after it on the same connection. Responses are matched by opaque, never by
+//     order, exactly as RocketMQ clients expect.
+//   - The number of requests served at once on one connection is bounded
+//     (MaxInFlightPerConn). Beyond it a request is answered SYSTEM_BUSY at once without running
+//     the Handler, as RocketMQ's broker does when its executor queue is full: the client backs
+//     off or retries elsewhere, and one greedy connection cannot take every goroutine.
+//   - One writer per connection. Frames are encoded outside the write lock and copied into a
+//     bufio.Writer under it; the writer that finds no other writer waiting flushes. Responses
+//     that complete together therefore leave in one write(2), and a lone request/response
+//     pays a single flush.
+//   - A frame that cannot be decoded (bad length, header longer than the frame, unknown
+//     serialize type, bad header) closes that connection alone: the stream can no longer be
+//     trusted to be in step. The reason is logged and is the cause in Conn.Err.
+//   - A Server's OnConnClose runs after every Handler call for that connection has returned,
+//     so a consumer manager that unregisters a client there cannot be overtaken by a heartbeat
+//     still being served on the dead connection.
+//
+// # Lock order
+//
+// Server.mu and Client.mu are leaves: neither is held while another lock is taken, and no
+// callback runs under them. Within a Conn the write lock (wmu) may be held while the
+// pending-call lock (pmu) is taken (a failing write closes the connection), never the other way
+// round; the value lock (vmu) is a leaf.
+package remoting

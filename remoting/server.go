@@ -1,0 +1,353 @@
+package remoting
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// ServerOptions configures a Server. The zero value is ready to use: a zero field takes the
+// default its comment gives.
+type ServerOptions struct {
+	// MaxFrameSize is the largest frame accepted, length prefix excluded. A peer that
+	// announces a larger one is disconnected before anything is allocated for it.
+	// Default (and upper limit): protocol.MaxFrameSize, 16 MiB.
+	MaxFrameSize int
+
+	// MaxInFlightPerConn bounds the requests served at once on one connection. A request
+	// beyond it is answered SYSTEM_BUSY ("too many requests in flight on this connection")
+	// at once, without running the Handler; a oneway request beyond it is dropped and
+	// logged. Long-polling pulls count while they are parked.
+	// Default: 256.
+	MaxInFlightPerConn int
+
+	// IdleTimeout closes a connection on which nothing has happened for this long: no frame
+	// received, no request being served, no call waiting for its response. It is closed
+	// between IdleTimeout and IdleTimeout + IdleTimeout/4 after its last activity. RocketMQ clients heartbeat every
+	// 30 s, so the default only closes connections whose client is gone without a FIN.
+	// Default: 120 s. Negative: never.
+	IdleTimeout time.Duration
+
+	// WriteTimeout bounds each write to a connection. A peer that stops reading for this long
+	// is disconnected rather than allowed to hold its handlers' responses in memory.
+	// Default: 10 s. Negative: none.
+	WriteTimeout time.Duration
+
+	// Logger receives connection events: broken frames (Warn), idle closes (Info), lost
+	// connections (Info), handler panics (Error), refused requests (Debug).
+	// Default: slog.Default().
+	Logger *slog.Logger
+
+	// OnConnOpen, if set, is called on each accepted connection before its first frame is
+	// read, on the connection's read goroutine.
+	OnConnOpen func(*Conn)
+
+	// OnConnClose, if set, is called once per connection after it has closed and every
+	// Handler call on it has returned, on the connection's read goroutine. The broker's
+	// consumer manager takes a closed connection as its client leaving.
+	OnConnClose func(*Conn)
+}
+
+// Server accepts remoting connections and serves their requests with a Handler.
+//
+// # Notes
+//
+//   - One read goroutine per connection, plus one goroutine per request being served, plus
+//     one idle sweeper per Server. The sweeper looks at every connection each IdleTimeout/8
+//     instead of arming a read deadline per frame: a frame then costs one atomic increment.
+type Server struct {
+	cfg         connConfig
+	idleTimeout time.Duration
+	userClose   func(*Conn)
+
+	draining atomic.Bool   // set once, by Shutdown or Close
+	stop     chan struct{} // closed with draining: stops the sweeper and accept back-off
+	sweepers sync.WaitGroup
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*Conn]struct{}
+	addr      net.Addr
+	sweeping  bool
+}
+
+// NewServer returns a Server that serves requests with h. A nil h answers every request
+// REQUEST_CODE_NOT_SUPPORTED.
+func NewServer(h Handler, opts ServerOptions) *Server {
+	s := &Server{
+		idleTimeout: opts.IdleTimeout,
+		userClose:   opts.OnConnClose,
+		stop:        make(chan struct{}),
+		listeners:   make(map[net.Listener]struct{}),
+		conns:       make(map[*Conn]struct{}),
+	}
+	if s.idleTimeout == 0 {
+		s.idleTimeout = DefaultIdleTimeout
+	}
+	s.cfg = connConfig{
+		handler:      h,
+		maxFrame:     frameLimit(opts.MaxFrameSize),
+		maxInFlight:  inFlightLimit(opts.MaxInFlightPerConn),
+		writeTimeout: orDefault(opts.WriteTimeout, DefaultWriteTimeout),
+		logger:       opts.Logger,
+		serialize:    protocol.JSON,
+		mirrorPeer:   true,
+		draining:     &s.draining,
+		onOpen:       opts.OnConnOpen,
+		onClose:      s.connClosed,
+	}
+	if s.cfg.logger == nil {
+		s.cfg.logger = slog.Default()
+	}
+	return s
+}
+
+func frameLimit(n int) int {
+	if n <= 0 || n > protocol.MaxFrameSize {
+		return protocol.MaxFrameSize
+	}
+	return n
+}
+
+func inFlightLimit(n int) int32 {
+	if n <= 0 {
+		return DefaultMaxInFlightPerConn
+	}
+	return int32(min(n, 1<<30))
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// ListenAndServe listens on the TCP address addr and serves it; see Serve.
+func (s *Server) ListenAndServe(addr string) error {
+	if s.draining.Load() {
+		return ErrServerClosed
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	return s.Serve(ln)
+}
+
+// Addr is the address of the first listener Serve was given, or nil before that.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Serve accepts connections on ln until Shutdown or Close, then returns ErrServerClosed. Any
+// other accept error that is not temporary ends it too, wrapped. Serve closes ln when it
+// returns. It may be called for several listeners at once.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.draining.Load() {
+		s.mu.Unlock()
+		_ = ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	if s.addr == nil {
+		s.addr = ln.Addr()
+	}
+	if !s.sweeping && s.idleTimeout > 0 {
+		s.sweeping = true
+		s.sweepers.Add(1)
+		go s.sweep()
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+		_ = ln.Close()
+	}()
+
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.draining.Load() {
+				return ErrServerClosed
+			}
+			if !temporary(err) {
+				return fmt.Errorf("accept on %s: %w", ln.Addr(), err)
+			}
+			// Out of file descriptors and the like: wait for some to be released rather
+			// than spin, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.cfg.logger.Warn("accept failed; retrying", "addr", ln.Addr(), "err", err, "in", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-s.stop:
+				t.Stop()
+			}
+			continue
+		}
+		backoff = 0
+		s.startConn(nc)
+	}
+}
+
+func temporary(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) ||
+		errors.Is(err, syscall.ECONNABORTED)
+}
+
+func (s *Server) startConn(nc net.Conn) {
+	c := newConn(nc, &s.cfg)
+	s.mu.Lock()
+	if s.draining.Load() {
+		s.mu.Unlock()
+		_ = nc.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	go c.run()
+}
+
+// connClosed is the Conns' close callback: the user's, then forgetting the Conn, so that
+// Shutdown returns only after every OnConnClose has run.
+func (s *Server) connClosed(c *Conn) {
+	if s.userClose != nil {
+		s.userClose(c)
+	}
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Shutdown stops the server gracefully. It closes the listeners, so new connections are
+// refused and Serve returns ErrServerClosed; requests that arrive afterwards on open
+// connections are answered SYSTEM_BUSY ("server is shutting down"); each connection is closed
+// once the requests it was serving have finished and their responses are written. Shutdown
+// returns when every connection is closed and its OnConnClose has run.
+//
+// If ctx ends first, Shutdown closes the remaining connections at once, which cancels their
+// Handlers' contexts, and returns ctx's error; Handlers that ignore their context may still be
+// running then.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.beginShutdown()
+	// Poll, as net/http does: the connections' states change on their own goroutines, and a
+	// few wake-ups per shutdown cost less than a notification on every request.
+	wait := time.Millisecond
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		if s.closeDrained() == 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			s.closeAll(errServerShutdown)
+			return fmt.Errorf("remoting: shutdown: %w", ctx.Err())
+		case <-t.C:
+			wait = min(2*wait, 50*time.Millisecond)
+			t.Reset(wait)
+		}
+	}
+}
+
+// Close stops the server now: it closes the listeners and every connection. Pending calls
+// fail and Handler contexts are cancelled. Close does not wait for Handlers to return.
+func (s *Server) Close() error {
+	err := s.beginShutdown()
+	s.closeAll(errClosedLocally)
+	return err
+}
+
+func (s *Server) beginShutdown() error {
+	s.mu.Lock()
+	first := !s.draining.Swap(true)
+	var err error
+	for ln := range s.listeners {
+		if cerr := ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
+			err = errors.Join(err, fmt.Errorf("close listener %s: %w", ln.Addr(), cerr))
+		}
+	}
+	s.mu.Unlock()
+	if first {
+		close(s.stop)
+	}
+	s.sweepers.Wait()
+	return err
+}
+
+// snapshot returns the open connections, to act on outside s.mu.
+func (s *Server) snapshot(dst []*Conn) []*Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// closeDrained closes the connections with nothing in flight and returns how many are left
+// (closing ones included, until their OnConnClose has run).
+func (s *Server) closeDrained() int {
+	for _, c := range s.snapshot(nil) {
+		if c.idle() {
+			c.closeBetweenFrames(errServerShutdown)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+func (s *Server) closeAll(cause error) {
+	for _, c := range s.snapshot(nil) {
+		c.closeWithErr(cause)
+	}
+}
+
+// sweep closes idle connections until the server stops.
+func (s *Server) sweep() {
+	defer s.sweepers.Done()
+	t := time.NewTicker(max(s.idleTimeout/8, 5*time.Millisecond))
+	defer t.Stop()
+	var conns []*Conn
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			conns = s.snapshot(conns[:0])
+			for _, c := range conns {
+				// A change in the activity count since the last look, or anything in flight,
+				// restarts the idle clock; the clock is only read here, so a connection is
+				// never closed early, and at most two ticks late.
+				if a := c.activity.Load(); a != c.idleSeen || !c.idle() {
+					c.idleSeen, c.idleSince = a, now
+					continue
+				}
+				if now.Sub(c.idleSince) >= s.idleTimeout {
+					c.closeBetweenFrames(errIdle) // or at the next tick
+				}
+			}
+			clear(conns)
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package remoting
+
+import (
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// gatedConn is a net.Conn whose first Write blocks until the gate opens, and which counts
+// Writes, that is, system calls on a real socket.
+type gatedConn struct {
+	gate    chan struct{}
+	writes  atomic.Int32
+	bytes   atomic.Int64
+	closed  chan struct{}
+	closeMu sync.Once
+}
+
+func (g *gatedConn) Write(p []byte) (int, error) {
+	if g.writes.Add(1) == 1 {
+		<-g.gate
+	}
+	g.bytes.Add(int64(len(p)))
+	return len(p), nil
+}
+
+func (g *gatedConn) Read([]byte) (int, error) { <-g.closed; return 0, net.ErrClosed }
+func (g *gatedConn) Close() error {
+	g.closeMu.Do(func() { close(g.closed) })
+	return nil
+}
+func (g *gatedConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (g *gatedConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (g *gatedConn) SetDeadline(time.Time) error      { return nil }
+func (g *gatedConn) SetReadDeadline(time.Time) error  { return nil }
+func (g *gatedConn) SetWriteDeadline(time.Time) error { return nil }
+
+// Frames written while another write is under way leave together: one system call for the
+// first, one for all that queued behind it.
+func TestWriterBatchesQueuedFrames(t *testing.T) {
+	g := &gatedConn{gate: make(chan struct{}), closed: make(chan struct{})}
+	cfg := &connConfig{logger: slog.New(slog.DiscardHandler), maxFrame: protocol.MaxFrameSize, maxInFlight: 1, writeTimeout: time.Second}
+	c := newConn(g, cfg)
+	defer c.Close()
+
+	frame := func(i int) *protocol.Command {
+		return protocol.NewResponse(&protocol.Command{Opaque: int32(i)}, protocol.Success, "")
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, err := c.writeCommand(frame(0))
+		assert.NoError(t, err)
+	})
+	require.Eventually(t, func() bool { return g.writes.Load() == 1 }, 3*time.Second, time.Millisecond, "first flush blocked")
+
+	const queued = 50
+	var want int64
+	for i := 1; i <= queued; i++ {
+		b, err := frame(i).AppendFrame(nil)
+		require.NoError(t, err)
+		want += int64(len(b))
+		wg.Go(func() {
+			_, err := c.writeCommand(frame(i))
+			assert.NoError(t, err)
+		})
+	}
+	require.Eventually(t, func() bool { return c.writers.Load() == queued }, 3*time.Second, time.Millisecond)
+	close(g.gate)
+	wg.Wait()
+
+	b0, _ := frame(0).AppendFrame(nil)
+	assert.Equal(t, int32(2), g.writes.Load(), "the %d queued frames left in one write", queued)
+	assert.Equal(t, want+int64(len(b0)), g.bytes.Load())
+}
