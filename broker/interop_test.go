@@ -13,6 +13,8 @@ import (
 	rmqproducer "github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/broker"
 )
 
 func newProducer(t *testing.T, b *testBroker) rocketmq.Producer {
@@ -35,7 +37,9 @@ type received struct {
 	ch   chan struct{}
 }
 
-func newReceived() *received { return &received{msgs: map[string]*primitive.MessageExt{}, ch: make(chan struct{}, 1)} }
+func newReceived() *received {
+	return &received{msgs: map[string]*primitive.MessageExt{}, ch: make(chan struct{}, 1)}
+}
 
 func (r *received) add(ms ...*primitive.MessageExt) {
 	r.mu.Lock()
@@ -155,4 +159,249 @@ func TestRocketMQClientSendsAndPushConsumerReceives(t *testing.T) {
 	for body, m := range onlyA.msgs {
 		assert.Equal(t, "a", m.GetTags(), body)
 	}
+}
+
+func sendN(t *testing.T, p rocketmq.Producer, topic, prefix string, n int) []string {
+	t.Helper()
+	var bodies []string
+	for i := range n {
+		body := fmt.Sprintf("%s-%d", prefix, i)
+		res, err := p.SendSync(context.Background(), primitive.NewMessage(topic, []byte(body)))
+		require.NoError(t, err)
+		require.Equal(t, primitive.SendOK, res.Status)
+		bodies = append(bodies, body)
+	}
+	return bodies
+}
+
+func TestRocketMQPullConsumerPollsEverything(t *testing.T) {
+	b := startBroker(t, nil)
+	p := newProducer(t, b)
+	const topic = "polled"
+	sent := sendN(t, p, topic, "m", 30)
+
+	c, err := rocketmq.NewPullConsumer(
+		rmqconsumer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.NamesrvAddr()})),
+		rmqconsumer.WithGroupName("pollers"),
+		rmqconsumer.WithInstance(instance(t)),
+		rmqconsumer.WithConsumeFromWhere(rmqconsumer.ConsumeFromFirstOffset),
+		rmqconsumer.WithPullBatchSize(8),
+	)
+	require.NoError(t, err)
+	require.NoError(t, c.Subscribe(topic, rmqconsumer.MessageSelector{}))
+	require.NoError(t, c.Start())
+	t.Cleanup(func() { c.Shutdown() })
+
+	got := map[string]bool{}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(got) < len(sent) && time.Now().Before(deadline) {
+		cr, err := c.Poll(context.Background(), time.Second)
+		if err != nil {
+			continue
+		}
+		for _, m := range cr.GetMsgList() {
+			got[string(m.Body)] = true
+		}
+		c.ACK(context.Background(), cr, rmqconsumer.ConsumeSuccess)
+	}
+	for _, s := range sent {
+		assert.True(t, got[s], s)
+	}
+}
+
+func TestRocketMQCommittedOffsetsSurviveConsumerAndBrokerRestart(t *testing.T) {
+	b := startBroker(t, nil)
+	dir := b.cfg.DataDir
+	p := newProducer(t, b)
+	const topic, group = "durable", "durable-readers"
+	first := sendN(t, p, topic, "first", 12)
+
+	r1 := newReceived()
+	c1 := newPushConsumer(t, b, group, topic, "*", r1)
+	r1.waitFor(t, len(first), 20*time.Second)
+	require.NoError(t, c1.Shutdown()) // persists offsets
+	// The client persists offsets with oneway requests as it shuts down.
+	for q := int32(0); q < 4; q++ {
+		require.Eventually(t, func() bool {
+			off, ok := b.CommittedOffset(group, topic, q)
+			return ok && off == b.StoreMax(topic, q)
+		}, 5*time.Second, 10*time.Millisecond, "queue %d's offset is committed", q)
+	}
+
+	// A consumer restart reads only what came after.
+	second := sendN(t, p, topic, "second", 8)
+	r2 := newReceived()
+	c2 := newPushConsumer(t, b, group, topic, "*", r2)
+	r2.waitFor(t, len(second), 20*time.Second)
+	require.NoError(t, c2.Shutdown())
+	time.Sleep(200 * time.Millisecond)
+	assert.Len(t, r2.msgs, len(second))
+	for _, s := range second {
+		assert.Contains(t, r2.msgs, s)
+	}
+
+	// A broker restart keeps the committed offsets and the messages.
+	b.stop(t)
+	b2 := startBroker(t, func(c *broker.Config) { c.DataDir = dir })
+	p2 := newProducer(t, b2)
+	third := sendN(t, p2, topic, "third", 8)
+	r3 := newReceived()
+	newPushConsumer(t, b2, group, topic, "*", r3)
+	r3.waitFor(t, len(third), 20*time.Second)
+	time.Sleep(200 * time.Millisecond)
+	r3.mu.Lock()
+	defer r3.mu.Unlock()
+	assert.Len(t, r3.msgs, len(third), "only messages after the committed offsets")
+}
+
+func TestRocketMQTwoPushConsumersSplitQueues(t *testing.T) {
+	b := startBroker(t, nil)
+	p := newProducer(t, b)
+	const topic, group = "shared", "sharers"
+	sendN(t, p, topic, "warm", 1) // creates the topic
+	r1, r2 := newReceived(), newReceived()
+	newPushConsumer(t, b, group, topic, "*", r1)
+	newPushConsumer(t, b, group, topic, "*", r2)
+	require.Eventually(t, func() bool { return len(b.GroupMembers(group)) == 2 }, 10*time.Second, 20*time.Millisecond)
+	// The broker tells both members at once; give their rebalance a moment.
+	time.Sleep(time.Second)
+
+	sent := sendN(t, p, topic, "m", 40)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		all := map[string]bool{}
+		r1.mu.Lock()
+		for k := range r1.msgs {
+			all[k] = true
+		}
+		r1.mu.Unlock()
+		r2.mu.Lock()
+		for k := range r2.msgs {
+			all[k] = true
+		}
+		r2.mu.Unlock()
+		missing := 0
+		for _, s := range sent {
+			if !all[s] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	queues := func(r *received) map[int]bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		qs := map[int]bool{}
+		for body, m := range r.msgs {
+			if body != "warm-0" {
+				qs[m.Queue.QueueId] = true
+			}
+		}
+		return qs
+	}
+	q1, q2 := queues(r1), queues(r2)
+	assert.Len(t, q1, 2, "consumer 1 owns two of the four queues: %v", q1)
+	assert.Len(t, q2, 2, "consumer 2 owns two of the four queues: %v", q2)
+	for q := range q1 {
+		assert.False(t, q2[q], "queue %d consumed by both", q)
+	}
+	assert.Equal(t, len(sent), len(r1.msgs)+len(r2.msgs)-boolInt(r1.msgs["warm-0"] != nil)-boolInt(r2.msgs["warm-0"] != nil))
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func TestRocketMQOrderlyConsumerTakesQueueLocks(t *testing.T) {
+	b := startBroker(t, nil)
+	p := newProducer(t, b)
+	const topic, group = "ordered", "orderly"
+	sent := sendN(t, p, topic, "m", 20)
+	r := newReceived()
+	var mu sync.Mutex
+	perQueue := map[int][]int64{}
+	c, err := rocketmq.NewPushConsumer(
+		rmqconsumer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.NamesrvAddr()})),
+		rmqconsumer.WithGroupName(group),
+		rmqconsumer.WithInstance(instance(t)),
+		rmqconsumer.WithConsumeFromWhere(rmqconsumer.ConsumeFromFirstOffset),
+		rmqconsumer.WithConsumerOrder(true),
+	)
+	require.NoError(t, err)
+	require.NoError(t, c.Subscribe(topic, rmqconsumer.MessageSelector{}, func(ctx context.Context, ms ...*primitive.MessageExt) (rmqconsumer.ConsumeResult, error) {
+		mu.Lock()
+		for _, m := range ms {
+			perQueue[m.Queue.QueueId] = append(perQueue[m.Queue.QueueId], m.QueueOffset)
+		}
+		mu.Unlock()
+		r.add(ms...)
+		return rmqconsumer.ConsumeSuccess, nil
+	}))
+	require.NoError(t, c.Start())
+	t.Cleanup(func() { c.Shutdown() })
+	r.waitFor(t, len(sent), 20*time.Second)
+
+	locked := b.LockedQueues(group)
+	assert.Len(t, locked, 4, "the orderly consumer locks every queue it consumes: %v", locked)
+	mu.Lock()
+	defer mu.Unlock()
+	for q, offs := range perQueue {
+		for i := 1; i < len(offs); i++ {
+			assert.Less(t, offs[i-1], offs[i], "queue %d consumed in order", q)
+		}
+	}
+}
+
+func TestRocketMQFailedConsumeGoesToRetryTopic(t *testing.T) {
+	b := startBroker(t, nil)
+	p := newProducer(t, b)
+	const topic, group = "flaky", "retriers"
+	sendN(t, p, topic, "m", 3)
+
+	var mu sync.Mutex
+	attempts := map[string][]int32{}
+	done := make(chan struct{})
+	c, err := rocketmq.NewPushConsumer(
+		rmqconsumer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.NamesrvAddr()})),
+		rmqconsumer.WithGroupName(group),
+		rmqconsumer.WithInstance(instance(t)),
+		rmqconsumer.WithConsumeFromWhere(rmqconsumer.ConsumeFromFirstOffset),
+	)
+	require.NoError(t, err)
+	require.NoError(t, c.Subscribe(topic, rmqconsumer.MessageSelector{}, func(ctx context.Context, ms ...*primitive.MessageExt) (rmqconsumer.ConsumeResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		result := rmqconsumer.ConsumeSuccess
+		for _, m := range ms {
+			body := string(m.Body)
+			attempts[body] = append(attempts[body], m.ReconsumeTimes)
+			if body == "m-1" && m.ReconsumeTimes < 2 {
+				result = rmqconsumer.ConsumeRetryLater
+			}
+			if body == "m-1" && m.ReconsumeTimes == 2 {
+				assert.Equal(t, topic, m.Topic, "a retried message shows its original topic")
+				close(done)
+			}
+		}
+		return result, nil
+	}))
+	require.NoError(t, c.Start())
+	t.Cleanup(func() { c.Shutdown() })
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the failed message was not redelivered twice")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []int32{0, 1, 2}, attempts["m-1"])
+	assert.Equal(t, []int32{0}, attempts["m-0"])
+	_, ok := b.Topic("%RETRY%" + group)
+	assert.True(t, ok, "the retry topic exists")
 }

@@ -76,3 +76,16 @@ func (t *lockTable) releaseClient(group, clientID string) {
 		delete(t.locks, group)
 	}
 }
+
+// held returns the queues locked in group and by whom, leases that ran out excluded.
+func (t *lockTable) held(group string, now time.Time) map[protocol.MessageQueue]string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[protocol.MessageQueue]string{}
+	for mq, l := range t.locks[group] {
+		if now.Sub(l.renewed) < t.lease {
+			out[mq] = l.clientID
+		}
+	}
+	return out
+}

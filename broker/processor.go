@@ -69,6 +69,15 @@ func (b *Broker) processRoute(req *protocol.Command) *protocol.Command {
 		return errorResponse(req, protocol.InvalidParameter, err)
 	}
 	tc, ok := b.topics.get(h.Topic)
+	if !ok && strings.HasPrefix(h.Topic, RetryTopicPrefix) && ValidateTopic(h.Topic) == nil {
+		// A consumer asks for its group's retry topic as it starts, often before its first
+		// heartbeat would have created it; creating it here spares it a rebalance period.
+		var err error
+		if tc, err = b.internalTopic(h.Topic); err != nil {
+			return errorResponse(req, protocol.SystemError, err)
+		}
+		ok = true
+	}
 	if !ok || (h.Topic == protocol.AutoCreateTopicKey && b.cfg.DisableAutoCreateTopics) {
 		return protocol.NewResponse(req, protocol.TopicNotExist, "No topic route info in name server for the topic: "+h.Topic)
 	}

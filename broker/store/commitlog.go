@@ -1,0 +1,318 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/flowd-io/flowd/broker/store/vfs"
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// segment is one commit-log file. Its size is always Options.SegmentSize; the bytes past the
+// write position read as zeros (the file is created sparse by truncation).
+type segment struct {
+	start int64
+	path  string
+	f     vfs.File
+}
+
+func offsetName(off int64) string {
+	s := strconv.FormatInt(off, 10)
+	if len(s) >= offsetWidth {
+		return s
+	}
+	var b [offsetWidth]byte
+	for i := range b {
+		b[i] = '0'
+	}
+	copy(b[offsetWidth-len(s):], s)
+	return string(b[:])
+}
+
+func parseOffsetName(name string) (int64, bool) {
+	if len(name) != offsetWidth {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(name, 10, 64)
+	return v, err == nil && v >= 0
+}
+
+// createSegment creates the segment starting at start, sized and with its directory entry
+// durable, so that a power cut cannot lose the file under data already fsynced into it.
+func (s *Store) createSegment(start int64) (*segment, error) {
+	path := filepath.Join(s.clDir, offsetName(start))
+	f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("create segment %s: %w", path, err)
+	}
+	if err := f.Truncate(s.opts.SegmentSize); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("size segment %s: %w", path, err)
+	}
+	if err := s.fs.SyncDir(s.clDir); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("create segment %s: sync dir: %w", path, err)
+	}
+	return &segment{start: start, path: path, f: f}, nil
+}
+
+// segmentFor returns the segment holding off, or nil if it was removed or not created yet.
+func (s *Store) segmentFor(off int64) *segment {
+	s.segMu.RLock()
+	defer s.segMu.RUnlock()
+	if len(s.segs) == 0 || off < s.segs[0].start {
+		return nil
+	}
+	i := (off - s.segs[0].start) / s.opts.SegmentSize
+	if i >= int64(len(s.segs)) {
+		return nil
+	}
+	return s.segs[i]
+}
+
+func (s *Store) getEncBuf() *[]byte {
+	if p, ok := s.encPool.Get().(*[]byte); ok {
+		return p
+	}
+	b := make([]byte, 0, 4096)
+	return &b
+}
+
+func (s *Store) putEncBuf(p *[]byte) {
+	if cap(*p) <= encBufRetain {
+		*p = (*p)[:0]
+		s.encPool.Put(p)
+	}
+}
+
+// encode appends m's stored form to dst with the store-assigned fields zero; PatchStored
+// fills them in under the append lock.
+func (s *Store) encode(dst []byte, m *protocol.MessageExt) ([]byte, error) {
+	if !validTopic(m.Topic) || m.QueueID < 0 {
+		return dst, fmt.Errorf("put to %q queue %d: %w", m.Topic, m.QueueID, ErrBadTopic)
+	}
+	m.StoreHost = s.opts.StoreHost
+	m.QueueOffset, m.CommitLogOffset, m.StoreTimestamp = 0, 0, 0
+	start := len(dst)
+	out, err := protocol.AppendStored(dst, m)
+	if err != nil {
+		return dst, fmt.Errorf("put to %q: %w: %w", m.Topic, ErrMessageTooLarge, err)
+	}
+	if n := len(out) - start; n > s.opts.MaxMessageSize {
+		return dst, fmt.Errorf("put to %q: stored size %d exceeds %d: %w", m.Topic, n, s.opts.MaxMessageSize, ErrMessageTooLarge)
+	}
+	return out, nil
+}
+
+// Put appends one message to the commit log and returns where it went. The caller sets
+// Topic, QueueID, Body, Properties, Flag, SysFlag, Born*, ReconsumeTimes and
+// PreparedTransactionOffset; Put sets StoreHost, StoreTimestamp, QueueOffset,
+// CommitLogOffset, StoreSize and BodyCRC in m.
+//
+// In FlushAsync mode Put returns once the message is in the page cache; in FlushSync mode
+// only after an fsync covers it (group commit), or ErrFlushTimeout after
+// Options.SyncFlushTimeout. ctx only cancels that wait: a message whose Put was canceled may
+// still be stored and delivered.
+func (s *Store) Put(ctx context.Context, m *protocol.MessageExt) (PutResult, error) {
+	bp := s.getEncBuf()
+	defer s.putEncBuf(bp)
+	b, err := s.encode((*bp)[:0], m)
+	*bp = b
+	if err != nil {
+		return PutResult{}, err
+	}
+	ms := [1]*protocol.MessageExt{m}
+	var res [1]PutResult
+	end, err := s.append(ms[:], b, res[:])
+	if err != nil {
+		return PutResult{}, err
+	}
+	res[0].MsgID = offsetMsgID(s.opts.StoreHost, res[0].CommitLogOffset)
+	return res[0], s.awaitDurable(ctx, end)
+}
+
+// PutBatch appends ms contiguously, in order, within one segment, with one write and (in
+// FlushSync mode) one fsync wait. Either every message is stored or none is. The messages may
+// belong to different queues; each gets the next offset of its own queue.
+func (s *Store) PutBatch(ctx context.Context, ms []*protocol.MessageExt) ([]PutResult, error) {
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	bp := s.getEncBuf()
+	defer s.putEncBuf(bp)
+	b := (*bp)[:0]
+	var err error
+	for _, m := range ms {
+		if b, err = s.encode(b, m); err != nil {
+			*bp = b
+			return nil, err
+		}
+	}
+	*bp = b
+	if int64(len(b)) > s.opts.SegmentSize-blankMin {
+		return nil, fmt.Errorf("put batch of %d messages: %d bytes do not fit one segment: %w", len(ms), len(b), ErrMessageTooLarge)
+	}
+	res := make([]PutResult, len(ms))
+	end, err := s.append(ms, b, res)
+	if err != nil {
+		return nil, err
+	}
+	for i := range res {
+		res[i].MsgID = offsetMsgID(s.opts.StoreHost, res[i].CommitLogOffset)
+	}
+	return res, s.awaitDurable(ctx, end)
+}
+
+// append writes the encoded messages b (ms[i].StoreSize bytes each) at the end of the commit
+// log and returns the new end.
+//
+// # Notes
+//
+// The pwrite happens under s.mu: positions must be handed out in file order, and the
+// dispatcher reads [dispatched, written) assuming no holes. Encoding (the expensive part)
+// happened before the lock, so concurrent appenders overlap their encoding with this write.
+func (s *Store) append(ms []*protocol.MessageExt, b []byte, res []PutResult) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	if err := s.writeFailure(); err != nil {
+		return 0, err
+	}
+	if s.wpos+int64(len(b))+blankMin > s.active.start+s.opts.SegmentSize {
+		if err := s.rollLocked(); err != nil {
+			return 0, s.fail(err)
+		}
+	}
+	now := s.opts.Now().UnixMilli()
+	if now < s.lastTs {
+		now = s.lastTs // store timestamps never go backwards: OffsetByTimestamp bisects on them
+	}
+	s.lastTs = now
+	pos := s.wpos
+	off := 0
+	for i, m := range ms {
+		k := qkey{m.Topic, m.QueueID}
+		q := s.qoff[k]
+		s.qoff[k] = q + 1 // a failed write fails the store, so this is never rolled back
+		size := int(m.StoreSize)
+		protocol.PatchStored(b[off:off+size], q, pos+int64(off), now)
+		m.QueueOffset, m.CommitLogOffset, m.StoreTimestamp = q, pos+int64(off), now
+		res[i] = PutResult{CommitLogOffset: pos + int64(off), QueueOffset: q, Size: m.StoreSize, StoreTimestamp: now}
+		off += size
+	}
+	if _, err := s.active.f.WriteAt(b, pos-s.active.start); err != nil {
+		return 0, s.fail(fmt.Errorf("write segment %s at %d: %w", s.active.path, pos-s.active.start, err))
+	}
+	s.wpos = pos + int64(len(b))
+	s.written.Store(s.wpos)
+	signal(s.dispatchReq)
+	return s.wpos, nil
+}
+
+// rollLocked ends the active segment with the blank marker and starts the next one.
+func (s *Store) rollLocked() error {
+	seg := s.active
+	end := seg.start + s.opts.SegmentSize
+	var blank [blankMin]byte
+	binary.BigEndian.PutUint32(blank[0:], uint32(end-s.wpos))
+	binary.BigEndian.PutUint32(blank[4:], protocol.MagicBlank)
+	if _, err := seg.f.WriteAt(blank[:], s.wpos-seg.start); err != nil {
+		return fmt.Errorf("write blank tail of segment %s: %w", seg.path, err)
+	}
+	next, err := s.createSegment(end)
+	if err != nil {
+		return err
+	}
+	s.segMu.Lock()
+	s.segs = append(s.segs, next)
+	s.segMu.Unlock()
+	s.active = next
+	s.wpos = end
+	s.written.Store(end)
+	return nil
+}
+
+// awaitDurable waits, in FlushSync mode, for an fsync to cover [.., end).
+func (s *Store) awaitDurable(ctx context.Context, end int64) error {
+	if s.opts.FlushMode != FlushSync || s.flushed.Load() >= end {
+		return nil
+	}
+	signal(s.flushReq)
+	var timeout <-chan time.Time
+	for {
+		ch := s.flushWaitCh()
+		if s.flushed.Load() >= end {
+			return nil
+		}
+		if err := s.writeFailure(); err != nil {
+			return err
+		}
+		if timeout == nil {
+			t := time.NewTimer(s.opts.SyncFlushTimeout)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			return fmt.Errorf("wait for fsync up to %d: %w", end, ErrFlushTimeout)
+		case <-ctx.Done():
+			return fmt.Errorf("wait for fsync up to %d: %w", end, ctx.Err())
+		}
+	}
+}
+
+// readLog reads len(p) bytes of the commit log at off; the range must lie within one segment
+// and below written. It returns ErrNotFound if the segment is gone.
+func (s *Store) readLog(p []byte, off int64) error {
+	seg := s.segmentFor(off)
+	if seg == nil {
+		return fmt.Errorf("read commit log at %d: %w", off, ErrNotFound)
+	}
+	if _, err := seg.f.ReadAt(p, off-seg.start); err != nil {
+		if s.segmentFor(off) == nil { // removed under us
+			return fmt.Errorf("read commit log at %d: %w", off, ErrNotFound)
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("read segment %s at %d: %w", seg.path, off-seg.start, err)
+	}
+	return nil
+}
+
+// MessageAt returns a copy of the stored message that starts at commitLogOffset (from an
+// offsetMsgId). It fails with ErrNotFound if there is no message starting exactly there.
+func (s *Store) MessageAt(commitLogOffset int64) ([]byte, error) {
+	off := commitLogOffset
+	if off < s.minOffset.Load() || off+blankMin > s.written.Load() {
+		return nil, fmt.Errorf("message at %d: %w", off, ErrNotFound)
+	}
+	var hdr [protocol.StoredPhysicalOffsetAt + 8]byte
+	if off+int64(len(hdr)) > s.written.Load() {
+		return nil, fmt.Errorf("message at %d: %w", off, ErrNotFound)
+	}
+	if err := s.readLog(hdr[:], off); err != nil {
+		return nil, err
+	}
+	size := int64(int32(binary.BigEndian.Uint32(hdr[protocol.StoredTotalSizeAt:])))
+	magic := binary.BigEndian.Uint32(hdr[protocol.StoredMagicAt:])
+	phys := int64(binary.BigEndian.Uint64(hdr[protocol.StoredPhysicalOffsetAt:]))
+	segEnd := off - off%s.opts.SegmentSize + s.opts.SegmentSize // segments start at multiples of SegmentSize
+	if magic != protocol.MagicV1 || phys != off || size < int64(len(hdr)) || off+size > segEnd || off+size > s.written.Load() {
+		return nil, fmt.Errorf("message at %d: no message starts there: %w", off, ErrNotFound)
+	}
+	b := make([]byte, size)
+	if err := s.readLog(b, off); err != nil {
+		return nil, err
+	}
+	return b, nil
+}

@@ -1,0 +1,281 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/flowd-io/flowd/broker/store/vfs"
+)
+
+// cqUnitSize is the size of one consume-queue unit: int64 commit-log offset, int32 size,
+// int64 tags code, big-endian.
+const cqUnitSize = 20
+
+// consumeQueue is the index of one (topic, queue id): unit i describes the message with
+// logical (queue) offset i. Units live in files of Options.ConsumeQueueUnits units, named
+// RocketMQ-style by their first unit's byte position (first unit index × 20), padded to 20
+// digits.
+//
+// Only the dispatcher (and recovery, before it starts) writes units. max is published after
+// the units below it are written, so a reader that sees max never reads a unit being written.
+type consumeQueue struct {
+	topic string
+	qid   int32
+	dir   string
+	units int64 // units per file
+
+	mu    sync.RWMutex
+	files []*cqFile // ascending by start; retention removes from the front
+
+	min atomic.Int64 // first readable unit (may be inside files[0])
+	max atomic.Int64 // exclusive
+}
+
+type cqFile struct {
+	start int64 // first unit index
+	path  string
+	f     vfs.File
+	dirty atomic.Bool // written since the last checkpoint fsync
+}
+
+func (s *Store) cqDir(topic string, qid int32) string {
+	return filepath.Join(s.cqRoot, topic, strconv.Itoa(int(qid)))
+}
+
+// queue returns the consume queue of (topic, qid), or nil.
+func (s *Store) queue(topic string, qid int32) *consumeQueue {
+	s.cqMu.RLock()
+	q := s.cqs[topic][qid]
+	s.cqMu.RUnlock()
+	return q
+}
+
+// queueBytes is queue for a topic still in a byte slice; the map lookup does not allocate.
+func (s *Store) queueBytes(topic []byte, qid int32) *consumeQueue {
+	s.cqMu.RLock()
+	q := s.cqs[string(topic)][qid]
+	s.cqMu.RUnlock()
+	return q
+}
+
+// queueOrCreate returns the consume queue of (topic, qid), registering a new empty one.
+func (s *Store) queueOrCreate(topic []byte, qid int32) (*consumeQueue, error) {
+	if q := s.queueBytes(topic, qid); q != nil {
+		return q, nil
+	}
+	t := string(topic)
+	if !validTopic(t) || qid < 0 {
+		return nil, fmt.Errorf("dispatch to %q queue %d: %w", t, qid, ErrBadTopic)
+	}
+	s.cqMu.Lock()
+	defer s.cqMu.Unlock()
+	qs := s.cqs[t]
+	if qs == nil {
+		qs = make(map[int32]*consumeQueue)
+		s.cqs[t] = qs
+	}
+	if q := qs[qid]; q != nil {
+		return q, nil
+	}
+	q := &consumeQueue{topic: t, qid: qid, dir: s.cqDir(t, qid), units: int64(s.opts.ConsumeQueueUnits)}
+	qs[qid] = q
+	return q, nil
+}
+
+// fileFor returns the file holding unit idx, or nil.
+func (q *consumeQueue) fileFor(idx int64) *cqFile {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	return q.fileForLocked(idx)
+}
+
+func (q *consumeQueue) fileForLocked(idx int64) *cqFile {
+	i, ok := slices.BinarySearchFunc(q.files, idx, func(f *cqFile, idx int64) int {
+		switch {
+		case idx < f.start:
+			return 1
+		case idx >= f.start+q.units:
+			return -1
+		}
+		return 0
+	})
+	if !ok {
+		return nil
+	}
+	return q.files[i]
+}
+
+// write stores units (a whole number of 20-byte units) starting at unit index idx, creating
+// files as needed, and raises max. Writing below max overwrites, which is what makes
+// recovery's re-dispatch idempotent.
+func (s *Store) writeUnits(q *consumeQueue, idx int64, units []byte) error {
+	if q.max.Load() == 0 && idx > 0 {
+		// An empty queue whose first unit is not 0 (its older files were lost, or its topic
+		// was deleted and old messages are re-dispatched): it starts there.
+		q.min.Store(idx)
+	}
+	for len(units) > 0 {
+		fileStart := idx - idx%q.units
+		f := q.fileFor(idx)
+		if f == nil {
+			var err error
+			if f, err = s.createCQFile(q, fileStart); err != nil {
+				return err
+			}
+		}
+		n := min(int64(len(units)), (fileStart+q.units-idx)*cqUnitSize)
+		if _, err := f.f.WriteAt(units[:n], (idx-fileStart)*cqUnitSize); err != nil {
+			return fmt.Errorf("write consume queue %s at unit %d: %w", f.path, idx, err)
+		}
+		f.dirty.Store(true)
+		idx += n / cqUnitSize
+		units = units[n:]
+	}
+	if idx > q.max.Load() {
+		q.max.Store(idx)
+	}
+	return nil
+}
+
+func (s *Store) createCQFile(q *consumeQueue, start int64) (*cqFile, error) {
+	if err := s.fs.MkdirAll(q.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create consume queue dir: %w", err)
+	}
+	path := filepath.Join(q.dir, offsetName(start*cqUnitSize))
+	f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("create consume queue file: %w", err)
+	}
+	if err := s.fs.SyncDir(q.dir); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("create consume queue file %s: sync dir: %w", path, err)
+	}
+	cf := &cqFile{start: start, path: path, f: f}
+	q.mu.Lock()
+	i, _ := slices.BinarySearchFunc(q.files, start, func(f *cqFile, s int64) int {
+		switch {
+		case f.start < s:
+			return -1
+		case f.start > s:
+			return 1
+		}
+		return 0
+	})
+	q.files = slices.Insert(q.files, i, cf)
+	q.mu.Unlock()
+	return cf, nil
+}
+
+// cqReadStatus says why readUnits returned no units.
+type cqReadStatus int
+
+const (
+	cqOK      cqReadStatus = iota
+	cqNoFile               // the file holding the unit is gone (or not there yet)
+	cqNoUnits              // idx is at or past max
+)
+
+// readUnits reads up to maxUnits units from idx into buf, never past max or the end of the
+// file holding idx (a scan stays within one file, as RocketMQ's does). On cqNoFile, next is
+// the first unit of the following file.
+func (q *consumeQueue) readUnits(buf []byte, idx int64, maxUnits int) (units []byte, st cqReadStatus, next int64) {
+	hi := q.max.Load()
+	if idx >= hi {
+		return nil, cqNoUnits, idx
+	}
+	f := q.fileFor(idx)
+	if f == nil {
+		return nil, cqNoFile, idx - idx%q.units + q.units
+	}
+	n := min(int64(maxUnits), hi-idx, f.start+q.units-idx)
+	b := buf[:n*cqUnitSize]
+	if _, err := f.f.ReadAt(b, (idx-f.start)*cqUnitSize); err != nil {
+		// Closed by retention or DeleteTopic while we read, or shorter than max says
+		// (cannot happen: max is published after the write).
+		return nil, cqNoFile, idx - idx%q.units + q.units
+	}
+	return b, cqOK, idx
+}
+
+// unitAt reads one unit.
+func (q *consumeQueue) unitAt(idx int64) (off int64, size int32, tags int64, ok bool) {
+	var b [cqUnitSize]byte
+	u, st, _ := q.readUnits(b[:], idx, 1)
+	if st != cqOK {
+		return 0, 0, 0, false
+	}
+	off, size, tags = decodeUnit(u)
+	return off, size, tags, true
+}
+
+func decodeUnit(u []byte) (off int64, size int32, tags int64) {
+	return int64(binary.BigEndian.Uint64(u)), int32(binary.BigEndian.Uint32(u[8:])), int64(binary.BigEndian.Uint64(u[12:]))
+}
+
+func appendUnit(dst []byte, off int64, size int32, tags int64) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(off))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(size))
+	return binary.BigEndian.AppendUint64(dst, uint64(tags))
+}
+
+func (q *consumeQueue) close() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var errs []error
+	for _, f := range q.files {
+		errs = append(errs, f.f.Close())
+	}
+	q.files = nil
+	return errors.Join(errs...)
+}
+
+// syncDirty fsyncs the queue's files written since the last call.
+func (q *consumeQueue) syncDirty() error {
+	q.mu.RLock()
+	files := slices.Clone(q.files)
+	q.mu.RUnlock()
+	for _, f := range files {
+		if f.dirty.Swap(false) {
+			if err := f.f.Sync(); err != nil {
+				return fmt.Errorf("sync consume queue %s: %w", f.path, err)
+			}
+		}
+	}
+	return nil
+}
+
+// allQueues returns a snapshot of every consume queue.
+func (s *Store) allQueues() []*consumeQueue {
+	s.cqMu.RLock()
+	defer s.cqMu.RUnlock()
+	var out []*consumeQueue
+	for _, qs := range s.cqs {
+		for _, q := range qs {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// MaxOffset is the queue's exclusive max offset, 0 if there is no such queue.
+func (s *Store) MaxOffset(topic string, queueID int32) int64 {
+	if q := s.queue(topic, queueID); q != nil {
+		return q.max.Load()
+	}
+	return 0
+}
+
+// MinOffset is the queue's first readable offset, 0 if there is no such queue.
+func (s *Store) MinOffset(topic string, queueID int32) int64 {
+	if q := s.queue(topic, queueID); q != nil {
+		return q.min.Load()
+	}
+	return 0
+}

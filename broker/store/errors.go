@@ -1,0 +1,32 @@
+package store
+
+import (
+	"errors"
+
+	"github.com/flowd-io/flowd/broker/store/vfs"
+)
+
+// Errors returned by the store. Each is wrapped with context; test with errors.Is.
+var (
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("store closed")
+	// ErrMessageTooLarge: the stored form exceeds Options.MaxMessageSize.
+	ErrMessageTooLarge = errors.New("message too large")
+	// ErrFlushTimeout: in FlushSync mode the fsync covering the message did not finish within
+	// Options.SyncFlushTimeout. The message is stored and will be dispatched; it is only not
+	// known to be durable (RocketMQ's FLUSH_DISK_TIMEOUT).
+	ErrFlushTimeout = errors.New("flush timeout")
+	// ErrWriteFailed: a write or fsync failed. The store refuses every later write, because
+	// continuing would leave a hole or an undetectably lost message; data stored before the
+	// failure stays readable. Reopen the store (after fixing the disk) to recover.
+	ErrWriteFailed = errors.New("store write failed")
+	// ErrLocked: another process (or another Store in this one) has the directory open.
+	ErrLocked = vfs.ErrLocked
+	// ErrNotFound: no message at that commit-log offset.
+	ErrNotFound = errors.New("message not found")
+	// ErrBadTopic: the topic name is empty, too long, or has characters outside
+	// [%|a-zA-Z0-9_-] (topics name directories), or the queue id is negative.
+	ErrBadTopic = errors.New("bad topic or queue id")
+	// ErrCorrupt: a store file is damaged in a way recovery cannot repair by cutting.
+	ErrCorrupt = errors.New("store corrupt")
+)

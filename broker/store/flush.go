@@ -1,0 +1,185 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// flushCommitLog fsyncs every segment holding bytes in [flushed, written) and advances
+// flushed. After an fsync error the store fails: the kernel may have dropped the dirty pages,
+// so retrying could report durability that does not exist.
+func (s *Store) flushCommitLog() error {
+	s.flushRun.Lock()
+	defer s.flushRun.Unlock()
+	if err := s.writeFailure(); err != nil {
+		return err
+	}
+	startedAt := s.opts.Now().UnixMilli()
+	target := s.written.Load()
+	from := s.flushed.Load()
+	if target <= from {
+		return nil
+	}
+	S := s.opts.SegmentSize
+	s.segMu.RLock()
+	var segs []*segment
+	for _, seg := range s.segs {
+		if seg.start+S > from && seg.start < target {
+			segs = append(segs, seg)
+		}
+	}
+	s.segMu.RUnlock()
+	for _, seg := range segs {
+		if err := seg.f.Sync(); err != nil {
+			return s.fail(fmt.Errorf("fsync segment %s: %w", seg.path, err))
+		}
+	}
+	s.fsyncs.Add(1)
+	s.flushedAt.Store(startedAt)
+	s.flushed.Store(target)
+	s.notifyFlush()
+	return nil
+}
+
+// syncFlushLoop is FlushSync's group commit: every wake-up fsyncs whatever was written by
+// then, so appends that arrive during one fsync share the next.
+func (s *Store) syncFlushLoop() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.flushReq:
+			s.flushCommitLog()
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// asyncFlushLoop is FlushAsync's flusher: every FlushInterval it fsyncs if at least
+// FlushMinPages pages are dirty, and unconditionally once FullFlushInterval has passed.
+func (s *Store) asyncFlushLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.FlushInterval)
+	defer t.Stop()
+	lastFull := time.Now()
+	minDirty := int64(s.opts.FlushMinPages) * pageSize
+	for {
+		select {
+		case <-t.C:
+		case <-s.stop:
+			return
+		}
+		dirty := s.written.Load() - s.flushed.Load()
+		full := time.Since(lastFull) >= s.opts.FullFlushInterval
+		if dirty >= minDirty || (full && dirty > 0) {
+			s.flushCommitLog()
+		}
+		if full {
+			lastFull = time.Now()
+		}
+	}
+}
+
+// checkpointLoop periodically fsyncs consume queues and writes the checkpoint.
+func (s *Store) checkpointLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.CheckpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if s.writeFailure() == nil {
+				if err := s.checkpoint(); err != nil {
+					s.log.Error("checkpoint failed", "err", err)
+				}
+			}
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// checkpointRecord is what the checkpoint file holds. Offsets are exact; timestamps
+// (Unix ms, taken when the flush started) are kept for RocketMQ's timestamp rule.
+type checkpointRecord struct {
+	logOffset, logTime     int64 // commit log durable below logOffset
+	queueOffset, queueTime int64 // consume-queue units of every message below queueOffset durable
+}
+
+const (
+	checkpointMagic = 0x464C5744_434B5031 // "FLWDCKP1"
+	checkpointSize  = 8 + 4*8 + 4
+)
+
+func (c checkpointRecord) encode() []byte {
+	b := make([]byte, 0, checkpointSize)
+	b = binary.BigEndian.AppendUint64(b, checkpointMagic)
+	b = binary.BigEndian.AppendUint64(b, uint64(c.logOffset))
+	b = binary.BigEndian.AppendUint64(b, uint64(c.logTime))
+	b = binary.BigEndian.AppendUint64(b, uint64(c.queueOffset))
+	b = binary.BigEndian.AppendUint64(b, uint64(c.queueTime))
+	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
+}
+
+func decodeCheckpoint(b []byte) (checkpointRecord, bool) {
+	if len(b) < checkpointSize || binary.BigEndian.Uint64(b) != checkpointMagic ||
+		crc32.ChecksumIEEE(b[:checkpointSize-4]) != binary.BigEndian.Uint32(b[checkpointSize-4:]) {
+		return checkpointRecord{}, false
+	}
+	return checkpointRecord{
+		logOffset:   int64(binary.BigEndian.Uint64(b[8:])),
+		logTime:     int64(binary.BigEndian.Uint64(b[16:])),
+		queueOffset: int64(binary.BigEndian.Uint64(b[24:])),
+		queueTime:   int64(binary.BigEndian.Uint64(b[32:])),
+	}, true
+}
+
+// checkpoint fsyncs the consume-queue files written since the last checkpoint and records
+// how far the commit log and the consume queues are durable. The record is written in place
+// with a CRC: a torn write reads as "no checkpoint", which recovers from the first segment.
+func (s *Store) checkpoint() error {
+	s.cpMu.Lock()
+	defer s.cpMu.Unlock()
+	if s.cp == nil {
+		return ErrClosed
+	}
+	qAt := s.opts.Now().UnixMilli()
+	qOff := s.dispatched.Load() // units below were written before this load
+	for _, q := range s.allQueues() {
+		if err := q.syncDirty(); err != nil {
+			return s.fail(err)
+		}
+	}
+	rec := checkpointRecord{logOffset: s.flushed.Load(), logTime: s.flushedAt.Load(), queueOffset: qOff, queueTime: qAt}
+	if _, err := s.cp.WriteAt(rec.encode(), 0); err != nil {
+		return s.fail(fmt.Errorf("write checkpoint: %w", err))
+	}
+	if err := s.cp.Sync(); err != nil {
+		return s.fail(fmt.Errorf("fsync checkpoint: %w", err))
+	}
+	return nil
+}
+
+// openCheckpoint opens (creating) the checkpoint file and reads its record.
+func (s *Store) openCheckpoint() (checkpointRecord, bool, error) {
+	path := filepath.Join(s.dir, checkpointFile)
+	f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return checkpointRecord{}, false, fmt.Errorf("open checkpoint: %w", err)
+	}
+	b := make([]byte, checkpointSize)
+	n, err := f.ReadAt(b, 0)
+	if err != nil && n < checkpointSize && !errors.Is(err, io.EOF) {
+		f.Close()
+		return checkpointRecord{}, false, fmt.Errorf("read checkpoint: %w", err)
+	}
+	s.cp = f
+	rec, ok := decodeCheckpoint(b[:n])
+	return rec, ok, nil
+}

@@ -1,0 +1,298 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// Batch caps of a pull (RocketMQ's maxTransfer{Bytes,Count}OnMessageIn{Memory,Disk}), and the
+// consume-queue scan bound.
+const (
+	memBatchBytes  = 256 << 10
+	memBatchCount  = 32
+	diskBatchBytes = 64 << 10
+	diskBatchCount = 8
+	minScanBytes   = 16000
+)
+
+// GetMessage reads up to maxMsgs messages of (topic, queueID) from queue offset offset that
+// f accepts (nil accepts all), for a pull. group is the consumer group (kept for RocketMQ's
+// signature and for future per-group statistics).
+//
+// Status and NextBeginOffset follow SPEC §2's table. A batch always takes its first
+// message; it then stops at maxMsgs, at maxBytes (≤ 0: no byte cap), or at the residency
+// cap: 256 KiB / 32 messages while the data is within Options.MemoryBudget of the log's end,
+// 64 KiB / 8 messages beyond. maxMsgs ≤ 0 reads one message. At most
+// max(16000 bytes, maxMsgs×20) of consume queue is scanned, within one consume-queue file.
+//
+// The error is non-nil only when ctx is done or the store is closed; everything else is a
+// status. Call Release on the result when its Messages are no longer needed.
+func (s *Store) GetMessage(ctx context.Context, group, topic string, queueID int32, offset int64, maxMsgs, maxBytes int, f Filter) (*GetResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	r := &GetResult{s: s}
+	q := s.queue(topic, queueID)
+	if q == nil {
+		r.Status, r.NextBeginOffset = NoMatchedLogicQueue, 0
+		return r, nil
+	}
+	lo, hi := q.min.Load(), q.max.Load()
+	r.MinOffset, r.MaxOffset = lo, hi
+	switch {
+	case hi == 0:
+		r.Status, r.NextBeginOffset = NoMessageInQueue, 0
+		return r, nil
+	case offset < lo:
+		r.Status, r.NextBeginOffset = OffsetTooSmall, lo
+		return r, nil
+	case offset == hi:
+		r.Status, r.NextBeginOffset = OffsetOverflowOne, offset
+		return r, nil
+	case offset > hi:
+		r.Status, r.NextBeginOffset = OffsetOverflowBadly, hi
+		return r, nil
+	}
+
+	scan := max(minScanBytes, maxMsgs*cqUnitSize) / cqUnitSize
+	up := s.getReadBuf()
+	ubuf := slices.Grow((*up)[:0], scan*cqUnitSize)[:scan*cqUnitSize]
+	units, st, next := q.readUnits(ubuf, offset, scan)
+	switch st {
+	case cqNoFile:
+		s.putReadBuf(up, ubuf)
+		r.Status, r.NextBeginOffset = OffsetFoundNull, next
+		return r, nil
+	case cqNoUnits:
+		s.putReadBuf(up, ubuf)
+		r.Status, r.NextBeginOffset = OffsetOverflowOne, offset
+		return r, nil
+	}
+	// units alias ubuf; messages go to a second pooled buffer.
+	bp := s.getReadBuf()
+	rd := batchReader{s: s, buf: (*bp)[:0], maxMsgs: maxMsgs, maxBytes: maxBytes}
+	maxPhy := s.written.Load()
+	budget := s.opts.MemoryBudget
+	S := s.opts.SegmentSize
+	status := NoMatchedMessage
+	skipBelow := int64(-1) // units in a removed segment are skipped without reading
+	lastPhy := int64(-1)
+	n := len(units) / cqUnitSize
+	i := 0
+	for ; i < n; i++ {
+		off, size, tc := decodeUnit(units[i*cqUnitSize:])
+		if size <= 0 || off < skipBelow {
+			continue
+		}
+		lastPhy = off
+		inDisk := maxPhy-off > budget
+		if rd.full(int(size), inDisk) {
+			break
+		}
+		if f != nil && !f.MatchTagsCode(tc) {
+			continue
+		}
+		at, err := rd.get(units, i, off, int(size), inDisk)
+		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				if rd.count == 0 {
+					status = MessageWasRemoving
+				}
+				skipBelow = off - off%S + S
+				continue
+			}
+			s.log.Warn("read message for pull", "topic", topic, "queue", queueID, "offset", offset+int64(i), "err", err)
+			continue
+		}
+		if f != nil && !f.MatchMessage(rd.buf[at:at+int(size):at+int(size)]) {
+			continue
+		}
+		rd.accept(at, int(size))
+		status = Found
+	}
+	s.putReadBuf(up, ubuf)
+	r.Status = status
+	r.NextBeginOffset = offset + int64(i)
+	if lastPhy >= 0 {
+		r.SuggestReplica = maxPhy-lastPhy > budget
+	}
+	if rd.count > 0 {
+		r.Messages = make([][]byte, rd.count)
+		for j, sp := range rd.spans {
+			r.Messages[j] = rd.buf[sp[0]:sp[1]:sp[1]]
+		}
+		r.TotalBytes = rd.total
+		*bp = rd.buf
+		r.buf = bp
+	} else {
+		s.putReadBuf(bp, rd.buf)
+	}
+	return r, nil
+}
+
+func (s *Store) getReadBuf() *[]byte {
+	if p, ok := s.readPool.Get().(*[]byte); ok {
+		return p
+	}
+	b := make([]byte, 0, readBufInitial)
+	return &b
+}
+
+func (s *Store) putReadBuf(p *[]byte, b []byte) {
+	if cap(b) <= readBufRetainMax {
+		*p = b[:0]
+		s.readPool.Put(p)
+	}
+}
+
+func (s *Store) isClosed() bool { return s.closedA.Load() }
+
+// batchReader collects a pull's messages into one buffer, reading runs of messages that are
+// adjacent in the commit log with one pread.
+type batchReader struct {
+	s                 *Store
+	buf               []byte
+	spans             [][2]int
+	count, total      int
+	maxMsgs, maxBytes int
+	// window: log bytes [wStart, wEnd) are at buf[wAt:].
+	wStart, wEnd int64
+	wAt          int
+}
+
+// full is RocketMQ's isTheBatchFull plus the byte cap of a pull request.
+func (r *batchReader) full(size int, inDisk bool) bool {
+	if r.count == 0 {
+		return false
+	}
+	if r.maxMsgs <= r.count {
+		return true
+	}
+	if r.maxBytes > 0 && r.total+size > r.maxBytes {
+		return true
+	}
+	if inDisk {
+		return r.total+size > diskBatchBytes || r.count >= diskBatchCount
+	}
+	return r.total+size > memBatchBytes || r.count >= memBatchCount
+}
+
+// get reads the message of unit i (at off, size bytes) and returns its position in r.buf.
+func (r *batchReader) get(units []byte, i int, off int64, size int, inDisk bool) (int, error) {
+	if off >= r.wStart && off+int64(size) <= r.wEnd {
+		at := r.wAt + int(off-r.wStart)
+		return at, r.check(r.buf[at:at+size], off, size)
+	}
+	if off < r.s.minOffset.Load() {
+		return 0, ErrNotFound
+	}
+	// Extend the read over the following units while they continue the run in the same
+	// segment and the batch could still take them.
+	capBytes := memBatchBytes
+	if inDisk {
+		capBytes = diskBatchBytes
+	}
+	if r.maxBytes > 0 {
+		capBytes = min(capBytes, r.maxBytes)
+	}
+	budget := max(capBytes-r.total, size)
+	S := r.s.opts.SegmentSize
+	segEnd := off - off%S + S
+	end := off + int64(size)
+	for j := i + 1; j < len(units)/cqUnitSize; j++ {
+		o, sz, _ := decodeUnit(units[j*cqUnitSize:])
+		if o != end || sz <= 0 || end+int64(sz) > segEnd || end+int64(sz)-off > int64(budget) {
+			break
+		}
+		end += int64(sz)
+	}
+	at := len(r.buf)
+	r.buf = slices.Grow(r.buf, int(end-off))[:at+int(end-off)]
+	if err := r.s.readLog(r.buf[at:], off); err != nil {
+		r.buf = r.buf[:at]
+		return 0, err
+	}
+	r.wStart, r.wEnd, r.wAt = off, end, at
+	return at, r.check(r.buf[at:at+size], off, size)
+}
+
+func (r *batchReader) check(b []byte, off int64, size int) error {
+	if int(int32(binary.BigEndian.Uint32(b))) != size || binary.BigEndian.Uint32(b[4:]) != protocol.MagicV1 {
+		return fmt.Errorf("consume queue unit (offset %d, size %d) does not match the commit log", off, size)
+	}
+	return nil
+}
+
+// accept adds the message at r.buf[at:at+size] to the batch. Positions, not slices, are
+// kept because r.buf may move when a later read grows it.
+func (r *batchReader) accept(at, size int) {
+	r.spans = append(r.spans, [2]int{at, at + size})
+	r.count++
+	r.total += size
+}
+
+// storeTimeOf reads the store timestamp of the message at off.
+func (s *Store) storeTimeOf(off int64, size int32) (int64, error) {
+	var hdr [protocol.StoredBornHostAt + 20 + 8]byte
+	n := min(int(size), len(hdr))
+	if n < protocol.StoredBornHostAt+8+8 {
+		return 0, fmt.Errorf("message at %d: size %d: %w", off, size, ErrNotFound)
+	}
+	if err := s.readLog(hdr[:n], off); err != nil {
+		return 0, err
+	}
+	sysFlag := int32(binary.BigEndian.Uint32(hdr[protocol.StoredSysFlagAt:]))
+	at := protocol.StoreTimestampAt(sysFlag)
+	if at+8 > n {
+		return 0, fmt.Errorf("message at %d: size %d: %w", off, size, ErrNotFound)
+	}
+	return int64(binary.BigEndian.Uint64(hdr[at:])), nil
+}
+
+// StoreTimeAt returns the store timestamp (Unix ms) of the message at queue offset offset.
+func (s *Store) StoreTimeAt(topic string, queueID int32, offset int64) (int64, error) {
+	q := s.queue(topic, queueID)
+	if q == nil || offset < q.min.Load() || offset >= q.max.Load() {
+		return 0, fmt.Errorf("store time of %s/%d at %d: %w", topic, queueID, offset, ErrNotFound)
+	}
+	off, size, _, ok := q.unitAt(offset)
+	if !ok || size <= 0 {
+		return 0, fmt.Errorf("store time of %s/%d at %d: %w", topic, queueID, offset, ErrNotFound)
+	}
+	return s.storeTimeOf(off, size)
+}
+
+// OffsetByTimestamp returns the queue offset of the first message stored at or after ts
+// (Unix ms), found by bisection (store timestamps never decrease in a queue). It is clamped
+// to [MinOffset, MaxOffset]: MaxOffset when every message is older, 0 for an unknown queue.
+// Units whose message was already removed count as older than any ts.
+func (s *Store) OffsetByTimestamp(topic string, queueID int32, ts int64) int64 {
+	q := s.queue(topic, queueID)
+	if q == nil {
+		return 0
+	}
+	lo, hi := q.min.Load(), q.max.Load()
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		t := int64(-1 << 63)
+		if off, size, _, ok := q.unitAt(mid); ok && size > 0 {
+			if st, err := s.storeTimeOf(off, size); err == nil {
+				t = st
+			}
+		}
+		if t >= ts {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}

@@ -1,0 +1,524 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// recover brings the files in s.dir to a consistent state and sets every position. It runs
+// in Open, before any goroutine starts, so it takes locks only where helpers expect them.
+func (s *Store) recover() error {
+	t0 := time.Now()
+	rep := RecoveryReport{}
+	_, err := s.fs.Stat(filepath.Join(s.dir, abortFile))
+	abort := err == nil
+	if err != nil && !isNotExist(err) {
+		return fmt.Errorf("stat abort marker: %w", err)
+	}
+	cp, cpOK, err := s.openCheckpoint()
+	if err != nil {
+		return err
+	}
+	rep.Clean, rep.CheckpointFound = !abort, cpOK
+	if err := s.loadSegments(); err != nil {
+		return err
+	}
+	if err := s.loadQueues(&rep); err != nil {
+		return err
+	}
+	crash := abort || !cpOK
+
+	S := s.opts.SegmentSize
+	var end int64
+	if len(s.segs) == 0 {
+		end = 0
+		if crash && len(s.allQueues()) > 0 {
+			s.log.Warn("commit log is empty but consume queues exist; they will be emptied")
+		}
+	} else {
+		first := s.segs[0].start
+		last := s.segs[len(s.segs)-1].start
+		segIndex := func(off int64) int { return int((min(max(off, first), last) - first) / S) }
+		var idx int
+		var redispatchFrom int64
+		switch {
+		case crash && cpOK:
+			// RocketMQ's rule: the last segment whose first message is older than the
+			// checkpoint (less a 3 s margin), and never later than the segment holding the
+			// checkpoint's offsets.
+			idx = segIndex(min(cp.logOffset, cp.queueOffset))
+			limit := min(cp.logTime, cp.queueTime) - 3000
+			for idx > 0 {
+				if t, ok := s.firstMessageTime(s.segs[idx]); ok && t <= limit {
+					break
+				}
+				idx--
+			}
+			redispatchFrom = s.segs[idx].start
+		case crash:
+			idx, redispatchFrom = 0, first
+		default:
+			// Clean stop: validate the last few segments; nothing should need re-dispatch,
+			// but if the checkpoint says otherwise, trust it.
+			idx = max(0, len(s.segs)-3)
+			redispatchFrom = max(cp.queueOffset, first)
+			idx = min(idx, segIndex(redispatchFrom))
+		}
+		rep.ValidatedFrom = s.segs[idx].start
+		end, err = s.scanLog(idx, redispatchFrom, crash, &rep)
+		if err != nil {
+			return err
+		}
+	}
+	rep.End = end
+
+	// Consume queues: drop units past the recovered end, then align min offsets with the
+	// commit log's first segment.
+	if len(s.segs) > 0 {
+		s.minOffset.Store(s.segs[0].start)
+	} else {
+		s.minOffset.Store(end)
+	}
+	for _, q := range s.allQueues() {
+		n, err := s.truncateQueue(q, end)
+		if err != nil {
+			return err
+		}
+		rep.RemovedUnits += n
+		s.correctMinOffset(q, s.minOffset.Load())
+		s.qoff[qkey{q.topic, q.qid}] = q.max.Load()
+	}
+
+	// The write position: a blank marker can end the last segment, or there may be none.
+	if len(s.segs) == 0 || end >= s.segs[len(s.segs)-1].start+S {
+		seg, err := s.createSegment(end)
+		if err != nil {
+			return err
+		}
+		s.segs = append(s.segs, seg)
+		if len(s.segs) == 1 {
+			s.minOffset.Store(seg.start)
+		}
+	}
+	s.active = s.segs[len(s.segs)-1]
+	s.wpos = end
+	s.written.Store(end)
+	s.dispatched.Store(end)
+	// Everything kept must be durable before the checkpoint says so: after a process crash
+	// the tail may still be only in the page cache.
+	for _, seg := range s.segs[segIndexOf(s.segs, rep.ValidatedFrom):] {
+		if err := seg.f.Sync(); err != nil {
+			return fmt.Errorf("fsync segment %s: %w", seg.path, err)
+		}
+	}
+	s.flushed.Store(end)
+	s.flushedAt.Store(s.opts.Now().UnixMilli())
+	if err := s.checkpoint(); err != nil {
+		return err
+	}
+	if err := s.writeFailure(); err != nil {
+		return err
+	}
+	f, err := s.fs.Create(filepath.Join(s.dir, abortFile))
+	if err != nil {
+		return fmt.Errorf("create abort marker: %w", err)
+	}
+	f.Close()
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		return fmt.Errorf("sync %s: %w", s.dir, err)
+	}
+	rep.Duration = time.Since(t0)
+	s.recovery = rep
+	attrs := []any{"clean", rep.Clean, "checkpoint", rep.CheckpointFound, "validated_from", rep.ValidatedFrom,
+		"end", rep.End, "redispatched", rep.Redispatched, "removed_units", rep.RemovedUnits, "took", rep.Duration}
+	if rep.Cut {
+		s.log.Warn("recovery cut the commit log", append(attrs, "cut_at", rep.CutAt, "cut_bytes", rep.CutBytes,
+			"reason", rep.CutReason, "removed_segments", rep.RemovedSegments)...)
+	} else {
+		s.log.Info("store recovered", attrs...)
+	}
+	return nil
+}
+
+func segIndexOf(segs []*segment, off int64) int {
+	for i, seg := range segs {
+		if seg.start >= off {
+			return i
+		}
+	}
+	return len(segs)
+}
+
+// loadSegments opens every commit-log segment and checks that they are contiguous.
+func (s *Store) loadSegments() error {
+	ents, err := s.fs.ReadDir(s.clDir)
+	if err != nil {
+		return fmt.Errorf("list commit log: %w", err)
+	}
+	S := s.opts.SegmentSize
+	for _, e := range ents {
+		start, ok := parseOffsetName(e.Name())
+		if !ok || e.IsDir() {
+			s.log.Warn("ignoring unexpected file in commit log", "name", e.Name())
+			continue
+		}
+		path := filepath.Join(s.clDir, e.Name())
+		if start%S != 0 {
+			return fmt.Errorf("segment %s does not start at a multiple of SegmentSize %d (was it changed?): %w", path, S, ErrCorrupt)
+		}
+		if n := len(s.segs); n > 0 && s.segs[n-1].start+S != start {
+			return fmt.Errorf("commit log has a gap between %s and %s: %w", s.segs[n-1].path, path, ErrCorrupt)
+		}
+		f, err := s.fs.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("open segment %s: %w", path, err)
+		}
+		s.segs = append(s.segs, &segment{start: start, path: path, f: f})
+		fi, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("stat segment %s: %w", path, err)
+		}
+		switch {
+		case fi.Size() > S:
+			return fmt.Errorf("segment %s has %d bytes, more than SegmentSize %d (was it changed?): %w", path, fi.Size(), S, ErrCorrupt)
+		case fi.Size() < S: // created, but its sizing was lost
+			if err := f.Truncate(S); err != nil {
+				return fmt.Errorf("size segment %s: %w", path, err)
+			}
+		}
+	}
+	return nil
+}
+
+// firstMessageTime is the store timestamp of a segment's first message.
+func (s *Store) firstMessageTime(seg *segment) (int64, bool) {
+	var b [protocol.StoredBornHostAt + 20 + 8]byte
+	if _, err := seg.f.ReadAt(b[:], 0); err != nil {
+		return 0, false
+	}
+	if binary.BigEndian.Uint32(b[4:]) != protocol.MagicV1 {
+		return 0, false
+	}
+	at := protocol.StoreTimestampAt(int32(binary.BigEndian.Uint32(b[protocol.StoredSysFlagAt:])))
+	return int64(binary.BigEndian.Uint64(b[at:])), true
+}
+
+// scanLog validates the commit log from segment idx on, re-dispatching every valid message
+// at or after redispatchFrom, cuts at the first bad message, and returns the end.
+//
+// After a crash (zeroTail) the rest of the segment past the end is also checked and zeroed:
+// a power cut can persist later pages of a write but not earlier ones, and stale messages
+// left there could line up with new ones after the next crash.
+func (s *Store) scanLog(idx int, redispatchFrom int64, zeroTail bool, rep *RecoveryReport) (int64, error) {
+	S := s.opts.SegmentSize
+	d := newDispatcher(s, false)
+	buf := make([]byte, 4<<20)
+	var end int64
+	bad := ""
+	i := idx
+scan:
+	for ; i < len(s.segs); i++ {
+		seg := s.segs[i]
+		segEnd := seg.start + S
+		pos := seg.start
+		for {
+			n := min(segEnd-pos, int64(len(buf)))
+			b := buf[:n]
+			if _, err := seg.f.ReadAt(b, pos-seg.start); err != nil {
+				return 0, fmt.Errorf("read segment %s at %d: %w", seg.path, pos-seg.start, err)
+			}
+			p := int64(0)
+			for {
+				end = pos + p
+				if p+blankMin > n {
+					break
+				}
+				total := int64(int32(binary.BigEndian.Uint32(b[p:])))
+				magic := binary.BigEndian.Uint32(b[p+4:])
+				switch {
+				case total == 0 && magic == 0:
+					if i < len(s.segs)-1 {
+						bad = "zero-filled gap before later segments"
+					}
+					break scan
+				case magic == protocol.MagicBlank:
+					if total != segEnd-end {
+						bad = fmt.Sprintf("blank marker of %d bytes, %d remain in the segment", total, segEnd-end)
+						break scan
+					}
+					end = segEnd
+					if err := d.commit(end); err != nil {
+						return 0, err
+					}
+					continue scan
+				case total < minStoredSize || end+total > segEnd-blankMin:
+					bad = fmt.Sprintf("TOTALSIZE %d with magic 0x%08X", total, magic)
+					break scan
+				}
+				if p+total > n {
+					if p == 0 {
+						return 0, fmt.Errorf("message of %d bytes at %d exceeds the scan buffer: %w", total, end, ErrCorrupt)
+					}
+					break
+				}
+				m, err := parseStored(b[p:p+total], end, true)
+				if err != nil {
+					bad = err.Error()
+					break scan
+				}
+				if end >= redispatchFrom {
+					if err := d.add(&m); err != nil {
+						return 0, err
+					}
+					rep.Redispatched++
+				}
+				p += total
+			}
+			if err := d.commit(pos + p); err != nil {
+				return 0, err
+			}
+			pos += p
+		}
+	}
+	if err := d.commit(end); err != nil {
+		return 0, err
+	}
+	if i == len(s.segs) {
+		return end, nil // the last segment ended with a blank marker
+	}
+	if bad != "" {
+		rep.Cut, rep.CutAt, rep.CutReason = true, end, bad
+	}
+	// Zero whatever follows end in its segment (so a later scan cannot mistake stale bytes
+	// for messages) and remove later segments.
+	seg := s.segs[i]
+	if bad == "" && zeroTail {
+		n, err := s.dataAfter(seg, end)
+		if err != nil {
+			return 0, err
+		}
+		if n > 0 {
+			rep.Cut, rep.CutAt, rep.CutReason = true, end, "data after a zero-filled gap (torn write)"
+		}
+	}
+	if rep.Cut {
+		n, err := s.dataAfter(seg, end)
+		if err != nil {
+			return 0, err
+		}
+		rep.CutBytes += n
+		if err := seg.f.Truncate(end - seg.start); err != nil {
+			return 0, fmt.Errorf("cut segment %s at %d: %w", seg.path, end-seg.start, err)
+		}
+		if err := seg.f.Truncate(S); err != nil {
+			return 0, fmt.Errorf("size segment %s: %w", seg.path, err)
+		}
+		if err := seg.f.Sync(); err != nil {
+			return 0, fmt.Errorf("fsync segment %s: %w", seg.path, err)
+		}
+	}
+	if i+1 < len(s.segs) {
+		for _, later := range s.segs[i+1:] {
+			n, err := s.dataAfter(later, later.start)
+			if err != nil {
+				return 0, err
+			}
+			rep.CutBytes += n
+			later.f.Close()
+			if err := s.fs.Remove(later.path); err != nil {
+				return 0, fmt.Errorf("remove segment %s: %w", later.path, err)
+			}
+			rep.RemovedSegments = append(rep.RemovedSegments, filepath.Base(later.path))
+		}
+		s.segs = s.segs[:i+1]
+		if err := s.fs.SyncDir(s.clDir); err != nil {
+			return 0, fmt.Errorf("sync %s: %w", s.clDir, err)
+		}
+	}
+	return end, nil
+}
+
+// dataAfter is the number of bytes from off to the last non-zero byte of seg.
+func (s *Store) dataAfter(seg *segment, off int64) (int64, error) {
+	buf := make([]byte, 1<<20)
+	hi := seg.start + s.opts.SegmentSize
+	for hi > off {
+		lo := max(off, hi-int64(len(buf)))
+		b := buf[:hi-lo]
+		if _, err := seg.f.ReadAt(b, lo-seg.start); err != nil {
+			return 0, fmt.Errorf("read segment %s: %w", seg.path, err)
+		}
+		for j := len(b) - 1; j >= 0; j-- {
+			if b[j] != 0 {
+				return lo + int64(j) + 1 - off, nil
+			}
+		}
+		hi = lo
+	}
+	return 0, nil
+}
+
+// loadQueues opens every consume-queue file and sets each queue's min and max, trimming a
+// partial or zero-filled tail (what a power cut leaves after the file grew but before its
+// data reached the disk).
+func (s *Store) loadQueues(rep *RecoveryReport) error {
+	topics, err := s.fs.ReadDir(s.cqRoot)
+	if err != nil {
+		return fmt.Errorf("list consume queues: %w", err)
+	}
+	U := int64(s.opts.ConsumeQueueUnits)
+	for _, te := range topics {
+		if !te.IsDir() || !validTopic(te.Name()) {
+			s.log.Warn("ignoring unexpected entry in consume queues", "name", te.Name())
+			continue
+		}
+		qids, err := s.fs.ReadDir(filepath.Join(s.cqRoot, te.Name()))
+		if err != nil {
+			return fmt.Errorf("list consume queues of %q: %w", te.Name(), err)
+		}
+		for _, qe := range qids {
+			id, err := strconv.ParseInt(qe.Name(), 10, 32)
+			if !qe.IsDir() || err != nil || id < 0 {
+				s.log.Warn("ignoring unexpected entry in consume queues", "topic", te.Name(), "name", qe.Name())
+				continue
+			}
+			q, _ := s.queueOrCreate([]byte(te.Name()), int32(id))
+			ents, err := s.fs.ReadDir(q.dir)
+			if err != nil {
+				return fmt.Errorf("list consume queue %s: %w", q.dir, err)
+			}
+			for _, fe := range ents {
+				pos, ok := parseOffsetName(fe.Name())
+				if !ok || fe.IsDir() {
+					continue
+				}
+				path := filepath.Join(q.dir, fe.Name())
+				if pos%(U*cqUnitSize) != 0 {
+					return fmt.Errorf("consume queue file %s is not at a multiple of %d units (was ConsumeQueueUnits changed?): %w", path, U, ErrCorrupt)
+				}
+				f, err := s.fs.OpenFile(path, os.O_RDWR, 0)
+				if err != nil {
+					return fmt.Errorf("open consume queue file %s: %w", path, err)
+				}
+				q.files = append(q.files, &cqFile{start: pos / cqUnitSize, path: path, f: f})
+			}
+			n, err := s.trimQueueTail(q)
+			if err != nil {
+				return err
+			}
+			rep.RemovedUnits += n
+		}
+	}
+	return nil
+}
+
+// trimQueueTail sets q.max from its last file, dropping partial and zero trailing units and
+// empty trailing files.
+func (s *Store) trimQueueTail(q *consumeQueue) (int64, error) {
+	var removed int64
+	for len(q.files) > 0 {
+		f := q.files[len(q.files)-1]
+		fi, err := f.f.Stat()
+		if err != nil {
+			return 0, fmt.Errorf("stat consume queue file %s: %w", f.path, err)
+		}
+		n := min(fi.Size()/cqUnitSize, q.units)
+		var u [cqUnitSize]byte
+		for n > 0 {
+			if _, err := f.f.ReadAt(u[:], (n-1)*cqUnitSize); err != nil {
+				return 0, fmt.Errorf("read consume queue file %s: %w", f.path, err)
+			}
+			if _, size, _ := decodeUnit(u[:]); size > 0 {
+				break
+			}
+			n--
+			removed++
+		}
+		if n == 0 && len(q.files) > 1 {
+			f.f.Close()
+			if err := s.fs.Remove(f.path); err != nil {
+				return 0, fmt.Errorf("remove empty consume queue file %s: %w", f.path, err)
+			}
+			q.files = q.files[:len(q.files)-1]
+			continue
+		}
+		if fi.Size() != n*cqUnitSize {
+			if err := f.f.Truncate(n * cqUnitSize); err != nil {
+				return 0, fmt.Errorf("truncate consume queue file %s: %w", f.path, err)
+			}
+		}
+		q.min.Store(q.files[0].start)
+		q.max.Store(f.start + n)
+		return removed, nil
+	}
+	return removed, nil
+}
+
+// truncateQueue drops the units of q that point at or past end (the commit log was cut or
+// lost its unsynced tail) and returns how many it dropped.
+func (s *Store) truncateQueue(q *consumeQueue, end int64) (int64, error) {
+	hi := q.max.Load()
+	lo := q.min.Load()
+	newMax := hi
+	for newMax > lo {
+		off, size, _, ok := q.unitAt(newMax - 1)
+		if ok && size > 0 && off+int64(size) <= end {
+			break
+		}
+		newMax--
+	}
+	if newMax == hi {
+		return 0, nil
+	}
+	q.max.Store(newMax)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.files) > 0 {
+		f := q.files[len(q.files)-1]
+		if f.start >= newMax && len(q.files) > 1 {
+			f.f.Close()
+			if err := s.fs.Remove(f.path); err != nil {
+				return 0, fmt.Errorf("remove consume queue file %s: %w", f.path, err)
+			}
+			q.files = q.files[:len(q.files)-1]
+			continue
+		}
+		if err := f.f.Truncate(max(0, newMax-f.start) * cqUnitSize); err != nil {
+			return 0, fmt.Errorf("truncate consume queue file %s: %w", f.path, err)
+		}
+		f.dirty.Store(true)
+		break
+	}
+	if newMax < lo {
+		q.min.Store(newMax)
+	}
+	return hi - newMax, nil
+}
+
+// correctMinOffset moves q.min to the first unit whose message is at or after clMin (the
+// commit log's first segment): units below point at removed segments.
+func (s *Store) correctMinOffset(q *consumeQueue, clMin int64) {
+	lo, hi := q.min.Load(), q.max.Load()
+	if lo >= hi {
+		return
+	}
+	if off, size, _, ok := q.unitAt(lo); ok && size > 0 && off >= clMin {
+		return
+	}
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		off, size, _, ok := q.unitAt(mid)
+		if ok && size > 0 && off >= clMin {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	q.min.Store(lo)
+}

@@ -1,0 +1,465 @@
+package store
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/flowd-io/flowd/broker/store/vfs"
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// Store is a RocketMQ-style message store: one commit log and a consume queue per
+// (topic, queue id). All methods are safe for concurrent use.
+//
+// # Lock order
+//
+// A goroutine holding a lock may only take locks further down this list:
+//
+//	Store.mu          appends: active segment, write position, queue-offset table, closed/failed
+//	Store.flushRun    serializes commit-log fsyncs
+//	Store.cpMu        serializes consume-queue fsyncs and checkpoint writes
+//	Store.segMu       the segment list (readers, roll, retention)
+//	Store.cqMu        the consume-queue registry
+//	consumeQueue.mu   one queue's file list
+//	Store.notifyMu    the flush and dispatch notification channels (leaf)
+//
+// The dispatcher takes no lock above segMu, so Store.mu holders may wait for it.
+type Store struct {
+	dir    string
+	opts   Options
+	fs     vfs.FS
+	log    *slog.Logger
+	lockf  io.Closer
+	clDir  string
+	cqRoot string
+
+	mu      sync.Mutex
+	closed  bool
+	closedA atomic.Bool // closed, for readers that must not take mu
+	failed  error       // first write failure; see fail
+	wpos    int64       // next append offset, == written under mu
+	lastTs  int64       // last store timestamp handed out, keeps them monotonic
+	active  *segment
+	qoff    map[qkey]int64
+
+	flushRun sync.Mutex
+	cpMu     sync.Mutex
+	cp       vfs.File // checkpoint file, under cpMu
+
+	segMu sync.RWMutex
+	segs  []*segment // contiguous and ascending; the last is the active one
+
+	cqMu sync.RWMutex
+	cqs  map[string]map[int32]*consumeQueue
+
+	notifyMu   sync.Mutex
+	flushCh    chan struct{} // closed and replaced when flushed advances or the store fails
+	dispatchCh chan struct{} // closed and replaced when dispatched advances or the store fails
+
+	written    atomic.Int64 // [minOffset, written) is in the page cache
+	flushed    atomic.Int64 // [minOffset, flushed) is durable
+	flushedAt  atomic.Int64 // wall time (ms) when the last commit-log fsync started
+	dispatched atomic.Int64 // consume queues cover [minOffset, dispatched)
+	minOffset  atomic.Int64
+	fsyncs     atomic.Int64
+	failure    atomic.Pointer[error]
+
+	flushReq    chan struct{} // cap 1: "a synchronous appender waits"
+	dispatchReq chan struct{} // cap 1: "the commit log grew"
+	stop        chan struct{}
+	wg          sync.WaitGroup
+
+	encPool  sync.Pool // *[]byte encode buffers
+	readPool sync.Pool // *[]byte GetMessage buffers
+
+	recovery RecoveryReport
+}
+
+type qkey struct {
+	topic string
+	qid   int32
+}
+
+const (
+	commitLogDir     = "commitlog"
+	consumeQueueDir  = "consumequeue"
+	abortFile        = "abort"
+	checkpointFile   = "checkpoint"
+	lockFileName     = "lock"
+	offsetWidth      = 20
+	encBufRetain     = 1 << 20 // larger encode buffers are not pooled
+	readBufInitial   = 256 << 10
+	readBufRetainMax = 8 << 20
+)
+
+// Open opens (creating if needed) the store in dir, recovers it, and starts its background
+// loops: dispatch, flush, checkpoint and retention.
+//
+// Open locks dir: a second Open of the same directory, from this process or another, fails
+// with ErrLocked. Recovery (see the package documentation) happens before Open returns; what
+// it did is in Stats().Recovery and is logged.
+func Open(dir string, opts Options) (*Store, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		dir:         dir,
+		opts:        o,
+		fs:          o.FS,
+		log:         o.Logger.With("store", dir),
+		clDir:       filepath.Join(dir, commitLogDir),
+		cqRoot:      filepath.Join(dir, consumeQueueDir),
+		qoff:        make(map[qkey]int64),
+		cqs:         make(map[string]map[int32]*consumeQueue),
+		flushCh:     make(chan struct{}),
+		dispatchCh:  make(chan struct{}),
+		flushReq:    make(chan struct{}, 1),
+		dispatchReq: make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+	}
+	for _, d := range []string{dir, s.clDir, s.cqRoot} {
+		if err := s.fs.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+	}
+	lk, err := s.fs.Lock(filepath.Join(dir, lockFileName))
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	s.lockf = lk
+	if err := s.recover(); err != nil {
+		s.closeFiles()
+		lk.Close()
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	s.wg.Add(4)
+	go s.dispatchLoop()
+	if o.FlushMode == FlushSync {
+		go s.syncFlushLoop()
+	} else {
+		go s.asyncFlushLoop()
+	}
+	go s.checkpointLoop()
+	go s.cleanLoop()
+	return s, nil
+}
+
+// Close stops the background loops, lets the dispatcher finish, fsyncs the commit log and
+// the consume queues, writes the checkpoint and removes the abort marker, so that the next
+// Open is a clean start. Concurrent Puts fail with ErrClosed; reads fail once files close.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.closed = true
+	s.closedA.Store(true)
+	s.mu.Unlock()
+
+	close(s.stop)
+	s.wg.Wait() // the dispatcher drains to written before it exits
+
+	var errs []error
+	failed := s.writeFailure() != nil
+	if !failed {
+		if err := s.flushCommitLog(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := s.checkpoint(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// A store that failed keeps its abort marker: the next Open must validate and cut.
+	if !failed && len(errs) == 0 {
+		if err := s.fs.Remove(filepath.Join(s.dir, abortFile)); err != nil {
+			errs = append(errs, fmt.Errorf("remove abort marker: %w", err))
+		} else if err := s.fs.SyncDir(s.dir); err != nil {
+			errs = append(errs, fmt.Errorf("sync %s: %w", s.dir, err))
+		}
+	}
+	errs = append(errs, s.closeFiles())
+	if err := s.lockf.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("release lock: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close store %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+func (s *Store) closeFiles() error {
+	var errs []error
+	s.segMu.Lock()
+	for _, seg := range s.segs {
+		if err := seg.f.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.segs = nil
+	s.segMu.Unlock()
+	s.cqMu.Lock()
+	for _, qs := range s.cqs {
+		for _, q := range qs {
+			errs = append(errs, q.close())
+		}
+	}
+	s.cqs = map[string]map[int32]*consumeQueue{}
+	s.cqMu.Unlock()
+	s.cpMu.Lock()
+	if s.cp != nil {
+		errs = append(errs, s.cp.Close())
+		s.cp = nil
+	}
+	s.cpMu.Unlock()
+	return errors.Join(errs...)
+}
+
+// fail records the first write failure and wakes everyone waiting on flush or dispatch.
+// From then on the store takes no writes. It logs loudly: an operator must look at the disk.
+func (s *Store) fail(err error) error {
+	err = fmt.Errorf("%w: %w", ErrWriteFailed, err)
+	if s.failure.CompareAndSwap(nil, &err) {
+		s.log.Error("store write failed; refusing further writes until reopened", "err", err)
+		s.notifyFlush()
+		s.notifyDispatch()
+	}
+	return *s.failure.Load()
+}
+
+func (s *Store) writeFailure() error {
+	if p := s.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (s *Store) notifyFlush() {
+	s.notifyMu.Lock()
+	close(s.flushCh)
+	s.flushCh = make(chan struct{})
+	s.notifyMu.Unlock()
+}
+
+func (s *Store) notifyDispatch() {
+	s.notifyMu.Lock()
+	close(s.dispatchCh)
+	s.dispatchCh = make(chan struct{})
+	s.notifyMu.Unlock()
+}
+
+func (s *Store) flushWaitCh() chan struct{} {
+	s.notifyMu.Lock()
+	defer s.notifyMu.Unlock()
+	return s.flushCh
+}
+
+func (s *Store) dispatchWaitCh() chan struct{} {
+	s.notifyMu.Lock()
+	defer s.notifyMu.Unlock()
+	return s.dispatchCh
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns a snapshot of the store's positions and counters.
+func (s *Store) Stats() Stats {
+	s.segMu.RLock()
+	nseg := len(s.segs)
+	s.segMu.RUnlock()
+	s.cqMu.RLock()
+	ncq := 0
+	for _, qs := range s.cqs {
+		ncq += len(qs)
+	}
+	s.cqMu.RUnlock()
+	return Stats{
+		CommitLogMinOffset: s.minOffset.Load(),
+		CommitLogMaxOffset: s.written.Load(),
+		DispatchedOffset:   s.dispatched.Load(),
+		FlushedOffset:      s.flushed.Load(),
+		Segments:           nseg,
+		Fsyncs:             s.fsyncs.Load(),
+		ConsumeQueues:      ncq,
+		WriteFailure:       s.writeFailure(),
+		Recovery:           s.recovery,
+	}
+}
+
+// Queues lists the (topic, queue ids) that have a consume queue, queue ids ascending.
+func (s *Store) Queues() map[string][]int32 {
+	s.cqMu.RLock()
+	defer s.cqMu.RUnlock()
+	out := make(map[string][]int32, len(s.cqs))
+	for t, qs := range s.cqs {
+		ids := make([]int32, 0, len(qs))
+		for id := range qs {
+			ids = append(ids, id)
+		}
+		sortInt32(ids)
+		out[t] = ids
+	}
+	return out
+}
+
+func sortInt32(a []int32) {
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
+}
+
+// DeleteTopic removes the topic's consume queues and forgets its queue offsets. The commit
+// log keeps the messages until retention removes them. A topic created again with the same
+// name starts at queue offset 0.
+//
+// # Notes
+//
+// It waits for the dispatcher to catch up first (so no unit of the topic is in flight) and
+// writes a checkpoint afterwards, so that a crash recovery does not re-dispatch the deleted
+// topic's old messages into its new queues.
+func (s *Store) DeleteTopic(topic string) error {
+	if !validTopic(topic) {
+		return fmt.Errorf("delete topic %q: %w", topic, ErrBadTopic)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if err := s.waitDispatched(context.Background(), s.wpos); err != nil {
+		return fmt.Errorf("delete topic %q: %w", topic, err)
+	}
+	for k := range s.qoff {
+		if k.topic == topic {
+			delete(s.qoff, k)
+		}
+	}
+	s.cqMu.Lock()
+	qs := s.cqs[topic]
+	delete(s.cqs, topic)
+	s.cqMu.Unlock()
+	var errs []error
+	for _, q := range qs {
+		errs = append(errs, q.close())
+	}
+	if err := s.fs.RemoveAll(filepath.Join(s.cqRoot, topic)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.fs.SyncDir(s.cqRoot); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.flushCommitLog(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.checkpoint(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("delete topic %q: %w", topic, err)
+	}
+	s.log.Info("topic deleted", "topic", topic, "queues", len(qs))
+	return nil
+}
+
+// waitDispatched blocks until the dispatcher has covered [.., off).
+func (s *Store) waitDispatched(ctx context.Context, off int64) error {
+	for {
+		ch := s.dispatchWaitCh()
+		if s.dispatched.Load() >= off {
+			return nil
+		}
+		if err := s.writeFailure(); err != nil {
+			return err
+		}
+		signal(s.dispatchReq)
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// validTopic is RocketMQ's topic rule, ^[%|a-zA-Z0-9_-]+$ and at most 127 bytes. Topics name
+// directories, so the rule also keeps "/" and ".." out.
+func validTopic(t string) bool {
+	if len(t) == 0 || len(t) > protocol.MaxTopicLength {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '%', c == '|', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// offsetMsgID is RocketMQ's offsetMsgId: hex(store IP, port as 4 bytes, commit-log offset),
+// upper case.
+func offsetMsgID(host netip.AddrPort, off int64) string {
+	var b [16 + 4 + 8]byte
+	n := 0
+	a := host.Addr().Unmap()
+	if a.Is6() {
+		ip := a.As16()
+		n += copy(b[:], ip[:])
+	} else {
+		ip := a.As4()
+		if !a.IsValid() {
+			ip = [4]byte{}
+		}
+		n += copy(b[:], ip[:])
+	}
+	p := uint32(host.Port())
+	b[n], b[n+1], b[n+2], b[n+3] = byte(p>>24), byte(p>>16), byte(p>>8), byte(p)
+	n += 4
+	for i := 7; i >= 0; i-- {
+		b[n+7-i] = byte(off >> (8 * i))
+	}
+	n += 8
+	const digits = "0123456789ABCDEF"
+	var out [56]byte
+	for i, c := range b[:n] {
+		out[2*i], out[2*i+1] = digits[c>>4], digits[c&15]
+	}
+	return string(out[:2*n])
+}
+
+// ParseOffsetMsgID returns the commit-log offset from an offsetMsgId (the last 16 hex
+// digits), for VIEW_MESSAGE_BY_ID.
+func ParseOffsetMsgID(id string) (int64, error) {
+	if len(id) != 32 && len(id) != 56 {
+		return 0, fmt.Errorf("offsetMsgId %q: want 32 or 56 hex digits: %w", id, ErrNotFound)
+	}
+	var b [8]byte
+	if _, err := hex.Decode(b[:], []byte(id[len(id)-16:])); err != nil {
+		return 0, fmt.Errorf("offsetMsgId %q: %w", id, err)
+	}
+	var off int64
+	for _, c := range b {
+		off = off<<8 | int64(c)
+	}
+	return off, nil
+}
+
+func isNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }
