@@ -34,4 +34,6 @@ func (b *Broker) LockedQueues(group string) map[protocol.MessageQueue]string {
 func (b *Broker) StoreStats() store.Stats { return b.store.Stats() }
 
 // StoreMax returns a queue's max offset (exclusive).
-func (b *Broker) StoreMax(topic string, queueID int32) int64 { return b.store.MaxOffset(topic, queueID) }
+func (b *Broker) StoreMax(topic string, queueID int32) int64 {
+	return b.store.MaxOffset(topic, queueID)
+}

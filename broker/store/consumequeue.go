@@ -145,8 +145,21 @@ func (s *Store) writeUnits(q *consumeQueue, idx int64, units []byte) error {
 }
 
 func (s *Store) createCQFile(q *consumeQueue, start int64) (*cqFile, error) {
-	if err := s.fs.MkdirAll(q.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create consume queue dir: %w", err)
+	q.mu.RLock()
+	first := len(q.files) == 0
+	q.mu.RUnlock()
+	if first {
+		// A new queue: its directories must be durable before any checkpoint counts on
+		// its units.
+		topicDir := filepath.Dir(q.dir)
+		if err := s.fs.MkdirAll(q.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create consume queue dir: %w", err)
+		}
+		for _, d := range []string{topicDir, s.cqRoot} {
+			if err := s.fs.SyncDir(d); err != nil {
+				return nil, fmt.Errorf("create consume queue dir: sync %s: %w", d, err)
+			}
+		}
 	}
 	path := filepath.Join(q.dir, offsetName(start*cqUnitSize))
 	f, err := s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)

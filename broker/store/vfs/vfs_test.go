@@ -1,0 +1,95 @@
+package vfs
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestLock(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "lock")
+	l, err := Default.Lock(p)
+	require.NoError(t, err)
+	_, err = Default.Lock(p)
+	assert.ErrorIs(t, err, ErrLocked)
+	require.NoError(t, l.Close())
+	l, err = Default.Lock(p)
+	require.NoError(t, err)
+	l.Close()
+}
+
+func TestDiskUsage(t *testing.T) {
+	u, err := Default.DiskUsage(t.TempDir())
+	require.NoError(t, err)
+	assert.Greater(t, u.Total, uint64(0))
+	assert.True(t, u.UsedRatio() >= 0 && u.UsedRatio() <= 1)
+	assert.Equal(t, 0.0, Usage{}.UsedRatio())
+}
+
+func TestFaultCrashDropsUnsynced(t *testing.T) {
+	dir := t.TempDir()
+	fs := NewFaultFS(nil)
+	fs.TrackUnsynced()
+	p := filepath.Join(dir, "f")
+	f, err := fs.Create(p)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("durable."), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	_, err = f.WriteAt([]byte("LOST"), 2)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("-tail-lost"), 8)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(4096))
+	require.NoError(t, fs.Crash())
+	_, err = f.WriteAt([]byte("x"), 0)
+	assert.ErrorIs(t, err, ErrCrashed)
+	_, err = fs.OpenFile(p, os.O_RDONLY, 0)
+	assert.ErrorIs(t, err, ErrCrashed)
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	assert.Equal(t, "durable.", string(b))
+}
+
+func TestFaultWrites(t *testing.T) {
+	dir := t.TempDir()
+	fs := NewFaultFS(nil)
+	fs.Match(func(name string) bool { return filepath.Base(name) == "a" })
+	a, err := fs.Create(filepath.Join(dir, "a"))
+	require.NoError(t, err)
+	b, err := fs.Create(filepath.Join(dir, "b"))
+	require.NoError(t, err)
+
+	fs.ShortWrites(1)
+	n, err := a.WriteAt(make([]byte, 10), 0)
+	assert.Equal(t, 5, n)
+	assert.ErrorIs(t, err, io.ErrShortWrite)
+	assert.ErrorIs(t, err, ErrInjected)
+	n, err = a.WriteAt(make([]byte, 10), 0)
+	assert.Equal(t, 10, n)
+	assert.NoError(t, err)
+
+	fs.NoSpaceAfter(15)
+	_, err = b.WriteAt(make([]byte, 100), 0)
+	assert.NoError(t, err, "b is not matched")
+	n, err = a.WriteAt(make([]byte, 10), 0)
+	assert.NoError(t, err)
+	n, err = a.Write(make([]byte, 10))
+	assert.Equal(t, 5, n)
+	assert.True(t, errors.Is(err, syscall.ENOSPC))
+	_, err = a.WriteAt(make([]byte, 1), 0)
+	assert.ErrorIs(t, err, syscall.ENOSPC)
+
+	fs.FailSyncs(syscall.EIO)
+	assert.ErrorIs(t, a.Sync(), syscall.EIO)
+	assert.NoError(t, b.Sync())
+	fs.FailSyncs(nil)
+	assert.NoError(t, a.Sync())
+	assert.Greater(t, fs.BytesWritten(), int64(0))
+}
