@@ -31,6 +31,12 @@ func newRawClient(t *testing.T, b *testBroker, h remoting.Handler) *rawClient {
 	return &rawClient{t: t, cl: cl, b: b}
 }
 
+func newTransport(tb testing.TB) *remoting.Client {
+	cl := remoting.NewClient(remoting.ClientOptions{})
+	tb.Cleanup(func() { cl.Close() })
+	return cl
+}
+
 func (c *rawClient) invoke(ctx context.Context, code protocol.RequestCode, h protocol.Header, body []byte) *protocol.Command {
 	c.t.Helper()
 	resp, err := c.cl.Invoke(ctx, c.b.Addr(), protocol.NewRequestWith(code, h, body))

@@ -442,7 +442,7 @@ func (c *Conn) logClose() {
 	case errors.Is(err, io.EOF), errors.Is(err, errClosedLocally), errors.Is(err, errServerShutdown):
 		c.log.Debug("connection closed", "err", err)
 	default:
-		c.log.Info("connection lost", "err", err)
+		c.log.Debug("connection lost", "err", err)
 	}
 }
 

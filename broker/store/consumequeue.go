@@ -257,6 +257,9 @@ func (q *consumeQueue) syncDirty() error {
 	for _, f := range files {
 		if f.dirty.Swap(false) {
 			if err := f.f.Sync(); err != nil {
+				if errors.Is(err, os.ErrClosed) {
+					continue // removed by retention or DeleteTopic meanwhile
+				}
 				return fmt.Errorf("sync consume queue %s: %w", f.path, err)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -311,18 +312,10 @@ func (s *Store) Queues() map[string][]int32 {
 		for id := range qs {
 			ids = append(ids, id)
 		}
-		sortInt32(ids)
+		slices.Sort(ids)
 		out[t] = ids
 	}
 	return out
-}
-
-func sortInt32(a []int32) {
-	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && a[j] < a[j-1]; j-- {
-			a[j], a[j-1] = a[j-1], a[j]
-		}
-	}
 }
 
 // DeleteTopic removes the topic's consume queues and forgets its queue offsets. The commit
