@@ -25,6 +25,8 @@ type offsetTable struct {
 	path string
 	log  *slog.Logger
 
+	flushMu sync.Mutex // serializes flushes, so an older snapshot never overwrites a newer one
+
 	mu      sync.Mutex
 	offsets map[string]map[int32]int64
 	dirty   bool
@@ -114,6 +116,8 @@ func (t *offsetTable) removeTopic(topic string) {
 
 // flush writes the table if it changed since the last flush.
 func (t *offsetTable) flush() error {
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
 	t.mu.Lock()
 	if !t.dirty {
 		t.mu.Unlock()

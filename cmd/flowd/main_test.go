@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
+)
+
+// syncBuffer is a bytes.Buffer safe for the server's logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestServeAnswersRouteQueriesAndStopsCleanly(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--namesrv-listen", "127.0.0.1:0"}, &logs, &logs)
+	}()
+	re := regexp.MustCompile(`namesrv=(127\.0\.0\.1:\d+)`)
+	var ns string
+	require.Eventually(t, func() bool {
+		m := re.FindStringSubmatch(logs.String())
+		if m != nil {
+			ns = m[1]
+		}
+		return m != nil
+	}, 10*time.Second, 10*time.Millisecond, "flowd logs its addresses: %s", logs.String())
+
+	cl := remoting.NewClient(remoting.ClientOptions{})
+	defer cl.Close()
+	resp, err := cl.Invoke(ctx, ns, protocol.NewRequestWith(protocol.GetRouteInfoByTopic, &protocol.GetRouteInfoRequestHeader{Topic: protocol.AutoCreateTopicKey}, nil))
+	require.NoError(t, err)
+	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	route, err := protocol.DecodeTopicRouteData(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, "local", route.BrokerDatas[0].Cluster)
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("flowd did not stop")
+	}
+	assert.Contains(t, logs.String(), "flowd stopping")
+}
+
+func TestBadFlagsAndCommandsAreErrors(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"serve", "--log-level", "loud"}, &out, &out)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "loud")
+
+	err = run(context.Background(), []string{"frobnicate"}, &out, &out)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "frobnicate")
+
+	out.Reset()
+	require.NoError(t, run(context.Background(), []string{"version"}, &out, &out))
+	assert.True(t, strings.HasPrefix(out.String(), "flowd "))
+}
