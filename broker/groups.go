@@ -263,3 +263,15 @@ func (t *groupTable) createIfAbsent(g GroupConfig) (GroupConfig, bool, error) {
 	}
 	return g, true, nil
 }
+
+// conn returns the connection of one member of a group.
+func (m *consumerManager) conn(name, clientID string) *remoting.Conn {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if g := m.groups[name]; g != nil {
+		if mem := g.members[clientID]; mem != nil {
+			return mem.conn
+		}
+	}
+	return nil
+}

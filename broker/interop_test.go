@@ -405,3 +405,57 @@ func TestRocketMQFailedConsumeGoesToRetryTopic(t *testing.T) {
 	_, ok := b.Topic("%RETRY%" + group)
 	assert.True(t, ok, "the retry topic exists")
 }
+
+func TestResetOffsetsRewindsLiveRocketMQConsumers(t *testing.T) {
+	b := startBroker(t, nil)
+	p := newProducer(t, b)
+	const topic, group = "rewind", "rewinders"
+	sent := sendN(t, p, topic, "m", 8)
+
+	var mu sync.Mutex
+	deliveries := map[string]int{}
+	total := 0
+	c, err := rocketmq.NewPushConsumer(
+		rmqconsumer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.NamesrvAddr()})),
+		rmqconsumer.WithGroupName(group),
+		rmqconsumer.WithInstance(instance(t)),
+		rmqconsumer.WithConsumeFromWhere(rmqconsumer.ConsumeFromFirstOffset),
+	)
+	require.NoError(t, err)
+	require.NoError(t, c.Subscribe(topic, rmqconsumer.MessageSelector{}, func(ctx context.Context, ms ...*primitive.MessageExt) (rmqconsumer.ConsumeResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range ms {
+			deliveries[string(m.Body)]++
+			total++
+		}
+		return rmqconsumer.ConsumeSuccess, nil
+	}))
+	require.NoError(t, c.Start())
+	t.Cleanup(func() { c.Shutdown() })
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return total
+	}
+	require.Eventually(t, func() bool { return count() == len(sent) }, 20*time.Second, 10*time.Millisecond)
+
+	members := b.GroupMembers(group)
+	require.Len(t, members, 1)
+	info, err := b.ConsumerRunningInfo(context.Background(), group, members[0])
+	require.NoError(t, err)
+	assert.NotEmpty(t, info.SubscriptionSet, "the client reports its subscriptions")
+
+	table, err := b.ResetOffsets(context.Background(), group, topic, 0)
+	require.NoError(t, err)
+	assert.Len(t, table, 4)
+	for mq, off := range table {
+		assert.Equal(t, int64(0), off, mq.String())
+	}
+	require.Eventually(t, func() bool { return count() == 2*len(sent) }, 20*time.Second, 10*time.Millisecond, "every message is delivered again after the reset")
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range sent {
+		assert.Equal(t, 2, deliveries[s], s)
+	}
+}
