@@ -320,6 +320,9 @@ func (b *Broker) processSendBack(ctx context.Context, c *remoting.Conn, req *pro
 		if id == "" {
 			id = props[protocol.PropertyUniqueKey]
 		}
+		if id == "" {
+			id = protocol.OffsetMsgID(orig.StoreHost, orig.CommitLogOffset)
+		}
 		props[protocol.PropertyOriginMsgID] = id
 	}
 	delete(props, protocol.PropertyDelayLevel)

@@ -307,3 +307,47 @@ func TestMembershipChangesNotifyMembersAndEmitEvents(t *testing.T) {
 		"member.left:client-2:expired", "member.left:client-1:connection closed",
 	}, kinds)
 }
+
+func TestSendBackRetriesThenDeadLetters(t *testing.T) {
+	b := startBroker(t, nil)
+	c := newRawClient(t, b, nil)
+	ctx := context.Background()
+	sent := c.send("work", "payload", "")
+	_, phys, err := protocol.ParseOffsetMsgID(sent.MsgID)
+	require.NoError(t, err)
+
+	sendBack := func(offset int64) {
+		t.Helper()
+		h := &protocol.ConsumerSendMsgBackRequestHeader{Offset: offset, Group: "workers", DelayLevel: 1, MaxReconsumeTimes: 1}
+		resp := c.invoke(ctx, protocol.ConsumerSendMsgBack, h, nil)
+		require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	}
+	pullOne := func(topic string) *protocol.MessageExt {
+		t.Helper()
+		var msgs []*protocol.MessageExt
+		require.Eventually(t, func() bool {
+			h := pullHeader(topic, 0, 0, "*")
+			resp, err := c.cl.Invoke(ctx, b.Addr(), protocol.NewRequestWith(protocol.PullMessage, h, nil))
+			if err != nil || resp.ResponseCode() != protocol.Success {
+				return false
+			}
+			msgs, err = protocol.DecodeStoredAll(resp.Body)
+			return err == nil && len(msgs) > 0
+		}, 10*time.Second, 20*time.Millisecond, "a message arrives in %s", topic)
+		require.Len(t, msgs, 1)
+		return msgs[0]
+	}
+
+	sendBack(phys)
+	retry := pullOne("%RETRY%workers")
+	assert.Equal(t, "payload", string(retry.Body))
+	assert.Equal(t, int32(1), retry.ReconsumeTimes)
+	assert.Equal(t, "work", retry.Properties[protocol.PropertyRetryTopic])
+
+	sendBack(retry.CommitLogOffset) // the maximum (1) is reached: dead letter
+	dead := pullOne("%DLQ%workers")
+	assert.Equal(t, "payload", string(dead.Body))
+	assert.Equal(t, int32(2), dead.ReconsumeTimes)
+	assert.Equal(t, "work", dead.Properties[protocol.PropertyRetryTopic])
+	assert.NotEmpty(t, dead.Properties[protocol.PropertyOriginMsgID])
+}
