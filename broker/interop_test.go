@@ -318,46 +318,6 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func TestRocketMQOrderlyConsumerTakesQueueLocks(t *testing.T) {
-	b := startBroker(t, nil)
-	p := newProducer(t, b)
-	const topic, group = "ordered", "orderly"
-	sent := sendN(t, p, topic, "m", 20)
-	r := newReceived()
-	var mu sync.Mutex
-	perQueue := map[int][]int64{}
-	c, err := rocketmq.NewPushConsumer(
-		rmqconsumer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.NamesrvAddr()})),
-		rmqconsumer.WithGroupName(group),
-		rmqconsumer.WithInstance(instance(t)),
-		rmqconsumer.WithConsumeFromWhere(rmqconsumer.ConsumeFromFirstOffset),
-		rmqconsumer.WithConsumerOrder(true),
-	)
-	require.NoError(t, err)
-	require.NoError(t, c.Subscribe(topic, rmqconsumer.MessageSelector{}, func(ctx context.Context, ms ...*primitive.MessageExt) (rmqconsumer.ConsumeResult, error) {
-		mu.Lock()
-		for _, m := range ms {
-			perQueue[m.Queue.QueueId] = append(perQueue[m.Queue.QueueId], m.QueueOffset)
-		}
-		mu.Unlock()
-		r.add(ms...)
-		return rmqconsumer.ConsumeSuccess, nil
-	}))
-	require.NoError(t, c.Start())
-	t.Cleanup(func() { c.Shutdown() })
-	r.waitFor(t, len(sent), 20*time.Second)
-
-	locked := b.LockedQueues(group)
-	assert.Len(t, locked, 4, "the orderly consumer locks every queue it consumes: %v", locked)
-	mu.Lock()
-	defer mu.Unlock()
-	for q, offs := range perQueue {
-		for i := 1; i < len(offs); i++ {
-			assert.Less(t, offs[i-1], offs[i], "queue %d consumed in order", q)
-		}
-	}
-}
-
 func TestRocketMQFailedConsumeGoesToRetryTopic(t *testing.T) {
 	b := startBroker(t, nil)
 	p := newProducer(t, b)

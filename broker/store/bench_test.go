@@ -54,7 +54,7 @@ func BenchmarkAppend(b *testing.B) {
 			}
 		})
 		b.Run(fmt.Sprintf("async/%dB/raw", size), func(b *testing.B) {
-			rawWrite(b, stored, 1, 0)
+			rawWrite(b, stored, 0)
 		})
 		for _, conc := range []int{1, 16, 64} {
 			var perSync atomic.Int64
@@ -86,7 +86,7 @@ func BenchmarkAppend(b *testing.B) {
 				b.ReportMetric(float64(b.N)/float64(max(fs, 1)), "msgs/fsync")
 			})
 			b.Run(fmt.Sprintf("sync/%dB/c%d/raw", size, conc), func(b *testing.B) {
-				rawWrite(b, stored, 1, int(perSync.Load()))
+				rawWrite(b, stored, int(perSync.Load()))
 			})
 		}
 	}
@@ -94,8 +94,8 @@ func BenchmarkAppend(b *testing.B) {
 
 // rawWrite is the baseline: sequential write(2)s of size bytes, an fdatasync every
 // syncEvery writes (0: never).
-func rawWrite(b *testing.B, size, _ int, syncEvery int) {
-	f, err := vfs.Default.Create(filepath.Join(b.TempDir(), "raw"))
+func rawWrite(b *testing.B, size, syncEvery int) {
+	f, err := vfs.Default().Create(filepath.Join(b.TempDir(), "raw"))
 	require.NoError(b, err)
 	defer f.Close()
 	buf := make([]byte, size)

@@ -91,6 +91,10 @@
 //     started, so appends that arrive during one fsync share the next.
 //   - The dispatcher re-reads the log instead of being handed parsed messages by the writer:
 //     the same code then serves recovery, and the writer's critical section stays short.
+//     After a pass that found work it waits 1 ms before the next, so that under load it
+//     writes consume-queue units in batches instead of waking (and issuing a pwrite) per
+//     message; an idle dispatcher reacts at once. Under load, a unit (and the long-polling
+//     wake-up) therefore trails its append by at most about 1 ms.
 //   - The checkpoint stores exact offsets besides RocketMQ's timestamps; offsets decide where
 //     recovery starts, timestamps can only move it earlier.
 package store

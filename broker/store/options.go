@@ -39,7 +39,7 @@ func (m FlushMode) String() string {
 // Options configure a Store. The zero value of every field means its default, so
 // Options{} is a valid configuration.
 type Options struct {
-	// FS is the file system the store lives on. Default: vfs.Default, the operating system's.
+	// FS is the file system the store lives on. Default: vfs.Default(), the operating system's.
 	FS vfs.FS
 
 	// SegmentSize is the size of one commit-log segment file, in bytes. Default: 1 GiB. A
@@ -127,7 +127,7 @@ const (
 // value that cannot work.
 func (o Options) withDefaults() (Options, error) {
 	if o.FS == nil {
-		o.FS = vfs.Default
+		o.FS = vfs.Default()
 	}
 	if o.SegmentSize == 0 {
 		o.SegmentSize = defaultSegmentSize

@@ -299,20 +299,24 @@ scan:
 	// for messages) and remove later segments.
 	seg := s.segs[i]
 	if bad == "" && zeroTail {
-		n, err := s.dataAfter(seg, end)
+		// Looking for stray data is bounded (the rest of the segment is normally a hole
+		// that is slow to read through); zeroing below is not.
+		n, err := s.dataAfter(seg, end, tornWindow)
 		if err != nil {
 			return 0, err
 		}
 		if n > 0 {
 			rep.Cut, rep.CutAt, rep.CutReason = true, end, "data after a zero-filled gap (torn write)"
+			rep.CutBytes += n
 		}
-	}
-	if rep.Cut {
-		n, err := s.dataAfter(seg, end)
+	} else if bad != "" {
+		n, err := s.dataAfter(seg, end, s.opts.SegmentSize)
 		if err != nil {
 			return 0, err
 		}
 		rep.CutBytes += n
+	}
+	if rep.Cut || zeroTail {
 		if err := seg.f.Truncate(end - seg.start); err != nil {
 			return 0, fmt.Errorf("cut segment %s at %d: %w", seg.path, end-seg.start, err)
 		}
@@ -325,7 +329,7 @@ scan:
 	}
 	if i+1 < len(s.segs) {
 		for _, later := range s.segs[i+1:] {
-			n, err := s.dataAfter(later, later.start)
+			n, err := s.dataAfter(later, later.start, s.opts.SegmentSize)
 			if err != nil {
 				return 0, err
 			}
@@ -344,10 +348,14 @@ scan:
 	return end, nil
 }
 
-// dataAfter is the number of bytes from off to the last non-zero byte of seg.
-func (s *Store) dataAfter(seg *segment, off int64) (int64, error) {
+// tornWindow bounds the search for stray data after a zero-filled end after a crash.
+const tornWindow = 8 << 20
+
+// dataAfter is the number of bytes from off to the last non-zero byte of seg within
+// [off, off+window).
+func (s *Store) dataAfter(seg *segment, off, window int64) (int64, error) {
 	buf := make([]byte, 1<<20)
-	hi := seg.start + s.opts.SegmentSize
+	hi := min(seg.start+s.opts.SegmentSize, off+window)
 	for hi > off {
 		lo := max(off, hi-int64(len(buf)))
 		b := buf[:hi-lo]

@@ -46,10 +46,10 @@ type undoRecord struct {
 	oldSize int64  // file size before the operation
 }
 
-// NewFaultFS wraps base (Default if nil).
+// NewFaultFS wraps base (Default() if nil).
 func NewFaultFS(base FS) *FaultFS {
 	if base == nil {
-		base = Default
+		base = Default()
 	}
 	return &FaultFS{FS: base, noSpaceLeft: -1, undo: make(map[string][]undoRecord)}
 }

@@ -1,5 +1,5 @@
 // Package vfs is the small file-system interface the store writes through, with the
-// operating system's implementation (Default) and a fault-injecting wrapper (NewFaultFS) for
+// operating system's implementation (Default()) and a fault-injecting wrapper (NewFaultFS) for
 // tests.
 //
 // It is modelled on pebble's vfs package but keeps only what a commit log needs: positional
@@ -74,8 +74,8 @@ type FS interface {
 // ErrLocked is returned by FS.Lock when the lock is held elsewhere.
 var ErrLocked = errors.New("lock held by another process")
 
-// Default is the operating system's file system.
-var Default FS = osFS{}
+// Default returns the operating system's file system.
+func Default() FS { return osFS{} }
 
 type osFS struct{}
 

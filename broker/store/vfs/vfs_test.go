@@ -14,18 +14,18 @@ import (
 
 func TestLock(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "lock")
-	l, err := Default.Lock(p)
+	l, err := Default().Lock(p)
 	require.NoError(t, err)
-	_, err = Default.Lock(p)
+	_, err = Default().Lock(p)
 	assert.ErrorIs(t, err, ErrLocked)
 	require.NoError(t, l.Close())
-	l, err = Default.Lock(p)
+	l, err = Default().Lock(p)
 	require.NoError(t, err)
 	l.Close()
 }
 
 func TestDiskUsage(t *testing.T) {
-	u, err := Default.DiskUsage(t.TempDir())
+	u, err := Default().DiskUsage(t.TempDir())
 	require.NoError(t, err)
 	assert.Greater(t, u.Total, uint64(0))
 	assert.True(t, u.UsedRatio() >= 0 && u.UsedRatio() <= 1)
