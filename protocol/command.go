@@ -3,7 +3,6 @@ package protocol
 import (
 	"bufio"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -84,18 +83,6 @@ func (c *Command) String() string {
 	return fmt.Sprintf("%s %s opaque=%d remark=%q ext=%v body=%dB", kind, code, c.Opaque, c.Remark, c.ExtFields, len(c.Body))
 }
 
-// jsonHeader is the JSON header form. Language is a name ("GO", "JAVA"); unknown fields such
-// as Java's serializeTypeCurrentRPC are ignored.
-type jsonHeader struct {
-	Code      int16             `json:"code"`
-	Language  json.RawMessage   `json:"language,omitempty"`
-	Version   int16             `json:"version"`
-	Opaque    int32             `json:"opaque"`
-	Flag      int32             `json:"flag"`
-	Remark    string            `json:"remark,omitempty"`
-	ExtFields map[string]string `json:"extFields,omitempty"`
-}
-
 // AppendFrame appends c's whole frame, length prefix included, to dst.
 func (c *Command) AppendFrame(dst []byte) ([]byte, error) {
 	start := len(dst)
@@ -113,34 +100,14 @@ func (c *Command) AppendFrame(dst []byte) ([]byte, error) {
 		return dst[:start], err
 	}
 	headerLen := len(dst) - start - 8
-	if headerLen > 0xFFFFFF {
-		return dst[:start], fmt.Errorf("encode %s: header of %d bytes exceeds 16 MiB: %w", c, headerLen, ErrFrameTooLarge)
+	total := 4 + headerLen + len(c.Body)
+	if total > MaxFrameSize {
+		return dst[:start], fmt.Errorf("encode %s: frame of %d bytes (header %d) exceeds %d: %w", c, total, headerLen, MaxFrameSize, ErrFrameTooLarge)
 	}
 	dst = append(dst, c.Body...)
-	total := len(dst) - start - 4
-	if total > MaxFrameSize {
-		return dst[:start], fmt.Errorf("encode %s: frame of %d bytes exceeds %d: %w", c, total, MaxFrameSize, ErrFrameTooLarge)
-	}
 	binary.BigEndian.PutUint32(dst[start:], uint32(total))
 	binary.BigEndian.PutUint32(dst[start+4:], uint32(c.Serialize)<<24|uint32(headerLen))
 	return dst, nil
-}
-
-func (c *Command) appendJSONHeader(dst []byte) ([]byte, error) {
-	h := jsonHeader{
-		Code:      c.Code,
-		Language:  json.RawMessage(`"` + c.Language.String() + `"`),
-		Version:   c.Version,
-		Opaque:    c.Opaque,
-		Flag:      c.Flag,
-		Remark:    c.Remark,
-		ExtFields: c.ExtFields,
-	}
-	b, err := json.Marshal(&h)
-	if err != nil {
-		return dst, fmt.Errorf("encode JSON header: %w", err)
-	}
-	return append(dst, b...), nil
 }
 
 func (c *Command) appendBinaryHeader(dst []byte) ([]byte, error) {
@@ -153,10 +120,12 @@ func (c *Command) appendBinaryHeader(dst []byte) ([]byte, error) {
 	dst = append(dst, c.Remark...)
 	lenAt := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
-	for k, v := range c.ExtFields {
+	var stack [24]string
+	for _, k := range sortedKeys(c.ExtFields, stack[:0]) {
 		if len(k) > math.MaxInt16 {
 			return dst, fmt.Errorf("encode binary header: ext field key of %d bytes is too long", len(k))
 		}
+		v := c.ExtFields[k]
 		dst = binary.BigEndian.AppendUint16(dst, uint16(len(k)))
 		dst = append(dst, k...)
 		dst = binary.BigEndian.AppendUint32(dst, uint32(len(v)))
@@ -202,28 +171,6 @@ func DecodeFrame(frame []byte) (*Command, error) {
 	return c, nil
 }
 
-func decodeJSONHeader(b []byte) (*Command, error) {
-	var h jsonHeader
-	if err := json.Unmarshal(b, &h); err != nil {
-		return nil, fmt.Errorf("decode JSON header: %w: %w", ErrMalformedFrame, err)
-	}
-	c := &Command{Code: h.Code, Version: h.Version, Opaque: h.Opaque, Flag: h.Flag, Remark: h.Remark, ExtFields: h.ExtFields, Language: LangOther}
-	if len(h.Language) > 0 {
-		var name string
-		var num int8
-		switch {
-		case json.Unmarshal(h.Language, &name) == nil:
-			c.Language = ParseLanguage(name)
-		case json.Unmarshal(h.Language, &num) == nil:
-			c.Language = LanguageCode(num)
-		}
-	}
-	if c.ExtFields == nil {
-		c.ExtFields = map[string]string{}
-	}
-	return c, nil
-}
-
 func decodeBinaryHeader(b []byte) (*Command, error) {
 	const fixed = 2 + 1 + 2 + 4 + 4 + 4
 	if len(b) < fixed {
@@ -236,13 +183,16 @@ func decodeBinaryHeader(b []byte) (*Command, error) {
 		Opaque:   int32(binary.BigEndian.Uint32(b[5:])),
 		Flag:     int32(binary.BigEndian.Uint32(b[9:])),
 	}
+	// One string holds the remark and every key and value: a header costs one allocation
+	// for its strings rather than two per field.
+	whole := string(b[13:])
 	r := b[13:]
 	remark, r, err := takeBytes32(r, "remark")
 	if err != nil {
 		return nil, err
 	}
-	c.Remark = string(remark)
-	ext := map[string]string{}
+	c.Remark = substringOf(whole, b[13:], remark)
+	ext := make(map[string]string, 16)
 	if len(r) > 0 {
 		extBytes, rest, err := takeBytes32(r, "ext fields")
 		if err != nil {
@@ -260,17 +210,27 @@ func decodeBinaryHeader(b []byte) (*Command, error) {
 			if kl > len(extBytes) {
 				return nil, fmt.Errorf("decode binary header: ext field key length %d exceeds the %d bytes left: %w", kl, len(extBytes), ErrMalformedFrame)
 			}
-			k := string(extBytes[:kl])
+			k := substringOf(whole, b[13:], extBytes[:kl])
 			var v []byte
-			v, extBytes, err = takeBytes32(extBytes[kl:], "ext field "+k)
+			v, extBytes, err = takeBytes32(extBytes[kl:], "ext field value")
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("%w (key %q)", err, truncateForError(k))
 			}
-			ext[k] = string(v)
+			ext[k] = substringOf(whole, b[13:], v)
 		}
 	}
 	c.ExtFields = ext
 	return c, nil
+}
+
+// substringOf returns the part of whole that corresponds to sub, a subslice of base (whole's
+// bytes), without copying.
+func substringOf(whole string, base, sub []byte) string {
+	if len(sub) == 0 {
+		return ""
+	}
+	off := cap(base) - cap(sub)
+	return whole[off : off+len(sub)]
 }
 
 // takeBytes32 splits an int32-length-prefixed field off b.

@@ -5,6 +5,16 @@
 // The package holds no socket policy: it turns bytes into values and values into bytes. Both
 // the broker and the clients import it; it imports neither.
 //
+// What is here:
+//
+//   - Command, AppendFrame, DecodeFrame and ReadFrame: frames with JSON or binary headers.
+//   - One typed header per request and response (headers.go), each with Encode, EncodeTo
+//     and Decode; a decoding error is a *FieldError wrapping ErrMissingField or ErrBadField.
+//     DecodeSendHeader reads both spellings of the send header.
+//   - The stored message format (AppendStored, DecodeStored, PatchStored), batch entries
+//     (AppendBatchEntry, DecodeBatch), offset message ids, zlib bodies, and TagsCode.
+//   - The JSON bodies (bodies.go), accepting fastjson's non-standard object keys.
+//
 // # Notes
 //
 //   - Every decoder treats its input as hostile: lengths are checked against the bytes actually
@@ -12,4 +22,8 @@
 //     wrong rather than panicking.
 //   - Messages are stored and sent in the v1 layout (magic 0xDAA320A7): the Go RocketMQ client
 //     cannot read v2's two-byte topic length.
+//   - Encodings are deterministic (ext fields and properties in key order), so equal values
+//     give equal bytes.
+//   - The package holds no mutable state; Compressor and Decompressor let callers keep zlib
+//     state themselves.
 package protocol

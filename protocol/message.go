@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -187,6 +186,9 @@ func StoreTimestampAt(sysFlag int32) int {
 
 // PatchStored rewrites, in an already encoded message, the fields a store assigns at append
 // time. It lets a store encode outside its append lock and stamp positions inside it.
+//
+// b must start with a message AppendStored produced; like binary.BigEndian.PutUint64, it
+// panics when b is too short.
 func PatchStored(b []byte, queueOffset, physicalOffset, storeTimestamp int64) {
 	binary.BigEndian.PutUint64(b[StoredQueueOffsetAt:], uint64(queueOffset))
 	binary.BigEndian.PutUint64(b[StoredPhysicalOffsetAt:], uint64(physicalOffset))
@@ -195,8 +197,9 @@ func PatchStored(b []byte, queueOffset, physicalOffset, storeTimestamp int64) {
 }
 
 // DecodeStored decodes the first stored message in b and returns it with its size. It checks
-// the magic code, that TOTALSIZE agrees with the fields, and the body CRC. Body, Topic and
-// property strings are copied out of b, except Body, which aliases b.
+// the magic code, that TOTALSIZE agrees with the fields, and the body CRC. Body aliases b; the
+// topic and properties are copied. A compressed body is returned as stored (see
+// MessageExt.UncompressedBody).
 func DecodeStored(b []byte) (*MessageExt, int, error) {
 	d := decoder{b: b}
 	total := d.i32("TOTALSIZE")
@@ -231,9 +234,10 @@ func DecodeStored(b []byte) (*MessageExt, int, error) {
 	bodyLen := d.i32("BODYLEN")
 	m.Body = d.bytes(int(bodyLen), "BODY")
 	topicLen := d.u8("TOPICLEN")
-	m.Topic = string(d.bytes(int(topicLen), "TOPIC"))
+	topicAt := d.off
+	d.bytes(int(topicLen), "TOPIC")
 	propLen := d.u16("PROPLEN")
-	props := d.bytes(int(propLen), "PROPERTIES")
+	d.bytes(int(propLen), "PROPERTIES")
 	if d.err != nil {
 		return nil, 0, d.err
 	}
@@ -243,8 +247,11 @@ func DecodeStored(b []byte) (*MessageExt, int, error) {
 	if crc := BodyCRC(m.Body); crc != m.BodyCRC {
 		return nil, 0, fmt.Errorf("%w: body CRC 0x%08X, stored 0x%08X (queue offset %d, physical offset %d)", ErrMalformedMessage, crc, m.BodyCRC, m.QueueOffset, m.CommitLogOffset)
 	}
+	// Topic and properties are adjacent: one string holds both.
+	tail := string(b[topicAt:total])
+	m.Topic = tail[:topicLen]
 	var err error
-	if m.Properties, err = DecodeProperties(props); err != nil {
+	if m.Properties, err = decodeProperties(tail[int(topicLen)+2:]); err != nil {
 		return nil, 0, err
 	}
 	return m, int(total), nil
@@ -270,12 +277,8 @@ func AppendProperties(dst []byte, props map[string]string) []byte {
 	if len(props) == 0 {
 		return dst
 	}
-	keys := make([]string, 0, len(props))
-	for k := range props {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	var stack [16]string
+	for _, k := range sortedKeys(props, stack[:0]) {
 		dst = append(dst, k...)
 		dst = append(dst, NameValueSeparator)
 		dst = append(dst, props[k]...)
@@ -300,18 +303,24 @@ func EncodeProperties(props map[string]string) string {
 // DecodeProperties parses key\x01value\x02 pairs. A trailing pair without its \x02 is
 // accepted (some clients omit the last separator); a pair without \x01 is an error.
 func DecodeProperties(b []byte) (map[string]string, error) {
-	props := make(map[string]string)
-	for len(b) > 0 {
-		pair, rest, _ := bytes.Cut(b, []byte{PropertySeparator})
-		b = rest
+	return decodeProperties(string(b))
+}
+
+// decodeProperties parses properties out of s; keys and values share s's memory, so a
+// message's properties cost one string allocation and the map.
+func decodeProperties(s string) (map[string]string, error) {
+	props := make(map[string]string, strings.Count(s, string(PropertySeparator))+1)
+	for len(s) > 0 {
+		pair, rest, _ := strings.Cut(s, string(PropertySeparator))
+		s = rest
 		if len(pair) == 0 {
 			continue
 		}
-		k, v, ok := bytes.Cut(pair, []byte{NameValueSeparator})
+		k, v, ok := strings.Cut(pair, string(NameValueSeparator))
 		if !ok {
-			return nil, fmt.Errorf("%w: property %q has no name/value separator", ErrMalformedMessage, pair)
+			return nil, fmt.Errorf("%w: property %q has no name/value separator", ErrMalformedMessage, truncateForError(pair))
 		}
-		props[string(k)] = string(v)
+		props[k] = v
 	}
 	return props, nil
 }
@@ -396,5 +405,8 @@ func (d *decoder) host(v6 bool, what string) netip.AddrPort {
 		a = netip.AddrFrom4([4]byte(b))
 	}
 	port := d.u32(what + " port")
+	if port > 0xFFFF && d.err == nil {
+		d.err = fmt.Errorf("%w: %s port %d is out of range", ErrMalformedMessage, what, port)
+	}
 	return netip.AddrPortFrom(a, uint16(port))
 }

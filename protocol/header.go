@@ -1,0 +1,177 @@
+package protocol
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Sentinel errors of typed header decoding. A decoder returns a *FieldError that wraps one of
+// them, so callers can test with errors.Is and still print which field was wrong.
+var (
+	// ErrMissingField: a required header field is absent from ExtFields.
+	ErrMissingField = errors.New("missing header field")
+	// ErrBadField: a header field is present but does not parse as its type.
+	ErrBadField = errors.New("bad header field")
+)
+
+// FieldError reports the header field a decoder could not accept.
+type FieldError struct {
+	Field string // the ExtFields key, e.g. "queueId" (or "e" in a SEND_MESSAGE_V2 header)
+	Value string // the offending value; empty when the field is missing
+	Want  string // what the value should have been, e.g. "int32"; empty when missing
+	Err   error  // ErrMissingField or ErrBadField
+}
+
+func (e *FieldError) Error() string {
+	if errors.Is(e.Err, ErrMissingField) {
+		return fmt.Sprintf("header field %q: missing", e.Field)
+	}
+	return fmt.Sprintf("header field %q: %q is not a valid %s", e.Field, truncateForError(e.Value), e.Want)
+}
+
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// truncateForError keeps error messages bounded when a peer sends a huge value.
+func truncateForError(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}
+
+// Header is a typed view of a command's ExtFields: every request and response header type in
+// this package implements it.
+type Header interface {
+	// Encode returns the header's fields as a new map.
+	Encode() map[string]string
+	// EncodeTo writes the header's fields into ext, which must not be nil.
+	EncodeTo(ext map[string]string)
+	// Decode reads the header's fields from ext. A missing required field or a malformed
+	// value is a *FieldError; optional fields that are absent take their documented defaults.
+	Decode(ext map[string]string) error
+}
+
+// NewRequestWith makes a request command whose ExtFields are h's fields.
+func NewRequestWith(code RequestCode, h Header, body []byte) *Command {
+	ext := make(map[string]string, 16)
+	if h != nil {
+		h.EncodeTo(ext)
+	}
+	return NewRequest(code, ext, body)
+}
+
+// DecodeHeader decodes c's ExtFields into h. The error names the command's code as well as
+// the field, since a header error usually ends up in a log line far from the request.
+func (c *Command) DecodeHeader(h Header) error {
+	if err := h.Decode(c.ExtFields); err != nil {
+		code := RequestCode(c.Code).String()
+		if c.IsResponse() {
+			code = ResponseCode(c.Code).String()
+		}
+		return fmt.Errorf("decode %s header: %w", code, err)
+	}
+	return nil
+}
+
+// fieldReader reads typed values out of ExtFields and keeps the first error, so a decoder is a
+// flat list of reads followed by one error check.
+//
+// # Notes
+//
+// Numbers are parsed as Java's Integer.parseInt / Long.parseLong would: optional sign, decimal
+// digits, no spaces, range-checked. Booleans accept "true" and "false" in any case; Java's
+// Boolean.parseBoolean reads every other string as false, but a value such as "yes" is far more
+// likely a bug in the sender than a deliberate false, so it is reported.
+type fieldReader struct {
+	ext map[string]string
+	err error
+}
+
+func (r *fieldReader) fail(name, value, want string, sentinel error) {
+	if r.err == nil {
+		r.err = &FieldError{Field: name, Value: value, Want: want, Err: sentinel}
+	}
+}
+
+// lookup returns the field's value and whether it is present; a missing required field is
+// recorded as an error.
+func (r *fieldReader) lookup(name string, required bool) (string, bool) {
+	v, ok := r.ext[name]
+	if !ok && required {
+		r.fail(name, "", "", ErrMissingField)
+	}
+	return v, ok
+}
+
+func (r *fieldReader) str(name string, required bool) string {
+	v, _ := r.lookup(name, required)
+	return v
+}
+
+func (r *fieldReader) int(name string, required bool, bits int, def int64) int64 {
+	v, ok := r.lookup(name, required)
+	if !ok {
+		return def
+	}
+	n, err := strconv.ParseInt(v, 10, bits)
+	if err != nil {
+		want := "int64"
+		if bits == 32 {
+			want = "int32"
+		}
+		r.fail(name, v, want, ErrBadField)
+		return def
+	}
+	return n
+}
+
+func (r *fieldReader) i32(name string, required bool) int32 {
+	return int32(r.int(name, required, 32, 0))
+}
+
+func (r *fieldReader) i32Or(name string, def int32) int32 {
+	return int32(r.int(name, false, 32, int64(def)))
+}
+
+func (r *fieldReader) i64(name string, required bool) int64 {
+	return r.int(name, required, 64, 0)
+}
+
+// optBool reads a boolean; present reports whether the field was there at all.
+func (r *fieldReader) optBool(name string, required bool) (value, present bool) {
+	v, ok := r.lookup(name, required)
+	if !ok {
+		return false, false
+	}
+	switch {
+	case strings.EqualFold(v, "true"):
+		return true, true
+	case strings.EqualFold(v, "false"):
+		return false, true
+	}
+	r.fail(name, v, "boolean", ErrBadField)
+	return false, true
+}
+
+func (r *fieldReader) bool(name string, required bool) bool {
+	v, _ := r.optBool(name, required)
+	return v
+}
+
+// Encoding helpers. Numbers are decimal; booleans "true"/"false", as every RocketMQ client
+// writes them.
+
+func putInt(ext map[string]string, name string, v int64) { ext[name] = strconv.FormatInt(v, 10) }
+
+func putBool(ext map[string]string, name string, v bool) { ext[name] = strconv.FormatBool(v) }
+
+// putStr writes an optional string field, omitting it when empty so that absent and empty
+// read back the same.
+func putStr(ext map[string]string, name, v string) {
+	if v != "" {
+		ext[name] = v
+	}
+}
