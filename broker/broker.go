@@ -88,14 +88,19 @@ func New(c Config) (*Broker, error) {
 			return nil, fmt.Errorf("name service listen %s: %w", cfg.NamesrvListen, err)
 		}
 	}
+	bound := b.ln.Addr().(*net.TCPAddr).AddrPort()
 	b.addr = cfg.AdvertisedAddr
 	if b.addr == "" {
-		b.addr = b.ln.Addr().String()
+		b.addr = advertisable(bound).String()
 	}
 
 	sopts := cfg.Store
 	if !sopts.StoreHost.IsValid() {
-		sopts.StoreHost = mustAddrPort(b.addr)
+		// The store host goes into every message and its offset id: an IP, not a name.
+		sopts.StoreHost = parseAddrPort(b.addr)
+		if !sopts.StoreHost.IsValid() {
+			sopts.StoreHost = advertisable(bound)
+		}
 	}
 	sopts.OnDispatch = b.poll.arrived
 	if b.store, err = store.Open(filepath.Join(cfg.DataDir, "store"), sopts); err != nil {
@@ -257,8 +262,8 @@ func (b *Broker) membersChanged(changes []memberChange) {
 // notifyGroup sends NOTIFY_CONSUMER_IDS_CHANGED to every member of group, without waiting.
 func (b *Broker) notifyGroup(group string) {
 	conns := b.consumers.conns(group)
-	if len(conns) == 0 {
-		return
+	if len(conns) == 0 || b.ctx.Err() != nil {
+		return // nobody to tell, or shutting down: every connection is closing anyway
 	}
 	b.wg.Add(1)
 	go func() {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"strings"
 	"time"
@@ -173,10 +174,32 @@ func parseDelayLevels(s string) ([]time.Duration, error) {
 	return out, nil
 }
 
-func mustAddrPort(s string) netip.AddrPort {
+// parseAddrPort parses an ip:port, or returns the zero value for a host name.
+func parseAddrPort(s string) netip.AddrPort {
 	ap, err := netip.ParseAddrPort(s)
 	if err != nil {
 		return netip.AddrPort{}
 	}
 	return ap
+}
+
+// advertisable turns a bound address into one clients can dial: a wildcard bind (0.0.0.0 or
+// ::) is announced with the first non-loopback IPv4 address of the machine, or loopback when
+// there is none.
+func advertisable(bound netip.AddrPort) netip.AddrPort {
+	if !bound.Addr().IsUnspecified() {
+		return bound
+	}
+	ip := netip.MustParseAddr("127.0.0.1")
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if v, ok := netip.AddrFromSlice(n.IP); ok && v.Unmap().Is4() && !v.IsLoopback() {
+					ip = v.Unmap()
+					break
+				}
+			}
+		}
+	}
+	return netip.AddrPortFrom(ip, bound.Port())
 }

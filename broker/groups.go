@@ -87,19 +87,6 @@ func (m *consumerManager) heartbeat(name, clientID string, conn *remoting.Conn, 
 	return false
 }
 
-// touch records that a client was heard from, on any request.
-func (m *consumerManager) touch(conn *remoting.Conn, now time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, g := range m.groups {
-		for _, mem := range g.members {
-			if mem.conn == conn {
-				mem.lastSeen = now
-			}
-		}
-	}
-}
-
 func (m *consumerManager) unregister(name, clientID string) []memberChange {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -66,7 +66,8 @@ func openOffsetTable(path string, log *slog.Logger) (*offsetTable, error) {
 	return t, nil
 }
 
-func (t *offsetTable) commit(group, topic string, queueID int32, offset int64) {
+// commit records an offset and reports whether it changed.
+func (t *offsetTable) commit(group, topic string, queueID int32, offset int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	key := offsetKey(topic, group)
@@ -76,10 +77,11 @@ func (t *offsetTable) commit(group, topic string, queueID int32, offset int64) {
 		t.offsets[key] = m
 	}
 	if old, ok := m[queueID]; ok && old == offset {
-		return
+		return false
 	}
 	m[queueID] = offset
 	t.dirty = true
+	return true
 }
 
 // query returns the committed offset, or false when the group never committed one.

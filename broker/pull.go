@@ -180,10 +180,12 @@ func pullResponse(req *protocol.Command, code protocol.ResponseCode, res *store.
 	return resp
 }
 
-// commitOffset stores a group's consume offset and reports it.
+// commitOffset stores a group's consume offset and reports it when it moved. Clients commit
+// on every pull and on a timer, mostly the same offset again: only changes are events.
 func (b *Broker) commitOffset(group, topic string, queueID int32, offset int64) {
-	b.offsets.commit(group, topic, queueID, offset)
-	b.events.emit(Event{Type: OffsetCommitted, Group: group, Topic: topic, QueueID: queueID, Offset: offset})
+	if b.offsets.commit(group, topic, queueID, offset) {
+		b.events.emit(Event{Type: OffsetCommitted, Group: group, Topic: topic, QueueID: queueID, Offset: offset})
+	}
 }
 
 // ensureGroup creates a subscription group on first use, or refuses an unknown one when
