@@ -26,9 +26,13 @@ type longPoll struct {
 
 type pollWaiter struct {
 	key    string
+	owner  any // who parked: a newer pull by the same owner of the same queue supersedes this one
 	offset int64
 	filter store.Filter
 	ready  chan struct{} // capacity 1; a send never blocks
+	// superseded is set when the same owner parked a newer pull on the same queue: the client
+	// has given up on this one (it timed out, or seeked), so it answers at once.
+	superseded atomic.Bool
 }
 
 func newLongPoll() *longPoll {
@@ -41,13 +45,26 @@ func pollKey(topic string, queueID int32) string {
 
 // park registers a waiter for messages at or after offset. Register before reading the queue
 // so that an arrival between the read and the wait is not missed.
-func (l *longPoll) park(topic string, queueID int32, offset int64, f store.Filter) *pollWaiter {
-	w := &pollWaiter{key: pollKey(topic, queueID), offset: offset, filter: f, ready: make(chan struct{}, 1)}
+//
+// owner identifies who is waiting (the broker uses the connection and the consumer group);
+// a nil owner never supersedes anything. A client that gives up on a parked pull and sends
+// another for the same queue would otherwise leave the old one holding a request slot of its
+// connection until the suspend time ends.
+func (l *longPoll) park(topic string, queueID int32, offset int64, f store.Filter, owner any) *pollWaiter {
+	w := &pollWaiter{key: pollKey(topic, queueID), owner: owner, offset: offset, filter: f, ready: make(chan struct{}, 1)}
 	l.mu.Lock()
 	set := l.waiters[w.key]
 	if set == nil {
 		set = map[*pollWaiter]struct{}{}
 		l.waiters[w.key] = set
+	}
+	if owner != nil {
+		for old := range set {
+			if old.owner == owner && !old.superseded.Load() {
+				old.superseded.Store(true)
+				wake(old)
+			}
+		}
 	}
 	set[w] = struct{}{}
 	l.mu.Unlock()
@@ -84,10 +101,14 @@ func (l *longPoll) arrived(ev store.DispatchEvent) {
 		if w.filter != nil && !w.filter.MatchTagsCode(ev.TagsCode) {
 			continue
 		}
-		select {
-		case w.ready <- struct{}{}:
-		default:
-		}
+		wake(w)
+	}
+}
+
+func wake(w *pollWaiter) {
+	select {
+	case w.ready <- struct{}{}:
+	default:
 	}
 }
 
@@ -97,10 +118,7 @@ func (l *longPoll) wakeAll() {
 	defer l.mu.Unlock()
 	for _, set := range l.waiters {
 		for w := range set {
-			select {
-			case w.ready <- struct{}{}:
-			default:
-			}
+			wake(w)
 		}
 	}
 }

@@ -78,6 +78,12 @@ func pullCode(st store.GetStatus, requested int64) protocol.ResponseCode {
 	return protocol.SystemError
 }
 
+// pollOwner identifies the parked pulls of one consumer group on one connection.
+type pollOwner struct {
+	conn  *remoting.Conn
+	group string
+}
+
 // processPull serves PULL_MESSAGE, parking it when it finds nothing and asks to be suspended.
 func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protocol.Command) *protocol.Command {
 	var h protocol.PullMessageRequestHeader
@@ -131,7 +137,7 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		var w *pollWaiter
 		if deadline != nil {
 			// Park before reading so that a message dispatched in between wakes us.
-			w = b.poll.park(h.Topic, h.QueueID, h.QueueOffset, filter)
+			w = b.poll.park(h.Topic, h.QueueID, h.QueueOffset, filter, pollOwner{c, h.ConsumerGroup})
 		}
 		res, err := b.store.GetMessage(ctx, h.ConsumerGroup, h.Topic, h.QueueID, h.QueueOffset, maxMsgs, maxBytes, filter)
 		if err != nil {
@@ -151,6 +157,9 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		select {
 		case <-w.ready:
 			b.poll.unpark(w)
+			if w.superseded.Load() {
+				deadline = nil // answer now with what is there
+			}
 			continue
 		case <-deadline:
 		case <-ctx.Done():

@@ -351,3 +351,40 @@ func TestSendBackRetriesThenDeadLetters(t *testing.T) {
 	assert.Equal(t, "work", dead.Properties[protocol.PropertyRetryTopic])
 	assert.NotEmpty(t, dead.Properties[protocol.PropertyOriginMsgID])
 }
+
+func TestANewerPullSupersedesTheParkedOneOfTheSameConsumer(t *testing.T) {
+	b := startBroker(t, nil)
+	c := newRawClient(t, b, nil)
+	c.send("sup", "first", "")
+	require.Eventually(t, func() bool { return b.StoreMax("sup", 0) == 1 }, 5*time.Second, 5*time.Millisecond)
+
+	// The first pull parks for 20 s; the client "gives up" on it and pulls the same queue
+	// again. The old one must answer at once instead of holding a request slot.
+	first := make(chan *protocol.Command, 1)
+	go func() {
+		resp, err := c.cl.Invoke(context.Background(), b.Addr(), protocol.NewRequestWith(protocol.PullMessage, pullHeader("sup", 1, 20*time.Second, "*"), nil))
+		assert.NoError(t, err)
+		first <- resp
+	}()
+	time.Sleep(200 * time.Millisecond)
+	second := make(chan *protocol.Command, 1)
+	go func() {
+		resp, err := c.cl.Invoke(context.Background(), b.Addr(), protocol.NewRequestWith(protocol.PullMessage, pullHeader("sup", 1, 20*time.Second, "*"), nil))
+		assert.NoError(t, err)
+		second <- resp
+	}()
+	select {
+	case resp := <-first:
+		assert.Equal(t, protocol.PullNotFound, resp.ResponseCode())
+	case <-time.After(10 * time.Second):
+		t.Fatal("the superseded pull stayed parked")
+	}
+	// The newer one is still parked and answers when a message comes.
+	c.send("sup", "second", "")
+	select {
+	case resp := <-second:
+		assert.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the newer pull was not woken")
+	}
+}

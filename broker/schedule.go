@@ -33,7 +33,7 @@ func (b *Broker) scheduleLoop(ctx context.Context, level int) {
 				b.offsets.commit(scheduleGroup, ScheduleTopic, qid, res.NextBeginOffset)
 				continue
 			}
-			w := b.poll.park(ScheduleTopic, qid, offset, nil)
+			w := b.poll.park(ScheduleTopic, qid, offset, nil, nil)
 			if b.store.MaxOffset(ScheduleTopic, qid) > offset {
 				b.poll.unpark(w)
 				continue
