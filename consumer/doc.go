@@ -1,0 +1,61 @@
+// Package consumer is flowd's lite-pull consumer: RocketMQ's DefaultLitePullConsumer, with
+// hand-overs that never deliver a message twice.
+//
+// A LitePull pulls the queues it owns in the background, bounded by flow-control thresholds,
+// and hands the messages out through Poll, one pull's batch of one queue at a time:
+//
+//	c, err := consumer.NewLitePull("order-audit",
+//		consumer.WithNameServers("127.0.0.1:9876"),
+//		consumer.WithConsumeFrom(consumer.ConsumeFromFirst),
+//	)
+//	if err != nil { … }
+//	if err := c.Subscribe("orders", "created || paid"); err != nil { … }
+//	if err := c.Start(ctx); err != nil { … }
+//	defer c.Shutdown(context.Background())
+//	for ctx.Err() == nil {
+//		msgs, err := c.Poll(ctx) // nil, nil after the poll timeout
+//		if err != nil { … }
+//		for _, m := range msgs { handle(m) }
+//	}
+//
+// Poll moves the polled queue's consume offset past the messages it returns, and auto-commit
+// (on by default, every 5 s) stores that offset on the broker: a polled message counts as
+// consumed, as in RocketMQ. Turn auto-commit off and call Commit or CommitOffsets to commit
+// only what has been processed.
+//
+// # Getting queues
+//
+// Subscribe (or SubscribeSelector) shares each topic's queues among the members of the
+// consumer group with an allocation strategy (package allocate; averagely by default), and
+// rebalances whenever membership or the topic's queues change. Assign reads an explicit list
+// of queues instead, outside any sharing; the two are mutually exclusive. Broadcasting
+// (WithMessageModel) gives every member every queue and keeps offsets in a local file.
+//
+// # Where flowd differs from RocketMQ
+//
+//   - Rebalances run the moment the broker reports a member joining or leaving
+//     (NOTIFY_CONSUMER_IDS_CHANGED), when a topic's queues change and on start; the 20 s timer
+//     is only a safety net. Members heartbeat every 10 s rather than 30 s.
+//   - Hand-over locks (WithHandoverLocks, on by default in clustering): a queue moves to its
+//     new owner only after the previous owner stopped handing out its messages, committed the
+//     offset past what Poll returned, and released the queue's broker lock; the new owner reads
+//     the committed offset only after it took the lock. So a message Poll returned is never
+//     returned again by another member because of a rebalance. A member that crashes loses its
+//     locks when its connection closes.
+//   - The group's previous allocation is passed to the strategy, so sticky strategies
+//     (allocate.Sticky) move as few queues as possible when a member leaves (see
+//     WithAllocateStrategy for when it is withheld).
+//   - Every consumer has its own client core and client id unless one is shared on purpose
+//     (WithSharedClient); there is no process-wide state.
+//
+// # Notes
+//
+//   - Auto-commit runs on a timer of its own, not inside Poll as in Java, so offsets are
+//     committed even while the application stops polling.
+//   - Without auto-commit, a queue taken away is handed over at the offset the application last
+//     committed: what was polled but not committed is read again by the next owner. That is
+//     the at-least-once choice; commit before acting on a rebalance if that matters.
+//   - A consumer that owns more queues than it has pull goroutines (WithPullGoroutines) can
+//     make a queue with new messages wait behind long-polling pulls of idle queues, as Java's
+//     pull threads would.
+package consumer

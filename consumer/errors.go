@@ -1,0 +1,31 @@
+package consumer
+
+import (
+	"errors"
+
+	"github.com/flowd-io/flowd/internal/client"
+)
+
+// Sentinel errors. Test for them with errors.Is; they come wrapped with what they concern.
+var (
+	// ErrNotRunning: the call needs a running consumer (after Start, before Shutdown).
+	ErrNotRunning = errors.New("consumer: not running")
+	// ErrBadState: Start on a consumer that is not freshly created (started twice, failed to
+	// start, or shut down).
+	ErrBadState = errors.New("consumer: bad state for this call")
+	// ErrSubscribeAndAssign: Subscribe and Assign are mutually exclusive on one consumer.
+	ErrSubscribeAndAssign = errors.New("consumer: subscribe and assign are mutually exclusive")
+	// ErrNotAssigned: the queue is not assigned to this consumer.
+	ErrNotAssigned = errors.New("consumer: queue not assigned")
+	// ErrOffsetOutOfRange: a seek outside [min offset, max offset] of the queue.
+	ErrOffsetOutOfRange = errors.New("consumer: offset out of range")
+	// ErrInvalidOption: an option's value is out of range; the message says which.
+	ErrInvalidOption = errors.New("consumer: invalid option")
+	// ErrInvalidArgument: a call's argument is invalid (empty topic, nil selector, …).
+	ErrInvalidArgument = errors.New("consumer: invalid argument")
+	// ErrTopicNotExist: the name servers know no such topic.
+	ErrTopicNotExist = client.ErrTopicNotExist
+)
+
+// BrokerError is a broker's refusal: its response code and remark. Test with errors.As.
+type BrokerError = client.BrokerError

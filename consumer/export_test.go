@@ -1,0 +1,60 @@
+package consumer
+
+import (
+	"context"
+	"github.com/flowd-io/flowd/protocol"
+	"maps"
+	"slices"
+	"time"
+)
+
+// ActiveQueues returns the queues being read now: locked (with hand-over locks) and pulling.
+func (l *LitePull) ActiveQueues() []MessageQueue {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	var out []MessageQueue
+	for _, q := range l.order {
+		if l.consumableLocked(q, now) {
+			out = append(out, q.mq)
+		}
+	}
+	return out
+}
+
+// CachedCount returns the number of messages cached for mq.
+func (l *LitePull) CachedCount(mq MessageQueue) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q, ok := l.queues[mq]; ok {
+		return q.count
+	}
+	return 0
+}
+
+// OwnedQueues returns the owned queues, sorted.
+func (l *LitePull) OwnedQueues() []MessageQueue {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.SortedFunc(maps.Keys(l.queues), MessageQueue.Compare)
+}
+
+// CrashForTest kills the consumer's connections without committing, unlocking or
+// unregistering, as a crashed process would.
+func (l *LitePull) CrashForTest() {
+	l.mu.Lock()
+	l.closing = true
+	l.mu.Unlock()
+	l.cancel()
+	l.wg.Wait()
+	_ = l.cl.Close(context.Background())
+}
+
+// Hooks exposes what the client core calls.
+func (l *LitePull) Hooks() interface {
+	RunningInfo() *protocol.ConsumerRunningInfo
+	ResetOffset(topic string, offsets map[protocol.MessageQueue]int64)
+	NotifyConsumerIDsChanged()
+} {
+	return (*hooks)(l)
+}

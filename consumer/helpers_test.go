@@ -1,0 +1,225 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/rlog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/consumer"
+	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/producer"
+	"github.com/flowd-io/flowd/protocol"
+)
+
+func init() {
+	// The RocketMQ client logs every connection at info level through a global logger.
+	rlog.SetLogLevel("fatal")
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func startBroker(t testing.TB, mod func(*broker.Config)) *broker.Broker {
+	t.Helper()
+	cfg := broker.Config{
+		DataDir:       t.TempDir(),
+		Listen:        "127.0.0.1:0",
+		NamesrvListen: "127.0.0.1:0",
+		Logger:        quiet(),
+		ClientExpiry:  10 * time.Second,
+	}
+	cfg.Store.SegmentSize = 16 << 20
+	if mod != nil {
+		mod(&cfg)
+	}
+	b, err := broker.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, b.Start())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, b.Shutdown(ctx))
+	})
+	return b
+}
+
+// admin is a bare client core for topic creation and offset queries.
+func admin(t testing.TB, b *broker.Broker) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Options{NameServers: []string{b.NamesrvAddr()}, Logger: quiet()})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func createTopic(t testing.TB, b *broker.Broker, topic string, queues int) []consumer.MessageQueue {
+	t.Helper()
+	c := admin(t, b)
+	h := protocol.CreateTopicRequestHeader{Topic: topic, ReadQueueNums: int32(queues), WriteQueueNums: int32(queues), Perm: protocol.PermRead | protocol.PermWrite}
+	_, err := c.InvokeOK(context.Background(), b.Addr(), protocol.NewRequestWith(protocol.UpdateAndCreateTopic, &h, nil))
+	require.NoError(t, err)
+	out := make([]consumer.MessageQueue, queues)
+	for i := range out {
+		out[i] = consumer.MessageQueue{Topic: topic, BrokerName: "broker-a", QueueID: i}
+	}
+	return out
+}
+
+// brokerOffset reads a group's committed offset straight from the broker; -1 when none.
+func brokerOffset(t testing.TB, b *broker.Broker, group string, mq consumer.MessageQueue) int64 {
+	t.Helper()
+	c := admin(t, b)
+	no := false
+	h := protocol.QueryConsumerOffsetRequestHeader{ConsumerGroup: group, Topic: mq.Topic, QueueID: int32(mq.QueueID), SetZeroIfNotFound: &no}
+	resp, err := c.Invoke(context.Background(), b.Addr(), protocol.NewRequestWith(protocol.QueryConsumerOffset, &h, nil))
+	require.NoError(t, err)
+	if resp.ResponseCode() == protocol.QueryNotFound {
+		return -1
+	}
+	var out protocol.OffsetResponseHeader
+	require.NoError(t, resp.DecodeHeader(&out))
+	return out.Offset
+}
+
+func newProducer(t testing.TB, b *broker.Broker, opts ...producer.Option) *producer.Producer {
+	t.Helper()
+	all := append([]producer.Option{
+		producer.WithNameServers(b.NamesrvAddr()),
+		producer.WithLogger(quiet()),
+		producer.WithQueueSelector(pinSelector{rr: producer.RoundRobin()}),
+	}, opts...)
+	p, err := producer.New("test-producers", all...)
+	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return p
+}
+
+// produceTo sends n messages to one queue (bodies prefix-0…), returning the bodies.
+func produceTo(t testing.TB, p *producer.Producer, mq consumer.MessageQueue, prefix string, n int, mod func(i int, m *producer.Message)) []string {
+	t.Helper()
+	var bodies []string
+	for i := range n {
+		body := fmt.Sprintf("%s-%d", prefix, i)
+		m := &producer.Message{Topic: mq.Topic, Body: []byte(body), ShardingKey: fmt.Sprint(mq.QueueID)}
+		if mod != nil {
+			mod(i, m)
+		}
+		_, err := p.Send(context.Background(), m)
+		require.NoError(t, err)
+		bodies = append(bodies, body)
+	}
+	return bodies
+}
+
+// produce sends n messages round robin over the topic's queues.
+func produce(t testing.TB, p *producer.Producer, topic, prefix string, n int, mod func(i int, m *producer.Message)) []string {
+	t.Helper()
+	var bodies []string
+	for i := range n {
+		body := fmt.Sprintf("%s-%d", prefix, i)
+		m := &producer.Message{Topic: topic, Body: []byte(body)}
+		if mod != nil {
+			mod(i, m)
+		}
+		_, err := p.Send(context.Background(), m)
+		require.NoError(t, err)
+		bodies = append(bodies, body)
+	}
+	return bodies
+}
+
+// pinSelector sends a message whose ShardingKey is a number to the queue of that id, and
+// the others round robin.
+type pinSelector struct{ rr producer.QueueSelector }
+
+func (s pinSelector) Select(m *producer.Message, qs []producer.MessageQueue) producer.MessageQueue {
+	if id, err := strconv.Atoi(m.ShardingKey); err == nil {
+		for _, q := range qs {
+			if q.QueueID == id {
+				return q
+			}
+		}
+	}
+	return s.rr.Select(m, qs)
+}
+
+var instSeq atomic.Int64
+
+func uniqueName(t testing.TB) string { return fmt.Sprintf("%s-%d", t.Name(), instSeq.Add(1)) }
+
+// fastOpts are options that keep tests quick.
+func fastOpts(b *broker.Broker) []consumer.Option {
+	return []consumer.Option{
+		consumer.WithNameServers(b.NamesrvAddr()),
+		consumer.WithLogger(quiet()),
+		consumer.WithPollTimeout(200 * time.Millisecond),
+		consumer.WithLockRetryInterval(50 * time.Millisecond),
+		consumer.WithHeartbeatInterval(time.Second),
+		consumer.WithPullDelays(20*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond),
+	}
+}
+
+func newConsumer(t testing.TB, b *broker.Broker, group string, opts ...consumer.Option) *consumer.LitePull {
+	t.Helper()
+	c, err := consumer.NewLitePull(group, append(fastOpts(b), opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c.Shutdown(ctx)
+	})
+	return c
+}
+
+// pollN polls until n messages arrived or the timeout passed, and returns them.
+func pollN(t testing.TB, c *consumer.LitePull, n int, timeout time.Duration) []*consumer.Message {
+	t.Helper()
+	var out []*consumer.Message
+	deadline := time.Now().Add(timeout)
+	for len(out) < n && time.Now().Before(deadline) {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		msgs, err := c.Poll(ctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			require.NoError(t, err)
+		}
+		out = append(out, msgs...)
+	}
+	return out
+}
+
+// pollFor polls for d and returns everything received.
+func pollFor(t testing.TB, c *consumer.LitePull, d time.Duration) []*consumer.Message {
+	t.Helper()
+	return pollN(t, c, 1<<30, d)
+}
+
+func bodies(msgs []*consumer.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = string(m.Body)
+	}
+	return out
+}
+
+func sortedBodies(msgs []*consumer.Message) []string {
+	out := bodies(msgs)
+	slices.Sort(out)
+	return out
+}
+
+func sorted(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
+}

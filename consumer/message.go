@@ -1,0 +1,185 @@
+package consumer
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// MessageQueue is one queue of a topic on one broker.
+type MessageQueue = protocol.MessageQueue
+
+// Message is a message as Poll returns it.
+type Message struct {
+	// Topic is the topic the message was read from.
+	Topic string
+	// Queue is the queue it was read from.
+	Queue MessageQueue
+	// QueueOffset is its position in the queue.
+	QueueOffset int64
+	// CommitLogOffset is its position in the broker's commit log.
+	CommitLogOffset int64
+	// MsgID is the producer-assigned unique id (the UNIQ_KEY property), or OffsetMsgID when the
+	// producer set none.
+	MsgID string
+	// OffsetMsgID is the broker-assigned id: store host and commit-log offset.
+	OffsetMsgID string
+	// Tags is the TAGS property.
+	Tags string
+	// Keys is the KEYS property, split on spaces.
+	Keys []string
+	// Properties holds every property, the well-known ones included.
+	Properties map[string]string
+	// Body is the message body, decompressed if the producer compressed it.
+	Body []byte
+	// Flag is the producer's flag, opaque to the broker.
+	Flag int32
+	// BornTimestamp is when the producer made the message.
+	BornTimestamp time.Time
+	// StoreTimestamp is when the broker stored it.
+	StoreTimestamp time.Time
+	// BornHost is the producer's address as the broker saw it.
+	BornHost string
+	// ReconsumeTimes counts earlier deliveries of a retried message.
+	ReconsumeTimes int32
+}
+
+// Property returns the named property, or "".
+func (m *Message) Property(name string) string { return m.Properties[name] }
+
+func (m *Message) String() string {
+	return fmt.Sprintf("Message{topic=%s queue=%d offset=%d id=%s tags=%q body=%dB}", m.Topic, m.Queue.QueueID, m.QueueOffset, m.MsgID, m.Tags, len(m.Body))
+}
+
+// convert turns a decoded stored message into a Message, inflating a compressed body.
+func convert(mq MessageQueue, ext *protocol.MessageExt, d *protocol.Decompressor, limit int) (*Message, error) {
+	body := ext.Body
+	if ext.SysFlag&protocol.MsgFlagCompressed != 0 {
+		var err error
+		if body, err = d.Decompress(nil, ext.Body, limit); err != nil {
+			return nil, fmt.Errorf("message at offset %d of %s: %w", ext.QueueOffset, mq, err)
+		}
+	}
+	props := ext.Properties
+	m := &Message{
+		Topic:           ext.Topic,
+		Queue:           mq,
+		QueueOffset:     ext.QueueOffset,
+		CommitLogOffset: ext.CommitLogOffset,
+		OffsetMsgID:     protocol.OffsetMsgID(ext.StoreHost, ext.CommitLogOffset),
+		Tags:            props[protocol.PropertyTags],
+		Keys:            strings.Fields(props[protocol.PropertyKeys]),
+		Properties:      props,
+		Body:            body,
+		Flag:            ext.Flag,
+		BornTimestamp:   time.UnixMilli(ext.BornTimestamp),
+		StoreTimestamp:  time.UnixMilli(ext.StoreTimestamp),
+		BornHost:        ext.BornHost.String(),
+		ReconsumeTimes:  ext.ReconsumeTimes,
+	}
+	m.MsgID = props[protocol.PropertyUniqueKey]
+	if m.MsgID == "" {
+		m.MsgID = m.OffsetMsgID
+	}
+	return m, nil
+}
+
+// Selector chooses which messages of a topic a subscription takes. The broker filters by it;
+// for tag selectors the consumer checks again, since the broker compares only tag hashes.
+//
+// TagSelector is the only built-in selector; SQL92 and Wasm filters implement the same
+// interface with their own Type.
+type Selector interface {
+	// Type is the expression type sent to the broker: "TAG", "SQL92", ….
+	Type() string
+	// Expression is the filter expression.
+	Expression() string
+}
+
+// TagSelector selects messages by tag: "*" or "" takes every message, "a || b" takes the
+// messages tagged a or b.
+type TagSelector string
+
+// Type is protocol.ExpressionTag.
+func (TagSelector) Type() string { return protocol.ExpressionTag }
+
+// Expression is the tag expression.
+func (s TagSelector) Expression() string { return string(s) }
+
+// parseTags splits a tag expression as RocketMQ does; nil means every tag.
+func parseTags(expr string) []string {
+	expr = strings.TrimSpace(expr)
+	if expr == "" || expr == "*" {
+		return nil
+	}
+	var tags []string
+	for _, t := range strings.Split(expr, "||") {
+		if t = strings.TrimSpace(t); t != "" {
+			dup := false
+			for _, have := range tags {
+				dup = dup || have == t
+			}
+			if !dup {
+				tags = append(tags, t)
+			}
+		}
+	}
+	return tags
+}
+
+// subscription is one topic subscription.
+type subscription struct {
+	topic    string
+	selector Selector
+	tags     []string // TAG selectors only; nil takes all
+	version  int64
+}
+
+func newSubscription(topic string, sel Selector) *subscription {
+	s := &subscription{topic: topic, selector: sel, version: time.Now().UnixMilli()}
+	if sel.Type() == protocol.ExpressionTag {
+		s.tags = parseTags(sel.Expression())
+	}
+	return s
+}
+
+// expression is what the heartbeat and pulls carry: "*" for take-all tags.
+func (s *subscription) expression() string {
+	if s.selector.Type() == protocol.ExpressionTag && s.tags == nil {
+		return "*"
+	}
+	return s.selector.Expression()
+}
+
+// data is the heartbeat form.
+func (s *subscription) data() protocol.SubscriptionData {
+	d := protocol.SubscriptionData{
+		Topic:          s.topic,
+		SubString:      s.expression(),
+		TagsSet:        []string{},
+		CodeSet:        protocol.CodeSet{},
+		SubVersion:     s.version,
+		ExpressionType: s.selector.Type(),
+	}
+	for _, t := range s.tags {
+		d.TagsSet = append(d.TagsSet, t)
+		d.CodeSet = append(d.CodeSet, protocol.TagsCode(t))
+	}
+	return d
+}
+
+// match re-checks a message's tag against the subscription: the broker matched hash codes
+// only, and two tags can share one.
+func (s *subscription) match(tags string) bool {
+	if s == nil || s.tags == nil {
+		return true
+	}
+	for _, t := range s.tags {
+		if t == tags {
+			return true
+		}
+	}
+	return false
+}

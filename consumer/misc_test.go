@@ -1,0 +1,99 @@
+package consumer_test
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/consumer"
+	"github.com/flowd-io/flowd/protocol"
+)
+
+func TestTopicCreatedAfterSubscribe(t *testing.T) {
+	b := startBroker(t, nil)
+	c := newConsumer(t, b, "late-group", consumer.WithTopicMetadataCheckInterval(100*time.Millisecond),
+		consumer.WithRebalanceInterval(time.Minute), consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
+	require.NoError(t, c.Subscribe("late-topic", "*"))
+	require.NoError(t, c.Start(context.Background()))
+	assert.Empty(t, c.Assignment())
+	createTopic(t, b, "late-topic", 2)
+	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 2 }, 5*time.Second, 10*time.Millisecond)
+}
+
+func TestResetOffsetAndRunningInfo(t *testing.T) {
+	b := startBroker(t, nil)
+	queues := createTopic(t, b, "reset", 1)
+	p := newProducer(t, b)
+	sent := produceTo(t, p, queues[0], "r", 10, nil)
+	c := newConsumer(t, b, "reset-group", consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
+	require.NoError(t, c.Subscribe("reset", "*"))
+	require.NoError(t, c.Start(context.Background()))
+	require.Equal(t, sent, bodies(pollN(t, c, 10, 5*time.Second)))
+
+	c.Hooks().ResetOffset("reset", map[protocol.MessageQueue]int64{queues[0]: 6})
+	require.Equal(t, sent[6:], bodies(pollN(t, c, 4, 5*time.Second)))
+
+	info := c.Hooks().RunningInfo()
+	assert.Equal(t, "CLUSTERING", info.Properties["messageModel"])
+	assert.Equal(t, "AVG", info.Properties["allocateMessageQueueStrategy"])
+	require.Len(t, info.SubscriptionSet, 1)
+	assert.Equal(t, "reset", info.SubscriptionSet[0].Topic)
+	pq := info.MQTable[queues[0]]
+	assert.EqualValues(t, 10, pq.CommitOffset)
+	assert.True(t, pq.Locked)
+	_, err := info.Encode()
+	require.NoError(t, err)
+}
+
+func TestNoGoroutineLeak(t *testing.T) {
+	b := startBroker(t, nil)
+	queues := createTopic(t, b, "leak", 4)
+	p := newProducer(t, b)
+	produceTo(t, p, queues[0], "warm-up", 1, nil) // the producer's connections are not the consumer's
+	time.Sleep(100 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	for range 3 {
+		c, err := consumer.NewLitePull("leak-group", fastOpts(b)...)
+		require.NoError(t, err)
+		require.NoError(t, c.Subscribe("leak", "*"))
+		require.NoError(t, c.Start(context.Background()))
+		require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 4 }, 5*time.Second, 10*time.Millisecond)
+		produceTo(t, p, queues[0], "x", 3, nil)
+		pollN(t, c, 3, 2*time.Second)
+		require.NoError(t, c.Shutdown(context.Background()))
+	}
+	ok := assert.Eventually(t, func() bool { return runtime.NumGoroutine() <= before+2 }, 5*time.Second, 20*time.Millisecond,
+		"goroutines: before %d, now %d", before, runtime.NumGoroutine())
+	if !ok {
+		buf := make([]byte, 1<<20)
+		t.Logf("%s", buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestManySeeksDoNotPileUpParkedPulls: a pull parked by the broker cannot be withdrawn, and a
+// connection with 256 requests in flight is refused everything. Seeking an idle queue over and
+// over must not leave a parked pull behind each time.
+func TestManySeeksDoNotPileUpParkedPulls(t *testing.T) {
+	b := startBroker(t, nil)
+	queues := createTopic(t, b, "seeks", 1)
+	p := newProducer(t, b)
+	produceTo(t, p, queues[0], "old", 1, nil)
+	c := newConsumer(t, b, "seeks-group", consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
+	require.NoError(t, c.Assign(queues))
+	require.NoError(t, c.Start(context.Background()))
+	require.Len(t, pollN(t, c, 1, 5*time.Second), 1)
+	ctx := context.Background()
+	for range 300 {
+		require.NoError(t, c.SeekToEnd(ctx, queues[0]))
+		time.Sleep(100 * time.Microsecond)
+	}
+	produceTo(t, p, queues[0], "new", 1, nil)
+	got := pollN(t, c, 1, 5*time.Second)
+	require.Len(t, got, 1)
+	assert.Equal(t, "new-0", string(got[0].Body))
+	require.NoError(t, c.Commit(ctx), "the connection still takes requests")
+}

@@ -1,0 +1,578 @@
+package consumer
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/flowd-io/flowd/consumer/allocate"
+	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// Defaults of the lite-pull consumer's settings: RocketMQ's DefaultLitePullConsumer defaults
+// (SPEC §3), except where a comment says otherwise.
+const (
+	DefaultPullGoroutines            = 20
+	DefaultPullBatchSize             = 10
+	DefaultPullThresholdForAll       = 10_000
+	DefaultPullThresholdForQueue     = 1_000
+	DefaultPullThresholdSizeForQueue = 100 << 20
+	DefaultConsumeMaxSpan            = 2_000
+	DefaultPollTimeout               = 5 * time.Second
+	DefaultTopicMetadataCheck        = 30 * time.Second
+	DefaultPullTimeout               = 10 * time.Second
+	DefaultBrokerSuspend             = 20 * time.Second
+	DefaultSuspendedPullTimeout      = 30 * time.Second
+	DefaultAutoCommitInterval        = 5 * time.Second
+	MinAutoCommitInterval            = time.Second
+	DefaultRebalanceInterval         = 20 * time.Second
+	DefaultConsumeTimestampAgo       = 30 * time.Minute
+
+	// DefaultFlowControlDelay is how long a pull task waits when one of the consumer's own
+	// thresholds (messages for all queues, messages or bytes for its queue, span) is exceeded.
+	DefaultFlowControlDelay = 50 * time.Millisecond
+	// DefaultBrokerFlowControlDelay is how long a pull task waits after the broker answered
+	// FLOW_CONTROL.
+	DefaultBrokerFlowControlDelay = 20 * time.Millisecond
+	// DefaultPullErrorDelay is how long a pull task waits after any other failure
+	// (RocketMQ's pullTimeDelayMillsWhenException).
+	DefaultPullErrorDelay = time.Second
+
+	// DefaultLockLease is the broker's default queue-lock lease (broker.Config.LockLease).
+	DefaultLockLease = 60 * time.Second
+	// DefaultLockRetryInterval is how often a queue waiting for its previous owner to release
+	// it is tried again.
+	DefaultLockRetryInterval = 500 * time.Millisecond
+)
+
+// MessageModel says how a group's members share a topic.
+type MessageModel int
+
+const (
+	// Clustering shares the queues among the group's members: each queue has one owner, and
+	// offsets live on the broker.
+	Clustering MessageModel = iota
+	// Broadcasting gives every member every queue; each member keeps its own offsets in a
+	// local file.
+	Broadcasting
+)
+
+func (m MessageModel) String() string {
+	if m == Broadcasting {
+		return protocol.Broadcasting
+	}
+	return protocol.Clustering
+}
+
+// ConsumeFrom says where a group starts in a queue it has no stored offset for.
+type ConsumeFrom int
+
+const (
+	// ConsumeFromLast starts at the queue's end: only messages stored from now on.
+	ConsumeFromLast ConsumeFrom = iota
+	// ConsumeFromFirst starts at the queue's first message still stored.
+	ConsumeFromFirst
+	// ConsumeFromTimestamp starts at the first message stored at or after the timestamp set
+	// with WithConsumeTimestamp (default: 30 minutes before Start).
+	ConsumeFromTimestamp
+)
+
+func (c ConsumeFrom) String() string {
+	switch c {
+	case ConsumeFromFirst:
+		return protocol.ConsumeFromFirstOffset
+	case ConsumeFromTimestamp:
+		return protocol.ConsumeFromTimestamp
+	}
+	return protocol.ConsumeFromLastOffset
+}
+
+// Option configures a LitePull; pass options to NewLitePull.
+type Option func(*config) error
+
+type config struct {
+	nameServers    []string
+	instanceName   string
+	clientIP       string
+	logger         *slog.Logger
+	shared         *client.Client
+	heartbeat      time.Duration
+	routeRefresh   time.Duration
+	requestTimeout time.Duration
+
+	model         MessageModel
+	strategy      allocate.Strategy
+	consumeFrom   ConsumeFrom
+	consumeTS     time.Time
+	autoCommit    bool
+	autoCommitInt time.Duration
+
+	pullGoroutines    int
+	pullBatchSize     int
+	thresholdAll      int
+	thresholdQueue    int
+	thresholdSize     int64
+	maxSpan           int64
+	pollTimeout       time.Duration
+	metadataCheck     time.Duration
+	pullTimeout       time.Duration
+	brokerSuspend     time.Duration
+	suspendedTimeout  time.Duration
+	flowControlDelay  time.Duration
+	brokerFlowDelay   time.Duration
+	pullErrorDelay    time.Duration
+	rebalanceInterval time.Duration
+
+	handoverLocks    bool
+	handoverLocksSet bool
+	lockLease        time.Duration
+	lockRenew        time.Duration
+	lockRetry        time.Duration
+
+	offsetDir     string
+	queueListener func(topic string, queues []protocol.MessageQueue)
+	maxBodySize   int
+}
+
+// requestTimeoutOrDefault is the request timeout, or the client core's default.
+func (c *config) requestTimeoutOrDefault() time.Duration {
+	if c.requestTimeout > 0 {
+		return c.requestTimeout
+	}
+	return client.DefaultRequestTimeout
+}
+
+func defaultConfig() config {
+	return config{
+		strategy:          allocate.Averagely(),
+		autoCommit:        true,
+		autoCommitInt:     DefaultAutoCommitInterval,
+		pullGoroutines:    DefaultPullGoroutines,
+		pullBatchSize:     DefaultPullBatchSize,
+		thresholdAll:      DefaultPullThresholdForAll,
+		thresholdQueue:    DefaultPullThresholdForQueue,
+		thresholdSize:     DefaultPullThresholdSizeForQueue,
+		maxSpan:           DefaultConsumeMaxSpan,
+		pollTimeout:       DefaultPollTimeout,
+		metadataCheck:     DefaultTopicMetadataCheck,
+		pullTimeout:       DefaultPullTimeout,
+		brokerSuspend:     DefaultBrokerSuspend,
+		suspendedTimeout:  DefaultSuspendedPullTimeout,
+		flowControlDelay:  DefaultFlowControlDelay,
+		brokerFlowDelay:   DefaultBrokerFlowControlDelay,
+		pullErrorDelay:    DefaultPullErrorDelay,
+		rebalanceInterval: DefaultRebalanceInterval,
+		lockLease:         DefaultLockLease,
+		lockRetry:         DefaultLockRetryInterval,
+		maxBodySize:       protocol.MaxFrameSize,
+	}
+}
+
+func (c *config) validate() error {
+	if c.shared == nil && len(c.nameServers) == 0 {
+		return fmt.Errorf("%w: WithNameServers is required", ErrInvalidOption)
+	}
+	if c.suspendedTimeout <= c.brokerSuspend {
+		return fmt.Errorf("%w: the suspended pull timeout %v must exceed the broker suspend time %v", ErrInvalidOption, c.suspendedTimeout, c.brokerSuspend)
+	}
+	if !c.handoverLocksSet {
+		c.handoverLocks = c.model == Clustering
+	}
+	if c.model == Broadcasting {
+		c.handoverLocks = false
+	}
+	if c.lockRenew == 0 {
+		c.lockRenew = c.lockLease / 3
+	}
+	if c.handoverLocks && c.lockRenew >= c.lockLease/2 {
+		return fmt.Errorf("%w: the lock renew interval %v must be below half the lock lease %v", ErrInvalidOption, c.lockRenew, c.lockLease)
+	}
+	return nil
+}
+
+func positive[T int | int64 | time.Duration](name string, v T) error {
+	if v <= 0 {
+		return fmt.Errorf("%w: %s must be positive, got %v", ErrInvalidOption, name, v)
+	}
+	return nil
+}
+
+// WithNameServers sets the name-server addresses ("host:port"; an entry may list several
+// separated by ';', RocketMQ's form). The consumer asks them for topic routes, failing over
+// from one to the next. Required, unless WithSharedClient is given.
+func WithNameServers(addrs ...string) Option {
+	return func(c *config) error {
+		c.nameServers = append(c.nameServers, addrs...)
+		return nil
+	}
+}
+
+// WithInstanceName sets the instance part of the client id ("ip@instance"). The client id is
+// how the broker tells group members apart, and it orders members for allocation.
+//
+// Default: the process id followed by a random suffix, unique per consumer. RocketMQ defaults
+// to the bare pid, which would make two consumers of one process the same member.
+func WithInstanceName(name string) Option {
+	return func(c *config) error {
+		c.instanceName = name
+		return nil
+	}
+}
+
+// WithClientIP sets the address part of the client id. Default: the first non-loopback IPv4
+// address of the host, or 127.0.0.1.
+func WithClientIP(ip string) Option {
+	return func(c *config) error {
+		c.clientIP = ip
+		return nil
+	}
+}
+
+// WithLogger sets the logger. Default slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		c.logger = l
+		return nil
+	}
+}
+
+// WithSharedClient makes the consumer use an existing client core instead of building its
+// own, so that a daemon hosting many producers and consumers keeps one connection per broker.
+// The consumer registers into it on Start and unregisters on Shutdown, but never closes it:
+// its creator does. Name servers, instance name, client IP, heartbeat and route-refresh
+// options are then the shared client's.
+func WithSharedClient(cl *client.Client) Option {
+	return func(c *config) error {
+		c.shared = cl
+		return nil
+	}
+}
+
+// WithHeartbeatInterval sets how often the consumer heartbeats every broker it reads from.
+// A broker drops a member after its client expiry (flowd: 45 s by default) without a
+// heartbeat, so a crashed member that did not close its connection is noticed after that.
+//
+// Default 10 s (RocketMQ clients: 30 s).
+func WithHeartbeatInterval(d time.Duration) Option {
+	return func(c *config) error {
+		c.heartbeat = d
+		return positive("heartbeat interval", d)
+	}
+}
+
+// WithRouteRefreshInterval sets how often the client core fetches the routes it caches again.
+// Default 30 s.
+func WithRouteRefreshInterval(d time.Duration) Option {
+	return func(c *config) error {
+		c.routeRefresh = d
+		return positive("route refresh interval", d)
+	}
+}
+
+// WithRequestTimeout bounds requests other than pulls (offset queries and commits, locks,
+// member lists, routes) when the caller's context has no deadline. Default 3 s.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		c.requestTimeout = d
+		return positive("request timeout", d)
+	}
+}
+
+// WithMessageModel chooses clustering (the default: the group's members share the queues,
+// offsets live on the broker) or broadcasting (every member reads every queue, offsets live in
+// a local file; see WithOffsetStoreDir).
+func WithMessageModel(m MessageModel) Option {
+	return func(c *config) error {
+		if m != Clustering && m != Broadcasting {
+			return fmt.Errorf("%w: unknown message model %d", ErrInvalidOption, m)
+		}
+		c.model = m
+		return nil
+	}
+}
+
+// WithAllocateStrategy sets how a rebalance shares a topic's queues among the group's members.
+// Every member of a group must use the same strategy, or queues are read twice or not at all.
+//
+// Default allocate.Averagely(), RocketMQ's default.
+//
+// # Notes
+//
+// The strategy is given, as allocate.Request.Previous, the whole group's allocation at this
+// member's last rebalance, so that sticky strategies (allocate.Sticky) move few queues. Every
+// member must pass the same Previous, and there is no shared store of it yet: each member
+// records the allocation it computed. So Previous is withheld (nil) whenever the group has a
+// member this one has no record for (a joiner, which has no history of its own), and sticky
+// strategies are sticky when members leave, not when they join. Members that saw different
+// sequences of leaves (notifications coalesced differently) may disagree; hand-over locks
+// still prevent duplicates, and stateless strategies are unaffected.
+func WithAllocateStrategy(s allocate.Strategy) Option {
+	return func(c *config) error {
+		if s == nil {
+			return fmt.Errorf("%w: nil allocate strategy", ErrInvalidOption)
+		}
+		c.strategy = s
+		return nil
+	}
+}
+
+// WithConsumeFrom sets where the group starts in a queue that has no stored offset: its end
+// (ConsumeFromLast, the default), its first message (ConsumeFromFirst) or a point in time
+// (ConsumeFromTimestamp). A stored offset always wins.
+func WithConsumeFrom(from ConsumeFrom) Option {
+	return func(c *config) error {
+		if from < ConsumeFromLast || from > ConsumeFromTimestamp {
+			return fmt.Errorf("%w: unknown consume-from %d", ErrInvalidOption, from)
+		}
+		c.consumeFrom = from
+		return nil
+	}
+}
+
+// WithConsumeTimestamp sets the time ConsumeFromTimestamp starts from. Default: 30 minutes
+// before Start.
+func WithConsumeTimestamp(t time.Time) Option {
+	return func(c *config) error {
+		c.consumeTS = t
+		return nil
+	}
+}
+
+// WithAutoCommit turns automatic offset commits on or off. Default on.
+//
+// With auto-commit, the offset past every message Poll has returned is committed every
+// auto-commit interval, when a queue is taken away by a rebalance, and on Shutdown: a polled
+// message counts as consumed (RocketMQ's lite-pull semantics). Without it, only Commit and
+// CommitOffsets commit, and a queue taken away is handed over at the offset last committed
+// that way, so messages polled but not committed are read again by the next owner.
+func WithAutoCommit(on bool) Option {
+	return func(c *config) error {
+		c.autoCommit = on
+		return nil
+	}
+}
+
+// WithAutoCommitInterval sets how often offsets are committed automatically. Default 5 s; the
+// minimum is 1 s.
+func WithAutoCommitInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d < MinAutoCommitInterval {
+			return fmt.Errorf("%w: auto-commit interval %v is below the minimum %v", ErrInvalidOption, d, MinAutoCommitInterval)
+		}
+		c.autoCommitInt = d
+		return nil
+	}
+}
+
+// WithPullGoroutines bounds how many pulls are in flight at once (RocketMQ's pullThreadNums).
+// Each owned queue has its own pull task; a task waits for a slot before each pull.
+//
+// Default 20.
+//
+// # Notes
+//
+// A pull on a caught-up queue is parked by the broker for up to the suspend time
+// (WithBrokerSuspend) and holds its slot meanwhile, as a Java pull thread would. With more
+// queues than slots, a queue with new messages can wait behind parked pulls of idle queues:
+// give at least as many goroutines as the consumer may own queues.
+func WithPullGoroutines(n int) Option {
+	return func(c *config) error {
+		c.pullGoroutines = n
+		return positive("pull goroutines", n)
+	}
+}
+
+// WithPullBatchSize sets the most messages one pull asks for, which is also the most one Poll
+// returns. Default 10; at most 1024.
+func WithPullBatchSize(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > 1024 {
+			return fmt.Errorf("%w: pull batch size %d is outside 1..1024", ErrInvalidOption, n)
+		}
+		c.pullBatchSize = n
+		return nil
+	}
+}
+
+// WithPullThresholdForAll caps the messages cached for all queues together, counted as cached
+// batches times the batch size; past it pulling pauses. Default 10 000.
+func WithPullThresholdForAll(n int) Option {
+	return func(c *config) error {
+		c.thresholdAll = n
+		return positive("pull threshold for all", n)
+	}
+}
+
+// WithPullThresholdForQueue caps the messages cached for one queue; past it that queue's
+// pulling pauses until Poll takes some. Default 1 000.
+func WithPullThresholdForQueue(n int) Option {
+	return func(c *config) error {
+		c.thresholdQueue = n
+		return positive("pull threshold for queue", n)
+	}
+}
+
+// WithPullThresholdSizeForQueue caps the body bytes cached for one queue. Default 100 MiB.
+func WithPullThresholdSizeForQueue(bytes int64) Option {
+	return func(c *config) error {
+		c.thresholdSize = bytes
+		return positive("pull threshold size for queue", bytes)
+	}
+}
+
+// WithConsumeMaxSpan caps the distance between the first and the last cached offset of a
+// queue. Default 2 000.
+func WithConsumeMaxSpan(n int64) Option {
+	return func(c *config) error {
+		c.maxSpan = n
+		return positive("consume max span", n)
+	}
+}
+
+// WithPollTimeout sets how long Poll waits for messages when its context allows longer.
+// Default 5 s.
+func WithPollTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		c.pollTimeout = d
+		return positive("poll timeout", d)
+	}
+}
+
+// WithTopicMetadataCheckInterval sets how often the routes of subscribed topics are fetched to
+// notice a changed queue set (which triggers a rebalance and the topic listeners). Default 30 s.
+func WithTopicMetadataCheckInterval(d time.Duration) Option {
+	return func(c *config) error {
+		c.metadataCheck = d
+		return positive("topic metadata check interval", d)
+	}
+}
+
+// WithPullTimeout bounds connecting to a broker (RocketMQ's consumerPullTimeoutMillis, which
+// its lite-pull consumer uses as the connection timeout: every lite pull may be parked, so the
+// pull itself is bounded by WithSuspendedPullTimeout). Default 10 s.
+func WithPullTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		c.pullTimeout = d
+		return positive("pull timeout", d)
+	}
+}
+
+// WithBrokerSuspend sets how long the broker may park a pull that finds nothing (long
+// polling). Default 20 s.
+func WithBrokerSuspend(d time.Duration) Option {
+	return func(c *config) error {
+		c.brokerSuspend = d
+		return positive("broker suspend", d)
+	}
+}
+
+// WithSuspendedPullTimeout bounds, client-side, a pull the broker may park. It must exceed the
+// broker suspend time. Default 30 s.
+func WithSuspendedPullTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		c.suspendedTimeout = d
+		return positive("suspended pull timeout", d)
+	}
+}
+
+// WithPullDelays sets the pull back-off: after the consumer's own flow control trips (default
+// 50 ms), after the broker answered FLOW_CONTROL (default 20 ms), and after any other failure
+// (default 1 s).
+func WithPullDelays(flowControl, brokerFlowControl, onError time.Duration) Option {
+	return func(c *config) error {
+		c.flowControlDelay, c.brokerFlowDelay, c.pullErrorDelay = flowControl, brokerFlowControl, onError
+		if flowControl <= 0 || brokerFlowControl <= 0 || onError <= 0 {
+			return fmt.Errorf("%w: pull delays must be positive", ErrInvalidOption)
+		}
+		return nil
+	}
+}
+
+// WithRebalanceInterval sets the period of the safety-net rebalance. Rebalances also run at
+// once when the broker reports a membership change, when a topic's queues change, on
+// Subscribe/Unsubscribe and on Start, so the timer only matters when a notification is lost.
+// Default 20 s, RocketMQ's only trigger besides start.
+func WithRebalanceInterval(d time.Duration) Option {
+	return func(c *config) error {
+		c.rebalanceInterval = d
+		return positive("rebalance interval", d)
+	}
+}
+
+// WithHandoverLocks turns hand-over locks on or off. Default on in clustering, and always
+// off in broadcasting.
+//
+// With hand-over locks a queue moves to its new owner only after the previous owner has
+// stopped handing out its messages, committed the offset past what Poll returned, and
+// released the queue's lock on the broker (UNLOCK_BATCH_MQ). The new owner pulls only once it
+// holds the lock (LOCK_BATCH_MQ), and reads the committed offset after taking it. So a message
+// Poll returned before a rebalance is never returned again by another member: RocketMQ gives
+// no such promise and asks consumers to be idempotent.
+//
+// A member that crashes loses its locks when its connection closes, or after the lease.
+func WithHandoverLocks(on bool) Option {
+	return func(c *config) error {
+		c.handoverLocks, c.handoverLocksSet = on, true
+		return nil
+	}
+}
+
+// WithLockLease tells the consumer the broker's queue-lock lease (broker.Config.LockLease).
+// The consumer stops handing out a queue's messages when it has not renewed its lock for half
+// the lease, so that it never reads a queue whose lock may have passed to another member.
+// Default 60 s, the broker's default.
+func WithLockLease(d time.Duration) Option {
+	return func(c *config) error {
+		c.lockLease = d
+		return positive("lock lease", d)
+	}
+}
+
+// WithLockRenewInterval sets how often held queue locks are renewed. It must be below half
+// the lease. Default: a third of the lease (20 s).
+func WithLockRenewInterval(d time.Duration) Option {
+	return func(c *config) error {
+		c.lockRenew = d
+		return positive("lock renew interval", d)
+	}
+}
+
+// WithLockRetryInterval sets how often a queue whose lock another member still holds is tried
+// again. Default 500 ms.
+func WithLockRetryInterval(d time.Duration) Option {
+	return func(c *config) error {
+		c.lockRetry = d
+		return positive("lock retry interval", d)
+	}
+}
+
+// WithOffsetStoreDir sets the directory of the local offset file used in broadcasting:
+// <dir>/<group>/offsets.json. Two broadcasting consumers of one group on one host need
+// different directories. Default: $HOME/.flowd_offsets.
+func WithOffsetStoreDir(dir string) Option {
+	return func(c *config) error {
+		c.offsetDir = dir
+		return nil
+	}
+}
+
+// WithQueueListener sets a function called with a topic's newly assigned queues every time a
+// rebalance (or Assign) changes them. It runs on the rebalance goroutine, after the queues
+// removed have been committed and released; it must not block for long, and must not call
+// Shutdown.
+func WithQueueListener(fn func(topic string, queues []protocol.MessageQueue)) Option {
+	return func(c *config) error {
+		c.queueListener = fn
+		return nil
+	}
+}
+
+// WithMaxBodySize caps the size a compressed body may inflate to; a larger one fails the pull
+// of its queue. Default 16 MiB.
+func WithMaxBodySize(n int) Option {
+	return func(c *config) error {
+		c.maxBodySize = n
+		return positive("max body size", n)
+	}
+}

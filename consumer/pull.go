@@ -1,0 +1,248 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// pullResult is what one pull brought back.
+type pullResult struct {
+	code  protocol.ResponseCode
+	next  int64
+	msgs  []*Message
+	bytes int64
+}
+
+// pullOutcome is what one pull's goroutine reports.
+type pullOutcome struct {
+	res *pullResult
+	err error
+}
+
+// pullTask pulls one owned queue until the queue is dropped or the consumer shuts down. At
+// most pullGoroutines pulls are in flight at once across all tasks.
+//
+// # Notes
+//
+// A pull the broker parks (long polling) cannot be withdrawn: RocketMQ's protocol has no
+// cancel, so the broker keeps it until a message arrives or the suspend time runs out, and it
+// counts against the connection's limit of requests in flight (past which the broker answers
+// SYSTEM_BUSY to everything, heartbeats included). So a pull is never abandoned at the broker
+// blindly: when a seek or a drop makes its answer useless, the task stops waiting for it but
+// its goroutine waits on (the answer is discarded), and while a queue has such a pull parked,
+// its next pulls are sent without the suspend flag, paced by the flow-control delay. Each
+// queue thus has at most one parked pull, however often it is seeked, dropped and re-added.
+func (l *LitePull) pullTask(ctx context.Context, q *queue) {
+	defer l.wg.Done()
+	for ctx.Err() == nil {
+		if d := l.pullDelay(q); d != 0 {
+			if d < 0 {
+				return
+			}
+			l.sleep(ctx, q, d)
+			continue
+		}
+		select {
+		case l.pullSem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		l.mu.Lock()
+		if q.dropped {
+			l.mu.Unlock()
+			<-l.pullSem
+			return
+		}
+		select { // a restart asked for before this pull concerns an older one
+		case <-q.restart:
+		default:
+		}
+		offset, gen, sub := q.pullOffset, q.gen, q.sub
+		suspend := l.parked[q.mq] == 0
+		if suspend {
+			l.parked[q.mq]++
+		}
+		q.lastPull = time.Now()
+		l.mu.Unlock()
+
+		out := make(chan pullOutcome, 1)
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			res, err := l.pull(l.ctx, q.mq, sub, offset, suspend)
+			if suspend {
+				l.mu.Lock()
+				if l.parked[q.mq]--; l.parked[q.mq] <= 0 {
+					delete(l.parked, q.mq)
+				}
+				l.mu.Unlock()
+			}
+			out <- pullOutcome{res, err}
+		}()
+		var d time.Duration
+		select {
+		case o := <-out:
+			d = l.applyPull(q, gen, suspend, o.res, o.err)
+		case <-q.restart: // seeked: the answer will be stale; pull at the new offset now
+		case <-ctx.Done(): // dropped or shutting down
+		}
+		<-l.pullSem
+		if d > 0 {
+			l.sleep(ctx, q, d)
+		}
+	}
+}
+
+// sleep waits for d, for q's wake signal (Poll made room, Resume, Seek), or for ctx.
+func (l *LitePull) sleep(ctx context.Context, q *queue, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-q.wake:
+	}
+}
+
+// pullDelay applies flow control before a pull, in RocketMQ's order: messages cached for all
+// queues, messages cached for this queue, bytes cached for this queue, span of this queue.
+// It returns 0 to pull now, a delay to wait first, or -1 when q has been dropped.
+func (l *LitePull) pullDelay(q *queue) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case q.dropped:
+		return -1
+	case l.paused[q.mq]:
+		return l.cfg.flowControlDelay
+	case l.lockedMode() && !(q.locked && time.Now().Before(q.lockValidUntil)):
+		return l.cfg.flowControlDelay // lock not renewed in time: wait for the renewal
+	case l.cachedBatches*l.cfg.pullBatchSize > l.cfg.thresholdAll:
+		return l.cfg.flowControlDelay
+	case q.count > l.cfg.thresholdQueue:
+		return l.cfg.flowControlDelay
+	case q.bytes > l.cfg.thresholdSize:
+		return l.cfg.flowControlDelay
+	}
+	if first, last, ok := q.span(); ok && last-first > l.cfg.maxSpan {
+		return l.cfg.flowControlDelay
+	}
+	return 0
+}
+
+// pull sends one PULL_MESSAGE for mq at offset, which the broker may park up to the suspend
+// time when suspend is set, and decodes, re-filters and converts what comes back.
+func (l *LitePull) pull(ctx context.Context, mq MessageQueue, sub *subscription, offset int64, suspend bool) (*pullResult, error) {
+	timeout := l.cfg.suspendedTimeout
+	if !suspend {
+		timeout = l.cfg.requestTimeoutOrDefault()
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	addr, err := l.cl.FindBrokerAddr(ctx, mq.BrokerName, mq.Topic)
+	if err != nil {
+		return nil, err
+	}
+	h := protocol.PullMessageRequestHeader{
+		ConsumerGroup:  l.group,
+		Topic:          mq.Topic,
+		QueueID:        int32(mq.QueueID),
+		QueueOffset:    offset,
+		MaxMsgNums:     int32(l.cfg.pullBatchSize),
+		SysFlag:        protocol.PullFlagSubscription,
+		Subscription:   "*",
+		ExpressionType: protocol.ExpressionTag,
+		BrokerName:     mq.BrokerName,
+	}
+	if suspend {
+		h.SysFlag |= protocol.PullFlagSuspend
+		h.SuspendTimeoutMillis = l.cfg.brokerSuspend.Milliseconds()
+	}
+	if sub != nil {
+		h.Subscription, h.ExpressionType, h.SubVersion = sub.expression(), sub.selector.Type(), sub.version
+	}
+	resp, err := l.cl.Invoke(ctx, addr, protocol.NewRequestWith(protocol.PullMessage, &h, nil))
+	if err != nil {
+		return nil, fmt.Errorf("pull %s at %d: %w", mq, offset, err)
+	}
+	code := resp.ResponseCode()
+	switch code {
+	case protocol.Success, protocol.PullNotFound, protocol.PullRetryImmediately, protocol.PullOffsetMoved:
+	default:
+		return nil, fmt.Errorf("pull %s at %d: %w", mq, offset, client.NewBrokerError(resp))
+	}
+	var rh protocol.PullMessageResponseHeader
+	if err := resp.DecodeHeader(&rh); err != nil {
+		return nil, fmt.Errorf("pull %s at %d: %w", mq, offset, err)
+	}
+	res := &pullResult{code: code, next: rh.NextBeginOffset}
+	if code != protocol.Success || len(resp.Body) == 0 {
+		return res, nil
+	}
+	exts, err := protocol.DecodeStoredAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("pull %s at %d: %w", mq, offset, err)
+	}
+	res.msgs = make([]*Message, 0, len(exts))
+	var dec protocol.Decompressor
+	for _, ext := range exts {
+		if ext.QueueOffset < offset || !sub.match(ext.Properties[protocol.PropertyTags]) {
+			continue
+		}
+		m, err := convert(mq, ext, &dec, l.cfg.maxBodySize)
+		if err != nil {
+			return nil, fmt.Errorf("pull %s: %w", mq, err)
+		}
+		res.msgs = append(res.msgs, m)
+		res.bytes += int64(len(m.Body))
+	}
+	return res, nil
+}
+
+// applyPull caches a pull's messages and moves the pull offset, unless q was dropped or
+// seeked meanwhile. It returns how long the task should wait before its next pull.
+func (l *LitePull) applyPull(q *queue, gen uint64, suspended bool, res *pullResult, err error) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q.dropped || q.gen != gen || l.closing {
+		return 0
+	}
+	if err != nil {
+		if client.IsCode(err, protocol.FlowControl) {
+			return l.cfg.brokerFlowDelay
+		}
+		if !errors.Is(err, context.Canceled) {
+			l.log.Warn("pull failed", "queue", q.mq.String(), "err", err)
+		}
+		return l.cfg.pullErrorDelay
+	}
+	if res.code == protocol.PullOffsetMoved {
+		l.log.Warn("pull offset moved", "queue", q.mq.String(), "from", q.pullOffset, "to", res.next)
+	}
+	q.pullOffset = res.next
+	var d time.Duration
+	if !suspended && res.code == protocol.PullNotFound {
+		d = l.cfg.flowControlDelay // not parked: pace the polling (see pullTask)
+	}
+	if len(res.msgs) == 0 {
+		// Nothing to hand out (caught up, everything filtered out, or an offset correction):
+		// the consume offset follows once the messages cached before are handed out.
+		if len(q.cache) == 0 {
+			q.consumeOffset = res.next
+		} else if q.cache[len(q.cache)-1].next != res.next {
+			q.cache = append(q.cache, &batch{next: res.next})
+		}
+		return d
+	}
+	q.cache = append(q.cache, &batch{msgs: res.msgs, next: res.next, bytes: res.bytes})
+	q.count += len(res.msgs)
+	q.bytes += res.bytes
+	l.cachedBatches++
+	l.wakePollersLocked()
+	return 0
+}

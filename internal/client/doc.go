@@ -1,0 +1,20 @@
+// Package client is the client core shared by flowd's producer and lite-pull consumer: what
+// RocketMQ calls the MQClientInstance.
+//
+// A Client owns one remoting connection per broker and name server, a topic route cache, the
+// heartbeats that keep its consumer groups' membership alive on every broker, and the handler
+// for the requests brokers send to clients (NOTIFY_CONSUMER_IDS_CHANGED,
+// GET_CONSUMER_RUNNING_INFO, RESET_CONSUMER_OFFSET). Producers and consumers register into it by
+// group.
+//
+// Unlike RocketMQ's Java and Go clients, a Client is not a process-wide singleton keyed by an
+// instance name: there is no package-level state, and every producer or consumer builds its own
+// Client unless one is handed to it. Two consumers in one process therefore always have
+// distinct client ids, which RocketMQ only achieves when told a different instance name.
+//
+// # Lock order
+//
+// Client.mu guards the route cache, the registrations and the name-server cursor. It is a
+// leaf: it is never held across network I/O or while calling into a registered consumer
+// (hooks run after it is released), so a consumer may call back into the Client from a hook.
+package client

@@ -1,0 +1,63 @@
+package producer_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/producer"
+)
+
+// BenchmarkSendSync measures sequential Send of 1 KiB messages (one round trip each).
+func BenchmarkSendSync(b *testing.B) {
+	br := startBroker(b, nil)
+	createTopic(b, br, "bench-sync", 8)
+	p := newProducer(b, br)
+	msg := &producer.Message{Topic: "bench-sync", Body: make([]byte, 1024)}
+	ctx := context.Background()
+	b.SetBytes(1024)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.Send(ctx, msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkSendAsync measures SendAsync of 1 KiB messages with up to 64 in flight.
+func BenchmarkSendAsync(b *testing.B) {
+	br := startBroker(b, nil)
+	createTopic(b, br, "bench-async", 8)
+	p := newProducer(b, br)
+	msg := &producer.Message{Topic: "bench-async", Body: make([]byte, 1024)}
+	ctx := context.Background()
+	sem := make(chan struct{}, 64)
+	errs := make(chan error, 1)
+	b.SetBytes(1024)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		sem <- struct{}{}
+		p.SendAsync(ctx, msg, func(_ producer.SendResult, err error) {
+			if err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+			<-sem
+		})
+	}
+	for range cap(sem) {
+		sem <- struct{}{}
+	}
+	b.StopTimer()
+	select {
+	case err := <-errs:
+		require.NoError(b, err)
+	default:
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}

@@ -1,0 +1,32 @@
+// Package producer is flowd's message producer, wire-compatible with RocketMQ brokers.
+//
+//	p, err := producer.New("order-service", producer.WithNameServers("127.0.0.1:9876"))
+//	if err != nil { … }
+//	if err := p.Start(ctx); err != nil { … }
+//	defer p.Close(context.Background())
+//	res, err := p.Send(ctx, &producer.Message{Topic: "orders", Tags: "created", Keys: []string{"order-42"}, Body: body})
+//
+// Send waits for the broker to store the message and retries retriable failures on another
+// queue (another broker when there is one) within the send timeout; SendAsync does the same in
+// the background; SendOneway does not wait at all; SendBatch stores several messages of one
+// topic together in one queue with one request (SEND_BATCH_MESSAGE).
+//
+// Every message gets a RocketMQ-style unique id (the UNIQ_KEY property, 32 hex digits),
+// which consumers see as its MsgID. Bodies over the compression threshold (4 KiB) are
+// zlib-compressed; consumers inflate them. A topic that does not exist yet is sent to through
+// the auto-create key's route (TBW102), and a broker that allows it creates the topic on the
+// first send.
+//
+// The queue of each message is chosen by a QueueSelector: RoundRobin (the default), Random,
+// or HashByKey, which keeps the messages of one key in one queue, and so in order.
+//
+// Errors: the sentinels (ErrNotStarted, ErrMessageTooLarge, ErrNoRoute, …) are tested with
+// errors.Is; a broker's refusal is a *BrokerError carrying its response code and remark.
+//
+// # Notes
+//
+//   - Like the consumer, a Producer owns its client core and client id unless one is shared
+//     with WithSharedClient: there is no process-wide state, unlike RocketMQ's clients which
+//     share one instance per instance name.
+//   - Oneway sends are never retried and report only local failures.
+package producer

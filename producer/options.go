@@ -1,0 +1,225 @@
+package producer
+
+import (
+	"compress/zlib"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// Defaults of the producer's settings (RocketMQ's).
+const (
+	DefaultSendTimeout        = 3 * time.Second
+	DefaultRetries            = 2
+	DefaultCompressOver       = 4 << 10
+	DefaultCompressLevel      = protocol.DefaultCompressLevel
+	DefaultMaxMessageSize     = 4 << 20
+	DefaultDefaultTopicQueues = 4
+)
+
+// Option configures a Producer; pass options to New.
+type Option func(*config) error
+
+type config struct {
+	nameServers    []string
+	instanceName   string
+	clientIP       string
+	logger         *slog.Logger
+	shared         *client.Client
+	heartbeat      time.Duration
+	routeRefresh   time.Duration
+	sendTimeout    time.Duration
+	retries        int
+	compressOver   int
+	compressLevel  int
+	selector       QueueSelector
+	maxMessageSize int
+	defaultQueues  int
+	createKey      string
+}
+
+func defaultConfig() config {
+	return config{
+		sendTimeout:    DefaultSendTimeout,
+		retries:        DefaultRetries,
+		compressOver:   DefaultCompressOver,
+		compressLevel:  DefaultCompressLevel,
+		selector:       RoundRobin(),
+		maxMessageSize: DefaultMaxMessageSize,
+		defaultQueues:  DefaultDefaultTopicQueues,
+		createKey:      protocol.AutoCreateTopicKey,
+	}
+}
+
+// WithNameServers sets the name-server addresses ("host:port"; an entry may list several
+// separated by ';'). Routes are asked of them in turn, failing over on errors. Required,
+// unless WithSharedClient is given.
+func WithNameServers(addrs ...string) Option {
+	return func(c *config) error {
+		c.nameServers = append(c.nameServers, addrs...)
+		return nil
+	}
+}
+
+// WithSendTimeout bounds a whole send, retries included, when the caller's context allows
+// longer. Default 3 s.
+func WithSendTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: send timeout must be positive", ErrInvalidOption)
+		}
+		c.sendTimeout = d
+		return nil
+	}
+}
+
+// WithRetries sets how many times a failed send is tried again, within the send timeout.
+// Only failures that another attempt can fix are retried: connection errors and the broker
+// codes SYSTEM_ERROR, SYSTEM_BUSY, SERVICE_NOT_AVAILABLE, TOPIC_NOT_EXIST and NO_PERMISSION. A
+// retry goes to another queue, on another broker when the topic has one, unless the selector
+// keeps order (see OrderedSelector). Oneway sends are never retried.
+//
+// Default 2 (three attempts in all).
+func WithRetries(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("%w: retries must not be negative", ErrInvalidOption)
+		}
+		c.retries = n
+		return nil
+	}
+}
+
+// WithCompressOver sets the body size above which bodies are zlib-compressed (the message's
+// sysFlag says so, and consumers inflate it). Batches are never compressed, as in RocketMQ.
+// Default 4 KiB.
+func WithCompressOver(bytes int) Option {
+	return func(c *config) error {
+		if bytes < 0 {
+			return fmt.Errorf("%w: compress threshold must not be negative", ErrInvalidOption)
+		}
+		c.compressOver = bytes
+		return nil
+	}
+}
+
+// WithCompressLevel sets the zlib level of compressed bodies, zlib.BestSpeed (1) to
+// zlib.BestCompression (9). Default 5, RocketMQ's.
+func WithCompressLevel(level int) Option {
+	return func(c *config) error {
+		if level < zlib.HuffmanOnly || level > zlib.BestCompression {
+			return fmt.Errorf("%w: compress level %d", ErrInvalidOption, level)
+		}
+		c.compressLevel = level
+		return nil
+	}
+}
+
+// WithQueueSelector sets how a queue is chosen for each message. Default RoundRobin().
+func WithQueueSelector(s QueueSelector) Option {
+	return func(c *config) error {
+		if s == nil {
+			return fmt.Errorf("%w: nil queue selector", ErrInvalidOption)
+		}
+		c.selector = s
+		return nil
+	}
+}
+
+// WithInstanceName sets the instance part of the client id ("ip@instance"). Default: the
+// process id and a random suffix, unique per producer.
+func WithInstanceName(name string) Option {
+	return func(c *config) error {
+		c.instanceName = name
+		return nil
+	}
+}
+
+// WithClientIP sets the address part of the client id, and the address baked into message
+// ids. Default: the host's first non-loopback IPv4 address.
+func WithClientIP(ip string) Option {
+	return func(c *config) error {
+		c.clientIP = ip
+		return nil
+	}
+}
+
+// WithLogger sets the logger. Default slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		c.logger = l
+		return nil
+	}
+}
+
+// WithSharedClient makes the producer use an existing client core rather than build its own;
+// see consumer.WithSharedClient. The producer never closes it.
+func WithSharedClient(cl *client.Client) Option {
+	return func(c *config) error {
+		c.shared = cl
+		return nil
+	}
+}
+
+// WithHeartbeatInterval sets how often the producer's client heartbeats the brokers it
+// sends to. Default 10 s.
+func WithHeartbeatInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: heartbeat interval must be positive", ErrInvalidOption)
+		}
+		c.heartbeat = d
+		return nil
+	}
+}
+
+// WithRouteRefreshInterval sets how often cached routes are fetched again. Default 30 s.
+func WithRouteRefreshInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: route refresh interval must be positive", ErrInvalidOption)
+		}
+		c.routeRefresh = d
+		return nil
+	}
+}
+
+// WithMaxMessageSize sets the largest body accepted (before compression), and the largest
+// encoded batch. Larger messages are refused with ErrMessageTooLarge without a round trip.
+// Default 4 MiB, the broker's default.
+func WithMaxMessageSize(bytes int) Option {
+	return func(c *config) error {
+		if bytes <= 0 || bytes > protocol.MaxFrameSize {
+			return fmt.Errorf("%w: max message size %d is outside 1..%d", ErrInvalidOption, bytes, protocol.MaxFrameSize)
+		}
+		c.maxMessageSize = bytes
+		return nil
+	}
+}
+
+// WithDefaultTopicQueues sets how many queues a topic created on first send gets. Default 4.
+func WithDefaultTopicQueues(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: default topic queues must be positive", ErrInvalidOption)
+		}
+		c.defaultQueues = n
+		return nil
+	}
+}
+
+// WithCreateTopicKey sets the topic whose route is used to send to a topic that does not
+// exist yet; a broker that auto-creates topics creates it on the first send. Default
+// "TBW102", RocketMQ's.
+func WithCreateTopicKey(topic string) Option {
+	return func(c *config) error {
+		if topic == "" {
+			return fmt.Errorf("%w: empty create-topic key", ErrInvalidOption)
+		}
+		c.createKey = topic
+		return nil
+	}
+}

@@ -1,0 +1,502 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// Producer sends messages to flowd (or any RocketMQ broker). Create it with New, Start it,
+// and Close it when done. All methods are safe for concurrent use.
+//
+// # Lock order
+//
+// mu (a read-write lock) guards the lifecycle: sends hold it for reading while they check
+// the state and register an asynchronous send, Start and Close hold it for writing. No other
+// lock is taken under it.
+type Producer struct {
+	group      string
+	cfg        config
+	log        *slog.Logger
+	cl         *client.Client
+	ownsClient bool
+	uniq       *uniqGen
+	comp       sync.Pool // *protocol.Compressor
+
+	mu    sync.RWMutex
+	state int // stateNew, stateRunning, stateClosed
+	async sync.WaitGroup
+}
+
+const (
+	stateNew = iota
+	stateRunning
+	stateClosed
+)
+
+// New returns a producer of group; it sends nothing until Start.
+func New(group string, opts ...Option) (*Producer, error) {
+	if group == "" {
+		return nil, fmt.Errorf("%w: empty producer group", ErrInvalidOption)
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.shared == nil && len(cfg.nameServers) == 0 {
+		return nil, fmt.Errorf("%w: WithNameServers is required", ErrInvalidOption)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	p := &Producer{group: group, cfg: cfg}
+	if cfg.shared != nil {
+		p.cl = cfg.shared
+	} else {
+		cl, err := client.New(client.Options{
+			NameServers:          cfg.nameServers,
+			InstanceName:         cfg.instanceName,
+			ClientIP:             cfg.clientIP,
+			Logger:               cfg.logger,
+			HeartbeatInterval:    cfg.heartbeat,
+			RouteRefreshInterval: cfg.routeRefresh,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("producer %q: %w", group, err)
+		}
+		p.cl, p.ownsClient = cl, true
+	}
+	p.log = p.cl.Logger().With("producerGroup", group)
+	ip, _, _ := strings.Cut(p.cl.ID(), "@")
+	p.uniq = newUniqGen(ip)
+	level := cfg.compressLevel
+	p.comp.New = func() any {
+		c, err := protocol.NewCompressor(level)
+		if err != nil {
+			return nil // the level was validated; cannot happen
+		}
+		return c
+	}
+	return p, nil
+}
+
+// Group is the producer group.
+func (p *Producer) Group() string { return p.group }
+
+// ClientID is the id brokers know this producer by, "ip@instance".
+func (p *Producer) ClientID() string { return p.cl.ID() }
+
+// Start registers the producer in its group. Nothing is dialed until the first send.
+func (p *Producer) Start(ctx context.Context) error {
+	_ = ctx
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state != stateNew {
+		return fmt.Errorf("start producer %q: %w", p.group, ErrBadState)
+	}
+	if err := p.cl.Start(); err != nil { // a shared client may already run: Start is idempotent
+		return fmt.Errorf("start producer %q: %w", p.group, err)
+	}
+	if err := p.cl.RegisterProducer(p.group); err != nil {
+		return fmt.Errorf("start producer %q: %w", p.group, err)
+	}
+	p.state = stateRunning
+	return nil
+}
+
+// Close waits for the asynchronous sends in flight (bounded by ctx), leaves the producer group
+// on every broker, and closes the producer's own client core.
+func (p *Producer) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.state == stateClosed {
+		p.mu.Unlock()
+		return nil
+	}
+	wasRunning := p.state == stateRunning
+	p.state = stateClosed
+	p.mu.Unlock()
+
+	var errs []error
+	done := make(chan struct{})
+	go func() {
+		p.async.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("asynchronous sends still in flight: %w", ctx.Err()))
+	}
+	if wasRunning {
+		if err := p.cl.UnregisterProducer(ctx, p.group); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if p.ownsClient {
+		errs = append(errs, p.cl.Close(ctx))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close producer %q: %w", p.group, err)
+	}
+	return nil
+}
+
+func (p *Producer) stateErr() error {
+	switch p.state {
+	case stateNew:
+		return ErrNotStarted
+	case stateClosed:
+		return ErrClosed
+	}
+	return nil
+}
+
+func (p *Producer) checkRunning() error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.stateErr()
+}
+
+// prepared is a message ready for the wire.
+type prepared struct {
+	msg     *Message
+	uniq    string
+	props   string
+	body    []byte
+	sysFlag int32
+	batch   bool
+}
+
+// prepare validates msg and encodes its properties, compressing the body when it is large.
+func (p *Producer) prepare(msg *Message, compress bool) (*prepared, error) {
+	if msg == nil {
+		return nil, fmt.Errorf("%w: nil message", ErrInvalidMessage)
+	}
+	if msg.Topic == "" || len(msg.Topic) > protocol.MaxTopicLength {
+		return nil, fmt.Errorf("%w: topic %q must have 1 to %d bytes", ErrInvalidMessage, msg.Topic, protocol.MaxTopicLength)
+	}
+	if len(msg.Body) == 0 {
+		return nil, fmt.Errorf("%w: empty body (topic %q)", ErrInvalidMessage, msg.Topic)
+	}
+	if len(msg.Body) > p.cfg.maxMessageSize {
+		return nil, fmt.Errorf("%w: body of %d bytes exceeds %d (topic %q)", ErrMessageTooLarge, len(msg.Body), p.cfg.maxMessageSize, msg.Topic)
+	}
+	pm := &prepared{msg: msg, uniq: p.uniq.next(), body: msg.Body}
+	props := p.properties(msg, pm.uniq)
+	pm.props = protocol.EncodeProperties(props)
+	if len(pm.props) > protocol.MaxPropertiesLength {
+		return nil, fmt.Errorf("%w: properties of %d bytes exceed %d", ErrInvalidMessage, len(pm.props), protocol.MaxPropertiesLength)
+	}
+	if compress && len(msg.Body) > p.cfg.compressOver {
+		c, _ := p.comp.Get().(*protocol.Compressor)
+		if c != nil {
+			out, err := c.Compress(nil, msg.Body)
+			p.comp.Put(c)
+			if err == nil && len(out) < len(msg.Body) {
+				pm.body, pm.sysFlag = out, protocol.MsgFlagCompressed
+			}
+		}
+	}
+	return pm, nil
+}
+
+func (p *Producer) properties(msg *Message, uniq string) map[string]string {
+	props := make(map[string]string, len(msg.Properties)+5)
+	for k, v := range msg.Properties {
+		props[k] = v
+	}
+	if msg.Tags != "" {
+		props[protocol.PropertyTags] = msg.Tags
+	}
+	if len(msg.Keys) > 0 {
+		props[protocol.PropertyKeys] = strings.Join(msg.Keys, " ")
+	}
+	if msg.DelayLevel > 0 {
+		props[protocol.PropertyDelayLevel] = strconv.Itoa(msg.DelayLevel)
+	}
+	props[protocol.PropertyUniqueKey] = uniq
+	props[protocol.PropertyWaitStoreOK] = "true"
+	return props
+}
+
+// Send sends msg and waits for the broker to store it, retrying retriable failures on another
+// queue (see WithRetries). The send is bounded by ctx and by the send timeout.
+func (p *Producer) Send(ctx context.Context, msg *Message) (SendResult, error) {
+	if err := p.checkRunning(); err != nil {
+		return SendResult{}, err
+	}
+	pm, err := p.prepare(msg, true)
+	if err != nil {
+		return SendResult{}, err
+	}
+	return p.send(ctx, pm)
+}
+
+// SendAsync sends msg in the background and calls done with the outcome, on a goroutine of
+// its own. Close waits for the sends in flight. An error found before sending (not started,
+// invalid message) is passed to done too, before SendAsync returns.
+func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendResult, error)) {
+	p.mu.RLock()
+	if err := p.stateErr(); err != nil {
+		p.mu.RUnlock()
+		done(SendResult{}, err)
+		return
+	}
+	p.async.Add(1)
+	p.mu.RUnlock()
+	pm, err := p.prepare(msg, true)
+	if err != nil {
+		p.async.Done()
+		done(SendResult{}, err)
+		return
+	}
+	go func() {
+		defer p.async.Done()
+		res, err := p.send(ctx, pm)
+		done(res, err)
+	}()
+}
+
+// SendOneway sends msg without waiting for the broker: it returns once the request is
+// written. Nothing tells whether the message was stored, and failures are not retried.
+func (p *Producer) SendOneway(ctx context.Context, msg *Message) error {
+	if err := p.checkRunning(); err != nil {
+		return err
+	}
+	pm, err := p.prepare(msg, true)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
+	defer cancel()
+	queues, err := p.publishQueues(ctx, msg.Topic)
+	if err != nil {
+		return err
+	}
+	mq := p.cfg.selector.Select(msg, queues)
+	addr, req, err := p.request(ctx, mq, pm)
+	if err != nil {
+		return err
+	}
+	if err := p.cl.InvokeOneway(ctx, addr, req); err != nil {
+		return fmt.Errorf("send oneway to %s: %w", mq, err)
+	}
+	return nil
+}
+
+// SendBatch sends msgs, which must share one topic and not be delayed, as one
+// SEND_BATCH_MESSAGE: they are stored together, in order, in one queue (chosen by the
+// selector for the first message). The encoded batch must fit the maximum message size.
+func (p *Producer) SendBatch(ctx context.Context, msgs ...*Message) (SendResult, error) {
+	if err := p.checkRunning(); err != nil {
+		return SendResult{}, err
+	}
+	if len(msgs) == 0 {
+		return SendResult{}, fmt.Errorf("%w: empty batch", ErrInvalidMessage)
+	}
+	topic := ""
+	entries := make([]*protocol.Message, len(msgs))
+	uniqs := make([]string, len(msgs))
+	for i, m := range msgs {
+		pm, err := p.prepare(m, false)
+		if err != nil {
+			return SendResult{}, fmt.Errorf("batch message %d: %w", i, err)
+		}
+		if i == 0 {
+			topic = m.Topic
+		}
+		if m.Topic != topic {
+			return SendResult{}, fmt.Errorf("%w: batch mixes topics %q and %q", ErrInvalidMessage, topic, m.Topic)
+		}
+		if m.DelayLevel > 0 {
+			return SendResult{}, fmt.Errorf("%w: batch message %d is delayed; delayed messages cannot be batched", ErrInvalidMessage, i)
+		}
+		props := p.properties(m, pm.uniq)
+		entries[i] = &protocol.Message{Topic: topic, Flag: m.Flag, Properties: props, Body: m.Body}
+		uniqs[i] = pm.uniq
+	}
+	body, err := protocol.EncodeBatch(entries)
+	if err != nil {
+		return SendResult{}, fmt.Errorf("%w: %w", ErrMessageTooLarge, err)
+	}
+	if len(body) > p.cfg.maxMessageSize {
+		return SendResult{}, fmt.Errorf("%w: batch of %d bytes exceeds %d", ErrMessageTooLarge, len(body), p.cfg.maxMessageSize)
+	}
+	pm := &prepared{msg: msgs[0], uniq: strings.Join(uniqs, ","), body: body, batch: true}
+	return p.send(ctx, pm)
+}
+
+// send sends pm with retries within the send timeout.
+func (p *Producer) send(ctx context.Context, pm *prepared) (SendResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
+	defer cancel()
+	topic := pm.msg.Topic
+	queues, err := p.publishQueues(ctx, topic)
+	if err != nil {
+		return SendResult{}, err
+	}
+	_, ordered := p.cfg.selector.(OrderedSelector)
+	var lastErr error
+	var failed *MessageQueue
+	var first MessageQueue
+	attempts := 0
+	for attempt := 0; attempt <= p.cfg.retries; attempt++ {
+		attempts++
+		var mq MessageQueue
+		switch {
+		case attempt == 0:
+			mq = p.cfg.selector.Select(pm.msg, queues)
+			first = mq
+		case ordered:
+			mq = first
+		default:
+			mq = p.cfg.selector.Select(pm.msg, avoid(queues, *failed))
+		}
+		res, err := p.sendTo(ctx, mq, pm)
+		if err == nil {
+			return res, nil
+		}
+		lastErr = err
+		if !retriable(err) || ctx.Err() != nil {
+			break
+		}
+		p.log.Debug("send failed, retrying", "queue", mq.String(), "attempt", attempt+1, "err", err)
+		failed = &mq
+	}
+	return SendResult{}, fmt.Errorf("send to topic %q (%d attempts): %w", topic, attempts, lastErr)
+}
+
+// avoid returns the queues a retry may use after failed failed: those on other brokers when
+// there are any, else every queue but failed, else all.
+func avoid(queues []MessageQueue, failed MessageQueue) []MessageQueue {
+	other := slices.DeleteFunc(slices.Clone(queues), func(q MessageQueue) bool { return q.BrokerName == failed.BrokerName })
+	if len(other) > 0 {
+		return other
+	}
+	other = slices.DeleteFunc(slices.Clone(queues), func(q MessageQueue) bool { return q == failed })
+	if len(other) > 0 {
+		return other
+	}
+	return queues
+}
+
+// retriable reports whether another attempt may succeed where err failed.
+func retriable(err error) bool {
+	var be *BrokerError
+	if errors.As(err, &be) {
+		switch be.Code {
+		case protocol.SystemError, protocol.SystemBusy, protocol.ServiceNotAvailable, protocol.TopicNotExist, protocol.NoPermission:
+			return true
+		}
+		return false
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// publishQueues returns topic's writable queues, or, when the topic has no route yet, queues
+// derived from the auto-create key's route: the broker creates the topic on the first send.
+func (p *Producer) publishQueues(ctx context.Context, topic string) ([]MessageQueue, error) {
+	r, err := p.cl.Route(ctx, topic)
+	if err == nil && len(r.PublishQueues) > 0 {
+		return r.PublishQueues, nil
+	}
+	if err != nil && !errors.Is(err, client.ErrTopicNotExist) {
+		return nil, fmt.Errorf("%w %q: %w", ErrNoRoute, topic, err)
+	}
+	def, derr := p.cl.Route(ctx, p.cfg.createKey)
+	if derr != nil {
+		return nil, fmt.Errorf("%w %q: the topic has no route, nor has the auto-create key %q: %w", ErrNoRoute, topic, p.cfg.createKey, derr)
+	}
+	var queues []MessageQueue
+	for _, qd := range def.Data.QueueDatas {
+		if _, ok := def.BrokerAddr(qd.BrokerName); !ok || qd.Perm&protocol.PermWrite == 0 {
+			continue
+		}
+		n := min(p.cfg.defaultQueues, int(qd.WriteQueueNums))
+		for i := range n {
+			queues = append(queues, MessageQueue{Topic: topic, BrokerName: qd.BrokerName, QueueID: i})
+		}
+	}
+	if len(queues) == 0 {
+		return nil, fmt.Errorf("%w %q: the auto-create key %q has no writable queue", ErrNoRoute, topic, p.cfg.createKey)
+	}
+	slices.SortFunc(queues, MessageQueue.Compare)
+	return queues, nil
+}
+
+// request builds the send request of pm to mq.
+func (p *Producer) request(ctx context.Context, mq MessageQueue, pm *prepared) (string, *protocol.Command, error) {
+	addr, err := p.cl.FindBrokerAddr(ctx, mq.BrokerName, mq.Topic)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w %q: %w", ErrNoRoute, mq.Topic, err)
+	}
+	h := protocol.SendMessageRequestHeader{
+		ProducerGroup:         p.group,
+		Topic:                 mq.Topic,
+		DefaultTopic:          p.cfg.createKey,
+		DefaultTopicQueueNums: int32(p.cfg.defaultQueues),
+		QueueID:               int32(mq.QueueID),
+		SysFlag:               pm.sysFlag,
+		BornTimestamp:         time.Now().UnixMilli(),
+		Flag:                  pm.msg.Flag,
+		Properties:            pm.props,
+		MaxReconsumeTimes:     -1,
+		Batch:                 pm.batch,
+		BrokerName:            mq.BrokerName,
+	}
+	code := protocol.SendMessageV2
+	if pm.batch {
+		code, h.Properties, h.Flag = protocol.SendBatchMessage, "", 0
+	}
+	return addr, protocol.NewRequest(code, h.EncodeV2(), pm.body), nil
+}
+
+// Response codes of a stored message whose replication or flush lagged (RocketMQ's).
+const (
+	codeFlushSlaveTimeout protocol.ResponseCode = 12
+	codeSlaveNotAvailable protocol.ResponseCode = 11
+)
+
+// sendTo sends pm to mq once.
+func (p *Producer) sendTo(ctx context.Context, mq MessageQueue, pm *prepared) (SendResult, error) {
+	addr, req, err := p.request(ctx, mq, pm)
+	if err != nil {
+		return SendResult{}, err
+	}
+	resp, err := p.cl.Invoke(ctx, addr, req)
+	if err != nil {
+		return SendResult{}, fmt.Errorf("send to %s at %s: %w", mq, addr, err)
+	}
+	res := SendResult{Status: SendOK, MsgID: pm.uniq}
+	switch resp.ResponseCode() {
+	case protocol.Success:
+	case protocol.FlushDiskTimeout:
+		res.Status = SendFlushDiskTimeout
+	case codeFlushSlaveTimeout:
+		res.Status = SendFlushSlaveTimeout
+	case codeSlaveNotAvailable:
+		res.Status = SendSlaveNotAvailable
+	default:
+		return SendResult{}, fmt.Errorf("send to %s at %s: %w", mq, addr, client.NewBrokerError(resp))
+	}
+	var rh protocol.SendMessageResponseHeader
+	if err := resp.DecodeHeader(&rh); err != nil {
+		return SendResult{}, fmt.Errorf("send to %s: %w", mq, err)
+	}
+	res.OffsetMsgID = rh.MsgID
+	res.Queue = MessageQueue{Topic: mq.Topic, BrokerName: mq.BrokerName, QueueID: int(rh.QueueID)}
+	res.QueueOffset = rh.QueueOffset
+	res.TransactionID = rh.TransactionID
+	return res, nil
+}
