@@ -4,6 +4,7 @@
 // Usage:
 //
 //	flowd [serve] [flags]   run the broker (the default)
+//	flowd bench [flags]     measure throughput and delivery delay
 //	flowd version           print the version
 package main
 
@@ -40,6 +41,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "serve":
 		return serve(ctx, args, stderr)
+	case "bench":
+		return bench(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "flowd", version)
 		return nil
@@ -56,6 +59,7 @@ func usage(w io.Writer) {
 
 Usage:
   flowd [serve] [flags]   run the broker and its name service (the default)
+  flowd bench [flags]     measure produce, consume and delivery delay against a broker
   flowd version           print the version
   flowd help              show this help
 

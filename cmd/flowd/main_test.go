@@ -85,3 +85,14 @@ func TestBadFlagsAndCommandsAreErrors(t *testing.T) {
 	require.NoError(t, run(context.Background(), []string{"version"}, &out, &out))
 	assert.True(t, strings.HasPrefix(out.String(), "flowd "))
 }
+
+func TestBenchRunsAgainstAnEmbeddedBroker(t *testing.T) {
+	var out, errs bytes.Buffer
+	err := run(context.Background(), []string{"bench", "--data-dir", t.TempDir(), "--messages", "300", "--latency-samples", "20", "--queues", "2"}, &out, &errs)
+	require.NoError(t, err, errs.String())
+	for _, want := range []string{"disk baseline", "produce (async)", "consume (poll)", "send→poll delay"} {
+		assert.Contains(t, out.String(), want)
+	}
+	err = run(context.Background(), []string{"bench", "--size", "3"}, &out, &errs)
+	assert.ErrorContains(t, err, "--size 3")
+}
