@@ -128,7 +128,7 @@ func TestSubscribePollMessageFields(t *testing.T) {
 	c := newConsumer(t, b, "fields-group", consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
 	require.NoError(t, c.Subscribe("fields", "*"))
 	require.NoError(t, c.Start(context.Background()))
-	got := pollN(t, c, 41, 10*time.Second)
+	got := pollN(t, c, 41, wait)
 	require.Len(t, got, 41)
 	assert.Equal(t, sorted(append(slices.Clone(sent), big)), sortedBodies(got))
 	assert.Equal(t, queues, c.Assignment())
@@ -181,19 +181,29 @@ func TestTagFilterRechecksCollisions(t *testing.T) {
 	c := newConsumer(t, b, "tags-group", consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
 	require.NoError(t, c.Subscribe("tags", " Aa || c ||"))
 	require.NoError(t, c.Start(context.Background()))
-	got := pollN(t, c, 20, 10*time.Second)
+	got := pollN(t, c, 20, wait)
 	require.Len(t, got, 20)
 	for _, m := range got {
 		assert.Contains(t, []string{"Aa", "c"}, m.Tags)
 	}
-	assert.Empty(t, pollFor(t, c, 300*time.Millisecond))
-	// The offsets moved past the filtered messages too.
-	require.NoError(t, c.Commit(context.Background()))
-	for _, mq := range c.Assignment() {
-		off, err := c.Committed(context.Background(), mq)
-		require.NoError(t, err)
-		assert.EqualValues(t, 15, off, "%v", mq)
+	// The offsets move past the filtered messages too, once they are pulled: up to 15 per
+	// queue, with nothing more handed out.
+	var extra []*consumer.Message
+	committed := func() []int64 {
+		require.NoError(t, c.Commit(context.Background()))
+		var offs []int64
+		for _, mq := range c.Assignment() {
+			off, err := c.Committed(context.Background(), mq)
+			require.NoError(t, err)
+			offs = append(offs, off)
+		}
+		return offs
 	}
+	for deadline := time.Now().Add(wait); !slices.Equal(committed(), []int64{15, 15}); {
+		require.True(t, time.Now().Before(deadline), "committed offsets %v, want 15 each", committed())
+		extra = append(extra, pollFor(t, c, 50*time.Millisecond)...)
+	}
+	assert.Empty(t, extra)
 }
 
 func TestCommitAndCommitted(t *testing.T) {
@@ -209,7 +219,7 @@ func TestCommitAndCommitted(t *testing.T) {
 	off, err := c.Committed(ctx, queues[0])
 	require.NoError(t, err)
 	assert.EqualValues(t, -1, off, "nothing committed yet")
-	got := pollN(t, c, 4, 5*time.Second)
+	got := pollN(t, c, 4, wait)
 	require.Len(t, got, 4)
 	require.NoError(t, c.Commit(ctx))
 	assert.EqualValues(t, 4, brokerOffset(t, b, "commit-group", queues[0]))
@@ -222,7 +232,7 @@ func TestCommitAndCommitted(t *testing.T) {
 	require.ErrorIs(t, err, consumer.ErrNotAssigned)
 
 	// Without auto-commit, polling does not commit.
-	pollN(t, c, 6, 5*time.Second)
+	pollN(t, c, 6, wait)
 	time.Sleep(200 * time.Millisecond)
 	assert.EqualValues(t, 2, brokerOffset(t, b, "commit-group", queues[0]))
 }
@@ -236,11 +246,10 @@ func TestAutoCommit(t *testing.T) {
 		consumer.WithAutoCommitInterval(time.Second))
 	require.NoError(t, c.Subscribe("auto", "*"))
 	require.NoError(t, c.Start(context.Background()))
-	got := pollN(t, c, 25, 5*time.Second)
+	got := pollN(t, c, 25, wait)
 	require.Len(t, got, 25)
-	polledAt := time.Now()
-	require.Eventually(t, func() bool { return brokerOffset(t, b, "auto-group", queues[0]) == 25 }, 3*time.Second, 50*time.Millisecond)
-	assert.Less(t, time.Since(polledAt), 2500*time.Millisecond, "committed within the interval")
+	// Committed by the timer: nothing else commits while the consumer runs.
+	require.Eventually(t, func() bool { return brokerOffset(t, b, "auto-group", queues[0]) == 25 }, wait, 50*time.Millisecond)
 }
 
 func TestCommittedOffsetsSurviveRestart(t *testing.T) {
@@ -252,14 +261,14 @@ func TestCommittedOffsetsSurviveRestart(t *testing.T) {
 	c1 := newConsumer(t, b, "restart-group", consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithPullBatchSize(5))
 	require.NoError(t, c1.Subscribe("restart", "*"))
 	require.NoError(t, c1.Start(context.Background()))
-	first := pollN(t, c1, 15, 5*time.Second)
+	first := pollN(t, c1, 15, wait)
 	require.GreaterOrEqual(t, len(first), 15)
 	require.NoError(t, c1.Shutdown(context.Background())) // commits what was polled
 
 	c2 := newConsumer(t, b, "restart-group", consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
 	require.NoError(t, c2.Subscribe("restart", "*"))
 	require.NoError(t, c2.Start(context.Background()))
-	rest := pollN(t, c2, len(sent)-len(first), 5*time.Second)
+	rest := pollN(t, c2, len(sent)-len(first), wait)
 	assert.Equal(t, sorted(sent), sorted(append(bodies(first), bodies(rest)...)), "every message exactly once across the restart")
 	assert.Empty(t, pollFor(t, c2, 200*time.Millisecond))
 }
@@ -281,25 +290,25 @@ func TestConsumeFrom(t *testing.T) {
 		return c
 	}
 	first := start("from-first", consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
-	assert.Equal(t, sorted(append(slices.Clone(early), late...)), sortedBodies(pollN(t, first, 10, 5*time.Second)))
+	assert.Equal(t, sorted(append(slices.Clone(early), late...)), sortedBodies(pollN(t, first, 10, wait)))
 
 	ts := start("from-ts", consumer.WithConsumeFrom(consumer.ConsumeFromTimestamp), consumer.WithConsumeTimestamp(mark))
-	assert.Equal(t, sorted(late), sortedBodies(pollN(t, ts, 5, 5*time.Second)))
+	assert.Equal(t, sorted(late), sortedBodies(pollN(t, ts, 5, wait)))
 
 	last := start("from-last") // the default
-	require.Eventually(t, func() bool { return len(last.ActiveQueues()) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(last.ActiveQueues()) == 1 }, wait, 10*time.Millisecond)
 	assert.Empty(t, pollFor(t, last, 200*time.Millisecond))
 	newer := produceTo(t, p, queues[0], "newer", 3, nil)
-	assert.Equal(t, newer, bodies(pollN(t, last, 3, 5*time.Second)))
+	assert.Equal(t, newer, bodies(pollN(t, last, 3, wait)))
 
 	// A stored offset wins over consume-from.
 	require.NoError(t, first.Shutdown(context.Background()))
 	again := start("from-first", consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
-	assert.Equal(t, newer, bodies(pollN(t, again, 3, 5*time.Second)))
+	assert.Equal(t, newer, bodies(pollN(t, again, 3, wait)))
 
 	// The default timestamp is 30 minutes ago: everything here.
 	dflt := start("from-ts-default", consumer.WithConsumeFrom(consumer.ConsumeFromTimestamp))
-	assert.Len(t, pollN(t, dflt, 13, 5*time.Second), 13)
+	assert.Len(t, pollN(t, dflt, 13, wait), 13)
 }
 
 func TestSeek(t *testing.T) {
@@ -312,15 +321,15 @@ func TestSeek(t *testing.T) {
 	require.NoError(t, c.Start(context.Background()))
 	ctx := context.Background()
 
-	got := pollN(t, c, 20, 5*time.Second)
+	got := pollN(t, c, 20, wait)
 	require.Equal(t, sent, bodies(got))
 
 	require.NoError(t, c.Seek(ctx, queues[0], 7))
-	got = pollN(t, c, 13, 5*time.Second)
+	got = pollN(t, c, 13, wait)
 	require.Equal(t, sent[7:], bodies(got), "seek then poll restarts at the offset")
 
 	require.NoError(t, c.SeekToBegin(ctx, queues[0]))
-	got = pollN(t, c, 5, 5*time.Second)
+	got = pollN(t, c, 5, wait)
 	require.Equal(t, sent[:5], bodies(got))
 
 	require.NoError(t, c.SeekToEnd(ctx, queues[0]))
@@ -334,9 +343,9 @@ func TestSeek(t *testing.T) {
 
 	// Seek drops cached messages: cache some, seek, and see the seek position first.
 	require.NoError(t, c.Seek(ctx, queues[0], 0))
-	require.Eventually(t, func() bool { return c.CachedCount(queues[0]) > 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return c.CachedCount(queues[0]) > 0 }, wait, 10*time.Millisecond)
 	require.NoError(t, c.Seek(ctx, queues[0], 15))
-	got = pollN(t, c, 5, 5*time.Second)
+	got = pollN(t, c, 5, wait)
 	require.Equal(t, sent[15:], bodies(got))
 
 	off, err := c.OffsetForTimestamp(ctx, queues[0], time.Now().Add(-time.Hour))
@@ -357,10 +366,11 @@ func TestPauseResume(t *testing.T) {
 	c.Pause(queues[0])
 	a := produceTo(t, p, queues[0], "a", 5, nil)
 	bb := produceTo(t, p, queues[1], "b", 5, nil)
-	got := pollFor(t, c, 500*time.Millisecond)
+	got := pollN(t, c, 5, wait)
+	got = append(got, pollFor(t, c, 200*time.Millisecond)...)
 	assert.Equal(t, bb, bodies(got), "only the unpaused queue")
 	c.Resume(queues[0])
-	got = pollN(t, c, 5, 5*time.Second)
+	got = pollN(t, c, 5, wait)
 	assert.Equal(t, a, bodies(got))
 }
 
@@ -381,10 +391,10 @@ func TestAssignChanges(t *testing.T) {
 	for i, q := range queues {
 		produceTo(t, p, q, fmt.Sprint("q", i), 3, nil)
 	}
-	got := pollN(t, c, 6, 5*time.Second)
+	got := pollN(t, c, 6, wait)
 	assert.Len(t, got, 6)
 	require.NoError(t, c.Assign(queues[2:]))
-	got = pollN(t, c, 3, 5*time.Second)
+	got = pollN(t, c, 3, wait)
 	assert.Equal(t, []string{"q2-0", "q2-1", "q2-2"}, bodies(got))
 	assert.Equal(t, queues[2:], c.Assignment())
 	// Assign does not use the group's stored offsets of other queues... but commits its own.
@@ -393,7 +403,7 @@ func TestAssignChanges(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(calls) == 2
-	}, time.Second, 10*time.Millisecond)
+	}, wait, 10*time.Millisecond)
 	mu.Lock()
 	assert.Equal(t, [][]consumer.MessageQueue{queues[:2], queues[2:]}, calls)
 	mu.Unlock()
@@ -415,16 +425,16 @@ func TestFetchQueuesAndListeners(t *testing.T) {
 	require.NoError(t, c.RegisterTopicMessageQueueChangeListener(ctx, "meta", func(topic string, qs []consumer.MessageQueue) {
 		changed <- qs
 	}))
-	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 2 }, wait, 10*time.Millisecond)
 
 	grown := createTopic(t, b, "meta", 3)
 	select {
 	case qs := <-changed:
 		assert.Equal(t, grown, qs)
-	case <-time.After(5 * time.Second):
+	case <-time.After(wait):
 		t.Fatal("no queue-change notification")
 	}
-	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 3 }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 3 }, wait, 10*time.Millisecond,
 		"a changed queue set triggers a rebalance")
 }
 
@@ -436,12 +446,12 @@ func TestUnsubscribeReleases(t *testing.T) {
 	require.NoError(t, c.Subscribe("u1", "*"))
 	require.NoError(t, c.Subscribe("u2", "*"))
 	require.NoError(t, c.Start(context.Background()))
-	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 4 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 4 }, wait, 10*time.Millisecond)
 	require.NoError(t, c.Unsubscribe("u1"))
 	require.Eventually(t, func() bool {
 		a := c.Assignment()
 		return len(a) == 2 && a[0].Topic == "u2"
-	}, 5*time.Second, 10*time.Millisecond)
+	}, wait, 10*time.Millisecond)
 }
 
 func TestFlowControlBoundsTheCache(t *testing.T) {
@@ -461,13 +471,13 @@ func TestFlowControlBoundsTheCache(t *testing.T) {
 		consumer.WithPullThresholdForQueue(50), consumer.WithPullBatchSize(10))
 	require.NoError(t, c.Subscribe("flow", "*"))
 	require.NoError(t, c.Start(context.Background()))
-	require.Eventually(t, func() bool { return c.CachedCount(queues[0]) >= 50 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return c.CachedCount(queues[0]) >= 50 }, wait, 10*time.Millisecond)
 	for range 10 {
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // sampling, not synchronization
 		assert.LessOrEqual(t, c.CachedCount(queues[0]), 60, "threshold + one batch")
 	}
 	// Polling makes room, and everything arrives in order.
-	got := pollN(t, c, 500, 10*time.Second)
+	got := pollN(t, c, 500, wait)
 	require.Len(t, got, 500)
 	for i, m := range got {
 		require.EqualValues(t, i, m.QueueOffset)
@@ -491,11 +501,16 @@ func TestFlowControlSizeAndSpan(t *testing.T) {
 		consumer.WithPullThresholdForAll(40), consumer.WithPullBatchSize(5))
 	require.NoError(t, byAll.Subscribe("flow2", "*"))
 	require.NoError(t, byAll.Start(context.Background()))
-	time.Sleep(500 * time.Millisecond)
-	assert.LessOrEqual(t, bySize.CachedCount(queues[0]), 25, "about 20 KB of 1 KB bodies, plus a batch")
-	assert.LessOrEqual(t, bySpan.CachedCount(queues[0]), 40, "span 30 plus a batch")
-	assert.LessOrEqual(t, byAll.CachedCount(queues[0]), 50, "40 plus a batch")
-	assert.Greater(t, bySize.CachedCount(queues[0]), 0)
+	// Each fills its cache up to its threshold, and stays there while nobody polls.
+	require.Eventually(t, func() bool {
+		return bySize.CachedCount(queues[0]) >= 20 && bySpan.CachedCount(queues[0]) >= 30 && byAll.CachedCount(queues[0]) >= 40
+	}, wait, 10*time.Millisecond)
+	for range 5 {
+		assert.LessOrEqual(t, bySize.CachedCount(queues[0]), 25, "about 20 KB of 1 KB bodies, plus a batch")
+		assert.LessOrEqual(t, bySpan.CachedCount(queues[0]), 40, "span 30 plus a batch")
+		assert.LessOrEqual(t, byAll.CachedCount(queues[0]), 50, "40 plus a batch")
+		time.Sleep(50 * time.Millisecond) // sampling, not synchronization
+	}
 }
 
 func TestBroadcasting(t *testing.T) {
@@ -513,8 +528,8 @@ func TestBroadcasting(t *testing.T) {
 	}
 	c1, c2 := start(dir1), start(dir2)
 	sent := produce(t, p, "bcast", "b", 40, nil)
-	assert.Equal(t, sorted(sent), sortedBodies(pollN(t, c1, 40, 10*time.Second)))
-	assert.Equal(t, sorted(sent), sortedBodies(pollN(t, c2, 40, 10*time.Second)))
+	assert.Equal(t, sorted(sent), sortedBodies(pollN(t, c1, 40, wait)))
+	assert.Equal(t, sorted(sent), sortedBodies(pollN(t, c2, 40, wait)))
 	assert.Len(t, c1.Assignment(), 4, "broadcasting takes every queue")
 	assert.Len(t, c2.Assignment(), 4)
 
@@ -523,7 +538,7 @@ func TestBroadcasting(t *testing.T) {
 	assert.FileExists(t, dir1+"/bcast-group/offsets.json")
 	more := produce(t, p, "bcast", "more", 8, nil)
 	c1 = start(dir1)
-	assert.Equal(t, sorted(more), sortedBodies(pollN(t, c1, 8, 10*time.Second)))
+	assert.Equal(t, sorted(more), sortedBodies(pollN(t, c1, 8, wait)))
 	assert.Empty(t, pollFor(t, c1, 200*time.Millisecond))
 	off, err := c1.Committed(context.Background(), c1.Assignment()[0])
 	require.NoError(t, err)
@@ -535,29 +550,29 @@ func TestBroadcasting(t *testing.T) {
 func TestPollHonoursContext(t *testing.T) {
 	b := startBroker(t, nil)
 	createTopic(t, b, "ctx", 1)
-	c := newConsumer(t, b, "ctx-group", consumer.WithPollTimeout(10*time.Second))
+	// A poll timeout of an hour: a Poll that did not honour its context would hang.
+	c := newConsumer(t, b, "ctx-group", consumer.WithPollTimeout(time.Hour))
 	require.NoError(t, c.Subscribe("ctx", "*"))
 	require.NoError(t, c.Start(context.Background()))
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	msgs, err := c.Poll(ctx)
 	assert.Nil(t, msgs)
 	require.True(t, errors.Is(err, context.DeadlineExceeded))
-	assert.Less(t, time.Since(start), 2*time.Second)
 
-	// Shutdown wakes a waiting Poll.
+	// Shutdown wakes a waiting Poll. (Should the Poll start only after Shutdown, it fails
+	// at once with the same error: the test holds either way.)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Poll(context.Background())
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // most likely waiting by now
 	require.NoError(t, c.Shutdown(context.Background()))
 	select {
 	case err := <-done:
 		require.ErrorIs(t, err, consumer.ErrNotRunning)
-	case <-time.After(3 * time.Second):
+	case <-time.After(wait):
 		t.Fatal("Poll not woken by Shutdown")
 	}
 }

@@ -58,4 +58,15 @@
 //   - A consumer that owns more queues than it has pull goroutines (WithPullGoroutines) can
 //     make a queue with new messages wait behind long-polling pulls of idle queues, as Java's
 //     pull threads would.
+//   - A broker drops a member whose connection closes and releases its locks at once (so that
+//     a crashed member's queues move without waiting for the lease). A member whose
+//     connection merely dropped stops handing those queues out the moment it notices, then
+//     rejoins and locks them again; but the member that took a queue over meanwhile starts
+//     from the offset committed last, so what was polled and not yet committed before the
+//     drop can be handed out again. The zero-duplicate hand-over holds for rebalances, not
+//     for lost connections.
+//
+// # Lock order
+//
+// See LitePull: startMu → commitMu → mu, and the client core's heartbeat lock → mu.
 package consumer

@@ -2,10 +2,11 @@ package consumer
 
 import (
 	"context"
-	"github.com/flowd-io/flowd/protocol"
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/flowd-io/flowd/protocol"
 )
 
 // ActiveQueues returns the queues being read now: locked (with hand-over locks) and pulling.

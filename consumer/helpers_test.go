@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,7 +30,21 @@ func init() {
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// wait bounds every wait for something asynchronous (a message, a rebalance, a commit):
+// generous, since a loaded machine running the race detector can be slow, and free when
+// things go well, as the waits end as soon as their condition holds. Tests never assert how
+// fast something happens; where a test must tell a reaction from a timer, the timer is set
+// far beyond wait.
+const wait = 15 * time.Second
+
 func startBroker(t testing.TB, mod func(*broker.Config)) *broker.Broker {
+	t.Helper()
+	b, err := newBroker(t, mod)
+	require.NoError(t, err)
+	return b
+}
+
+func newBroker(t testing.TB, mod func(*broker.Config)) (*broker.Broker, error) {
 	t.Helper()
 	cfg := broker.Config{
 		DataDir:       t.TempDir(),
@@ -42,14 +58,113 @@ func startBroker(t testing.TB, mod func(*broker.Config)) *broker.Broker {
 		mod(&cfg)
 	}
 	b, err := broker.New(cfg)
-	require.NoError(t, err)
-	require.NoError(t, b.Start())
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Start(); err != nil {
+		return nil, err
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		require.NoError(t, b.Shutdown(ctx))
 	})
-	return b
+	return b, nil
+}
+
+// startBrokerBehindProxy starts a broker whose routes send clients through a proxy (the name
+// service is reached directly), so that a test can cut the clients' broker connections.
+func startBrokerBehindProxy(t testing.TB) (*broker.Broker, *tcpProxy) {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		// A free port for the broker, so that the proxy knows where to forward: another
+		// process may take it before the broker binds it, hence the attempts.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		listen := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		px := startProxy(t, listen)
+		b, err := newBroker(t, func(c *broker.Config) { c.Listen, c.AdvertisedAddr = listen, px.addr() })
+		if err == nil {
+			return b, px
+		}
+		if attempt == 4 {
+			require.NoError(t, err)
+		}
+	}
+}
+
+// tcpProxy forwards loopback connections to a target, and can cut them on either side, as
+// a network failure would.
+type tcpProxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	clientSide []net.Conn
+	targetSide []net.Conn
+}
+
+func startProxy(t testing.TB, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	px := &tcpProxy{ln: ln, target: target}
+	px.wg.Add(1)
+	go px.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		px.cutClientSide()
+		px.cutTargetSide()
+		px.wg.Wait()
+	})
+	return px
+}
+
+func (px *tcpProxy) addr() string { return px.ln.Addr().String() }
+
+func (px *tcpProxy) accept() {
+	defer px.wg.Done()
+	for {
+		c, err := px.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", px.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		px.mu.Lock()
+		px.clientSide, px.targetSide = append(px.clientSide, c), append(px.targetSide, up)
+		px.mu.Unlock()
+		px.wg.Add(2)
+		// A side stays open when the other closes: cutting one side is the caller's to do.
+		go func() { defer px.wg.Done(); _, _ = io.Copy(up, c) }()
+		go func() { defer px.wg.Done(); _, _ = io.Copy(c, up) }()
+	}
+}
+
+// cutTargetSide closes the connections to the target: the target sees them close, the
+// clients do not yet.
+func (px *tcpProxy) cutTargetSide() {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	for _, c := range px.targetSide {
+		c.Close()
+	}
+	px.targetSide = nil
+}
+
+// cutClientSide closes the connections to the clients.
+func (px *tcpProxy) cutClientSide() {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	for _, c := range px.clientSide {
+		c.Close()
+	}
+	px.clientSide = nil
 }
 
 // admin is a bare client core for topic creation and offset queries.

@@ -67,7 +67,7 @@ func TestInteropReadsRocketMQProducer(t *testing.T) {
 	c := newConsumer(t, b, "reads-rmq", consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
 	require.NoError(t, c.Subscribe("from-rmq", "a || big"))
 	require.NoError(t, c.Start(ctx))
-	got := pollN(t, c, 16, 10*time.Second)
+	got := pollN(t, c, 16, wait)
 	assert.Empty(t, pollFor(t, c, 200*time.Millisecond))
 	require.Len(t, got, 16, "10 sync tagged a, 5 batch, 1 big")
 	for _, m := range got {
@@ -129,19 +129,44 @@ func TestInteropMixedGroupSplitsQueues(t *testing.T) {
 	require.Eventually(t, func() bool {
 		ids = groupMembers(t, b, group)
 		return len(ids) == 2
-	}, 10*time.Second, 20*time.Millisecond)
+	}, wait, 20*time.Millisecond)
 	share, err := allocate.Averagely().Allocate(context.Background(), allocate.Request{Group: group, ClientID: c.ClientID(), Queues: queues, ClientIDs: ids})
 	require.NoError(t, err)
 	require.Len(t, share, 4)
-	require.Eventually(t, func() bool { return slices.Equal(c.ActiveQueues(), share) }, 10*time.Second, 10*time.Millisecond)
-	time.Sleep(1500 * time.Millisecond) // the Go client rebalances on the notification of our join
+	require.Eventually(t, func() bool { return slices.Equal(c.ActiveQueues(), share) }, wait, 10*time.Millisecond)
+	// The Go client rebalances on the notification of our join: wait until its process
+	// queues (which it reports in its running info) are the other half.
+	goID := ids[0]
+	if goID == c.ClientID() {
+		goID = ids[1]
+	}
+	var goShare []int
+	for _, q := range queues {
+		if !slices.Contains(share, q) {
+			goShare = append(goShare, q.QueueID)
+		}
+	}
+	require.Eventually(t, func() bool {
+		info, err := b.ConsumerRunningInfo(context.Background(), group, goID)
+		if err != nil {
+			return false
+		}
+		var held []int
+		for q := range info.MQTable {
+			held = append(held, q.QueueID)
+		}
+		slices.Sort(held)
+		return slices.Equal(held, goShare)
+	}, wait, 20*time.Millisecond, "the Go client gave up flowd's share")
 
 	p := newProducer(t, b)
 	for _, q := range queues {
 		produceTo(t, p, q, fmt.Sprintf("after-q%d", q.QueueID), 5, nil)
 	}
 	flowdQueues := map[int]int{}
-	for _, m := range pollFor(t, c, 2*time.Second) {
+	got := pollN(t, c, 5*len(share), wait)
+	got = append(got, pollFor(t, c, 200*time.Millisecond)...) // anything more would be a bug
+	for _, m := range got {
 		flowdQueues[m.Queue.QueueID]++
 	}
 	require.Eventually(t, func() bool {
@@ -152,7 +177,7 @@ func TestInteropMixedGroupSplitsQueues(t *testing.T) {
 			n += v
 		}
 		return n >= 20
-	}, 10*time.Second, 20*time.Millisecond)
+	}, wait, 20*time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
 	want := map[int]int{}

@@ -26,12 +26,14 @@ import (
 // # Lock order
 //
 //	startMu → commitMu → mu
+//	client.Client's heartbeat lock → mu   (the client calls ConsumerData with it held)
 //
 // startMu serializes Start and Shutdown. commitMu serializes every write of offsets to the
 // offset store with queue hand-overs (commit, then unlock), and is held across that network
-// I/O. mu guards the consumer's in-memory state and is never held across network I/O or while
-// calling user code. Queues join and leave the owned set only on the rebalance goroutine (and
-// in Shutdown, after that goroutine has ended), so a rebalance never races another rebalance.
+// I/O. mu guards the consumer's in-memory state and is never held across network I/O, while
+// calling into the client core or while calling user code. Queues join and leave the owned
+// set only on the rebalance goroutine (and in Shutdown, after that goroutine has ended), so a
+// rebalance never races another rebalance.
 type LitePull struct {
 	group      string
 	cfg        config
@@ -65,10 +67,12 @@ type LitePull struct {
 	dataCh         chan struct{} // closed and replaced when a batch is cached
 	dataWaited     bool
 	needHeartbeat  bool
+	renewNow       bool   // a broker connection closed: renew the locks as soon as we heartbeat again
+	lockEpoch      uint64 // bumped by ConnectionLost: lock answers sent before are not trusted
 	topicQueues    map[string][]MessageQueue
 	topicListeners map[string][]func(topic string, queues []MessageQueue)
 	previous       map[string]map[string][]MessageQueue // topic → client id → queues, last rebalance
-	handover       map[MessageQueue]int64               // dropped queues whose commit failed: offset to commit, then unlock
+	handover       map[MessageQueue]handover            // dropped queues whose commit failed: commit, then unlock
 	parked         map[MessageQueue]int                 // long-polling pulls in flight, by queue (see pullTask)
 }
 
@@ -141,9 +145,6 @@ func NewLitePull(group string, opts ...Option) (*LitePull, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.logger == nil {
-		cfg.logger = slog.Default()
-	}
 	l := &LitePull{
 		group:          group,
 		cfg:            cfg,
@@ -157,33 +158,19 @@ func NewLitePull(group string, opts ...Option) (*LitePull, error) {
 		topicQueues:    map[string][]MessageQueue{},
 		topicListeners: map[string][]func(string, []MessageQueue){},
 		previous:       map[string]map[string][]MessageQueue{},
-		handover:       map[MessageQueue]int64{},
+		handover:       map[MessageQueue]handover{},
 		parked:         map[MessageQueue]int{},
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
-	if cfg.shared != nil {
-		l.cl = cfg.shared
-	} else {
-		cl, err := client.New(client.Options{
-			NameServers:          cfg.nameServers,
-			InstanceName:         cfg.instanceName,
-			ClientIP:             cfg.clientIP,
-			Logger:               cfg.logger,
-			HeartbeatInterval:    cfg.heartbeat,
-			RouteRefreshInterval: cfg.routeRefresh,
-			RequestTimeout:       cfg.requestTimeout,
-			DialTimeout:          cfg.pullTimeout,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("consumer %q: %w", group, err)
-		}
-		l.cl, l.ownsClient = cl, true
+	var err error
+	if l.cl, l.ownsClient, err = client.Open(cfg.shared, cfg.client); err != nil {
+		return nil, fmt.Errorf("consumer %q: %w", group, err)
 	}
 	l.log = l.cl.Logger().With("group", group)
 	if cfg.model == Broadcasting {
 		ls, err := openLocalStore(cfg.offsetDir, group)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("consumer %q: %w", group, err)
 		}
 		l.store = ls
 	} else {
@@ -252,10 +239,13 @@ func (l *LitePull) Start(ctx context.Context) (err error) {
 		l.log.Warn("first heartbeat failed", "err", err)
 	}
 	l.state.Store(int32(Running))
-	l.wg.Add(3)
+	l.wg.Add(2)
 	go l.rebalanceLoop()
-	go l.metadataLoop()
-	go l.autoCommitLoop()
+	go l.every(l.cfg.metadataCheck, l.checkMetadata)
+	if l.cfg.autoCommit {
+		l.wg.Add(1)
+		go l.every(l.cfg.autoCommitInt, l.autoCommit)
+	}
 	l.triggerRebalance()
 	l.log.Info("consumer started", "model", l.cfg.model, "handoverLocks", l.cfg.handoverLocks)
 	return nil
@@ -519,24 +509,53 @@ func (l *LitePull) clearCacheLocked(q *queue) {
 // queue's [min offset, max offset]. Cached messages of the queue are dropped and the next Poll
 // of it starts at offset. With auto-commit the new position is committed at the next commit.
 func (l *LitePull) Seek(ctx context.Context, mq MessageQueue, offset int64) error {
+	return l.seek(ctx, mq, "seek "+mq.String()+" to "+strconv.FormatInt(offset, 10), func() (int64, error) {
+		minOff, err := l.queryOffset(ctx, protocol.GetMinOffset, mq)
+		if err != nil {
+			return 0, err
+		}
+		maxOff, err := l.queryOffset(ctx, protocol.GetMaxOffset, mq)
+		if err != nil {
+			return 0, err
+		}
+		if offset < minOff || offset > maxOff {
+			return 0, fmt.Errorf("%w [%d, %d]", ErrOffsetOutOfRange, minOff, maxOff)
+		}
+		return offset, nil
+	})
+}
+
+// SeekToBegin seeks an assigned queue to its min offset.
+func (l *LitePull) SeekToBegin(ctx context.Context, mq MessageQueue) error {
+	return l.seek(ctx, mq, "seek "+mq.String()+" to begin", func() (int64, error) {
+		return l.queryOffset(ctx, protocol.GetMinOffset, mq)
+	})
+}
+
+// SeekToEnd seeks an assigned queue to its max offset: only messages stored from now on.
+func (l *LitePull) SeekToEnd(ctx context.Context, mq MessageQueue) error {
+	return l.seek(ctx, mq, "seek "+mq.String()+" to end", func() (int64, error) {
+		return l.queryOffset(ctx, protocol.GetMaxOffset, mq)
+	})
+}
+
+// seek runs the checks every seek shares, then moves mq to the offset target computes; what
+// names the call in errors.
+func (l *LitePull) seek(ctx context.Context, mq MessageQueue, what string, target func() (int64, error)) error {
 	if err := l.checkRunning(); err != nil {
 		return err
 	}
 	if err := l.assignedCheck(mq); err != nil {
-		return fmt.Errorf("seek %s: %w", mq, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	minOff, err := l.queryOffset(ctx, protocol.GetMinOffset, mq)
+	off, err := target()
 	if err != nil {
-		return fmt.Errorf("seek %s: %w", mq, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	maxOff, err := l.queryOffset(ctx, protocol.GetMaxOffset, mq)
-	if err != nil {
-		return fmt.Errorf("seek %s: %w", mq, err)
+	if err := l.seekTo(mq, off); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	if offset < minOff || offset > maxOff {
-		return fmt.Errorf("seek %s to %d: %w [%d, %d]", mq, offset, ErrOffsetOutOfRange, minOff, maxOff)
-	}
-	return l.seekTo(mq, offset)
+	return nil
 }
 
 func (l *LitePull) assignedCheck(mq MessageQueue) error {
@@ -548,13 +567,13 @@ func (l *LitePull) assignedCheck(mq MessageQueue) error {
 	return nil
 }
 
-// seekTo moves q's positions to offset.
+// seekTo moves mq's positions to offset.
 func (l *LitePull) seekTo(mq MessageQueue, offset int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q, ok := l.queues[mq]
 	if !ok {
-		return fmt.Errorf("seek %s: %w", mq, ErrNotAssigned)
+		return ErrNotAssigned
 	}
 	if !q.active {
 		q.seekOffset = offset
@@ -569,36 +588,6 @@ func (l *LitePull) seekTo(mq MessageQueue, offset int64) error {
 	}
 	q.signal()
 	return nil
-}
-
-// SeekToBegin seeks an assigned queue to its min offset.
-func (l *LitePull) SeekToBegin(ctx context.Context, mq MessageQueue) error {
-	if err := l.checkRunning(); err != nil {
-		return err
-	}
-	if err := l.assignedCheck(mq); err != nil {
-		return fmt.Errorf("seek %s to begin: %w", mq, err)
-	}
-	off, err := l.queryOffset(ctx, protocol.GetMinOffset, mq)
-	if err != nil {
-		return fmt.Errorf("seek %s to begin: %w", mq, err)
-	}
-	return l.seekTo(mq, off)
-}
-
-// SeekToEnd seeks an assigned queue to its max offset: only messages stored from now on.
-func (l *LitePull) SeekToEnd(ctx context.Context, mq MessageQueue) error {
-	if err := l.checkRunning(); err != nil {
-		return err
-	}
-	if err := l.assignedCheck(mq); err != nil {
-		return fmt.Errorf("seek %s to end: %w", mq, err)
-	}
-	off, err := l.queryOffset(ctx, protocol.GetMaxOffset, mq)
-	if err != nil {
-		return fmt.Errorf("seek %s to end: %w", mq, err)
-	}
-	return l.seekTo(mq, off)
 }
 
 // Pause stops pulling the given queues and handing out their messages, until Resume. Pausing
@@ -739,41 +728,42 @@ func (l *LitePull) OffsetForTimestamp(ctx context.Context, mq MessageQueue, ts t
 }
 
 func (l *LitePull) searchOffset(ctx context.Context, mq MessageQueue, ts time.Time) (int64, error) {
-	addr, err := l.cl.FindBrokerAddr(ctx, mq.BrokerName, mq.Topic)
-	if err != nil {
-		return 0, err
-	}
 	h := protocol.SearchOffsetRequestHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID), Timestamp: ts.UnixMilli(), BrokerName: mq.BrokerName}
-	resp, err := l.cl.InvokeOK(ctx, addr, protocol.NewRequestWith(protocol.SearchOffsetByTimestamp, &h, nil))
+	off, err := l.askOffset(ctx, mq, protocol.NewRequestWith(protocol.SearchOffsetByTimestamp, &h, nil))
 	if err != nil {
-		return 0, fmt.Errorf("search offset of %s at %s: %w", mq, ts.Format(time.RFC3339Nano), err)
+		return 0, fmt.Errorf("offset of %s at %s: %w", mq, ts.Format(time.RFC3339Nano), err)
 	}
-	var out protocol.OffsetResponseHeader
-	if err := resp.DecodeHeader(&out); err != nil {
-		return 0, err
-	}
-	return out.Offset, nil
+	return off, nil
 }
 
 // queryOffset asks GET_MIN_OFFSET or GET_MAX_OFFSET of mq.
 func (l *LitePull) queryOffset(ctx context.Context, code protocol.RequestCode, mq MessageQueue) (int64, error) {
-	addr, err := l.cl.FindBrokerAddr(ctx, mq.BrokerName, mq.Topic)
-	if err != nil {
-		return 0, err
-	}
 	var req *protocol.Command
 	if code == protocol.GetMinOffset {
 		req = protocol.NewRequestWith(code, &protocol.GetMinOffsetRequestHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID), BrokerName: mq.BrokerName}, nil)
 	} else {
 		req = protocol.NewRequestWith(code, &protocol.GetMaxOffsetRequestHeader{Topic: mq.Topic, QueueID: int32(mq.QueueID), BrokerName: mq.BrokerName}, nil)
 	}
-	resp, err := l.cl.InvokeOK(ctx, addr, req)
+	off, err := l.askOffset(ctx, mq, req)
 	if err != nil {
 		return 0, fmt.Errorf("%s of %s: %w", code, mq, err)
 	}
+	return off, nil
+}
+
+// askOffset sends req, which is answered with an offset header, to mq's broker.
+func (l *LitePull) askOffset(ctx context.Context, mq MessageQueue, req *protocol.Command) (int64, error) {
+	addr, err := l.cl.FindBrokerAddr(ctx, mq.BrokerName, mq.Topic)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := l.cl.InvokeOK(ctx, addr, req)
+	if err != nil {
+		return 0, err
+	}
 	var out protocol.OffsetResponseHeader
 	if err := resp.DecodeHeader(&out); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("answer from %s: %w", addr, err)
 	}
 	return out.Offset, nil
 }
@@ -846,45 +836,37 @@ func (l *LitePull) triggerRebalance() {
 	}
 }
 
-// metadataLoop fetches the routes of the consumer's topics every metadata-check interval.
-func (l *LitePull) metadataLoop() {
+// every runs fn every d until Shutdown, on a goroutine counted in wg.
+func (l *LitePull) every(d time.Duration, fn func()) {
 	defer l.wg.Done()
-	t := time.NewTicker(l.cfg.metadataCheck)
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-l.ctx.Done():
 			return
 		case <-t.C:
-		}
-		for _, topic := range l.topics() {
-			r, err := l.cl.UpdateRoute(l.ctx, topic)
-			if err != nil {
-				l.log.Debug("topic metadata check failed", "topic", topic, "err", err)
-				continue
-			}
-			l.setTopicQueues(topic, r.SubscribeQueues, true)
+			fn()
 		}
 	}
 }
 
-// autoCommitLoop commits changed offsets every auto-commit interval.
-func (l *LitePull) autoCommitLoop() {
-	defer l.wg.Done()
-	if !l.cfg.autoCommit {
-		return
+// checkMetadata fetches the routes of the consumer's topics (every metadata-check interval).
+func (l *LitePull) checkMetadata() {
+	for _, topic := range l.topics() {
+		r, err := l.cl.UpdateRoute(l.ctx, topic)
+		if err != nil {
+			l.log.Debug("topic metadata check failed", "topic", topic, "err", err)
+			continue
+		}
+		l.setTopicQueues(topic, r.SubscribeQueues, true)
 	}
-	t := time.NewTicker(l.cfg.autoCommitInt)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := l.commitAll(l.ctx, true); err != nil && l.ctx.Err() == nil {
-			l.log.Warn("auto-commit failed", "err", err)
-		}
+}
+
+// autoCommit commits changed offsets (every auto-commit interval).
+func (l *LitePull) autoCommit() {
+	if err := l.commitAll(l.ctx, true); err != nil && l.ctx.Err() == nil {
+		l.log.Warn("auto-commit failed", "err", err)
 	}
 }
 
@@ -910,6 +892,26 @@ func (h *hooks) ConsumerData() protocol.ConsumerData {
 }
 
 func (h *hooks) NotifyConsumerIDsChanged() { (*LitePull)(h).triggerRebalance() }
+
+// ConnectionLost: the broker dropped this member and released its queue locks when the
+// connection closed, and another member may take them over at once. Stop handing out the
+// queues of those brokers now, and have the rebalance goroutine heartbeat (rejoin) and renew
+// the locks before they are read again; a queue whose lock went to another member is dropped
+// without committing, as on any lost lock.
+func (h *hooks) ConnectionLost(brokers []string) {
+	l := (*LitePull)(h)
+	l.mu.Lock()
+	l.lockEpoch++
+	for _, q := range l.queues {
+		if q.locked && slices.Contains(brokers, q.mq.BrokerName) {
+			q.lockValidUntil = time.Time{}
+			l.renewNow = true
+		}
+	}
+	l.needHeartbeat = true
+	l.mu.Unlock()
+	l.triggerRebalance()
+}
 
 func (h *hooks) RouteChanged(topic string, queues []protocol.MessageQueue) {
 	(*LitePull)(h).setTopicQueues(topic, queues, true)

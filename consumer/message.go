@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -108,7 +109,10 @@ func (TagSelector) Type() string { return protocol.ExpressionTag }
 // Expression is the tag expression.
 func (s TagSelector) Expression() string { return string(s) }
 
-// parseTags splits a tag expression as RocketMQ does; nil means every tag.
+// parseTags splits a tag expression as RocketMQ does: "*" or empty takes every message (nil
+// tags); otherwise tags are separated by "||", trimmed, empties and repeats dropped. The
+// broker parses the expression the same way (broker.ParseTagExpression, which clients may not
+// import).
 func parseTags(expr string) []string {
 	expr = strings.TrimSpace(expr)
 	if expr == "" || expr == "*" {
@@ -116,14 +120,8 @@ func parseTags(expr string) []string {
 	}
 	var tags []string
 	for _, t := range strings.Split(expr, "||") {
-		if t = strings.TrimSpace(t); t != "" {
-			dup := false
-			for _, have := range tags {
-				dup = dup || have == t
-			}
-			if !dup {
-				tags = append(tags, t)
-			}
+		if t = strings.TrimSpace(t); t != "" && !slices.Contains(tags, t) {
+			tags = append(tags, t)
 		}
 	}
 	return tags
@@ -173,13 +171,5 @@ func (s *subscription) data() protocol.SubscriptionData {
 // match re-checks a message's tag against the subscription: the broker matched hash codes
 // only, and two tags can share one.
 func (s *subscription) match(tags string) bool {
-	if s == nil || s.tags == nil {
-		return true
-	}
-	for _, t := range s.tags {
-		if t == tags {
-			return true
-		}
-	}
-	return false
+	return s == nil || s.tags == nil || slices.Contains(s.tags, tags)
 }

@@ -92,14 +92,8 @@ func (c ConsumeFrom) String() string {
 type Option func(*config) error
 
 type config struct {
-	nameServers    []string
-	instanceName   string
-	clientIP       string
-	logger         *slog.Logger
-	shared         *client.Client
-	heartbeat      time.Duration
-	routeRefresh   time.Duration
-	requestTimeout time.Duration
+	client client.Options // the options of a client core the consumer builds
+	shared *client.Client
 
 	model         MessageModel
 	strategy      allocate.Strategy
@@ -116,7 +110,6 @@ type config struct {
 	maxSpan           int64
 	pollTimeout       time.Duration
 	metadataCheck     time.Duration
-	pullTimeout       time.Duration
 	brokerSuspend     time.Duration
 	suspendedTimeout  time.Duration
 	flowControlDelay  time.Duration
@@ -135,14 +128,6 @@ type config struct {
 	maxBodySize   int
 }
 
-// requestTimeoutOrDefault is the request timeout, or the client core's default.
-func (c *config) requestTimeoutOrDefault() time.Duration {
-	if c.requestTimeout > 0 {
-		return c.requestTimeout
-	}
-	return client.DefaultRequestTimeout
-}
-
 func defaultConfig() config {
 	return config{
 		strategy:          allocate.Averagely(),
@@ -156,7 +141,7 @@ func defaultConfig() config {
 		maxSpan:           DefaultConsumeMaxSpan,
 		pollTimeout:       DefaultPollTimeout,
 		metadataCheck:     DefaultTopicMetadataCheck,
-		pullTimeout:       DefaultPullTimeout,
+		client:            client.Options{DialTimeout: DefaultPullTimeout},
 		brokerSuspend:     DefaultBrokerSuspend,
 		suspendedTimeout:  DefaultSuspendedPullTimeout,
 		flowControlDelay:  DefaultFlowControlDelay,
@@ -170,7 +155,7 @@ func defaultConfig() config {
 }
 
 func (c *config) validate() error {
-	if c.shared == nil && len(c.nameServers) == 0 {
+	if c.shared == nil && len(c.client.NameServers) == 0 {
 		return fmt.Errorf("%w: WithNameServers is required", ErrInvalidOption)
 	}
 	if c.suspendedTimeout <= c.brokerSuspend {
@@ -203,7 +188,7 @@ func positive[T int | int64 | time.Duration](name string, v T) error {
 // from one to the next. Required, unless WithSharedClient is given.
 func WithNameServers(addrs ...string) Option {
 	return func(c *config) error {
-		c.nameServers = append(c.nameServers, addrs...)
+		c.client.NameServers = append(c.client.NameServers, addrs...)
 		return nil
 	}
 }
@@ -212,27 +197,30 @@ func WithNameServers(addrs ...string) Option {
 // how the broker tells group members apart, and it orders members for allocation.
 //
 // Default: the process id followed by a random suffix, unique per consumer. RocketMQ defaults
-// to the bare pid, which would make two consumers of one process the same member.
+// to the bare pid, which would make two consumers of one process the same member. Ignored
+// with WithSharedClient.
 func WithInstanceName(name string) Option {
 	return func(c *config) error {
-		c.instanceName = name
+		c.client.InstanceName = name
 		return nil
 	}
 }
 
-// WithClientIP sets the address part of the client id. Default: the first non-loopback IPv4
-// address of the host, or 127.0.0.1.
+// WithClientIP sets the address part of the client id. It is a label: nothing connects to
+// it. Default: the first non-loopback IPv4 address of the host, or 127.0.0.1 (found by
+// listing the interfaces, without any network traffic). Ignored with WithSharedClient.
 func WithClientIP(ip string) Option {
 	return func(c *config) error {
-		c.clientIP = ip
+		c.client.ClientIP = ip
 		return nil
 	}
 }
 
-// WithLogger sets the logger. Default slog.Default().
+// WithLogger sets the logger. Default slog.Default(). With WithSharedClient, the shared
+// client's logger is used.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
-		c.logger = l
+		c.client.Logger = l
 		return nil
 	}
 }
@@ -253,28 +241,29 @@ func WithSharedClient(cl *client.Client) Option {
 // A broker drops a member after its client expiry (flowd: 45 s by default) without a
 // heartbeat, so a crashed member that did not close its connection is noticed after that.
 //
-// Default 10 s (RocketMQ clients: 30 s).
+// Default 10 s (RocketMQ clients: 30 s). Ignored with WithSharedClient.
 func WithHeartbeatInterval(d time.Duration) Option {
 	return func(c *config) error {
-		c.heartbeat = d
+		c.client.HeartbeatInterval = d
 		return positive("heartbeat interval", d)
 	}
 }
 
 // WithRouteRefreshInterval sets how often the client core fetches the routes it caches again.
-// Default 30 s.
+// Default 30 s. Ignored with WithSharedClient.
 func WithRouteRefreshInterval(d time.Duration) Option {
 	return func(c *config) error {
-		c.routeRefresh = d
+		c.client.RouteRefreshInterval = d
 		return positive("route refresh interval", d)
 	}
 }
 
-// WithRequestTimeout bounds requests other than pulls (offset queries and commits, locks,
-// member lists, routes) when the caller's context has no deadline. Default 3 s.
+// WithRequestTimeout bounds requests other than long-polling pulls (offset queries and
+// commits, locks, member lists, routes, pulls the broker may not park) when the caller's
+// context has no deadline. Default 3 s. With WithSharedClient, the shared client's.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		c.requestTimeout = d
+		c.client.RequestTimeout = d
 		return positive("request timeout", d)
 	}
 }
@@ -450,10 +439,11 @@ func WithTopicMetadataCheckInterval(d time.Duration) Option {
 
 // WithPullTimeout bounds connecting to a broker (RocketMQ's consumerPullTimeoutMillis, which
 // its lite-pull consumer uses as the connection timeout: every lite pull may be parked, so the
-// pull itself is bounded by WithSuspendedPullTimeout). Default 10 s.
+// pull itself is bounded by WithSuspendedPullTimeout). Default 10 s. Ignored with
+// WithSharedClient.
 func WithPullTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		c.pullTimeout = d
+		c.client.DialTimeout = d
 		return positive("pull timeout", d)
 	}
 }

@@ -140,13 +140,13 @@ func (l *LitePull) pullDelay(q *queue) time.Duration {
 func (l *LitePull) pull(ctx context.Context, mq MessageQueue, sub *subscription, offset int64, suspend bool) (*pullResult, error) {
 	timeout := l.cfg.suspendedTimeout
 	if !suspend {
-		timeout = l.cfg.requestTimeoutOrDefault()
+		timeout = l.cl.RequestTimeout()
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	addr, err := l.cl.FindBrokerAddr(ctx, mq.BrokerName, mq.Topic)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pull %s at %d: %w", mq, offset, err)
 	}
 	h := protocol.PullMessageRequestHeader{
 		ConsumerGroup:  l.group,
@@ -186,7 +186,7 @@ func (l *LitePull) pull(ctx context.Context, mq MessageQueue, sub *subscription,
 	}
 	exts, err := protocol.DecodeStoredAll(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("pull %s at %d: %w", mq, offset, err)
+		return nil, fmt.Errorf("pull %s at %d from %s: %w", mq, offset, addr, err)
 	}
 	res.msgs = make([]*Message, 0, len(exts))
 	var dec protocol.Decompressor
@@ -196,7 +196,7 @@ func (l *LitePull) pull(ctx context.Context, mq MessageQueue, sub *subscription,
 		}
 		m, err := convert(mq, ext, &dec, l.cfg.maxBodySize)
 		if err != nil {
-			return nil, fmt.Errorf("pull %s: %w", mq, err)
+			return nil, fmt.Errorf("pull %s at %d: %w", mq, offset, err)
 		}
 		res.msgs = append(res.msgs, m)
 		res.bytes += int64(len(m.Body))
@@ -231,10 +231,16 @@ func (l *LitePull) applyPull(q *queue, gen uint64, suspended bool, res *pullResu
 	}
 	if len(res.msgs) == 0 {
 		// Nothing to hand out (caught up, everything filtered out, or an offset correction):
-		// the consume offset follows once the messages cached before are handed out.
-		if len(q.cache) == 0 {
+		// the consume offset follows once the messages cached before are handed out. Offsets
+		// that follow each other without messages in between fold into one offset-only batch,
+		// so that a long run of filtered-out messages cannot grow the cache while nobody
+		// polls (flow control counts messages, not these).
+		switch last := len(q.cache) - 1; {
+		case last < 0:
 			q.consumeOffset = res.next
-		} else if q.cache[len(q.cache)-1].next != res.next {
+		case len(q.cache[last].msgs) == 0:
+			q.cache[last].next = res.next
+		case q.cache[last].next != res.next:
 			q.cache = append(q.cache, &batch{next: res.next})
 		}
 		return d

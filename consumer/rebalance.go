@@ -43,6 +43,7 @@ func (l *LitePull) rebalanceLoop() {
 			l.acquire(l.ctx)
 		case <-retry.C:
 			armed = false
+			l.rejoin(l.ctx)
 			l.retryHandovers(l.ctx)
 			l.acquire(l.ctx)
 		}
@@ -53,12 +54,12 @@ func (l *LitePull) rebalanceLoop() {
 	}
 }
 
-// hasPending reports whether some owned queue is not yet being read, or some hand-over still
-// has to be committed.
+// hasPending reports whether some owned queue is not yet being read, some hand-over still
+// has to be committed, or locks lapsed with a lost connection still have to be renewed.
 func (l *LitePull) hasPending() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.handover) > 0 {
+	if len(l.handover) > 0 || l.renewNow {
 		return true
 	}
 	for _, q := range l.queues {
@@ -72,9 +73,8 @@ func (l *LitePull) hasPending() bool {
 // rebalance brings the owned set of every topic in line with what the consumer should own,
 // then starts reading the queues it may.
 func (l *LitePull) rebalance(ctx context.Context) {
+	l.rejoin(ctx)
 	l.mu.Lock()
-	heartbeat := l.needHeartbeat
-	l.needHeartbeat = false
 	mode := l.mode
 	subs := maps.Clone(l.subs)
 	assigned := slices.Collect(maps.Keys(l.assigned))
@@ -83,12 +83,6 @@ func (l *LitePull) rebalance(ctx context.Context) {
 		topicSet[mq.Topic] = true
 	}
 	l.mu.Unlock()
-	if heartbeat {
-		// The broker learns of a new subscription (and of this member) before anyone allocates.
-		if err := l.cl.SendHeartbeat(ctx); err != nil {
-			l.log.Warn("heartbeat failed", "err", err)
-		}
-	}
 	for t := range subs {
 		topicSet[t] = true
 	}
@@ -115,6 +109,38 @@ func (l *LitePull) rebalance(ctx context.Context) {
 	}
 	l.retryHandovers(ctx)
 	l.acquire(ctx)
+}
+
+// rejoin sends the heartbeat a subscription change or a lost connection asked for, so that
+// the broker knows this member and its subscriptions before anyone allocates; after a lost
+// connection it then renews the locks, which are not trusted until then.
+func (l *LitePull) rejoin(ctx context.Context) {
+	l.mu.Lock()
+	heartbeat, renew := l.needHeartbeat || l.renewNow, l.renewNow
+	l.needHeartbeat, l.renewNow = false, false
+	l.mu.Unlock()
+	if !heartbeat {
+		return
+	}
+	retry := func() { // on the retry timer; the lapsed locks stay lapsed meanwhile
+		l.mu.Lock()
+		l.renewNow = true
+		l.mu.Unlock()
+	}
+	if err := l.cl.SendHeartbeat(ctx); err != nil {
+		if ctx.Err() == nil {
+			l.log.Warn("heartbeat failed", "err", err)
+		}
+		if renew {
+			// Renewing before the broker knows us again could be undone by its handling of the
+			// old connection's close.
+			retry()
+		}
+		return
+	}
+	if renew && !l.renewLocks(ctx) {
+		retry()
+	}
 }
 
 // allocate computes this member's share of topic. ok is false when an input could not be
@@ -198,7 +224,7 @@ func (l *LitePull) consumerIDs(ctx context.Context, addrs []string) ([]string, e
 		}
 		var body protocol.ConsumerListBody
 		if err := protocol.UnmarshalBody(resp.Body, &body); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("consumer list from %s: %w", addr, err))
 			continue
 		}
 		ids := slices.DeleteFunc(body.ConsumerIDList, func(s string) bool { return s == "" })
@@ -206,7 +232,7 @@ func (l *LitePull) consumerIDs(ctx context.Context, addrs []string) ([]string, e
 		return slices.Compact(ids), nil
 	}
 	if len(errs) == 0 {
-		return nil, errors.New("no broker to ask")
+		return nil, fmt.Errorf("consumer list of %q: no broker known to ask", l.group)
 	}
 	return nil, fmt.Errorf("consumer list of %q: %w", l.group, errors.Join(errs...))
 }
@@ -227,15 +253,19 @@ func (l *LitePull) reconcile(ctx context.Context, topic string, desired []Messag
 		}
 	}
 	added := 0
+	now := time.Now()
 	for _, mq := range desired {
 		if _, ok := l.queues[mq]; ok {
 			continue
 		}
 		q := newQueue(mq, sub)
-		if off, ok := l.handover[mq]; ok {
-			// Back before its hand-over completed: we still hold its lock, and the offset
-			// we failed to commit is where it stands.
-			q.seekOffset = off
+		if h, ok := l.handover[mq]; ok {
+			// Back before its hand-over completed. While our lock on it is valid nobody else
+			// read it, and the offset we failed to commit is where it stands; after that,
+			// another member may have read and committed it further: ask the store.
+			if h.valid(now) {
+				q.seekOffset = h.offset
+			}
 			delete(l.handover, mq)
 		}
 		l.queues[mq] = q
@@ -291,15 +321,27 @@ func (l *LitePull) detachLocked(q *queue) {
 	}
 }
 
+// handover is a dropped queue whose final commit failed: the offset to commit, and until when
+// that offset is still ours to write (the validity our lock on the queue had when it was
+// dropped; zero for a queue read without a lock).
+type handover struct {
+	offset int64
+	until  time.Time
+}
+
+func (h handover) valid(now time.Time) bool { return h.until.IsZero() || now.Before(h.until) }
+
 // release hands detached queues over: it commits the offset past what Poll handed out (or,
 // without auto-commit, the offset the user committed last), and only once that is stored
 // releases their locks. A queue whose commit fails keeps its lock and is retried by
-// retryHandovers, so that the next owner never starts from a stale offset.
+// retryHandovers while the lock is valid, so that the next owner does not start from a stale
+// offset.
 func (l *LitePull) release(ctx context.Context, qs []*queue) error {
 	l.commitMu.Lock()
 	defer l.commitMu.Unlock()
 	now := time.Now()
 	offsets := map[MessageQueue]int64{}
+	until := map[MessageQueue]time.Time{}
 	var unlock []MessageQueue
 	l.mu.Lock()
 	for _, q := range qs {
@@ -310,6 +352,9 @@ func (l *LitePull) release(ctx context.Context, qs []*queue) error {
 				offsets[q.mq] = q.consumeOffset
 			case !l.cfg.autoCommit && q.committed >= 0 && q.committed != q.persisted:
 				offsets[q.mq] = q.committed
+			}
+			if q.lockTried {
+				until[q.mq] = q.lockValidUntil
 			}
 		}
 		if q.lockTried {
@@ -322,7 +367,7 @@ func (l *LitePull) release(ctx context.Context, qs []*queue) error {
 	if len(failed) > 0 {
 		l.mu.Lock()
 		for mq, err := range failed {
-			l.handover[mq] = offsets[mq]
+			l.handover[mq] = handover{offset: offsets[mq], until: until[mq]}
 			errs = append(errs, err)
 		}
 		l.mu.Unlock()
@@ -334,22 +379,37 @@ func (l *LitePull) release(ctx context.Context, qs []*queue) error {
 	return errors.Join(errs...)
 }
 
-// retryHandovers commits and releases the queues whose hand-over failed earlier.
+// retryHandovers commits and releases the queues whose hand-over failed earlier. A hand-over
+// whose lock lapsed is abandoned without committing: the queue may have a new owner by now,
+// whose offsets must not be overwritten with older ones. (Its new owner then starts from the
+// offset committed last, and may hand out again what this member handed out since.)
 func (l *LitePull) retryHandovers(ctx context.Context) {
+	now := time.Now()
+	offsets := map[MessageQueue]int64{}
+	var abandoned []MessageQueue
 	l.mu.Lock()
-	if len(l.handover) == 0 {
-		l.mu.Unlock()
+	for mq, h := range l.handover {
+		if h.valid(now) {
+			offsets[mq] = h.offset
+		} else {
+			delete(l.handover, mq)
+			abandoned = append(abandoned, mq)
+		}
+	}
+	l.mu.Unlock()
+	if len(abandoned) > 0 {
+		l.log.Error("hand-over abandoned: the final offset could not be committed while the queue lock was valid", "queues", queueIDs(abandoned))
+	}
+	if len(offsets) == 0 && len(abandoned) == 0 {
 		return
 	}
-	offsets := maps.Clone(l.handover)
-	l.mu.Unlock()
 	l.commitMu.Lock()
 	defer l.commitMu.Unlock()
 	failed := l.store.persist(ctx, offsets)
-	var done []MessageQueue
+	done := abandoned
 	l.mu.Lock()
 	for mq, off := range offsets {
-		if failed[mq] == nil && l.handover[mq] == off {
+		if failed[mq] == nil && l.handover[mq].offset == off {
 			delete(l.handover, mq)
 			done = append(done, mq)
 		}
@@ -371,57 +431,57 @@ func byBroker(mqs []MessageQueue) map[string][]MessageQueue {
 	return out
 }
 
-// unlock releases the broker locks of mqs (UNLOCK_BATCH_MQ), waiting for each answer.
-func (l *LitePull) unlock(ctx context.Context, mqs []MessageQueue) error {
+// lockRequest sends code (LOCK_BATCH_MQ or UNLOCK_BATCH_MQ) for mqs to their brokers, one
+// request per broker, waiting for each answer, and passes each successful answer to answer.
+func (l *LitePull) lockRequest(ctx context.Context, code protocol.RequestCode, mqs []MessageQueue, answer func(addr string, resp *protocol.Command) error) error {
 	var errs []error
 	for name, group := range byBroker(mqs) {
 		addr, err := l.cl.FindBrokerAddr(ctx, name, group[0].Topic)
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("%s of %d queues: %w", code, len(group), err))
 			continue
 		}
 		body, err := protocol.MarshalBody(&protocol.LockBatchRequestBody{ConsumerGroup: l.group, ClientID: l.ClientID(), MQSet: group})
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", code, err)
 		}
-		if _, err := l.cl.InvokeOK(ctx, addr, protocol.NewRequest(protocol.UnlockBatchMQ, nil, body)); err != nil {
-			errs = append(errs, fmt.Errorf("unlock %d queues on %s: %w", len(group), name, err))
+		resp, err := l.cl.InvokeOK(ctx, addr, protocol.NewRequest(code, nil, body))
+		if err == nil && answer != nil {
+			err = answer(addr, resp)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s of %d queues on %s: %w", code, len(group), name, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// lock asks the brokers for the locks of mqs (LOCK_BATCH_MQ) and returns the queues held, and
-// the time the requests were sent: the lease runs from no earlier than that.
-func (l *LitePull) lock(ctx context.Context, mqs []MessageQueue) (map[MessageQueue]bool, time.Time, error) {
-	sent := time.Now()
-	held := map[MessageQueue]bool{}
-	var errs []error
-	for name, group := range byBroker(mqs) {
-		addr, err := l.cl.FindBrokerAddr(ctx, name, group[0].Topic)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		body, err := protocol.MarshalBody(&protocol.LockBatchRequestBody{ConsumerGroup: l.group, ClientID: l.ClientID(), MQSet: group})
-		if err != nil {
-			return nil, sent, err
-		}
-		resp, err := l.cl.InvokeOK(ctx, addr, protocol.NewRequest(protocol.LockBatchMQ, nil, body))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("lock %d queues on %s: %w", len(group), name, err))
-			continue
-		}
+// unlock releases the broker locks of mqs (UNLOCK_BATCH_MQ), waiting for each answer.
+func (l *LitePull) unlock(ctx context.Context, mqs []MessageQueue) error {
+	return l.lockRequest(ctx, protocol.UnlockBatchMQ, mqs, nil)
+}
+
+// lock asks the brokers for the locks of mqs (LOCK_BATCH_MQ) and returns the queues held, the
+// time the requests were sent (the lease runs from no earlier than that), and the lock epoch
+// before they were sent: an answer that crossed a lost connection (the epoch moved on) is
+// not to be trusted.
+func (l *LitePull) lock(ctx context.Context, mqs []MessageQueue) (held map[MessageQueue]bool, sent time.Time, epoch uint64, err error) {
+	l.mu.Lock()
+	epoch = l.lockEpoch
+	l.mu.Unlock()
+	sent = time.Now()
+	held = map[MessageQueue]bool{}
+	err = l.lockRequest(ctx, protocol.LockBatchMQ, mqs, func(addr string, resp *protocol.Command) error {
 		var out protocol.LockBatchResponseBody
 		if err := protocol.UnmarshalBody(resp.Body, &out); err != nil {
-			errs = append(errs, err)
-			continue
+			return fmt.Errorf("answer from %s: %w", addr, err)
 		}
 		for _, mq := range out.LockOKMQSet {
 			held[mq] = true
 		}
-	}
-	return held, sent, errors.Join(errs...)
+		return nil
+	})
+	return held, sent, epoch, err
 }
 
 // acquire starts reading the owned queues that are not read yet: with hand-over locks, those
@@ -450,16 +510,17 @@ func (l *LitePull) acquire(ctx context.Context) {
 		for i, q := range pending {
 			mqs[i] = q.mq
 		}
-		held, sent, err := l.lock(ctx, mqs)
+		held, sent, epoch, err := l.lock(ctx, mqs)
 		if err != nil && ctx.Err() == nil {
 			l.log.Warn("lock request failed", "err", err)
 		}
 		ready = ready[:0:0]
 		var waiting []string
 		l.mu.Lock()
+		trusted := l.lockEpoch == epoch
 		for _, q := range pending {
 			q.lockTried = true
-			if held[q.mq] {
+			if held[q.mq] && trusted {
 				q.locked, q.lockValidUntil = true, sent.Add(l.cfg.lockLease/2)
 				ready = append(ready, q)
 			} else {
@@ -531,13 +592,14 @@ func (l *LitePull) startOffset(ctx context.Context, mq MessageQueue) (int64, err
 }
 
 // renewLocks renews the locks of the queues being read. A queue whose lock the broker gives to
-// someone else (our lease ran out) is dropped without committing (its offset is no longer
-// ours to write) and waits to be locked again.
-func (l *LitePull) renewLocks(ctx context.Context) {
+// someone else (our lease ran out, or our connection closed) is dropped without committing
+// (its offset is no longer ours to write) and waits to be locked again. It reports false when
+// the brokers could not be asked.
+func (l *LitePull) renewLocks(ctx context.Context) bool {
 	l.mu.Lock()
 	if !l.lockedMode() {
 		l.mu.Unlock()
-		return
+		return true
 	}
 	var held []MessageQueue
 	for _, q := range l.order {
@@ -547,17 +609,24 @@ func (l *LitePull) renewLocks(ctx context.Context) {
 	}
 	l.mu.Unlock()
 	if len(held) == 0 {
-		return
+		return true
 	}
-	got, sent, err := l.lock(ctx, held)
+	got, sent, epoch, err := l.lock(ctx, held)
 	if err != nil {
 		if ctx.Err() == nil {
 			l.log.Warn("lock renewal failed", "err", err)
 		}
-		return // the locks lapse locally at half the lease; a later renewal may still save them
+		return false // the locks lapse locally at half the lease; a later renewal may still save them
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.lockEpoch != epoch {
+		// A connection was lost meanwhile: the answer is not to be trusted. ConnectionLost
+		// asked for another renewal if it concerned a lock held; the others keep their
+		// validity until the next renewal.
+		return true
+	}
+	defer l.wakePollersLocked() // queues whose lock had lapsed may have cached messages
 	lost := false
 	for _, mq := range held {
 		q, ok := l.queues[mq]
@@ -576,4 +645,5 @@ func (l *LitePull) renewLocks(ctx context.Context) {
 	if lost {
 		l.rebuildOrderLocked()
 	}
+	return true
 }

@@ -8,8 +8,10 @@
 //
 // Send waits for the broker to store the message and retries retriable failures on another
 // queue (another broker when there is one) within the send timeout; SendAsync does the same in
-// the background; SendOneway does not wait at all; SendBatch stores several messages of one
-// topic together in one queue with one request (SEND_BATCH_MESSAGE).
+// the background, with at most WithMaxInFlightAsync sends in flight (past that it blocks, on
+// its context, like franz-go's buffered-records bound); SendOneway does not wait at all;
+// SendBatch stores several messages of one topic together in one queue with one request
+// (SEND_BATCH_MESSAGE).
 //
 // Every message gets a RocketMQ-style unique id (the UNIQ_KEY property, 32 hex digits),
 // which consumers see as its MsgID. Bodies over the compression threshold (4 KiB) are
@@ -21,7 +23,14 @@
 // or HashByKey, which keeps the messages of one key in one queue, and so in order.
 //
 // Errors: the sentinels (ErrNotStarted, ErrMessageTooLarge, ErrNoRoute, …) are tested with
-// errors.Is; a broker's refusal is a *BrokerError carrying its response code and remark.
+// errors.Is; a broker's refusal is a *BrokerError carrying its response code and remark; a
+// send that ran out of time wraps context.DeadlineExceeded. Every option documents its
+// default; the defaults are also the Default… constants.
+//
+// # Lock order
+//
+// A Producer has one lock, its lifecycle lock, which it never holds while waiting; see
+// Producer.
 //
 // # Notes
 //
@@ -29,4 +38,6 @@
 //     with WithSharedClient: there is no process-wide state, unlike RocketMQ's clients which
 //     share one instance per instance name.
 //   - Oneway sends are never retried and report only local failures.
+//   - Concurrent sends to a topic without a route ask the name servers once: route fetches
+//     are shared (internal/client).
 package producer

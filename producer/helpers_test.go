@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,9 +19,15 @@ import (
 	"github.com/flowd-io/flowd/internal/client"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
 )
 
 func init() { rlog.SetLogLevel("fatal") }
+
+// wait bounds every wait for something asynchronous: generous, since a loaded machine running
+// the race detector can be slow, and free when things go well (the waits end as soon as the
+// condition holds). Tests never assert how fast something happens.
+const wait = 15 * time.Second
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -91,7 +99,7 @@ func readAll(t testing.TB, b *broker.Broker, topic string, n int) []*consumer.Me
 	require.NoError(t, err)
 	require.NoError(t, c.Assign(qs))
 	var out []*consumer.Message
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(wait)
 	for len(out) < n && time.Now().Before(deadline) {
 		msgs, err := c.Poll(ctx)
 		require.NoError(t, err)
@@ -118,4 +126,121 @@ func rawPull(t testing.TB, b *broker.Broker, mq producer.MessageQueue, offset in
 		out = append(out, msgs...)
 	}
 	return out
+}
+
+// fakeBroker is a name server and a broker in one loopback remoting server, whose answers to
+// sends a test scripts. Every topic's route has queues writable queues on it, "broker-f".
+type fakeBroker struct {
+	addr    string
+	queues  int
+	entered chan int32 // the queue id of every send, as it arrives
+
+	mu    sync.Mutex
+	gate  chan struct{} // when not nil, sends wait for it to close
+	busy  int           // answer SYSTEM_BUSY to this many sends first
+	sends []int32
+}
+
+func startFakeBroker(t testing.TB, queues int) *fakeBroker {
+	t.Helper()
+	fb := &fakeBroker{queues: queues, entered: make(chan int32, 1024)}
+	srv := remoting.NewServer(remoting.HandlerFunc(fb.serve), remoting.ServerOptions{Logger: quiet()})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	fb.addr = ln.Addr().String()
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		fb.open()
+		srv.Close()
+	})
+	return fb
+}
+
+// hold makes sends wait until open.
+func (fb *fakeBroker) hold() {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	fb.gate = make(chan struct{})
+}
+
+func (fb *fakeBroker) open() {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	if fb.gate != nil {
+		close(fb.gate)
+		fb.gate = nil
+	}
+}
+
+func (fb *fakeBroker) failNext(n int) {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	fb.busy = n
+}
+
+func (fb *fakeBroker) sent() []int32 {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	return append([]int32(nil), fb.sends...)
+}
+
+func (fb *fakeBroker) serve(ctx context.Context, _ *remoting.Conn, req *protocol.Command) *protocol.Command {
+	switch req.RequestCode() {
+	case protocol.GetRouteInfoByTopic:
+		var h protocol.GetRouteInfoRequestHeader
+		if err := req.DecodeHeader(&h); err != nil {
+			return protocol.NewResponse(req, protocol.InvalidParameter, err.Error())
+		}
+		route := &protocol.TopicRouteData{
+			QueueDatas:  []protocol.QueueData{{BrokerName: "broker-f", ReadQueueNums: int32(fb.queues), WriteQueueNums: int32(fb.queues), Perm: protocol.PermRead | protocol.PermWrite}},
+			BrokerDatas: []protocol.BrokerData{{Cluster: "fake", BrokerName: "broker-f", BrokerAddrs: map[int64]string{protocol.MasterID: fb.addr}}},
+		}
+		body, err := route.Encode()
+		if err != nil {
+			return protocol.NewResponse(req, protocol.SystemError, err.Error())
+		}
+		resp := protocol.NewResponse(req, protocol.Success, "")
+		resp.Body = body
+		return resp
+	case protocol.SendMessage, protocol.SendMessageV2, protocol.SendBatchMessage:
+		h, err := protocol.DecodeSendHeader(req)
+		if err != nil {
+			return protocol.NewResponse(req, protocol.InvalidParameter, err.Error())
+		}
+		fb.mu.Lock()
+		fb.sends = append(fb.sends, h.QueueID)
+		gate := fb.gate
+		busy := fb.busy > 0
+		if busy {
+			fb.busy--
+		}
+		fb.mu.Unlock()
+		fb.entered <- h.QueueID
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		if busy {
+			return protocol.NewResponse(req, protocol.SystemBusy, "scripted: busy")
+		}
+		resp := protocol.NewResponse(req, protocol.Success, "")
+		(&protocol.SendMessageResponseHeader{MsgID: "00", QueueID: h.QueueID, QueueOffset: 0}).EncodeTo(resp.ExtFields)
+		return resp
+	}
+	return protocol.NewResponse(req, protocol.Success, "")
+}
+
+func newFakeProducer(t testing.TB, fb *fakeBroker, opts ...producer.Option) *producer.Producer {
+	t.Helper()
+	p, err := producer.New("fake-tests", append([]producer.Option{producer.WithNameServers(fb.addr), producer.WithLogger(quiet())}, opts...)...)
+	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
+	t.Cleanup(func() {
+		fb.open()
+		p.Close(context.Background())
+	})
+	return p
 }

@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/flowd-io/flowd/internal/client"
 	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
 )
 
 func TestAvoidPrefersAnotherBroker(t *testing.T) {
@@ -27,6 +29,9 @@ func TestRetriable(t *testing.T) {
 	assert.True(t, retriable(be(protocol.SystemError)))
 	assert.False(t, retriable(be(protocol.MessageIllegal)))
 	assert.True(t, retriable(errors.New("connection reset")))
+	assert.False(t, retriable(fmt.Errorf("x: %w", remoting.ErrClientClosed)), "the producer is closing")
+	assert.False(t, retriable(fmt.Errorf("x: %w", client.ErrClosed)))
+	assert.False(t, retriable(fmt.Errorf("x: %w", context.DeadlineExceeded)))
 }
 
 func TestUniqIDShape(t *testing.T) {

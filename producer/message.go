@@ -33,7 +33,8 @@ type Message struct {
 	Flag int32
 }
 
-// SendStatus is the outcome of a send the broker accepted.
+// SendStatus is the outcome of a send the broker accepted. Every status but SendOK says the
+// message was stored but not flushed or replicated as the broker is configured to.
 type SendStatus int
 
 const (
@@ -63,6 +64,8 @@ func (s SendStatus) String() string {
 
 // SendResult describes a stored message.
 type SendResult struct {
+	// Status is SendOK, unless the broker stored the message without flushing or replicating
+	// it in time.
 	Status SendStatus
 	// MsgID is the producer-assigned unique id (UNIQ_KEY); for a batch, the ids of all its
 	// messages joined with commas.
@@ -87,10 +90,12 @@ type QueueSelector interface {
 	Select(msg *Message, queues []MessageQueue) MessageQueue
 }
 
-// OrderedSelector is a QueueSelector whose choice must not change between the attempts of one
-// send, because it keeps per-key order: retries go to the queue chosen first.
+// OrderedSelector is a QueueSelector whose choice may have to stay the same across the
+// attempts of one send, because it keeps per-key order: when Ordered reports true, retries go
+// to the queue chosen first (on another broker, per-key order would be lost).
 type OrderedSelector interface {
 	QueueSelector
+	// Ordered reports whether retries must stay on the queue chosen first.
 	Ordered() bool
 }
 

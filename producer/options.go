@@ -10,27 +10,37 @@ import (
 	"github.com/flowd-io/flowd/protocol"
 )
 
-// Defaults of the producer's settings (RocketMQ's).
+// Defaults of the producer's settings: RocketMQ's, except where a comment says otherwise.
 const (
-	DefaultSendTimeout        = 3 * time.Second
-	DefaultRetries            = 2
-	DefaultCompressOver       = 4 << 10
-	DefaultCompressLevel      = protocol.DefaultCompressLevel
-	DefaultMaxMessageSize     = 4 << 20
+	// DefaultSendTimeout bounds a whole send, retries included (WithSendTimeout).
+	DefaultSendTimeout = 3 * time.Second
+	// DefaultRetries is how many times a failed send is tried again (WithRetries).
+	DefaultRetries = 2
+	// DefaultCompressOver is the body size above which bodies are compressed
+	// (WithCompressOver).
+	DefaultCompressOver = 4 << 10
+	// DefaultCompressLevel is the zlib level of compressed bodies (WithCompressLevel).
+	DefaultCompressLevel = protocol.DefaultCompressLevel
+	// DefaultMaxMessageSize is the largest body, or encoded batch, accepted
+	// (WithMaxMessageSize): the broker's default.
+	DefaultMaxMessageSize = 4 << 20
+	// DefaultDefaultTopicQueues is the queue count of a topic created by its first send
+	// (WithDefaultTopicQueues).
 	DefaultDefaultTopicQueues = 4
+	// DefaultMaxInFlightAsync bounds the asynchronous sends in flight (WithMaxInFlightAsync).
+	// RocketMQ's Java producer allows 10 000, which its broker queues; a flowd broker serves at
+	// most remoting.DefaultMaxInFlightPerConn (256) requests at once on one connection and
+	// answers SYSTEM_BUSY past that, so flowd's default stays well below, leaving room for the
+	// other requests sharing the connection.
+	DefaultMaxInFlightAsync = 128
 )
 
 // Option configures a Producer; pass options to New.
 type Option func(*config) error
 
 type config struct {
-	nameServers    []string
-	instanceName   string
-	clientIP       string
-	logger         *slog.Logger
+	client         client.Options // the options of a client core the producer builds
 	shared         *client.Client
-	heartbeat      time.Duration
-	routeRefresh   time.Duration
 	sendTimeout    time.Duration
 	retries        int
 	compressOver   int
@@ -39,6 +49,7 @@ type config struct {
 	maxMessageSize int
 	defaultQueues  int
 	createKey      string
+	maxAsync       int
 }
 
 func defaultConfig() config {
@@ -51,6 +62,7 @@ func defaultConfig() config {
 		maxMessageSize: DefaultMaxMessageSize,
 		defaultQueues:  DefaultDefaultTopicQueues,
 		createKey:      protocol.AutoCreateTopicKey,
+		maxAsync:       DefaultMaxInFlightAsync,
 	}
 }
 
@@ -59,13 +71,16 @@ func defaultConfig() config {
 // unless WithSharedClient is given.
 func WithNameServers(addrs ...string) Option {
 	return func(c *config) error {
-		c.nameServers = append(c.nameServers, addrs...)
+		c.client.NameServers = append(c.client.NameServers, addrs...)
 		return nil
 	}
 }
 
 // WithSendTimeout bounds a whole send, retries included, when the caller's context allows
-// longer. Default 3 s.
+// longer. It also bounds an asynchronous send once it is in flight (not its wait for a slot,
+// see WithMaxInFlightAsync) and a oneway send.
+//
+// Default 3 s.
 func WithSendTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -118,7 +133,11 @@ func WithCompressLevel(level int) Option {
 	}
 }
 
-// WithQueueSelector sets how a queue is chosen for each message. Default RoundRobin().
+// WithQueueSelector sets how a queue is chosen for each message: RoundRobin, Random,
+// HashByKey, or any QueueSelector. A selector that is an OrderedSelector whose Ordered
+// reports true keeps every attempt of a send on the queue it chose first.
+//
+// Default RoundRobin().
 func WithQueueSelector(s QueueSelector) Option {
 	return func(c *config) error {
 		if s == nil {
@@ -130,19 +149,21 @@ func WithQueueSelector(s QueueSelector) Option {
 }
 
 // WithInstanceName sets the instance part of the client id ("ip@instance"). Default: the
-// process id and a random suffix, unique per producer.
+// process id and a random suffix, unique per producer. Ignored with WithSharedClient.
 func WithInstanceName(name string) Option {
 	return func(c *config) error {
-		c.instanceName = name
+		c.client.InstanceName = name
 		return nil
 	}
 }
 
 // WithClientIP sets the address part of the client id, and the address baked into message
-// ids. Default: the host's first non-loopback IPv4 address.
+// ids. It is a label: nothing connects to it. Default: the host's first non-loopback IPv4
+// address, or 127.0.0.1 (found by listing the interfaces, without any network traffic).
+// Ignored with WithSharedClient, whose id is used.
 func WithClientIP(ip string) Option {
 	return func(c *config) error {
-		c.clientIP = ip
+		c.client.ClientIP = ip
 		return nil
 	}
 }
@@ -150,13 +171,17 @@ func WithClientIP(ip string) Option {
 // WithLogger sets the logger. Default slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
-		c.logger = l
+		c.client.Logger = l
 		return nil
 	}
 }
 
-// WithSharedClient makes the producer use an existing client core rather than build its own;
-// see consumer.WithSharedClient. The producer never closes it.
+// WithSharedClient makes the producer use an existing client core rather than build its own,
+// so that the producers and consumers of one process share one connection per broker. The
+// producer registers its group into it on Start and unregisters on Close, but never closes
+// it: its creator does, after every producer and consumer using it. The options that
+// configure a client core (name servers, instance name, client IP, logger, heartbeat and
+// route-refresh intervals) are then the shared client's.
 func WithSharedClient(cl *client.Client) Option {
 	return func(c *config) error {
 		c.shared = cl
@@ -165,24 +190,25 @@ func WithSharedClient(cl *client.Client) Option {
 }
 
 // WithHeartbeatInterval sets how often the producer's client heartbeats the brokers it
-// sends to. Default 10 s.
+// sends to. Default 10 s (RocketMQ: 30 s). Ignored with WithSharedClient.
 func WithHeartbeatInterval(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: heartbeat interval must be positive", ErrInvalidOption)
 		}
-		c.heartbeat = d
+		c.client.HeartbeatInterval = d
 		return nil
 	}
 }
 
-// WithRouteRefreshInterval sets how often cached routes are fetched again. Default 30 s.
+// WithRouteRefreshInterval sets how often cached routes are fetched again, so that a topic
+// given more queues, or moved, is noticed. Default 30 s. Ignored with WithSharedClient.
 func WithRouteRefreshInterval(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: route refresh interval must be positive", ErrInvalidOption)
 		}
-		c.routeRefresh = d
+		c.client.RouteRefreshInterval = d
 		return nil
 	}
 }
@@ -220,6 +246,23 @@ func WithCreateTopicKey(topic string) Option {
 			return fmt.Errorf("%w: empty create-topic key", ErrInvalidOption)
 		}
 		c.createKey = topic
+		return nil
+	}
+}
+
+// WithMaxInFlightAsync bounds the asynchronous sends in flight: past n, SendAsync blocks until
+// one of them completes, until its context ends, or until Close, like franz-go's
+// MaxBufferedRecords. This bounds the goroutines and memory a burst of SendAsync calls can
+// take, and keeps the requests in flight on the broker connection below the broker's limit
+// (past which it answers SYSTEM_BUSY).
+//
+// Default DefaultMaxInFlightAsync (128).
+func WithMaxInFlightAsync(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: max in-flight async sends must be positive, got %d", ErrInvalidOption, n)
+		}
+		c.maxAsync = n
 		return nil
 	}
 }

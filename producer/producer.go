@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/flowd-io/flowd/internal/client"
 	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
 )
 
 // Producer sends messages to flowd (or any RocketMQ broker). Create it with New, Start it,
@@ -22,7 +24,7 @@ import (
 //
 // mu (a read-write lock) guards the lifecycle: sends hold it for reading while they check
 // the state and register an asynchronous send, Start and Close hold it for writing. No other
-// lock is taken under it.
+// lock is taken under it, and it is never held while waiting (for a slot, or the network).
 type Producer struct {
 	group      string
 	cfg        config
@@ -30,7 +32,9 @@ type Producer struct {
 	cl         *client.Client
 	ownsClient bool
 	uniq       *uniqGen
-	comp       sync.Pool // *protocol.Compressor
+	comp       sync.Pool     // *protocol.Compressor
+	asyncSlots chan struct{} // one token per asynchronous send in flight
+	closing    chan struct{} // closed by Close: wakes SendAsync calls waiting for a slot
 
 	mu    sync.RWMutex
 	state int // stateNew, stateRunning, stateClosed
@@ -54,28 +58,18 @@ func New(group string, opts ...Option) (*Producer, error) {
 			return nil, err
 		}
 	}
-	if cfg.shared == nil && len(cfg.nameServers) == 0 {
+	if cfg.shared == nil && len(cfg.client.NameServers) == 0 {
 		return nil, fmt.Errorf("%w: WithNameServers is required", ErrInvalidOption)
 	}
-	if cfg.logger == nil {
-		cfg.logger = slog.Default()
+	p := &Producer{
+		group:      group,
+		cfg:        cfg,
+		asyncSlots: make(chan struct{}, cfg.maxAsync),
+		closing:    make(chan struct{}),
 	}
-	p := &Producer{group: group, cfg: cfg}
-	if cfg.shared != nil {
-		p.cl = cfg.shared
-	} else {
-		cl, err := client.New(client.Options{
-			NameServers:          cfg.nameServers,
-			InstanceName:         cfg.instanceName,
-			ClientIP:             cfg.clientIP,
-			Logger:               cfg.logger,
-			HeartbeatInterval:    cfg.heartbeat,
-			RouteRefreshInterval: cfg.routeRefresh,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("producer %q: %w", group, err)
-		}
-		p.cl, p.ownsClient = cl, true
+	var err error
+	if p.cl, p.ownsClient, err = client.Open(cfg.shared, cfg.client); err != nil {
+		return nil, fmt.Errorf("producer %q: %w", group, err)
 	}
 	p.log = p.cl.Logger().With("producerGroup", group)
 	ip, _, _ := strings.Cut(p.cl.ID(), "@")
@@ -97,9 +91,9 @@ func (p *Producer) Group() string { return p.group }
 // ClientID is the id brokers know this producer by, "ip@instance".
 func (p *Producer) ClientID() string { return p.cl.ID() }
 
-// Start registers the producer in its group. Nothing is dialed until the first send.
-func (p *Producer) Start(ctx context.Context) error {
-	_ = ctx
+// Start registers the producer in its group. Nothing is dialed until the first send, so
+// Start does not wait for anything; ctx is for symmetry with the consumer's Start.
+func (p *Producer) Start(_ context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.state != stateNew {
@@ -115,8 +109,13 @@ func (p *Producer) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close waits for the asynchronous sends in flight (bounded by ctx), leaves the producer group
-// on every broker, and closes the producer's own client core.
+// Close refuses new sends (SendAsync calls waiting for a slot get ErrClosed), waits for the
+// asynchronous sends in flight, leaves the producer group on every broker, and closes the
+// producer's own client core.
+//
+// ctx bounds the wait and the unregistration. When it ends first, Close goes on and reports
+// it; closing the client core then fails the sends still in flight, whose callbacks may run
+// after Close returned (with a shared client core they run to their own end).
 func (p *Producer) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.state == stateClosed {
@@ -125,6 +124,7 @@ func (p *Producer) Close(ctx context.Context) error {
 	}
 	wasRunning := p.state == stateRunning
 	p.state = stateClosed
+	close(p.closing)
 	p.mu.Unlock()
 
 	var errs []error
@@ -170,15 +170,17 @@ func (p *Producer) checkRunning() error {
 
 // prepared is a message ready for the wire.
 type prepared struct {
-	msg     *Message
-	uniq    string
-	props   string
-	body    []byte
-	sysFlag int32
-	batch   bool
+	msg      *Message
+	uniq     string
+	propsMap map[string]string // the properties sent: the message's and the well-known ones
+	props    string            // propsMap encoded
+	body     []byte
+	sysFlag  int32
+	batch    bool
 }
 
-// prepare validates msg and encodes its properties, compressing the body when it is large.
+// prepare validates msg and encodes its properties, compressing the body when it is large
+// and compress is set.
 func (p *Producer) prepare(msg *Message, compress bool) (*prepared, error) {
 	if msg == nil {
 		return nil, fmt.Errorf("%w: nil message", ErrInvalidMessage)
@@ -193,14 +195,13 @@ func (p *Producer) prepare(msg *Message, compress bool) (*prepared, error) {
 		return nil, fmt.Errorf("%w: body of %d bytes exceeds %d (topic %q)", ErrMessageTooLarge, len(msg.Body), p.cfg.maxMessageSize, msg.Topic)
 	}
 	pm := &prepared{msg: msg, uniq: p.uniq.next(), body: msg.Body}
-	props := p.properties(msg, pm.uniq)
-	pm.props = protocol.EncodeProperties(props)
+	pm.propsMap = p.properties(msg, pm.uniq)
+	pm.props = protocol.EncodeProperties(pm.propsMap)
 	if len(pm.props) > protocol.MaxPropertiesLength {
-		return nil, fmt.Errorf("%w: properties of %d bytes exceed %d", ErrInvalidMessage, len(pm.props), protocol.MaxPropertiesLength)
+		return nil, fmt.Errorf("%w: properties of %d bytes exceed %d (topic %q)", ErrInvalidMessage, len(pm.props), protocol.MaxPropertiesLength, msg.Topic)
 	}
 	if compress && len(msg.Body) > p.cfg.compressOver {
-		c, _ := p.comp.Get().(*protocol.Compressor)
-		if c != nil {
+		if c, _ := p.comp.Get().(*protocol.Compressor); c != nil {
 			out, err := c.Compress(nil, msg.Body)
 			p.comp.Put(c)
 			if err == nil && len(out) < len(msg.Body) {
@@ -213,9 +214,7 @@ func (p *Producer) prepare(msg *Message, compress bool) (*prepared, error) {
 
 func (p *Producer) properties(msg *Message, uniq string) map[string]string {
 	props := make(map[string]string, len(msg.Properties)+5)
-	for k, v := range msg.Properties {
-		props[k] = v
-	}
+	maps.Copy(props, msg.Properties)
 	if msg.Tags != "" {
 		props[protocol.PropertyTags] = msg.Tags
 	}
@@ -244,26 +243,54 @@ func (p *Producer) Send(ctx context.Context, msg *Message) (SendResult, error) {
 }
 
 // SendAsync sends msg in the background and calls done with the outcome, on a goroutine of
-// its own. Close waits for the sends in flight. An error found before sending (not started,
-// invalid message) is passed to done too, before SendAsync returns.
+// its own; done may be nil. At most WithMaxInFlightAsync sends are in flight at once: past
+// that, SendAsync blocks until one completes, until ctx ends (done gets ctx's error) or until
+// Close (done gets ErrClosed). Close waits for the sends in flight.
+//
+// An error found before sending (not started, closed, invalid message, no slot) is passed to
+// done before SendAsync returns, on the caller's goroutine. Otherwise done runs after the
+// send's slot is freed, so it may call SendAsync itself.
 func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendResult, error)) {
+	if done == nil {
+		done = func(SendResult, error) {}
+	}
+	if err := p.checkRunning(); err != nil {
+		done(SendResult{}, err)
+		return
+	}
+	pm, err := p.prepare(msg, true)
+	if err != nil {
+		done(SendResult{}, err)
+		return
+	}
+	if err := ctx.Err(); err != nil { // a free slot must not win over an ended context
+		done(SendResult{}, fmt.Errorf("send to topic %q: %w", msg.Topic, err))
+		return
+	}
+	select {
+	case p.asyncSlots <- struct{}{}:
+	case <-ctx.Done():
+		done(SendResult{}, fmt.Errorf("send to topic %q: waiting for one of %d async sends in flight: %w", msg.Topic, cap(p.asyncSlots), ctx.Err()))
+		return
+	case <-p.closing:
+		done(SendResult{}, fmt.Errorf("send to topic %q: %w", msg.Topic, ErrClosed))
+		return
+	}
+	// Register under the lock that Close takes to change the state, so that Close either sees
+	// this send in the wait group or this send sees Close.
 	p.mu.RLock()
 	if err := p.stateErr(); err != nil {
 		p.mu.RUnlock()
+		<-p.asyncSlots
 		done(SendResult{}, err)
 		return
 	}
 	p.async.Add(1)
 	p.mu.RUnlock()
-	pm, err := p.prepare(msg, true)
-	if err != nil {
-		p.async.Done()
-		done(SendResult{}, err)
-		return
-	}
 	go func() {
 		defer p.async.Done()
 		res, err := p.send(ctx, pm)
+		<-p.asyncSlots
 		done(res, err)
 	}()
 }
@@ -322,8 +349,7 @@ func (p *Producer) SendBatch(ctx context.Context, msgs ...*Message) (SendResult,
 		if m.DelayLevel > 0 {
 			return SendResult{}, fmt.Errorf("%w: batch message %d is delayed; delayed messages cannot be batched", ErrInvalidMessage, i)
 		}
-		props := p.properties(m, pm.uniq)
-		entries[i] = &protocol.Message{Topic: topic, Flag: m.Flag, Properties: props, Body: m.Body}
+		entries[i] = &protocol.Message{Topic: topic, Flag: m.Flag, Properties: pm.propsMap, Body: m.Body}
 		uniqs[i] = pm.uniq
 	}
 	body, err := protocol.EncodeBatch(entries)
@@ -346,7 +372,8 @@ func (p *Producer) send(ctx context.Context, pm *prepared) (SendResult, error) {
 	if err != nil {
 		return SendResult{}, err
 	}
-	_, ordered := p.cfg.selector.(OrderedSelector)
+	os, ok := p.cfg.selector.(OrderedSelector)
+	ordered := ok && os.Ordered()
 	var lastErr error
 	var failed *MessageQueue
 	var first MessageQueue
@@ -391,8 +418,12 @@ func avoid(queues []MessageQueue, failed MessageQueue) []MessageQueue {
 	return queues
 }
 
-// retriable reports whether another attempt may succeed where err failed.
+// retriable reports whether another attempt may succeed where err failed: not when the
+// caller gave up, nor when the client core was closed under the send.
 func retriable(err error) bool {
+	if errors.Is(err, remoting.ErrClientClosed) || errors.Is(err, client.ErrClosed) {
+		return false
+	}
 	var be *BrokerError
 	if errors.As(err, &be) {
 		switch be.Code {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -26,6 +28,9 @@ const (
 	DefaultRouteRefreshInterval = 30 * time.Second
 	// DefaultRequestTimeout bounds a request whose context has no deadline.
 	DefaultRequestTimeout = 3 * time.Second
+	// DefaultDialTimeout bounds connecting to a broker or name server (RocketMQ's connect
+	// timeout).
+	DefaultDialTimeout = remoting.DefaultDialTimeout
 )
 
 // Options configures a Client. A zero field takes the default its comment gives.
@@ -55,17 +60,35 @@ type Options struct {
 	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
 
-	// DialTimeout bounds connecting to a broker or name server. Default 3 s.
+	// DialTimeout bounds connecting to a broker or name server. Default DefaultDialTimeout.
 	DialTimeout time.Duration
+}
+
+// Open returns shared when it is not nil, and otherwise a new Client built from opts that the
+// caller owns (and must Close): owned says which. It is how a producer or consumer honours its
+// WithSharedClient option; opts is ignored for a shared Client.
+func Open(shared *Client, opts Options) (cl *Client, owned bool, err error) {
+	if shared != nil {
+		return shared, false, nil
+	}
+	cl, err = New(opts)
+	if err != nil {
+		return nil, false, err
+	}
+	return cl, true, nil
 }
 
 // Consumer is what a consumer registers into a Client: the Client asks it what to put in
 // heartbeats and passes it the broker's requests for its group.
 //
-// Every method is called without any Client lock held and must return promptly: they run on
-// the Client's timers or on a connection's request goroutine.
+// Every method must return promptly: they run on the Client's timers, on a connection's
+// goroutines or on the goroutine of the caller of a Client method. None is called with
+// Client.mu held, so every method may call the Client back, except that none may call Close
+// (which waits for them), and ConsumerData has a further restriction (see there).
 type Consumer interface {
-	// ConsumerData describes the group for heartbeats.
+	// ConsumerData describes the group for heartbeats. It is called with the Client's
+	// heartbeat lock held, so that a heartbeat cannot overtake an unregistration: it must not
+	// call SendHeartbeat, UnregisterConsumer, UnregisterProducer or Close.
 	ConsumerData() protocol.ConsumerData
 	// NotifyConsumerIDsChanged is called when a broker reports that the group's membership
 	// changed. It must not block: trigger a rebalance and return.
@@ -78,6 +101,12 @@ type Consumer interface {
 	// ResetOffset applies RESET_CONSUMER_OFFSET: the consumer moves its offsets of topic's
 	// queues to those given.
 	ResetOffset(topic string, offsets map[protocol.MessageQueue]int64)
+	// ConnectionLost is called after the connection to the brokers named (those whose master
+	// address, as a cached route gives it, is the connection's remote address) closed, while
+	// the Client is open. A flowd broker drops a member whose connection closes, and releases
+	// its queue locks at once: the consumer must stop relying on the locks it held there and
+	// heartbeat again. The next request redials.
+	ConnectionLost(brokerNames []string)
 }
 
 // Client is the shared client core. Create it with New, call Start, and Close it when every
@@ -97,6 +126,7 @@ type Client struct {
 	mu        sync.Mutex
 	nsCursor  int
 	routes    map[string]*Route
+	fetching  map[string]*routeCall // route fetches in progress, by topic
 	consumers map[string]Consumer
 	producers map[string]struct{}
 	started   bool
@@ -143,6 +173,7 @@ func New(opts Options) (*Client, error) {
 		opts:      opts,
 		ns:        ns,
 		routes:    map[string]*Route{},
+		fetching:  map[string]*routeCall{},
 		consumers: map[string]Consumer{},
 		producers: map[string]struct{}{},
 	}
@@ -152,6 +183,7 @@ func New(opts Options) (*Client, error) {
 		Handler:     remoting.HandlerFunc(c.serve),
 		Logger:      c.log,
 		DialTimeout: opts.DialTimeout,
+		OnConnClose: c.connClosed,
 	})
 	return c, nil
 }
@@ -161,6 +193,10 @@ func (c *Client) ID() string { return c.id }
 
 // Logger is the client's logger, carrying the client id.
 func (c *Client) Logger() *slog.Logger { return c.log }
+
+// RequestTimeout is the bound of a request whose context has no deadline
+// (Options.RequestTimeout).
+func (c *Client) RequestTimeout() time.Duration { return c.opts.RequestTimeout }
 
 // Start starts the heartbeat and route-refresh timers. Starting a started Client does nothing.
 func (c *Client) Start() error {
@@ -198,9 +234,10 @@ func (c *Client) loop(every time.Duration, fn func(ctx context.Context)) {
 }
 
 // Close unregisters the groups still registered (producers and consumers normally unregister
-// themselves first, after handing their queues over), stops the timers and closes every
-// connection, failing the calls still pending. ctx bounds the unregistrations; their failures
-// are returned, but the Client is closed regardless.
+// themselves first, after handing their queues over), stops the timers and route fetches,
+// and closes every connection, failing the calls still pending. It returns once every
+// goroutine of the Client has ended. ctx bounds the unregistrations; their failures are
+// returned, but the Client is closed regardless.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
@@ -387,7 +424,7 @@ func (c *Client) SendHeartbeat(ctx context.Context) error {
 	}
 	body, err := hb.Encode()
 	if err != nil {
-		return err
+		return fmt.Errorf("encode heartbeat: %w", err)
 	}
 	var errs []error
 	for _, addr := range c.BrokerAddrs() {
@@ -396,6 +433,57 @@ func (c *Client) SendHeartbeat(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// connClosed tells the registered consumers which brokers a closed connection led to.
+func (c *Client) connClosed(conn *remoting.Conn) {
+	remote := conn.RemoteAddr().String()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	names := map[string]bool{}
+	for _, r := range c.routes {
+		for name, addr := range r.masters {
+			if sameEndpoint(addr, remote) {
+				names[name] = true
+			}
+		}
+	}
+	conss := slices.Collect(maps.Values(c.consumers))
+	c.mu.Unlock()
+	if len(names) == 0 {
+		return // a name server, or a broker no route names
+	}
+	brokers := slices.Sorted(maps.Keys(names))
+	c.log.Info("connection to broker lost", "addr", remote, "brokers", brokers)
+	for _, cons := range conss {
+		cons.ConnectionLost(slices.Clone(brokers))
+	}
+}
+
+// sameEndpoint reports whether routeAddr, a "host:port" from a route, may be the endpoint
+// remote ("ip:port") of a connection dialed to it. A host name is assumed to resolve to
+// remote when the ports agree: a false match only costs a lock renewal.
+func sameEndpoint(routeAddr, remote string) bool {
+	if routeAddr == remote {
+		return true
+	}
+	host, port, err := net.SplitHostPort(routeAddr)
+	if err != nil {
+		return false
+	}
+	rhost, rport, err := net.SplitHostPort(remote)
+	if err != nil || port != rport {
+		return false
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return true // a host name
+	}
+	b, err := netip.ParseAddr(rhost)
+	return err == nil && a.Unmap() == b.Unmap()
 }
 
 // serve answers the requests brokers send to the client.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +17,13 @@ import (
 
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
 )
+
+// wait bounds every wait for something asynchronous: generous, since a loaded machine running
+// the race detector can be slow, and free when things go well (the waits end as soon as the
+// condition holds). Tests never assert how fast something happens.
+const wait = 15 * time.Second
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -67,6 +74,19 @@ type fakeConsumer struct {
 	mu       sync.Mutex
 	changed  map[string][]protocol.MessageQueue
 	reset    map[protocol.MessageQueue]int64
+	lost     [][]string
+}
+
+func (f *fakeConsumer) ConnectionLost(brokers []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lost = append(f.lost, brokers)
+}
+
+func (f *fakeConsumer) lostCalls() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.lost)
 }
 
 func (f *fakeConsumer) ConsumerData() protocol.ConsumerData {
@@ -125,11 +145,12 @@ func TestClientIDs(t *testing.T) {
 	assert.NotNil(t, net.ParseIP(ip))
 	assert.Contains(t, inst, "#")
 
-	c, err := New(Options{NameServers: []string{"x:1;y:2"}, ClientIP: "10.1.2.3", InstanceName: "inst"})
+	// Neither address is dialed (nothing is until a request), and both are loopback anyway.
+	c, err := New(Options{NameServers: []string{"127.0.0.1:1;127.0.0.1:2 ", " 127.0.0.1:3"}, ClientIP: "10.1.2.3", InstanceName: "inst"})
 	require.NoError(t, err)
 	defer c.Close(context.Background())
-	assert.Equal(t, "10.1.2.3@inst", c.ID())
-	assert.Equal(t, []string{"x:1", "y:2"}, c.ns)
+	assert.Equal(t, "10.1.2.3@inst", c.ID(), "the client IP only labels the client id")
+	assert.Equal(t, []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, c.ns)
 }
 
 func TestRouteFetchCacheRefresh(t *testing.T) {
@@ -172,7 +193,7 @@ func TestRouteFetchCacheRefresh(t *testing.T) {
 	require.Eventually(t, func() bool {
 		r, _ := c.CachedRoute("routes")
 		return len(r.SubscribeQueues) == 8 && len(fc.routeChange("routes")) == 8
-	}, 5*time.Second, 20*time.Millisecond)
+	}, wait, 20*time.Millisecond)
 
 	// UpdateRoute refreshes on demand.
 	createTopic(t, c, b.Addr(), "routes", 6)
@@ -223,13 +244,13 @@ func TestHeartbeatRegistersAndNotifyTriggers(t *testing.T) {
 	require.NoError(t, c2.SendHeartbeat(ctx))
 	ids := consumerList(t, c1, b.Addr(), "hb-group")
 	assert.ElementsMatch(t, []string{c1.ID(), c2.ID()}, ids)
-	require.Eventually(t, func() bool { return f1.notified.Load() > 0 }, 3*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return f1.notified.Load() > 0 }, wait, 10*time.Millisecond,
 		"c2 joining notifies c1 at once")
 
 	before := f2.notified.Load()
 	require.NoError(t, c1.UnregisterConsumer(ctx, "hb-group"))
 	assert.Equal(t, []string{c2.ID()}, consumerList(t, c2, b.Addr(), "hb-group"))
-	require.Eventually(t, func() bool { return f2.notified.Load() > before }, 3*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return f2.notified.Load() > before }, wait, 10*time.Millisecond,
 		"c1 leaving notifies c2")
 	require.NoError(t, c1.UnregisterProducer(ctx, "hb-producers"))
 }
@@ -243,7 +264,7 @@ func TestHeartbeatTimer(t *testing.T) {
 	require.NoError(t, c.RegisterConsumer("timer-group", &fakeConsumer{group: "timer-group"}))
 	require.Eventually(t, func() bool {
 		return len(consumerList(t, c, b.Addr(), "timer-group")) == 1
-	}, 3*time.Second, 20*time.Millisecond)
+	}, wait, 20*time.Millisecond)
 }
 
 func TestServeBrokerRequests(t *testing.T) {
@@ -288,4 +309,119 @@ func TestClosed(t *testing.T) {
 	require.ErrorIs(t, c.Start(), ErrClosed)
 	require.ErrorIs(t, c.RegisterConsumer("g", &fakeConsumer{}), ErrClosed)
 	require.ErrorIs(t, c.RegisterProducer("g"), ErrClosed)
+}
+
+// TestRouteFetchesCoalesce: concurrent UpdateRoute calls for one topic share one name-server
+// request (a burst of sends to a topic without a route must not flood the name server, whose
+// connection serves a bounded number of requests at once), and a caller's context bounds only
+// its own wait.
+func TestRouteFetchesCoalesce(t *testing.T) {
+	var asked atomic.Int32
+	release := make(chan struct{})
+	route := &protocol.TopicRouteData{
+		QueueDatas:  []protocol.QueueData{{BrokerName: "broker-a", ReadQueueNums: 2, WriteQueueNums: 2, Perm: protocol.PermRead | protocol.PermWrite}},
+		BrokerDatas: []protocol.BrokerData{{Cluster: "c", BrokerName: "broker-a", BrokerAddrs: map[int64]string{protocol.MasterID: "127.0.0.1:1"}}},
+	}
+	body, err := route.Encode()
+	require.NoError(t, err)
+	srv := remoting.NewServer(remoting.HandlerFunc(func(ctx context.Context, _ *remoting.Conn, req *protocol.Command) *protocol.Command {
+		asked.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		resp := protocol.NewResponse(req, protocol.Success, "")
+		resp.Body = body
+		return resp
+	}), remoting.ServerOptions{Logger: quietLogger()})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	c := newClientAt(t, ln.Addr().String())
+	const callers = 50
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			_, err := c.UpdateRoute(context.Background(), "herd")
+			errs <- err
+		}()
+	}
+	require.Eventually(t, func() bool { return asked.Load() == 1 }, wait, 5*time.Millisecond)
+	// A caller that gives up does not end the fetch for the others.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = c.UpdateRoute(ctx, "herd")
+	require.ErrorIs(t, err, context.Canceled)
+	close(release)
+	for range callers {
+		require.NoError(t, <-errs)
+	}
+	assert.EqualValues(t, 1, asked.Load(), "one request for %d concurrent callers", callers)
+	r, ok := c.CachedRoute("herd")
+	require.True(t, ok)
+	assert.Len(t, r.SubscribeQueues, 2)
+	// Later calls ask again.
+	_, err = c.UpdateRoute(context.Background(), "herd")
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, asked.Load())
+}
+
+func newClientAt(t *testing.T, nameServer string) *Client {
+	t.Helper()
+	c, err := New(Options{NameServers: []string{nameServer}, Logger: quietLogger()})
+	require.NoError(t, err)
+	require.NoError(t, c.Start())
+	t.Cleanup(func() { require.NoError(t, c.Close(context.Background())) })
+	return c
+}
+
+// TestConnectionLostTellsConsumers: when the connection to a broker closes (the broker has
+// then dropped the client's membership and queue locks), the registered consumers are told
+// which brokers it led to; a name-server connection closing tells nobody.
+func TestConnectionLostTellsConsumers(t *testing.T) {
+	b := startBroker(t)
+	c := newClient(t, b, nil)
+	ctx := context.Background()
+	createTopic(t, c, b.Addr(), "lost", 1)
+	_, err := c.Route(ctx, "lost")
+	require.NoError(t, err)
+	f := &fakeConsumer{group: "lost-group"}
+	require.NoError(t, c.RegisterConsumer("lost-group", f))
+	require.NoError(t, c.SendHeartbeat(ctx))
+
+	ns, err := c.rc.Conn(ctx, b.NamesrvAddr())
+	require.NoError(t, err)
+	require.NoError(t, ns.Close())
+	conn, err := c.rc.Conn(ctx, b.Addr())
+	require.NoError(t, err)
+	require.NoError(t, conn.Close())
+	require.Eventually(t, func() bool { return len(f.lostCalls()) > 0 }, wait, 5*time.Millisecond)
+	assert.Equal(t, [][]string{{"broker-a"}}, f.lostCalls(), "the broker's connection only")
+	require.Eventually(t, func() bool { return len(consumerList(t, c, b.Addr(), "lost-group")) == 0 }, wait, 5*time.Millisecond,
+		"the broker dropped the member with its connection")
+	require.NoError(t, c.SendHeartbeat(ctx), "the next request redials")
+	assert.Equal(t, []string{c.ID()}, consumerList(t, c, b.Addr(), "lost-group"))
+
+	// Closing the client does not report its own connections.
+	require.NoError(t, c.Close(ctx))
+	assert.Len(t, f.lostCalls(), 1)
+}
+
+func TestSameEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		route, remote string
+		want          bool
+	}{
+		{"127.0.0.1:10911", "127.0.0.1:10911", true},
+		{"127.0.0.1:10911", "127.0.0.1:9876", false},
+		{"127.0.0.1:10911", "127.0.0.2:10911", false},
+		{"[::ffff:127.0.0.1]:10911", "127.0.0.1:10911", true},
+		{"broker.internal:10911", "10.0.0.7:10911", true}, // a host name may resolve there
+		{"broker.internal:10911", "10.0.0.7:9876", false},
+		{"garbage", "127.0.0.1:1", false},
+	} {
+		assert.Equal(t, tc.want, sameEndpoint(tc.route, tc.remote), "%s ~ %s", tc.route, tc.remote)
+	}
 }

@@ -24,7 +24,14 @@ func DefaultInstanceName() string {
 }
 
 // LocalIP returns the first non-loopback IPv4 address of an up interface, or "127.0.0.1"
-// when there is none. It only labels the client id: nothing connects to it.
+// when there is none. It only labels the client id (and producer message ids): nothing
+// connects to it.
+//
+// # Notes
+//
+// It only lists the host's interfaces. Unlike the common trick of "dialing" a public address
+// over UDP to learn the outgoing interface, it sends nothing and resolves nothing, so a test
+// that starts a client on a host without network access never leaves the loopback interface.
 func LocalIP() string {
 	ifaces, err := net.Interfaces()
 	if err != nil {

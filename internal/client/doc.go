@@ -12,9 +12,27 @@
 // Client unless one is handed to it. Two consumers in one process therefore always have
 // distinct client ids, which RocketMQ only achieves when told a different instance name.
 //
+// A producer or consumer that is not handed a Client builds its own with Open:
+//
+//	cl, owned, err := client.Open(shared, client.Options{NameServers: []string{"127.0.0.1:9876"}})
+//	if err != nil { … }
+//	if err := cl.Start(); err != nil { … } // heartbeats and route refreshes; Start is idempotent
+//	if err := cl.RegisterConsumer("group", hooks); err != nil { … }
+//	r, err := cl.Route(ctx, "orders")     // cached; refreshed every RouteRefreshInterval
+//	addr, _ := r.BrokerAddr(r.SubscribeQueues[0].BrokerName)
+//	resp, err := cl.InvokeOK(ctx, addr, req) // any other code than SUCCESS is a *BrokerError
+//	…
+//	_ = cl.UnregisterConsumer(ctx, "group")
+//	if owned { _ = cl.Close(ctx) }
+//
 // # Lock order
 //
-// Client.mu guards the route cache, the registrations and the name-server cursor. It is a
-// leaf: it is never held across network I/O or while calling into a registered consumer
-// (hooks run after it is released), so a consumer may call back into the Client from a hook.
+//	hbMu → mu
+//
+// hbMu serializes heartbeats with unregistrations; it is held across network I/O and while
+// calling Consumer.ConsumerData, which therefore must not call back into the heartbeat or
+// unregistration methods. mu guards the route cache, the route fetches in flight, the
+// registrations and the name-server cursor. It is a leaf: it is never held across network I/O
+// or while calling into a registered consumer (hooks run after it is released), so a consumer
+// may call back into the Client from any other hook.
 package client

@@ -88,55 +88,105 @@ func (c *Client) CachedRoute(topic string) (*Route, bool) {
 	return r, ok
 }
 
+// routeCall is one route fetch that concurrent UpdateRoute calls for a topic share.
+type routeCall struct {
+	done chan struct{} // closed when r and err are set
+	r    *Route
+	err  error
+}
+
 // UpdateRoute fetches topic's route from the name servers now and caches it. When the readable
 // queues changed, every registered consumer is told (Consumer.RouteChanged), after the cache
 // has been updated.
+//
+// Concurrent calls for one topic share one request, bounded by RequestTimeout and Close, and
+// each waits for it as long as its own ctx allows: a thousand sends to a topic that has no
+// route yet ask the name servers once, not a thousand times (which would also overflow the
+// broker's limit of requests in flight on one connection).
 func (c *Client) UpdateRoute(ctx context.Context, topic string) (*Route, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("route of topic %q: %w", topic, ErrClosed)
+	}
+	call := c.fetching[topic]
+	if call == nil {
+		call = &routeCall{done: make(chan struct{})}
+		c.fetching[topic] = call
+		c.wg.Add(1)
+		go c.fetchRoute(topic, call)
+	}
+	c.mu.Unlock()
+	select {
+	case <-call.done:
+		return call.r, call.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("route of topic %q: %w", topic, ctx.Err())
+	}
+}
+
+// fetchRoute runs one shared route fetch. The consumers are told of a change after the
+// waiters are released, so that a hook may call UpdateRoute itself, and with the route cached
+// at that moment, so that two fetches that finish close together cannot report their answers
+// out of order.
+func (c *Client) fetchRoute(topic string, call *routeCall) {
+	defer c.wg.Done()
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
+	defer cancel()
+	r, changed, err := c.fetchAndCache(ctx, topic)
+	c.mu.Lock()
+	delete(c.fetching, topic)
+	c.mu.Unlock()
+	call.r, call.err = r, err
+	close(call.done)
+	if !changed {
+		return
+	}
+	c.mu.Lock()
+	cur := c.routes[topic]
+	conss := slices.Collect(maps.Values(c.consumers))
+	c.mu.Unlock()
+	if cur == nil {
+		return
+	}
+	for _, cons := range conss {
+		cons.RouteChanged(topic, slices.Clone(cur.SubscribeQueues))
+	}
+}
+
+// fetchAndCache asks the name servers for topic's route and caches it. changed reports that
+// the readable queues differ from those of the route cached before.
+func (c *Client) fetchAndCache(ctx context.Context, topic string) (r *Route, changed bool, err error) {
 	h := protocol.GetRouteInfoRequestHeader{Topic: topic}
 	resp, err := c.invokeNameServer(ctx, protocol.NewRequestWith(protocol.GetRouteInfoByTopic, &h, nil))
 	if err != nil {
-		return nil, fmt.Errorf("route of topic %q: %w", topic, err)
+		return nil, false, fmt.Errorf("route of topic %q: %w", topic, err)
 	}
 	switch resp.ResponseCode() {
 	case protocol.Success:
 	case protocol.TopicNotExist:
-		return nil, fmt.Errorf("route of topic %q: %w: %w", topic, ErrTopicNotExist, NewBrokerError(resp))
+		return nil, false, fmt.Errorf("route of topic %q: %w: %w", topic, ErrTopicNotExist, NewBrokerError(resp))
 	default:
-		return nil, fmt.Errorf("route of topic %q: %w", topic, NewBrokerError(resp))
+		return nil, false, fmt.Errorf("route of topic %q: %w", topic, NewBrokerError(resp))
 	}
 	data, err := protocol.DecodeTopicRouteData(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("route of topic %q: %w", topic, err)
+		return nil, false, fmt.Errorf("route of topic %q: %w", topic, err)
 	}
-	r := NewRoute(topic, data)
+	r = NewRoute(topic, data)
 	c.mu.Lock()
 	old := c.routes[topic]
 	if old != nil && old.sameAs(r) {
 		c.mu.Unlock()
-		return old, nil // unchanged: keep the value callers may already hold
+		return old, false, nil // unchanged: keep the value callers may already hold
 	}
 	c.routes[topic] = r
-	var notify []Consumer
-	if old != nil && !slices.Equal(old.SubscribeQueues, r.SubscribeQueues) {
-		for _, cons := range c.consumers {
-			notify = append(notify, cons)
-		}
-	}
 	c.mu.Unlock()
-	if old != nil {
-		c.log.Info("route changed", "topic", topic, "readQueues", len(r.SubscribeQueues), "writeQueues", len(r.PublishQueues))
+	if old == nil {
+		return r, false, nil
 	}
-	for _, cons := range notify {
-		cons.RouteChanged(topic, slices.Clone(r.SubscribeQueues))
-	}
-	return r, nil
-}
-
-// ForgetRoute drops topic's cached route, so that the next Route fetches it.
-func (c *Client) ForgetRoute(topic string) {
-	c.mu.Lock()
-	delete(c.routes, topic)
-	c.mu.Unlock()
+	c.log.Info("route changed", "topic", topic, "readQueues", len(r.SubscribeQueues), "writeQueues", len(r.PublishQueues))
+	return r, !slices.Equal(old.SubscribeQueues, r.SubscribeQueues), nil
 }
 
 // refreshRoutes fetches every cached route again.
