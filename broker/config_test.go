@@ -141,9 +141,9 @@ func TestLockTableLeasesAndRelease(t *testing.T) {
 }
 
 func TestParseTagExpression(t *testing.T) {
-	assert.Nil(t, ParseTagExpression("*"))
-	assert.Nil(t, ParseTagExpression("  "))
-	assert.Equal(t, []string{"a", "b"}, ParseTagExpression(" a || b ||  || a"))
+	assert.Nil(t, protocol.ParseTagExpression("*"))
+	assert.Nil(t, protocol.ParseTagExpression("  "))
+	assert.Equal(t, []string{"a", "b"}, protocol.ParseTagExpression(" a || b ||  || a"))
 	f, err := buildFilter("TAG", "a||b")
 	require.NoError(t, err)
 	assert.True(t, f.MatchTagsCode(protocol.TagsCode("b")))

@@ -22,22 +22,6 @@ type tagFilter struct {
 func (f *tagFilter) MatchTagsCode(code int64) bool { return slices.Contains(f.codes, code) }
 func (f *tagFilter) MatchMessage([]byte) bool      { return true }
 
-// ParseTagExpression splits a tag expression as RocketMQ does: "*" or empty takes every
-// message (nil tags); otherwise tags are separated by "||", trimmed, empties dropped.
-func ParseTagExpression(expr string) []string {
-	expr = strings.TrimSpace(expr)
-	if expr == "" || expr == "*" {
-		return nil
-	}
-	var tags []string
-	for _, t := range strings.Split(expr, "||") {
-		if t = strings.TrimSpace(t); t != "" && !slices.Contains(tags, t) {
-			tags = append(tags, t)
-		}
-	}
-	return tags
-}
-
 // buildFilter turns a subscription into the store's read filter. A nil filter takes all.
 func buildFilter(expressionType, expr string) (store.Filter, error) {
 	switch strings.ToUpper(expressionType) {
@@ -47,7 +31,7 @@ func buildFilter(expressionType, expr string) (store.Filter, error) {
 	default:
 		return nil, fmt.Errorf("unknown expression type %q", expressionType)
 	}
-	tags := ParseTagExpression(expr)
+	tags := protocol.ParseTagExpression(expr)
 	if tags == nil {
 		return nil, nil
 	}

@@ -109,24 +109,6 @@ func (TagSelector) Type() string { return protocol.ExpressionTag }
 // Expression is the tag expression.
 func (s TagSelector) Expression() string { return string(s) }
 
-// parseTags splits a tag expression as RocketMQ does: "*" or empty takes every message (nil
-// tags); otherwise tags are separated by "||", trimmed, empties and repeats dropped. The
-// broker parses the expression the same way (broker.ParseTagExpression, which clients may not
-// import).
-func parseTags(expr string) []string {
-	expr = strings.TrimSpace(expr)
-	if expr == "" || expr == "*" {
-		return nil
-	}
-	var tags []string
-	for _, t := range strings.Split(expr, "||") {
-		if t = strings.TrimSpace(t); t != "" && !slices.Contains(tags, t) {
-			tags = append(tags, t)
-		}
-	}
-	return tags
-}
-
 // subscription is one topic subscription.
 type subscription struct {
 	topic    string
@@ -138,7 +120,7 @@ type subscription struct {
 func newSubscription(topic string, sel Selector) *subscription {
 	s := &subscription{topic: topic, selector: sel, version: time.Now().UnixMilli()}
 	if sel.Type() == protocol.ExpressionTag {
-		s.tags = parseTags(sel.Expression())
+		s.tags = protocol.ParseTagExpression(sel.Expression())
 	}
 	return s
 }

@@ -1,6 +1,10 @@
 package protocol
 
-import "unicode/utf8"
+import (
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
 
 // TagsCode is the tag hash a consume-queue unit stores and a subscription's codeSet lists:
 // Java's String.hashCode of the TAGS property, widened to int64, and 0 for no tags.
@@ -71,4 +75,21 @@ func javaMalformedLen(s string) int {
 		return 3 // the fourth byte is missing or does not continue
 	}
 	return 1 // a stray continuation byte, C0, C1, F5–FF, or a two-byte lead without its tail
+}
+
+// ParseTagExpression splits a tag subscription expression as RocketMQ does: "*" or an empty
+// expression takes every message (nil); otherwise tags are separated by "||", trimmed, and
+// empty or repeated ones dropped.
+func ParseTagExpression(expr string) []string {
+	expr = strings.TrimSpace(expr)
+	if expr == "" || expr == "*" {
+		return nil
+	}
+	var tags []string
+	for _, t := range strings.Split(expr, "||") {
+		if t = strings.TrimSpace(t); t != "" && !slices.Contains(tags, t) {
+			tags = append(tags, t)
+		}
+	}
+	return tags
 }
