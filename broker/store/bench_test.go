@@ -40,21 +40,32 @@ func benchOptions(mode FlushMode) Options {
 func BenchmarkAppend(b *testing.B) {
 	for _, size := range []int{128, 1024} {
 		stored := benchMsg(size).StoredSize()
-		b.Run(fmt.Sprintf("async/%dB/store", size), func(b *testing.B) {
-			s := openT(b, b.TempDir(), benchOptions(FlushAsync))
-			defer s.Close()
-			m := benchMsg(size)
-			b.SetBytes(int64(stored))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				if _, err := s.Put(context.Background(), m); err != nil {
-					b.Fatal(err)
-				}
+		for _, pw := range []bool{false, true} {
+			name := fmt.Sprintf("async/%dB/store", size)
+			if pw {
+				name += "-pwrite"
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				o := benchOptions(FlushAsync)
+				o.DisableMmap = pw
+				s := openT(b, b.TempDir(), o)
+				defer s.Close()
+				m := benchMsg(size)
+				b.SetBytes(int64(stored))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					if _, err := s.Put(context.Background(), m); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 		b.Run(fmt.Sprintf("async/%dB/raw", size), func(b *testing.B) {
-			rawWrite(b, stored, 0)
+			rawWrite(b, stored, 0, 0)
+		})
+		b.Run(fmt.Sprintf("async/%dB/raw-fsync500ms", size), func(b *testing.B) {
+			rawWrite(b, stored, 0, 500*time.Millisecond)
 		})
 		for _, conc := range []int{1, 16, 64} {
 			var perSync atomic.Int64
@@ -86,18 +97,37 @@ func BenchmarkAppend(b *testing.B) {
 				b.ReportMetric(float64(b.N)/float64(max(fs, 1)), "msgs/fsync")
 			})
 			b.Run(fmt.Sprintf("sync/%dB/c%d/raw", size, conc), func(b *testing.B) {
-				rawWrite(b, stored, int(perSync.Load()))
+				rawWrite(b, stored, int(perSync.Load()), 0)
 			})
 		}
 	}
 }
 
 // rawWrite is the baseline: sequential write(2)s of size bytes, an fdatasync every
-// syncEvery writes (0: never).
-func rawWrite(b *testing.B, size, syncEvery int) {
+// syncEvery writes (0: never), and, if syncPeriod > 0, an fdatasync from another goroutine
+// every syncPeriod (what the store's asynchronous flusher does every FlushInterval).
+func rawWrite(b *testing.B, size, syncEvery int, syncPeriod time.Duration) {
 	f, err := vfs.Default().Create(filepath.Join(b.TempDir(), "raw"))
 	require.NoError(b, err)
 	defer f.Close()
+	if syncPeriod > 0 {
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			t := time.NewTicker(syncPeriod)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					f.Sync()
+				case <-stop:
+					return
+				}
+			}
+		}()
+		defer func() { close(stop); <-done }()
+	}
 	buf := make([]byte, size)
 	for i := range buf {
 		buf[i] = byte(i)

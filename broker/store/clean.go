@@ -87,6 +87,7 @@ func (s *Store) clean() error {
 	s.minOffset.Store(newMin)
 	s.segMu.Unlock()
 	for _, seg := range del {
+		seg.unmap()
 		seg.f.Close()
 		if err := s.fs.Remove(seg.path); err != nil {
 			return fmt.Errorf("remove segment %s: %w", seg.path, err)

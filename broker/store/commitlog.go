@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/flowd-io/flowd/broker/store/vfs"
@@ -16,10 +18,101 @@ import (
 
 // segment is one commit-log file. Its size is always Options.SegmentSize; the bytes past the
 // write position read as zeros (the file is created sparse by truncation).
+//
+// The active segment is normally also mapped into memory (m): appends are then a copy into
+// the page cache instead of a pwrite, and reads of recent messages a copy out of it. Older
+// segments are read with pread.
 type segment struct {
 	start int64
 	path  string
 	f     vfs.File
+
+	// mu guards m against being unmapped under a reader. The writer (holding Store.mu) is
+	// the only one who maps, unmaps and writes, so it writes without mu.
+	mu    sync.RWMutex
+	m     []byte
+	limit int64 // Options.SegmentSize
+}
+
+// writeAt stores b at off (relative to the segment start).
+func (seg *segment) writeAt(b []byte, off int64) error {
+	if seg.m != nil {
+		return guardedCopy(seg.m[off:off+int64(len(b))], b)
+	}
+	_, err := seg.f.WriteAt(b, off)
+	return err
+}
+
+// readAt fills p from off (relative to the segment start).
+func (seg *segment) readAt(p []byte, off int64) error {
+	if off < 0 || off+int64(len(p)) > seg.size() {
+		return fmt.Errorf("read segment %s: [%d, %d) is outside it: %w", seg.path, off, off+int64(len(p)), ErrNotFound)
+	}
+	seg.mu.RLock()
+	if m := seg.m; m != nil {
+		err := guardedCopy(p, m[off:off+int64(len(p))])
+		seg.mu.RUnlock()
+		return err
+	}
+	seg.mu.RUnlock()
+	_, err := seg.f.ReadAt(p, off)
+	return err
+}
+
+func (seg *segment) size() int64 { return seg.limit }
+
+// unmap drops the mapping, waiting for readers that use it.
+func (seg *segment) unmap() error {
+	seg.mu.Lock()
+	defer seg.mu.Unlock()
+	if seg.m == nil {
+		return nil
+	}
+	err := unmapSegment(seg.m)
+	seg.m = nil
+	if err != nil {
+		return fmt.Errorf("unmap segment %s: %w", seg.path, err)
+	}
+	return nil
+}
+
+// guardedCopy copies between a mapping and memory, turning the SIGBUS an I/O error on a
+// mapped page raises into an error (debug.SetPanicOnFault) instead of a crash.
+func guardedCopy(dst, src []byte) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			err = fmt.Errorf("memory-mapped I/O fault: %v", r)
+		}
+	}()
+	copy(dst, src)
+	return nil
+}
+
+// activate makes seg the segment appends go to. In FlushAsync mode it is mapped, unless
+// Options.DisableMmap.
+//
+// # Notes
+//
+// FlushSync keeps pwrite: there an fdatasync runs every few hundred microseconds, and each
+// one write-protects the pages it wrote back, so the next append into the same page takes
+// a write fault that waits for that page's writeback. Measured on ext4 with 1 KiB messages
+// and 16-64 appenders, mapped appends reached only 50-70 % of pwrite's throughput.
+func (s *Store) activate(seg *segment) error {
+	if s.opts.FlushMode == FlushAsync && !s.opts.DisableMmap && seg.m == nil {
+		m, err := mapSegment(seg.f, s.opts.SegmentSize)
+		if err != nil {
+			return fmt.Errorf("map segment %s: %w", seg.path, err)
+		}
+		seg.mu.Lock()
+		seg.m = m
+		seg.mu.Unlock()
+	}
+	s.active = seg
+	s.activeSeg.Store(seg)
+	signal(s.prefaultReq)
+	return nil
 }
 
 func offsetName(off int64) string {
@@ -59,7 +152,7 @@ func (s *Store) createSegment(start int64) (*segment, error) {
 		f.Close()
 		return nil, fmt.Errorf("create segment %s: sync dir: %w", path, err)
 	}
-	return &segment{start: start, path: path, f: f}, nil
+	return &segment{start: start, path: path, f: f, limit: s.opts.SegmentSize}, nil
 }
 
 // segmentFor returns the segment holding off, or nil if it was removed or not created yet.
@@ -208,12 +301,15 @@ func (s *Store) append(ms []*protocol.MessageExt, b []byte, res []PutResult) (in
 		res[i] = PutResult{CommitLogOffset: pos + int64(off), QueueOffset: q, Size: m.StoreSize, StoreTimestamp: now}
 		off += size
 	}
-	if _, err := s.active.f.WriteAt(b, pos-s.active.start); err != nil {
+	if err := s.active.writeAt(b, pos-s.active.start); err != nil {
 		return 0, s.fail(fmt.Errorf("write segment %s at %d: %w", s.active.path, pos-s.active.start, err))
 	}
 	s.wpos = pos + int64(len(b))
 	s.written.Store(s.wpos)
 	signal(s.dispatchReq)
+	if pos/prefaultStep != s.wpos/prefaultStep {
+		signal(s.prefaultReq)
+	}
 	return s.wpos, nil
 }
 
@@ -224,19 +320,27 @@ func (s *Store) rollLocked() error {
 	var blank [blankMin]byte
 	binary.BigEndian.PutUint32(blank[0:], uint32(end-s.wpos))
 	binary.BigEndian.PutUint32(blank[4:], protocol.MagicBlank)
-	if _, err := seg.f.WriteAt(blank[:], s.wpos-seg.start); err != nil {
+	if err := seg.writeAt(blank[:], s.wpos-seg.start); err != nil {
 		return fmt.Errorf("write blank tail of segment %s: %w", seg.path, err)
 	}
 	next, err := s.createSegment(end)
 	if err != nil {
 		return err
 	}
+	if err := s.activate(next); err != nil {
+		next.f.Close()
+		return err
+	}
 	s.segMu.Lock()
 	s.segs = append(s.segs, next)
 	s.segMu.Unlock()
-	s.active = next
 	s.wpos = end
 	s.written.Store(end)
+	// Readers of the old segment fall back to pread; its dirty pages stay in the page
+	// cache for the flusher's fdatasync.
+	if err := seg.unmap(); err != nil {
+		s.log.Warn("unmap segment", "err", err)
+	}
 	return nil
 }
 
@@ -277,7 +381,7 @@ func (s *Store) readLog(p []byte, off int64) error {
 	if seg == nil {
 		return fmt.Errorf("read commit log at %d: %w", off, ErrNotFound)
 	}
-	if _, err := seg.f.ReadAt(p, off-seg.start); err != nil {
+	if err := seg.readAt(p, off-seg.start); err != nil {
 		if s.segmentFor(off) == nil { // removed under us
 			return fmt.Errorf("read commit log at %d: %w", off, ErrNotFound)
 		}

@@ -209,8 +209,9 @@ func (d *dispatcher) commit(upTo int64) error {
 		d.free = append(d.free, p)
 	}
 	d.order = d.order[:0]
-	d.s.dispatched.Store(upTo)
-	d.s.notifyDispatch()
+	// Units are readable now (writeUnits published each queue's max). The callbacks run
+	// before dispatched moves, so that whoever waits for dispatched (Close, DeleteTopic,
+	// tests) also knows the callbacks for it have run.
 	if d.notify {
 		for i := range d.events {
 			d.s.opts.OnDispatch(d.events[i])
@@ -218,6 +219,8 @@ func (d *dispatcher) commit(upTo int64) error {
 		}
 	}
 	d.events = d.events[:0]
+	d.s.dispatched.Store(upTo)
+	d.s.notifyDispatch()
 	return nil
 }
 

@@ -46,6 +46,12 @@ type Options struct {
 	// message never spans two segments, so it bounds MaxMessageSize.
 	SegmentSize int64
 
+	// DisableMmap makes appends and reads of the active segment use pwrite and pread in
+	// FlushAsync mode too. By default, in FlushAsync mode on Linux with a file system whose
+	// files expose a descriptor (the OS one does), the active segment is fallocated and
+	// mapped, and appends copy into the mapping. FlushSync always uses pwrite.
+	DisableMmap bool
+
 	// ConsumeQueueUnits is the number of 20-byte units in one consume-queue file.
 	// Default: 300 000 (a 5.72 MiB file).
 	ConsumeQueueUnits int

@@ -89,8 +89,8 @@ func (s *Store) GetMessage(ctx context.Context, group, topic string, queueID int
 	i := 0
 	for ; i < n; i++ {
 		off, size, tc := decodeUnit(units[i*cqUnitSize:])
-		if size <= 0 || off < skipBelow {
-			continue
+		if size <= 0 || int64(size) > S || off < skipBelow {
+			continue // a hole (zero unit), a damaged unit, or a removed segment
 		}
 		lastPhy = off
 		inDisk := maxPhy-off > budget
@@ -98,6 +98,9 @@ func (s *Store) GetMessage(ctx context.Context, group, topic string, queueID int
 			break
 		}
 		if f != nil && !f.MatchTagsCode(tc) {
+			if rd.count == 0 {
+				status = NoMatchedMessage // the last reason for an empty batch wins, as in RocketMQ
+			}
 			continue
 		}
 		at, err := rd.get(units, i, off, int(size), inDisk)
@@ -113,6 +116,9 @@ func (s *Store) GetMessage(ctx context.Context, group, topic string, queueID int
 			continue
 		}
 		if f != nil && !f.MatchMessage(rd.buf[at:at+int(size):at+int(size)]) {
+			if rd.count == 0 {
+				status = NoMatchedMessage
+			}
 			continue
 		}
 		rd.accept(at, int(size))

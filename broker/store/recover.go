@@ -106,7 +106,9 @@ func (s *Store) recover() error {
 			s.minOffset.Store(seg.start)
 		}
 	}
-	s.active = s.segs[len(s.segs)-1]
+	if err := s.activate(s.segs[len(s.segs)-1]); err != nil {
+		return err
+	}
 	s.wpos = end
 	s.written.Store(end)
 	s.dispatched.Store(end)
@@ -179,7 +181,7 @@ func (s *Store) loadSegments() error {
 		if err != nil {
 			return fmt.Errorf("open segment %s: %w", path, err)
 		}
-		s.segs = append(s.segs, &segment{start: start, path: path, f: f})
+		s.segs = append(s.segs, &segment{start: start, path: path, f: f, limit: S})
 		fi, err := f.Stat()
 		if err != nil {
 			return fmt.Errorf("stat segment %s: %w", path, err)

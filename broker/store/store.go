@@ -29,6 +29,7 @@ import (
 //	Store.flushRun    serializes commit-log fsyncs
 //	Store.cpMu        serializes consume-queue fsyncs and checkpoint writes
 //	Store.segMu       the segment list (readers, roll, retention)
+//	segment.mu        one segment's memory mapping (readers and the prefaulter share it; unmap)
 //	Store.cqMu        the consume-queue registry
 //	consumeQueue.mu   one queue's file list
 //	Store.notifyMu    the flush and dispatch notification channels (leaf)
@@ -74,8 +75,10 @@ type Store struct {
 	fsyncs     atomic.Int64
 	failure    atomic.Pointer[error]
 
-	flushReq    chan struct{} // cap 1: "a synchronous appender waits"
-	dispatchReq chan struct{} // cap 1: "the commit log grew"
+	activeSeg   atomic.Pointer[segment] // the active segment, for the prefaulter
+	prefaultReq chan struct{}           // cap 1: "the write position moved a step"
+	flushReq    chan struct{}           // cap 1: "a synchronous appender waits"
+	dispatchReq chan struct{}           // cap 1: "the commit log grew"
 	stop        chan struct{}
 	wg          sync.WaitGroup
 
@@ -125,6 +128,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		flushCh:     make(chan struct{}),
 		dispatchCh:  make(chan struct{}),
 		flushReq:    make(chan struct{}, 1),
+		prefaultReq: make(chan struct{}, 1),
 		dispatchReq: make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 	}
@@ -143,7 +147,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		lk.Close()
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	s.wg.Add(4)
+	s.wg.Add(5)
+	go s.prefaultLoop()
+	signal(s.prefaultReq)
 	go s.dispatchLoop()
 	if o.FlushMode == FlushSync {
 		go s.syncFlushLoop()
@@ -203,6 +209,7 @@ func (s *Store) closeFiles() error {
 	var errs []error
 	s.segMu.Lock()
 	for _, seg := range s.segs {
+		errs = append(errs, seg.unmap())
 		if err := seg.f.Close(); err != nil {
 			errs = append(errs, err)
 		}

@@ -419,9 +419,10 @@ func TestOnDispatchAndDeleteTopic(t *testing.T) {
 	res := putN(t, s, "D", 1, 3, "red")
 	waitDispatch(t, s)
 	mu.Lock()
-	require.Len(t, evs, 3)
-	e := evs[2]
+	got := append([]DispatchEvent(nil), evs...)
 	mu.Unlock()
+	require.Len(t, got, 3)
+	e := got[2]
 	assert.Equal(t, DispatchEvent{Topic: "D", QueueID: 1, QueueOffset: 2, CommitLogOffset: res[2].CommitLogOffset,
 		Size: res[2].Size, TagsCode: protocol.TagsCode("red"), StoreTimestamp: res[2].StoreTimestamp,
 		Properties: map[string]string{"TAGS": "red", "UNIQ_KEY": "u-D-1-body-2"}}, e)

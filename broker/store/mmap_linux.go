@@ -1,0 +1,50 @@
+//go:build linux
+
+package store
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+
+	"github.com/flowd-io/flowd/broker/store/vfs"
+)
+
+// mapSegment reserves the whole segment on disk and maps it shared and writable. It
+// returns nil (and no error) when the file cannot be mapped (it does not expose a
+// descriptor, as the fault-injecting FS's files do not, or the file system lacks
+// fallocate): the caller then uses pwrite.
+//
+// # Notes
+//
+// The fallocate is what makes the mapping safe to write: a store into a hole of a sparse
+// file allocates a block at fault time, and a full disk then raises SIGBUS instead of
+// returning ENOSPC. With the blocks reserved up front, a full disk shows up as an error
+// from this function, at the roll, where the store can fail cleanly.
+func mapSegment(f vfs.File, size int64) ([]byte, error) {
+	fd, ok := f.(interface{ Fd() uintptr })
+	if !ok {
+		return nil, nil
+	}
+	if err := syscall.Fallocate(int(fd.Fd()), 0, 0, size); err != nil {
+		if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("fallocate: %w", err)
+	}
+	m, err := syscall.Mmap(int(fd.Fd()), 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap: %w", err)
+	}
+	return m, nil
+}
+
+func unmapSegment(m []byte) error { return syscall.Munmap(m) }
+
+// madvPopulateRead is Linux's MADV_POPULATE_READ (5.14+; not in package syscall).
+const madvPopulateRead = 22
+
+// prefault faults m's pages in (readable) ahead of the writer, so that the appender's copy
+// does not pay for page allocation and zeroing. The caller ignores errors: prefaulting is
+// an optimization (older kernels reject the advice with EINVAL).
+func prefault(m []byte) error { return syscall.Madvise(m, madvPopulateRead) }
