@@ -226,7 +226,7 @@ func (s *Store) Put(ctx context.Context, m *protocol.MessageExt) (PutResult, err
 	if err != nil {
 		return PutResult{}, err
 	}
-	res[0].MsgID = offsetMsgID(s.opts.StoreHost, res[0].CommitLogOffset)
+	res[0].MsgID = protocol.OffsetMsgID(s.opts.StoreHost, res[0].CommitLogOffset)
 	return res[0], s.awaitDurable(ctx, end)
 }
 
@@ -257,7 +257,7 @@ func (s *Store) PutBatch(ctx context.Context, ms []*protocol.MessageExt) ([]PutR
 		return nil, err
 	}
 	for i := range res {
-		res[i].MsgID = offsetMsgID(s.opts.StoreHost, res[i].CommitLogOffset)
+		res[i].MsgID = protocol.OffsetMsgID(s.opts.StoreHost, res[i].CommitLogOffset)
 	}
 	return res, s.awaitDurable(ctx, end)
 }

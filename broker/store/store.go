@@ -2,12 +2,10 @@ package store
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -412,54 +410,6 @@ func validTopic(t string) bool {
 		}
 	}
 	return true
-}
-
-// offsetMsgID is RocketMQ's offsetMsgId: hex(store IP, port as 4 bytes, commit-log offset),
-// upper case.
-func offsetMsgID(host netip.AddrPort, off int64) string {
-	var b [16 + 4 + 8]byte
-	n := 0
-	a := host.Addr().Unmap()
-	if a.Is6() {
-		ip := a.As16()
-		n += copy(b[:], ip[:])
-	} else {
-		ip := a.As4()
-		if !a.IsValid() {
-			ip = [4]byte{}
-		}
-		n += copy(b[:], ip[:])
-	}
-	p := uint32(host.Port())
-	b[n], b[n+1], b[n+2], b[n+3] = byte(p>>24), byte(p>>16), byte(p>>8), byte(p)
-	n += 4
-	for i := 7; i >= 0; i-- {
-		b[n+7-i] = byte(off >> (8 * i))
-	}
-	n += 8
-	const digits = "0123456789ABCDEF"
-	var out [56]byte
-	for i, c := range b[:n] {
-		out[2*i], out[2*i+1] = digits[c>>4], digits[c&15]
-	}
-	return string(out[:2*n])
-}
-
-// ParseOffsetMsgID returns the commit-log offset from an offsetMsgId (the last 16 hex
-// digits), for VIEW_MESSAGE_BY_ID.
-func ParseOffsetMsgID(id string) (int64, error) {
-	if len(id) != 32 && len(id) != 56 {
-		return 0, fmt.Errorf("offsetMsgId %q: want 32 or 56 hex digits: %w", id, ErrNotFound)
-	}
-	var b [8]byte
-	if _, err := hex.Decode(b[:], []byte(id[len(id)-16:])); err != nil {
-		return 0, fmt.Errorf("offsetMsgId %q: %w", id, err)
-	}
-	var off int64
-	for _, c := range b {
-		off = off<<8 | int64(c)
-	}
-	return off, nil
 }
 
 func isNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }

@@ -26,8 +26,8 @@ func TestPutGetReopen(t *testing.T) {
 	putN(t, s, "T", 1, 3, "")
 	for i, r := range res {
 		assert.Equal(t, int64(i), r.QueueOffset)
-		assert.Equal(t, offsetMsgID(testHost, r.CommitLogOffset), r.MsgID)
-		off, err := ParseOffsetMsgID(r.MsgID)
+		assert.Equal(t, protocol.OffsetMsgID(testHost, r.CommitLogOffset), r.MsgID)
+		_, off, err := protocol.ParseOffsetMsgID(r.MsgID)
 		require.NoError(t, err)
 		assert.Equal(t, r.CommitLogOffset, off)
 	}
