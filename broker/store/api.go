@@ -108,7 +108,7 @@ func (r *GetResult) Release() {
 	if r == nil || r.buf == nil {
 		return
 	}
-	r.s.readPool.Put(r.buf)
+	r.s.putReadBuf(r.buf, *r.buf) // drops buffers above readBufRetainMax
 	r.buf = nil
 	r.Messages = nil
 }

@@ -51,7 +51,9 @@
 // checkpoint's durable offsets (or the last segment whose first message is older than the
 // checkpoint's timestamps less 3 s, whichever is earlier; the first segment without a
 // checkpoint), validates every message (magic, TOTALSIZE against the fields, body CRC,
-// PHYSICALOFFSET equal to its position) and re-dispatches it. The log is cut at the first
+// PHYSICALOFFSET equal to its position) and re-dispatches every one at or after the
+// checkpoint's consume-queue offset (units below it are durable; re-dispatching them would
+// resurrect a topic deleted since, as DeleteTopic checkpoints). The log is cut at the first
 // bad message: the rest of that segment is zeroed and later segments are deleted. Consume
 // queue units that point past the recovered end, and zero-filled unit tails, are removed.
 // Stats().Recovery and the log say what was cut and why.

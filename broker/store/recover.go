@@ -49,9 +49,9 @@ func (s *Store) recover() error {
 		var redispatchFrom int64
 		switch {
 		case crash && cpOK:
-			// RocketMQ's rule: the last segment whose first message is older than the
-			// checkpoint (less a 3 s margin), and never later than the segment holding the
-			// checkpoint's offsets.
+			// RocketMQ's rule: validate from the last segment whose first message is older
+			// than the checkpoint (less a 3 s margin), and never later than the segment
+			// holding the checkpoint's offsets.
 			idx = segIndex(min(cp.logOffset, cp.queueOffset))
 			limit := min(cp.logTime, cp.queueTime) - 3000
 			for idx > 0 {
@@ -60,7 +60,10 @@ func (s *Store) recover() error {
 				}
 				idx--
 			}
-			redispatchFrom = s.segs[idx].start
+			// Re-dispatch only what the checkpoint does not cover: units below
+			// cp.queueOffset are durable, and re-dispatching older messages would bring a
+			// topic deleted since (DeleteTopic checkpoints) back into its new queues.
+			redispatchFrom = max(cp.queueOffset, s.segs[idx].start)
 		case crash:
 			idx, redispatchFrom = 0, first
 		default:
@@ -264,8 +267,8 @@ scan:
 					break scan
 				}
 				if p+total > n {
-					if p == 0 {
-						return 0, fmt.Errorf("message of %d bytes at %d exceeds the scan buffer: %w", total, end, ErrCorrupt)
+					if p == 0 { // a message larger than the buffer (MaxMessageSize > 4 MiB)
+						buf = make([]byte, total)
 					}
 					break
 				}

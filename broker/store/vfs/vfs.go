@@ -39,14 +39,6 @@ type Usage struct {
 	Total, Free uint64
 }
 
-// UsedRatio is the used fraction of the volume, 0 when its size is unknown.
-func (u Usage) UsedRatio() float64 {
-	if u.Total == 0 {
-		return 0
-	}
-	return float64(u.Total-u.Free) / float64(u.Total)
-}
-
 // FS is a file system.
 type FS interface {
 	// OpenFile opens name with os.OpenFile's flag and permission semantics.

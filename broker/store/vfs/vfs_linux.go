@@ -10,17 +10,30 @@ import (
 	"syscall"
 )
 
+// datasync fdatasyncs f through its RawConn, which holds a reference on the descriptor: a
+// Sync racing with Close fails with os.ErrClosed instead of fdatasync(-1) (EBADF), and can
+// never sync a file that reused the descriptor number.
 func datasync(f *os.File) error {
-	for {
-		err := syscall.Fdatasync(int(f.Fd()))
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
-		}
-		return nil
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
 	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			serr = syscall.Fdatasync(int(fd))
+			if serr != syscall.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		// Control fails only when f is closed (poll's "use of closed file").
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: os.ErrClosed}
+	}
+	if serr != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: serr}
+	}
+	return nil
 }
 
 type flock struct{ f *os.File }
