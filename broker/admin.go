@@ -18,6 +18,9 @@ var ErrNotFound = errors.New("not found")
 // group's live members with RESET_CONSUMER_OFFSET so that they continue from there at once.
 // It returns the new offset of every queue.
 func (b *Broker) ResetOffsets(ctx context.Context, group, topic string, timestamp int64) (map[protocol.MessageQueue]int64, error) {
+	if err := ValidateGroup(group); err != nil {
+		return nil, fmt.Errorf("reset offsets: %w", err)
+	}
 	tc, ok := b.topics.get(topic)
 	if !ok {
 		return nil, fmt.Errorf("reset offsets of %q: topic %q: %w", group, topic, ErrNotFound)
@@ -37,13 +40,14 @@ func (b *Broker) ResetOffsets(ctx context.Context, group, topic string, timestam
 	}
 	h := &protocol.ResetOffsetRequestHeader{Topic: topic, Group: group, Timestamp: timestamp, IsForce: true}
 	var errs []error
-	for _, c := range b.consumers.conns(group) {
+	conns := b.consumers.conns(group)
+	for _, c := range conns {
 		req := protocol.NewRequestWith(protocol.ResetConsumerOffset, h, body)
 		if err := c.InvokeOneway(ctx, req); err != nil {
 			errs = append(errs, fmt.Errorf("tell %s: %w", c.RemoteAddr(), err))
 		}
 	}
-	b.log.Info("consumer offsets reset", "group", group, "topic", topic, "timestamp", timestamp, "members", len(b.consumers.conns(group)))
+	b.log.Info("consumer offsets reset", "group", group, "topic", topic, "timestamp", timestamp, "members", len(conns))
 	return table, errors.Join(errs...)
 }
 

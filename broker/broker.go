@@ -40,13 +40,18 @@ type Broker struct {
 	poll      *longPoll
 	events    eventBus
 
-	ln, nsLn  net.Listener
-	server    *remoting.Server
-	nsServer  *remoting.Server
-	addr      string // advertised broker address
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	ln, nsLn net.Listener
+	server   *remoting.Server
+	nsServer *remoting.Server
+	addr     string // advertised broker address
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	// bgMu orders every wg.Add of a notification goroutine before Shutdown's wg.Wait: a
+	// connection that closes while Shutdown runs (its server's Shutdown timed out) would
+	// otherwise Add after Wait returned and outlive the broker and its closed store.
+	bgMu      sync.Mutex
+	closing   bool
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -189,6 +194,9 @@ func (b *Broker) Subscribe(fn func(Event)) (cancel func()) { return b.events.sub
 func (b *Broker) Shutdown(ctx context.Context) error {
 	b.closeOnce.Do(func() {
 		var errs []error
+		b.bgMu.Lock()
+		b.closing = true
+		b.bgMu.Unlock()
 		b.cancel()
 		b.poll.wakeAll()
 		for _, s := range []*remoting.Server{b.nsServer, b.server} {
@@ -262,8 +270,13 @@ func (b *Broker) membersChanged(changes []memberChange) {
 // notifyGroup sends NOTIFY_CONSUMER_IDS_CHANGED to every member of group, without waiting.
 func (b *Broker) notifyGroup(group string) {
 	conns := b.consumers.conns(group)
-	if len(conns) == 0 || b.ctx.Err() != nil {
-		return // nobody to tell, or shutting down: every connection is closing anyway
+	if len(conns) == 0 {
+		return
+	}
+	b.bgMu.Lock()
+	defer b.bgMu.Unlock()
+	if b.closing {
+		return // shutting down: every connection is closing anyway
 	}
 	b.wg.Add(1)
 	go func() {

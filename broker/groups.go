@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -180,6 +181,21 @@ func (m *consumerManager) subscription(name, topic string) (Subscription, bool) 
 	}
 	s, ok := g.subs[topic]
 	return s, ok
+}
+
+// groupNameRE is RocketMQ's group charset. The length limit is not RocketMQ's 255 but 120, so
+// that the group's retry topic "%RETRY%<group>" is still a valid (127-character) topic name:
+// a longer group would be accepted and then fail every heartbeat.
+var groupNameRE = regexp.MustCompile(`^[A-Za-z0-9_%|-]{1,120}$`)
+
+// ValidateGroup checks a consumer group name: 1 to 120 characters from [A-Za-z0-9_%|-].
+// Group names become part of topic names (%RETRY%<group>) and of the keys of the persisted
+// offset and group tables, so anything else is refused.
+func ValidateGroup(name string) error {
+	if !groupNameRE.MatchString(name) {
+		return fmt.Errorf("bad consumer group: %q must be 1-120 characters of [A-Za-z0-9_%%|-]", name)
+	}
+	return nil
 }
 
 // GroupConfig is a subscription group's settings, RocketMQ's SubscriptionGroupConfig.

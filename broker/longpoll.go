@@ -1,11 +1,11 @@
 package broker
 
 import (
-	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/remoting"
 )
 
 // longPoll parks pulls that found nothing until the dispatcher appends a message they can
@@ -21,12 +21,26 @@ type longPoll struct {
 	parked atomic.Int64 // fast path: the dispatcher skips the lock when nobody waits
 
 	mu      sync.Mutex
-	waiters map[string]map[*pollWaiter]struct{}
+	waiters map[pollKey]map[*pollWaiter]struct{}
+}
+
+// pollKey is the queue a pull waits on. A struct, not "topic@queue": the dispatcher looks it
+// up for every message while anyone waits, and building a string would allocate each time.
+type pollKey struct {
+	topic   string
+	queueID int32
+}
+
+// pollOwner identifies the parked pulls of one consumer group on one connection. The zero
+// value is no owner: it never supersedes anything.
+type pollOwner struct {
+	conn  *remoting.Conn
+	group string
 }
 
 type pollWaiter struct {
-	key    string
-	owner  any // who parked: a newer pull by the same owner of the same queue supersedes this one
+	key    pollKey
+	owner  pollOwner // who parked: a newer pull by the same owner of the same queue supersedes this one
 	offset int64
 	filter store.Filter
 	ready  chan struct{} // capacity 1; a send never blocks
@@ -36,29 +50,25 @@ type pollWaiter struct {
 }
 
 func newLongPoll() *longPoll {
-	return &longPoll{waiters: map[string]map[*pollWaiter]struct{}{}}
-}
-
-func pollKey(topic string, queueID int32) string {
-	return topic + "@" + strconv.Itoa(int(queueID))
+	return &longPoll{waiters: map[pollKey]map[*pollWaiter]struct{}{}}
 }
 
 // park registers a waiter for messages at or after offset. Register before reading the queue
 // so that an arrival between the read and the wait is not missed.
 //
 // owner identifies who is waiting (the broker uses the connection and the consumer group);
-// a nil owner never supersedes anything. A client that gives up on a parked pull and sends
+// the zero owner never supersedes anything. A client that gives up on a parked pull and sends
 // another for the same queue would otherwise leave the old one holding a request slot of its
 // connection until the suspend time ends.
-func (l *longPoll) park(topic string, queueID int32, offset int64, f store.Filter, owner any) *pollWaiter {
-	w := &pollWaiter{key: pollKey(topic, queueID), owner: owner, offset: offset, filter: f, ready: make(chan struct{}, 1)}
+func (l *longPoll) park(topic string, queueID int32, offset int64, f store.Filter, owner pollOwner) *pollWaiter {
+	w := &pollWaiter{key: pollKey{topic, queueID}, owner: owner, offset: offset, filter: f, ready: make(chan struct{}, 1)}
 	l.mu.Lock()
 	set := l.waiters[w.key]
 	if set == nil {
 		set = map[*pollWaiter]struct{}{}
 		l.waiters[w.key] = set
 	}
-	if owner != nil {
+	if owner != (pollOwner{}) {
 		for old := range set {
 			if old.owner == owner && !old.superseded.Load() {
 				old.superseded.Store(true)
@@ -91,7 +101,7 @@ func (l *longPoll) arrived(ev store.DispatchEvent) {
 	if l.parked.Load() == 0 {
 		return
 	}
-	key := pollKey(ev.Topic, ev.QueueID)
+	key := pollKey{ev.Topic, ev.QueueID}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for w := range l.waiters[key] {

@@ -28,14 +28,18 @@ type offsetTable struct {
 	flushMu sync.Mutex // serializes flushes, so an older snapshot never overwrites a newer one
 
 	mu      sync.Mutex
-	offsets map[string]map[int32]int64
+	offsets map[offsetKey]map[int32]int64
 	dirty   bool
 }
 
-func offsetKey(topic, group string) string { return topic + "@" + group }
+// offsetKey is a struct, not the file's "topic@group" string, so that the commit a pull
+// carries does not build a string per request.
+type offsetKey struct{ topic, group string }
+
+func (k offsetKey) String() string { return k.topic + "@" + k.group }
 
 func openOffsetTable(path string, log *slog.Logger) (*offsetTable, error) {
-	t := &offsetTable{path: path, log: log, offsets: map[string]map[int32]int64{}}
+	t := &offsetTable{path: path, log: log, offsets: map[offsetKey]map[int32]int64{}}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return t, nil
@@ -50,7 +54,9 @@ func openOffsetTable(path string, log *slog.Logger) (*offsetTable, error) {
 		return nil, fmt.Errorf("parse consumer offsets %s: %w", path, err)
 	}
 	for key, queues := range file.Offsets {
-		if !strings.Contains(key, "@") {
+		// Topic names cannot contain '@', so the first one separates the group.
+		topic, group, ok := strings.Cut(key, "@")
+		if !ok {
 			return nil, fmt.Errorf("consumer offsets %s: key %q is not topic@group", path, key)
 		}
 		m := make(map[int32]int64, len(queues))
@@ -61,7 +67,7 @@ func openOffsetTable(path string, log *slog.Logger) (*offsetTable, error) {
 			}
 			m[int32(id)] = off
 		}
-		t.offsets[key] = m
+		t.offsets[offsetKey{topic, group}] = m
 	}
 	return t, nil
 }
@@ -70,7 +76,7 @@ func openOffsetTable(path string, log *slog.Logger) (*offsetTable, error) {
 func (t *offsetTable) commit(group, topic string, queueID int32, offset int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	key := offsetKey(topic, group)
+	key := offsetKey{topic, group}
 	m := t.offsets[key]
 	if m == nil {
 		m = map[int32]int64{}
@@ -88,7 +94,7 @@ func (t *offsetTable) commit(group, topic string, queueID int32, offset int64) b
 func (t *offsetTable) query(group, topic string, queueID int32) (int64, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	off, ok := t.offsets[offsetKey(topic, group)][queueID]
+	off, ok := t.offsets[offsetKey{topic, group}][queueID]
 	return off, ok
 }
 
@@ -96,7 +102,7 @@ func (t *offsetTable) query(group, topic string, queueID int32) (int64, bool) {
 func (t *offsetTable) groupOffsets(group, topic string) map[int32]int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	src := t.offsets[offsetKey(topic, group)]
+	src := t.offsets[offsetKey{topic, group}]
 	out := make(map[int32]int64, len(src))
 	for q, o := range src {
 		out[q] = o
@@ -109,7 +115,7 @@ func (t *offsetTable) removeTopic(topic string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for key := range t.offsets {
-		if strings.HasPrefix(key, topic+"@") {
+		if key.topic == topic {
 			delete(t.offsets, key)
 			t.dirty = true
 		}
@@ -133,7 +139,7 @@ func (t *offsetTable) flush() error {
 		for q, off := range queues {
 			m[strconv.Itoa(int(q))] = off
 		}
-		file.Offsets[key] = m
+		file.Offsets[key.String()] = m
 	}
 	t.dirty = false
 	t.mu.Unlock()

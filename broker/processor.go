@@ -219,6 +219,9 @@ func (b *Broker) processQueryOffset(req *protocol.Command) *protocol.Command {
 	if err := req.DecodeHeader(&h); err != nil {
 		return errorResponse(req, protocol.InvalidParameter, err)
 	}
+	if resp := b.checkOffsetRequest(req, h.ConsumerGroup, h.Topic, h.QueueID); resp != nil {
+		return resp
+	}
 	off, ok := b.offsets.query(h.ConsumerGroup, h.Topic, h.QueueID)
 	if !ok {
 		if h.SetZeroIfNotFound == nil || !*h.SetZeroIfNotFound {
@@ -238,6 +241,9 @@ func (b *Broker) processUpdateOffset(req *protocol.Command) *protocol.Command {
 	}
 	if h.CommitOffset < 0 {
 		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("commitOffset %d is negative", h.CommitOffset))
+	}
+	if resp := b.checkOffsetRequest(req, h.ConsumerGroup, h.Topic, h.QueueID); resp != nil {
+		return resp
 	}
 	if _, ok := b.topics.get(h.Topic); !ok {
 		return errorResponse(req, protocol.TopicNotExist, fmt.Errorf("topic %q does not exist", h.Topic))
@@ -262,6 +268,9 @@ func (b *Broker) processMinMaxOffset(req *protocol.Command) *protocol.Command {
 		}
 		topic, qid = h.Topic, h.QueueID
 	}
+	if resp := b.checkQueue(req, topic, qid); resp != nil {
+		return resp
+	}
 	off := b.store.MinOffset(topic, qid)
 	if req.RequestCode() == protocol.GetMaxOffset {
 		off = b.store.MaxOffset(topic, qid)
@@ -275,6 +284,9 @@ func (b *Broker) processSearchOffset(req *protocol.Command) *protocol.Command {
 	var h protocol.SearchOffsetRequestHeader
 	if err := req.DecodeHeader(&h); err != nil {
 		return errorResponse(req, protocol.InvalidParameter, err)
+	}
+	if resp := b.checkQueue(req, h.Topic, h.QueueID); resp != nil {
+		return resp
 	}
 	resp := protocol.NewResponse(req, protocol.Success, "")
 	(&protocol.OffsetResponseHeader{Offset: b.store.OffsetByTimestamp(h.Topic, h.QueueID, h.Timestamp)}).EncodeTo(resp.ExtFields)
@@ -364,6 +376,9 @@ func (b *Broker) processLock(req *protocol.Command) *protocol.Command {
 	if body.ConsumerGroup == "" || body.ClientID == "" {
 		return errorResponse(req, protocol.InvalidParameter, errors.New("lock body: consumerGroup and clientId are required"))
 	}
+	if err := ValidateGroup(body.ConsumerGroup); err != nil {
+		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("lock body: %w", err))
+	}
 	resp := protocol.NewResponse(req, protocol.Success, "")
 	if req.RequestCode() == protocol.UnlockBatchMQ {
 		b.locks.unlock(body.ConsumerGroup, body.ClientID, body.MQSet)
@@ -394,4 +409,30 @@ func (b *Broker) processViewMessage(req *protocol.Command) *protocol.Command {
 	resp := protocol.NewResponse(req, protocol.Success, "")
 	resp.Body = raw
 	return resp
+}
+
+// checkQueue refuses a request about a queue that cannot exist: a topic name RocketMQ would
+// refuse, a negative queue id, or a queue id beyond an existing topic's read queues. A valid
+// name of a topic that does not exist (yet) passes: RocketMQ answers offset queries about it
+// with 0, and clients ask before the first send creates the topic.
+func (b *Broker) checkQueue(req *protocol.Command, topic string, queueID int32) *protocol.Command {
+	if err := ValidateTopic(topic); err != nil {
+		return errorResponse(req, protocol.InvalidParameter, err)
+	}
+	if queueID < 0 || queueID >= maxQueues {
+		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("queueId %d is illegal: it must be within 0..%d", queueID, maxQueues-1))
+	}
+	if tc, ok := b.topics.get(topic); ok && int(queueID) >= tc.ReadQueueNums {
+		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("queueId %d is illegal: topic %q has %d read queues", queueID, topic, tc.ReadQueueNums))
+	}
+	return nil
+}
+
+// checkOffsetRequest is checkQueue plus the group name, for requests that read or write a
+// group's committed offset: the group is part of the key persisted in consumerOffset.json.
+func (b *Broker) checkOffsetRequest(req *protocol.Command, group, topic string, queueID int32) *protocol.Command {
+	if err := ValidateGroup(group); err != nil {
+		return errorResponse(req, protocol.InvalidParameter, err)
+	}
+	return b.checkQueue(req, topic, queueID)
 }

@@ -42,6 +42,10 @@ func buildFilter(expressionType, expr string) (store.Filter, error) {
 	return f, nil
 }
 
+// maxPullMsgs caps a pull's maxMsgNums: well above any batch the store returns (32), low
+// enough that its scan buffer (maxMsgs × 20 bytes) stays small.
+const maxPullMsgs = 1024
+
 // pullCode maps a read status to the pull response code (SPEC §2).
 func pullCode(st store.GetStatus, requested int64) protocol.ResponseCode {
 	switch st {
@@ -60,12 +64,6 @@ func pullCode(st store.GetStatus, requested int64) protocol.ResponseCode {
 		return protocol.PullOffsetMoved
 	}
 	return protocol.SystemError
-}
-
-// pollOwner identifies the parked pulls of one consumer group on one connection.
-type pollOwner struct {
-	conn  *remoting.Conn
-	group string
 }
 
 // processPull serves PULL_MESSAGE, parking it when it finds nothing and asks to be suspended.
@@ -103,15 +101,20 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		b.commitOffset(h.ConsumerGroup, h.Topic, h.QueueID, h.CommitOffset)
 	}
 
-	maxMsgs := int(h.MaxMsgNums)
-	if maxMsgs <= 0 {
-		maxMsgs = 1
-	}
+	// The store sizes its consume-queue scan buffer from maxMsgs (20 bytes a message), so an
+	// uncapped maxMsgNums of 2^31-1 made one pull allocate 40 GiB and kill the broker. A batch
+	// never holds more than 32 messages anyway (the store's residency cap).
+	maxMsgs := min(max(int(h.MaxMsgNums), 1), maxPullMsgs)
 	maxBytes := int(h.MaxMsgBytes)
 
 	var deadline <-chan time.Time
+	owner := pollOwner{c, h.ConsumerGroup}
 	if h.SysFlag&protocol.PullFlagSuspend != 0 && h.SuspendTimeoutMillis > 0 {
-		wait := min(time.Duration(h.SuspendTimeoutMillis)*time.Millisecond, b.cfg.MaxLongPoll)
+		// Compare in milliseconds: a hostile suspendTimeoutMillis would overflow a Duration.
+		wait := b.cfg.MaxLongPoll
+		if h.SuspendTimeoutMillis < wait.Milliseconds() {
+			wait = time.Duration(h.SuspendTimeoutMillis) * time.Millisecond
+		}
 		t := time.NewTimer(wait)
 		defer t.Stop()
 		deadline = t.C
@@ -121,7 +124,7 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		var w *pollWaiter
 		if deadline != nil {
 			// Park before reading so that a message dispatched in between wakes us.
-			w = b.poll.park(h.Topic, h.QueueID, h.QueueOffset, filter, pollOwner{c, h.ConsumerGroup})
+			w = b.poll.park(h.Topic, h.QueueID, h.QueueOffset, filter, owner)
 		}
 		res, err := b.store.GetMessage(ctx, h.ConsumerGroup, h.Topic, h.QueueID, h.QueueOffset, maxMsgs, maxBytes, filter)
 		if err != nil {
@@ -186,6 +189,11 @@ func (b *Broker) commitOffset(group, topic string, queueID int32, offset int64) 
 func (b *Broker) ensureGroup(req *protocol.Command, group string) *protocol.Command {
 	if _, ok := b.groups.get(group); ok {
 		return nil
+	}
+	// Validate only names not in the table, so a known group costs one map lookup. Without
+	// this any client could persist arbitrary (huge, control-character) group names.
+	if err := ValidateGroup(group); err != nil {
+		return errorResponse(req, protocol.InvalidParameter, err)
 	}
 	if b.cfg.DisableAutoCreateGroups {
 		return errorResponse(req, protocol.SubscriptionGroupNotExist, fmt.Errorf("subscription group %q does not exist", group))

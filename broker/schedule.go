@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -29,11 +31,12 @@ func (b *Broker) scheduleLoop(ctx context.Context, level int) {
 			continue
 		}
 		if len(res.Messages) == 0 {
+			res.Release()
 			if res.NextBeginOffset != offset {
 				b.offsets.commit(scheduleGroup, ScheduleTopic, qid, res.NextBeginOffset)
 				continue
 			}
-			w := b.poll.park(ScheduleTopic, qid, offset, nil, nil)
+			w := b.poll.park(ScheduleTopic, qid, offset, nil, pollOwner{})
 			if b.store.MaxOffset(ScheduleTopic, qid) > offset {
 				b.poll.unpark(w)
 				continue
@@ -61,15 +64,28 @@ func (b *Broker) scheduleLoop(ctx context.Context, level int) {
 				break
 			}
 			if err := b.deliverDelayed(ctx, m); err != nil {
+				if errors.Is(err, errUndeliverable) {
+					// Retrying cannot help, and the level's later messages wait behind this one.
+					b.log.Error("delay service drops an undeliverable message", "level", level+1, "offset", next, "err", err)
+					next++
+					continue
+				}
+				// Transient (the store refused the write): keep the offset and retry, so the
+				// message is not lost.
 				b.log.Error("delay service could not deliver", "level", level+1, "offset", next, "err", err)
 				sleepCtx(ctx, time.Second)
 				break
 			}
 			next++
 		}
+		res.Release()
 		b.offsets.commit(scheduleGroup, ScheduleTopic, qid, next)
 	}
 }
+
+// errUndeliverable marks a delayed message that can never be delivered (its real topic is
+// missing or invalid); the delay service skips it rather than retry it forever.
+var errUndeliverable = errors.New("undeliverable delayed message")
 
 // deliverDelayed stores a due message in its real topic and queue.
 func (b *Broker) deliverDelayed(ctx context.Context, m *protocol.MessageExt) error {
@@ -79,8 +95,20 @@ func (b *Broker) deliverDelayed(ctx context.Context, m *protocol.MessageExt) err
 	delete(props, protocol.PropertyRealTopic)
 	delete(props, protocol.PropertyRealQueueID)
 	delete(props, protocol.PropertyDelayLevel)
-	if _, err := b.topicForWrite(real, 1); err != nil {
-		return err
+	if err := ValidateTopic(real); err != nil {
+		return fmt.Errorf("%w: real topic: %w", errUndeliverable, err)
+	}
+	tc, err := b.topicForWrite(real, 1)
+	if err != nil {
+		return fmt.Errorf("deliver delayed message to %q: %w", real, err)
+	}
+	// The topic may have been deleted and re-created with fewer queues while the message
+	// waited: a queue id past its write queues would be stored where no route points.
+	if qid < 0 || qid >= tc.WriteQueueNums {
+		qid %= tc.WriteQueueNums
+		if qid < 0 {
+			qid += tc.WriteQueueNums
+		}
 	}
 	out := &protocol.MessageExt{
 		Message:        protocol.Message{Topic: real, Flag: m.Flag, Properties: props, Body: m.Body},
@@ -90,8 +118,10 @@ func (b *Broker) deliverDelayed(ctx context.Context, m *protocol.MessageExt) err
 		BornHost:       m.BornHost,
 		ReconsumeTimes: m.ReconsumeTimes,
 	}
-	_, err := b.store.Put(ctx, out)
-	return err
+	if _, err := b.store.Put(ctx, out); err != nil {
+		return fmt.Errorf("deliver delayed message to %s queue %d: %w", real, qid, err)
+	}
+	return nil
 }
 
 // delayed rewrites m, bound for its topic with a delay level, into the schedule topic.
