@@ -2,7 +2,8 @@
 
 // The orderly push consumer of rocketmq-client-go races on its own process queue (a tree map
 // read by the consume goroutine while the pull goroutine writes it), which the race detector
-// reports against the test. .ci/run runs this file without -race.
+// reports against the test. .ci/run runs this file without -race, with the other interop
+// tests (see interop_test.go).
 
 package broker_test
 
