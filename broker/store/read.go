@@ -18,6 +18,9 @@ const (
 	diskBatchBytes = 64 << 10
 	diskBatchCount = 8
 	minScanBytes   = 16000
+	// maxScanMsgs bounds the consume-queue scan one read may ask for (64 Ki units, 1.25 MiB),
+	// so that a hostile maxMsgs cannot size the scan buffer.
+	maxScanMsgs = 64 << 10
 )
 
 // GetMessage reads up to maxMsgs messages of (topic, queueID) from queue offset offset that
@@ -62,7 +65,7 @@ func (s *Store) GetMessage(ctx context.Context, group, topic string, queueID int
 		return r, nil
 	}
 
-	scan := max(minScanBytes, maxMsgs*cqUnitSize) / cqUnitSize
+	scan := max(minScanBytes, min(maxMsgs, maxScanMsgs)*cqUnitSize) / cqUnitSize
 	up := s.getReadBuf()
 	ubuf := slices.Grow((*up)[:0], scan*cqUnitSize)[:scan*cqUnitSize]
 	units, st, next := q.readUnits(ubuf, offset, scan)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,4 +89,13 @@ func TestCheckpointSkipsClosedQueueFile(t *testing.T) {
 	require.NoError(t, f.f.Close()) // as cleanQueues/DeleteTopic do, racing the snapshot
 	require.NoError(t, s.checkpoint())
 	assert.NoError(t, s.Stats().WriteFailure)
+}
+
+func TestHugeMaxMsgsDoesNotSizeTheScan(t *testing.T) {
+	s := openT(t, t.TempDir(), testOptions())
+	putN(t, s, "T", 0, 3, "")
+	waitDispatch(t, s)
+	g := get(t, s, "T", 0, 0, math.MaxInt32, 0, nil)
+	assert.Equal(t, Found, g.Status)
+	assert.Len(t, g.Messages, 3)
 }
