@@ -227,14 +227,7 @@ func TestRocketMQCommittedOffsetsSurviveConsumerAndBrokerRestart(t *testing.T) {
 	r1 := newReceived()
 	c1 := newPushConsumer(t, b, group, topic, "*", r1)
 	r1.waitFor(t, len(first), 20*time.Second)
-	// The client commits with its pulls and every 5 s; the offsets reach the end of each queue
-	// once it has finished consuming.
-	for q := int32(0); q < 4; q++ {
-		require.Eventually(t, func() bool {
-			off, ok := b.CommittedOffset(group, topic, q)
-			return ok && off == b.StoreMax(topic, q)
-		}, 20*time.Second, 10*time.Millisecond, "queue %d's offset is committed", q)
-	}
+	waitCommitted(t, b, group, topic, 4)
 	require.NoError(t, c1.Shutdown())
 
 	// A consumer restart reads only what came after.
@@ -242,12 +235,7 @@ func TestRocketMQCommittedOffsetsSurviveConsumerAndBrokerRestart(t *testing.T) {
 	r2 := newReceived()
 	c2 := newPushConsumer(t, b, group, topic, "*", r2)
 	r2.waitFor(t, len(second), 20*time.Second)
-	for q := int32(0); q < 4; q++ {
-		require.Eventually(t, func() bool {
-			off, ok := b.CommittedOffset(group, topic, q)
-			return ok && off == b.StoreMax(topic, q)
-		}, 20*time.Second, 10*time.Millisecond, "queue %d's offset is committed", q)
-	}
+	waitCommitted(t, b, group, topic, 4)
 	require.NoError(t, c2.Shutdown())
 	time.Sleep(200 * time.Millisecond)
 	assert.Len(t, r2.msgs, len(second))
@@ -432,5 +420,18 @@ func TestResetOffsetsRewindsLiveRocketMQConsumers(t *testing.T) {
 	defer mu.Unlock()
 	for _, s := range sent {
 		assert.Equal(t, 2, deliveries[s], s)
+	}
+}
+
+// waitCommitted waits until the group's committed offset of each of the topic's queues reaches
+// the queue's end. The client commits with its pulls and every 5 s, so this is how long it
+// takes a consumer that has consumed everything to say so.
+func waitCommitted(t *testing.T, b *testBroker, group, topic string, queues int32) {
+	t.Helper()
+	for q := range queues {
+		require.Eventually(t, func() bool {
+			off, ok := b.CommittedOffset(group, topic, q)
+			return ok && off == b.StoreMax(topic, q)
+		}, 20*time.Second, 10*time.Millisecond, "queue %d's offset is committed", q)
 	}
 }
