@@ -81,9 +81,9 @@
 //     is then a copy into the page cache, not a syscall: measured here ~2x pwrite's
 //     throughput at 128 B (1.1-1.3x raw write(2)); at 1 KiB the two paths are on par,
 //     between 0.55x and 1.4x raw depending on how busy the disk is with the periodic
-//     fdatasync's writeback (page faults on a file under writeback are the cost). FlushSync uses pwrite: its
-//     constant fdatasyncs write-protect the pages just written, and the next mapped append
-//     into such a page faults and waits for its writeback (measured: half of pwrite's
+//     fdatasync's writeback (page faults on a file under writeback are the cost). FlushSync
+//     uses pwrite: its constant fdatasyncs write-protect the pages just written, and the next
+//     mapped append into such a page faults and waits for its writeback (measured: half of pwrite's
 //     throughput with 16 appenders). The mapping's known hazards are handled: the segment is
 //     fallocated when it becomes active, so a full disk is an error at the roll instead of a
 //     SIGBUS on a page fault; every copy to or from the mapping runs under
@@ -91,9 +91,10 @@
 //     crashing the daemon; and only the active segment is mapped (older ones are read with
 //     pread), behind a per-segment lock that keeps it mapped while a reader copies.
 //     A prefaulter goroutine keeps the next 4 MiB of the mapping populated (readable only;
-//     see prefaultLoop for why), taking page allocation and zeroing off the append path. Durability is unchanged: a store into a
-//     shared mapping is in the page cache at once (nothing is lost when the process dies),
-//     and fdatasync writes mapped dirty pages like written ones.
+//     see prefaultLoop for why), taking page allocation and zeroing off the append path.
+//     Durability is unchanged: a store into a shared mapping is in the page cache at once
+//     (nothing is lost when the process dies), and fdatasync writes mapped dirty pages like
+//     written ones.
 //   - pwrite remains the path for the fault-injecting file system, so short writes, ENOSPC
 //     and fsync errors are tested through it; the mapped path shares everything else.
 //   - Reads copy into pooled buffers (from the mapping, or by pread): a pull's messages are
