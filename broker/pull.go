@@ -46,7 +46,7 @@ func buildFilter(expressionType, expr string) (store.Filter, error) {
 // enough that its scan buffer (maxMsgs × 20 bytes) stays small.
 const maxPullMsgs = 1024
 
-// pullCode maps a read status to the pull response code (SPEC §2).
+// pullCode maps a read status to the pull response code, as a RocketMQ broker does.
 func pullCode(st store.GetStatus, requested int64) protocol.ResponseCode {
 	switch st {
 	case store.Found:

@@ -11,7 +11,7 @@ import (
 )
 
 // Defaults of the lite-pull consumer's settings: RocketMQ's DefaultLitePullConsumer defaults
-// (SPEC §3), except where a comment says otherwise.
+// (RocketMQ's DefaultLitePullConsumer defaults), except where a comment says otherwise.
 const (
 	DefaultPullGoroutines            = 20
 	DefaultPullBatchSize             = 10

@@ -5,7 +5,7 @@ import "strconv"
 // RequestCode identifies what a request asks for. The numbers are RocketMQ's.
 type RequestCode int16
 
-// Request codes flowd serves or sends (SPEC §1).
+// Request codes flowd serves or sends (RocketMQ's numbers).
 const (
 	SendMessage              RequestCode = 10
 	PullMessage              RequestCode = 11
@@ -68,7 +68,7 @@ func (c RequestCode) String() string {
 // ResponseCode is the outcome carried in a response's code field.
 type ResponseCode int16
 
-// Response codes (SPEC §1).
+// Response codes (RocketMQ's numbers).
 const (
 	Success                   ResponseCode = 0
 	SystemError               ResponseCode = 1
@@ -122,7 +122,7 @@ func (c ResponseCode) String() string {
 // headers and as a byte in binary ones.
 type LanguageCode int8
 
-// Language codes (SPEC §1).
+// Language codes (RocketMQ's numbers).
 const (
 	LangJava LanguageCode = iota
 	LangCPP

@@ -14,7 +14,7 @@ import (
 )
 
 // TestGoldenBinaryFrame spells out a ROCKETMQ-serialized GET_ROUTEINFO_BY_TOPIC request byte
-// by byte from SPEC §1.
+// by byte from RocketMQ's frame layout.
 func TestGoldenBinaryFrame(t *testing.T) {
 	golden := []byte{
 		0x00, 0x00, 0x00, 0x25, // length: 37 bytes follow

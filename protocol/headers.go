@@ -2,7 +2,7 @@ package protocol
 
 import "fmt"
 
-// This file holds one type per request or response header of SPEC §1. Field names on the wire
+// This file holds one type per request or response header of RocketMQ's remoting protocol. Field names on the wire
 // are RocketMQ's (checked against the Java broker's header classes and rocketmq-client-go's
 // internal/request.go). Required fields are those the Java broker marks @CFNotNull; a decoder
 // reports them missing with ErrMissingField. Optional fields take the default documented on the

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// goldenStored is a stored message spelled out field by field from SPEC §1.
+// goldenStored is a stored message spelled out field by field from RocketMQ's v1 layout.
 var goldenStored = []byte{
 	0x00, 0x00, 0x00, 0x62, // TOTALSIZE 98
 	0xDA, 0xA3, 0x20, 0xA7, // MAGICCODE v1
@@ -277,7 +277,7 @@ func TestProperties(t *testing.T) {
 	require.Equal(t, "TagA", (&Message{Properties: map[string]string{PropertyTags: "TagA"}}).Tags())
 }
 
-// TestGoldenBatchEntry spells out one SEND_BATCH_MESSAGE entry from SPEC §1.
+// TestGoldenBatchEntry spells out one SEND_BATCH_MESSAGE entry from RocketMQ's batch layout.
 func TestGoldenBatchEntry(t *testing.T) {
 	golden := []byte{
 		0x00, 0x00, 0x00, 0x1C, // TOTALSIZE 28 = 22 fixed + 2 body + 4 properties

@@ -84,7 +84,7 @@ type Filter interface {
 // pull response is written; a result that is never released is simply garbage collected.
 type GetResult struct {
 	Status GetStatus
-	// NextBeginOffset is where the next pull of this queue should start (SPEC §2's table).
+	// NextBeginOffset is where the next pull of this queue should start (RocketMQ's rules; see GetMessage).
 	NextBeginOffset int64
 	// MinOffset and MaxOffset are the queue's bounds at the time of the read; MaxOffset is
 	// exclusive.

@@ -1,6 +1,6 @@
 // Package store is flowd's message store: a RocketMQ-compatible commit log with one consume
 // queue per (topic, queue id), a dispatcher that builds the queues behind the writer,
-// asynchronous or group-commit flushing, crash recovery and retention (SPEC §2).
+// asynchronous or group-commit flushing, crash recovery and retention, as RocketMQ's store has them.
 //
 // # Layout
 //

@@ -27,7 +27,7 @@ const (
 // f accepts (nil accepts all), for a pull. group is the consumer group (kept for RocketMQ's
 // signature and for future per-group statistics).
 //
-// Status and NextBeginOffset follow SPEC §2's table. A batch always takes its first
+// Status and NextBeginOffset follow RocketMQ's getMessage rules. A batch always takes its first
 // message; it then stops at maxMsgs, at maxBytes (≤ 0: no byte cap), or at the residency
 // cap: 256 KiB / 32 messages while the data is within Options.MemoryBudget of the log's end,
 // 64 KiB / 8 messages beyond. maxMsgs ≤ 0 reads one message. At most

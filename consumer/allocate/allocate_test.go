@@ -153,7 +153,7 @@ func TestSharedValidation(t *testing.T) {
 	}
 }
 
-// The vectors of SPEC §4, exactly.
+// RocketMQ's documented allocation vectors, exactly.
 func TestSpecVectors(t *testing.T) {
 	tests := []struct {
 		name     string

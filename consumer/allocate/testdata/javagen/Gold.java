@@ -82,7 +82,7 @@ public class Gold {
                 emit("MACHINE_ROOM", 0, rooms, mr, clients(nc, false), s);
             }
         }
-        // The SPEC vector.
+        // The documented vector.
         {
             AllocateMessageQueueByMachineRoom s = new AllocateMessageQueueByMachineRoom();
             s.setConsumeridcs(new HashSet<>(Arrays.asList("room1")));
