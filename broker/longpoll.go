@@ -68,18 +68,34 @@ func (l *longPoll) park(topic string, queueID int32, offset int64, f store.Filte
 		set = map[*pollWaiter]struct{}{}
 		l.waiters[w.key] = set
 	}
-	if owner != (pollOwner{}) {
-		for old := range set {
-			if old.owner == owner && !old.superseded.Load() {
-				old.superseded.Store(true)
-				wake(old)
-			}
-		}
-	}
+	l.supersedeLocked(set, owner)
 	set[w] = struct{}{}
 	l.mu.Unlock()
 	l.parked.Add(1)
 	return w
+}
+
+// supersede answers the owner's pulls parked on a queue, for a newer pull of that queue that
+// is answered without parking.
+func (l *longPoll) supersede(topic string, queueID int32, owner pollOwner) {
+	if l.parked.Load() == 0 || owner == (pollOwner{}) {
+		return
+	}
+	l.mu.Lock()
+	l.supersedeLocked(l.waiters[pollKey{topic, queueID}], owner)
+	l.mu.Unlock()
+}
+
+func (l *longPoll) supersedeLocked(set map[*pollWaiter]struct{}, owner pollOwner) {
+	if owner == (pollOwner{}) {
+		return
+	}
+	for old := range set {
+		if old.owner == owner && !old.superseded.Load() {
+			old.superseded.Store(true)
+			wake(old)
+		}
+	}
 }
 
 func (l *longPoll) unpark(w *pollWaiter) {

@@ -107,54 +107,64 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 	maxMsgs := min(max(int(h.MaxMsgNums), 1), maxPullMsgs)
 	maxBytes := int(h.MaxMsgBytes)
 
-	var deadline <-chan time.Time
 	owner := pollOwner{c, h.ConsumerGroup}
-	if h.SysFlag&protocol.PullFlagSuspend != 0 && h.SuspendTimeoutMillis > 0 {
+	suspend := h.SysFlag&protocol.PullFlagSuspend != 0 && h.SuspendTimeoutMillis > 0
+	var wait time.Duration
+	if suspend {
 		// Compare in milliseconds: a hostile suspendTimeoutMillis would overflow a Duration.
-		wait := b.cfg.MaxLongPoll
+		wait = b.cfg.MaxLongPoll
 		if h.SuspendTimeoutMillis < wait.Milliseconds() {
 			wait = time.Duration(h.SuspendTimeoutMillis) * time.Millisecond
 		}
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		deadline = t.C
 	}
 
-	for {
-		var w *pollWaiter
-		if deadline != nil {
-			// Park before reading so that a message dispatched in between wakes us.
-			w = b.poll.park(h.Topic, h.QueueID, h.QueueOffset, filter, owner)
+	// Read first: a consumer that is behind finds messages without touching the long-poll
+	// table. Only a pull that finds nothing parks, and then reads once more, so that a message
+	// dispatched between its first read and its parking still wakes it.
+	var w *pollWaiter
+	var deadline *time.Timer // set once this pull has parked
+	defer func() {
+		if w != nil {
+			b.poll.unpark(w)
 		}
+		if deadline != nil {
+			deadline.Stop()
+		}
+	}()
+	for {
 		res, err := b.store.GetMessage(ctx, h.ConsumerGroup, h.Topic, h.QueueID, h.QueueOffset, maxMsgs, maxBytes, filter)
 		if err != nil {
-			if w != nil {
-				b.poll.unpark(w)
-			}
 			return storeErrorResponse(req, err)
 		}
 		code := pullCode(res.Status, h.QueueOffset)
-		if code != protocol.PullNotFound || w == nil {
-			if w != nil {
-				b.poll.unpark(w)
+		if code != protocol.PullNotFound || !suspend {
+			if deadline == nil {
+				b.poll.supersede(h.Topic, h.QueueID, owner) // this pull replaces any the owner parked
 			}
 			return pullResponse(req, code, res)
 		}
 		res.Release()
+		if w == nil {
+			w = b.poll.park(h.Topic, h.QueueID, h.QueueOffset, filter, owner)
+			if deadline == nil {
+				deadline = time.NewTimer(wait)
+			}
+			continue // the read after parking
+		}
 		select {
 		case <-w.ready:
-			b.poll.unpark(w)
 			if w.superseded.Load() {
-				deadline = nil // answer now with what is there
+				suspend = false // the client moved on: answer now with what is there
 			}
-			continue
-		case <-deadline:
+		case <-deadline.C:
+			suspend = false // out of time: answer with whatever is there now
 		case <-ctx.Done():
+			suspend = false
 		case <-b.ctx.Done():
+			suspend = false
 		}
 		b.poll.unpark(w)
-		// Out of time: answer with whatever is there now, without waiting again.
-		deadline = nil
+		w = nil
 	}
 }
 
