@@ -49,9 +49,9 @@ type Broker struct {
 	wg       sync.WaitGroup
 	// bgMu orders every wg.Add of a notification goroutine before Shutdown's wg.Wait: a
 	// connection that closes while Shutdown runs (its server's Shutdown timed out) would
-	// otherwise Add after Wait returned and outlive the broker and its closed store.
+	// otherwise Add after Wait returned and outlive the broker and its closed store. Shutdown
+	// cancels ctx under it, so ctx.Err() read under it says whether Wait may have begun.
 	bgMu      sync.Mutex
-	closing   bool
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -195,9 +195,8 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	b.closeOnce.Do(func() {
 		var errs []error
 		b.bgMu.Lock()
-		b.closing = true
-		b.bgMu.Unlock()
 		b.cancel()
+		b.bgMu.Unlock()
 		b.poll.wakeAll()
 		for _, s := range []*remoting.Server{b.nsServer, b.server} {
 			if s != nil {
@@ -275,7 +274,7 @@ func (b *Broker) notifyGroup(group string) {
 	}
 	b.bgMu.Lock()
 	defer b.bgMu.Unlock()
-	if b.closing {
+	if b.ctx.Err() != nil {
 		return // shutting down: every connection is closing anyway
 	}
 	b.wg.Add(1)

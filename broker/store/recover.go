@@ -146,7 +146,11 @@ func (s *Store) recover() error {
 		s.log.Warn("recovery cut the commit log", append(attrs, "cut_at", rep.CutAt, "cut_bytes", rep.CutBytes,
 			"reason", rep.CutReason, "removed_segments", rep.RemovedSegments)...)
 	} else {
-		s.log.Info("store recovered", attrs...)
+		msg := "store opened"
+		if !rep.Clean {
+			msg = "store recovered after an unclean stop"
+		}
+		s.log.Info(msg, attrs...)
 	}
 	return nil
 }
