@@ -1,0 +1,73 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
+)
+
+// processHeartbeat registers the client's consumer groups and subscriptions.
+func (b *Broker) processHeartbeat(c *remoting.Conn, req *protocol.Command) *protocol.Command {
+	hb, err := protocol.DecodeHeartbeatData(req.Body)
+	if err != nil {
+		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("heartbeat body: %w", err))
+	}
+	if hb.ClientID == "" {
+		return errorResponse(req, protocol.InvalidParameter, errors.New("heartbeat body: clientID is empty"))
+	}
+	now := time.Now()
+	var changes []memberChange
+	for _, cd := range hb.ConsumerDataSet {
+		if cd.GroupName == "" {
+			return errorResponse(req, protocol.InvalidParameter, errors.New("heartbeat body: a consumer group name is empty"))
+		}
+		if resp := b.ensureGroup(req, cd.GroupName); resp != nil {
+			return resp
+		}
+		if _, err := b.internalTopic(RetryTopicPrefix + cd.GroupName); err != nil {
+			return errorResponse(req, protocol.SystemError, err)
+		}
+		subs := make([]Subscription, 0, len(cd.SubscriptionDataSet))
+		for _, sd := range cd.SubscriptionDataSet {
+			subs = append(subs, Subscription{Topic: sd.Topic, Expression: sd.SubString, ExpressionType: sd.ExpressionType, Tags: sd.TagsSet, Codes: sd.CodeSet, Version: sd.SubVersion})
+		}
+		if b.consumers.heartbeat(cd.GroupName, hb.ClientID, c, cd.ConsumeType, cd.MessageModel, cd.ConsumeFromWhere, subs, now) {
+			b.log.Debug("consumer joined", "group", cd.GroupName, "client", hb.ClientID, "remote", c.RemoteAddr().String())
+			changes = append(changes, memberChange{group: cd.GroupName, clientID: hb.ClientID, joined: true})
+		}
+	}
+	b.membersChanged(changes)
+	return protocol.NewResponse(req, protocol.Success, "")
+}
+
+func (b *Broker) processUnregister(req *protocol.Command) *protocol.Command {
+	var h protocol.UnregisterClientRequestHeader
+	if err := req.DecodeHeader(&h); err != nil {
+		return errorResponse(req, protocol.InvalidParameter, err)
+	}
+	if h.ConsumerGroup != "" {
+		b.membersChanged(b.consumers.unregister(h.ConsumerGroup, h.ClientID))
+	}
+	return protocol.NewResponse(req, protocol.Success, "")
+}
+
+func (b *Broker) processConsumerList(req *protocol.Command) *protocol.Command {
+	var h protocol.GetConsumerListByGroupRequestHeader
+	if err := req.DecodeHeader(&h); err != nil {
+		return errorResponse(req, protocol.InvalidParameter, err)
+	}
+	ids := b.consumers.clientIDs(h.ConsumerGroup)
+	if ids == nil {
+		ids = []string{}
+	}
+	body, err := protocol.MarshalBody(protocol.ConsumerListBody{ConsumerIDList: ids})
+	if err != nil {
+		return errorResponse(req, protocol.SystemError, err)
+	}
+	resp := protocol.NewResponse(req, protocol.Success, "")
+	resp.Body = body
+	return resp
+}

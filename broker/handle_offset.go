@@ -1,0 +1,86 @@
+package broker
+
+import (
+	"fmt"
+
+	"github.com/flowd-io/flowd/protocol"
+)
+
+func (b *Broker) processQueryOffset(req *protocol.Command) *protocol.Command {
+	var h protocol.QueryConsumerOffsetRequestHeader
+	if err := req.DecodeHeader(&h); err != nil {
+		return errorResponse(req, protocol.InvalidParameter, err)
+	}
+	if resp := b.checkOffsetRequest(req, h.ConsumerGroup, h.Topic, h.QueueID); resp != nil {
+		return resp
+	}
+	off, ok := b.offsets.query(h.ConsumerGroup, h.Topic, h.QueueID)
+	if !ok {
+		if h.SetZeroIfNotFound == nil || !*h.SetZeroIfNotFound {
+			return protocol.NewResponse(req, protocol.QueryNotFound, fmt.Sprintf("group %q has no offset for %s queue %d", h.ConsumerGroup, h.Topic, h.QueueID))
+		}
+		off = 0
+	}
+	resp := protocol.NewResponse(req, protocol.Success, "")
+	(&protocol.OffsetResponseHeader{Offset: off}).EncodeTo(resp.ExtFields)
+	return resp
+}
+
+func (b *Broker) processUpdateOffset(req *protocol.Command) *protocol.Command {
+	var h protocol.UpdateConsumerOffsetRequestHeader
+	if err := req.DecodeHeader(&h); err != nil {
+		return errorResponse(req, protocol.InvalidParameter, err)
+	}
+	if h.CommitOffset < 0 {
+		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("commitOffset %d is negative", h.CommitOffset))
+	}
+	if resp := b.checkOffsetRequest(req, h.ConsumerGroup, h.Topic, h.QueueID); resp != nil {
+		return resp
+	}
+	if _, ok := b.topics.get(h.Topic); !ok {
+		return errorResponse(req, protocol.TopicNotExist, fmt.Errorf("topic %q does not exist", h.Topic))
+	}
+	b.commitOffset(h.ConsumerGroup, h.Topic, h.QueueID, h.CommitOffset)
+	return protocol.NewResponse(req, protocol.Success, "")
+}
+
+func (b *Broker) processMinMaxOffset(req *protocol.Command) *protocol.Command {
+	var topic string
+	var qid int32
+	if req.RequestCode() == protocol.GetMaxOffset {
+		var h protocol.GetMaxOffsetRequestHeader
+		if err := req.DecodeHeader(&h); err != nil {
+			return errorResponse(req, protocol.InvalidParameter, err)
+		}
+		topic, qid = h.Topic, h.QueueID
+	} else {
+		var h protocol.GetMinOffsetRequestHeader
+		if err := req.DecodeHeader(&h); err != nil {
+			return errorResponse(req, protocol.InvalidParameter, err)
+		}
+		topic, qid = h.Topic, h.QueueID
+	}
+	if resp := b.checkQueue(req, topic, qid); resp != nil {
+		return resp
+	}
+	off := b.store.MinOffset(topic, qid)
+	if req.RequestCode() == protocol.GetMaxOffset {
+		off = b.store.MaxOffset(topic, qid)
+	}
+	resp := protocol.NewResponse(req, protocol.Success, "")
+	(&protocol.OffsetResponseHeader{Offset: off}).EncodeTo(resp.ExtFields)
+	return resp
+}
+
+func (b *Broker) processSearchOffset(req *protocol.Command) *protocol.Command {
+	var h protocol.SearchOffsetRequestHeader
+	if err := req.DecodeHeader(&h); err != nil {
+		return errorResponse(req, protocol.InvalidParameter, err)
+	}
+	if resp := b.checkQueue(req, h.Topic, h.QueueID); resp != nil {
+		return resp
+	}
+	resp := protocol.NewResponse(req, protocol.Success, "")
+	(&protocol.OffsetResponseHeader{Offset: b.store.OffsetByTimestamp(h.Topic, h.QueueID, h.Timestamp)}).EncodeTo(resp.ExtFields)
+	return resp
+}
