@@ -16,8 +16,17 @@ func (b *Broker) processQueryOffset(req *protocol.Command) *protocol.Command {
 	}
 	off, ok := b.offsets.query(h.ConsumerGroup, h.Topic, h.QueueID)
 	if !ok {
-		if h.SetZeroIfNotFound == nil || !*h.SetZeroIfNotFound {
+		// RocketMQ's rule for a group without an offset: start at 0 while the queue still
+		// holds its first message and that message is in memory, so a group reads a queue
+		// created (or first written) after it started from the beginning instead of from
+		// wherever the queue's end is when it first looks. Otherwise, or when the client
+		// asks not to be given 0 (setZeroIfNotFound false), the client decides from its
+		// consume-from-where setting.
+		if h.SetZeroIfNotFound != nil && !*h.SetZeroIfNotFound {
 			return protocol.NewResponse(req, protocol.QueryNotFound, fmt.Sprintf("group %q has no offset for %s queue %d", h.ConsumerGroup, h.Topic, h.QueueID))
+		}
+		if b.store.MinOffset(h.Topic, h.QueueID) > 0 || b.store.InDisk(h.Topic, h.QueueID, 0) {
+			return protocol.NewResponse(req, protocol.QueryNotFound, fmt.Sprintf("group %q has no offset for %s queue %d, whose first message is no longer in memory", h.ConsumerGroup, h.Topic, h.QueueID))
 		}
 		off = 0
 	}

@@ -248,6 +248,25 @@ func (r *batchReader) accept(at, size int) {
 	r.total += size
 }
 
+// InDisk reports whether the message at queue offset offset of (topic, queueID) lies more
+// than Options.MemoryBudget behind the end of the commit log, the same test that picks a
+// pull's smaller on-disk batch caps. It is RocketMQ's checkInDiskByConsumeOffset: a broker
+// lets a group without a stored offset start a queue at 0 only while message 0 is not on
+// disk, so that a new group reads a young queue from its start (and never skips what was
+// written into queues added after it started) but does not replay a long history. It is
+// false when there is no such queue or no unit at offset, as in RocketMQ.
+func (s *Store) InDisk(topic string, queueID int32, offset int64) bool {
+	q := s.queue(topic, queueID)
+	if q == nil || offset < q.min.Load() {
+		return false
+	}
+	off, _, _, ok := q.unitAt(offset)
+	if !ok {
+		return false
+	}
+	return s.written.Load()-off > s.opts.MemoryBudget
+}
+
 // storeTimeOf reads the store timestamp of the message at off.
 func (s *Store) storeTimeOf(off int64, size int32) (int64, error) {
 	var hdr [protocol.StoredBornHostAt + 20 + 8]byte
