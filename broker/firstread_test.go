@@ -2,6 +2,9 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -87,4 +90,40 @@ func TestQueryOffsetOfAGroupWithoutOneIsNotFoundWhenMessageZeroIsOnDisk(t *testi
 	code, off := c.queryOffset("g", "old", 1, nil)
 	require.Equal(t, protocol.Success, code, "an empty queue has nothing on disk")
 	require.Equal(t, int64(0), off)
+}
+
+// A pull whose offset falls in a consume-queue file that is gone (retention removed it
+// before the queue's min offset moved) is told where the next file starts at once: parking
+// it would only delay the consumer by the whole suspend time.
+func TestPullLandingOnAMissingConsumeQueueFileAnswersAtOnce(t *testing.T) {
+	mod := func(cfg *broker.Config) {
+		cfg.Store.ConsumeQueueUnits = 10
+		cfg.MaxLongPoll = time.Hour
+	}
+	b := startBroker(t, mod)
+	dir := b.cfg.DataDir
+	c := newRawClient(t, b, nil)
+	c.createTopic("holes", 1)
+	for i := range 25 {
+		c.sendTo("holes", 0, fmt.Sprintf("m%d", i))
+	}
+	require.Eventually(t, func() bool { return b.StoreMax("holes", 0) == 25 }, 5*time.Second, 5*time.Millisecond)
+	b.stop(t)
+	// Units 10..19 live in the second file, named by its byte offset (10 units × 20 bytes).
+	require.NoError(t, os.Remove(filepath.Join(dir, "store", "consumequeue", "holes", "0", "00000000000000000200")))
+
+	b2 := startBroker(t, func(cfg *broker.Config) { mod(cfg); cfg.DataDir = dir })
+	c2 := newRawClient(t, b2, nil)
+	// The pull asks to be suspended for an hour; it must not wait for anything.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp := c2.invoke(ctx, protocol.PullMessage, pullHeader("holes", 12, time.Hour, "*"), nil)
+	require.Equal(t, protocol.PullNotFound, resp.ResponseCode(), resp.Remark)
+	require.Equal(t, "OFFSET_FOUND_NULL", resp.Remark)
+	var rh protocol.PullMessageResponseHeader
+	require.NoError(t, resp.DecodeHeader(&rh))
+	require.Equal(t, int64(20), rh.NextBeginOffset, "the next file's first unit")
+
+	resp = c2.invoke(ctx, protocol.PullMessage, pullHeader("holes", rh.NextBeginOffset, time.Hour, "*"), nil)
+	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
 }

@@ -137,7 +137,10 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 			return storeErrorResponse(req, err)
 		}
 		code := pullCode(res.Status, h.QueueOffset)
-		if code != protocol.PullNotFound || !suspend {
+		// OFFSET_FOUND_NULL is not "caught up": the consume-queue file at the offset is gone
+		// and NextBeginOffset says where the next one starts, so answer at once (RocketMQ
+		// would park it for the whole suspend time before telling the consumer).
+		if code != protocol.PullNotFound || !suspend || res.Status == store.OffsetFoundNull {
 			if deadline == nil {
 				b.poll.supersede(h.Topic, h.QueueID, owner) // this pull replaces any the owner parked
 			}

@@ -141,7 +141,7 @@ func TestPullStatusesMapToResponseCodes(t *testing.T) {
 	}{
 		{"found", "st", 0, 0, protocol.Success, 3},
 		{"caught up", "st", 0, 3, protocol.PullNotFound, 3},
-		{"overflow badly", "st", 0, 9, protocol.PullOffsetMoved, 3},
+		{"overflow badly", "st", 0, 9, protocol.PullOffsetMoved, 0}, // min is 0: re-deliver, never skip
 		{"empty queue at 0", "st", 1, 0, protocol.PullNotFound, 0},
 		{"empty queue past 0", "st", 1, 5, protocol.PullOffsetMoved, 0},
 	} {

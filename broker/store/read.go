@@ -61,7 +61,14 @@ func (s *Store) GetMessage(ctx context.Context, group, topic string, queueID int
 		r.Status, r.NextBeginOffset = OffsetOverflowOne, offset
 		return r, nil
 	case offset > hi:
+		// An offset past the end (a consumer's offset from before the queue was deleted
+		// and recreated, say) is corrected to the queue's start while the queue still
+		// holds its first message, as RocketMQ 4.x does: re-delivering is safe, skipping
+		// what is there is not. Only a queue that already lost its head goes to the end.
 		r.Status, r.NextBeginOffset = OffsetOverflowBadly, hi
+		if lo == 0 {
+			r.NextBeginOffset = 0
+		}
 		return r, nil
 	}
 

@@ -116,7 +116,7 @@ func TestGetStatuses(t *testing.T) {
 	check("found, stops at file end", 0, want{Found, 10, 10})
 	check("found mid", 12, want{Found, 20, 8})
 	check("overflow one", 25, want{OffsetOverflowOne, 25, 0})
-	check("overflow badly", 30, want{OffsetOverflowBadly, 25, 0})
+	check("overflow badly re-delivers from 0", 30, want{OffsetOverflowBadly, 0, 0})
 
 	g := get(t, s, "nope", 0, 5, 32, 0, nil)
 	assert.Equal(t, NoMatchedLogicQueue, g.Status)
@@ -149,6 +149,7 @@ func TestGetStatuses(t *testing.T) {
 	// OFFSET_TOO_SMALL once min moved.
 	q.min.Store(5)
 	check("too small", 2, want{OffsetTooSmall, 5, 0})
+	check("overflow badly once the head is gone", 30, want{OffsetOverflowBadly, 25, 0})
 	q.min.Store(0)
 
 	// MESSAGE_WAS_REMOVING: units point below the commit log's min offset.
