@@ -78,12 +78,33 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 		b.delayed(&m, lvl)
 	}
 	res, err := b.store.Put(ctx, &m)
-	if err != nil {
+	if err != nil && !storedUnflushed(err, res.MsgID != "") {
 		return storeErrorResponse(req, err)
 	}
-	resp := protocol.NewResponse(req, protocol.Success, "")
+	resp := storedResponse(req, err)
 	(&protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset}).EncodeTo(resp.ExtFields)
 	return resp
+}
+
+// storedUnflushed reports whether a Put that returned err (and a result, when haveResult)
+// stored its messages without knowing them durable: the fsync wait timed out, or the request
+// was canceled while waiting for it (the store only waits after the append).
+func storedUnflushed(err error, haveResult bool) bool {
+	if errors.Is(err, store.ErrFlushTimeout) {
+		return true
+	}
+	return haveResult && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}
+
+// storedResponse answers a send whose messages are stored: SUCCESS, or FLUSH_DISK_TIMEOUT
+// when the fsync covering them did not finish in time (err says why). Both carry the message id, queue and
+// offset, as RocketMQ's do, because the message is stored and will be delivered: a client
+// that saw an error without them would resend it and store a second copy.
+func storedResponse(req *protocol.Command, err error) *protocol.Command {
+	if err != nil {
+		return protocol.NewResponse(req, protocol.FlushDiskTimeout, err.Error())
+	}
+	return protocol.NewResponse(req, protocol.Success, "")
 }
 
 func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *protocol.MessageExt) *protocol.Command {
@@ -110,14 +131,14 @@ func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *pro
 		ms[i] = &m
 	}
 	res, err := b.store.PutBatch(ctx, ms)
-	if err != nil {
+	if err != nil && !storedUnflushed(err, len(res) == len(ms)) {
 		return storeErrorResponse(req, err)
 	}
 	ids := make([]string, len(res))
 	for i, r := range res {
 		ids[i] = r.MsgID
 	}
-	resp := protocol.NewResponse(req, protocol.Success, "")
+	resp := storedResponse(req, err)
 	(&protocol.SendMessageResponseHeader{MsgID: strings.Join(ids, ","), QueueID: base.QueueID, QueueOffset: res[0].QueueOffset}).EncodeTo(resp.ExtFields)
 	return resp
 }

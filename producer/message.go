@@ -34,7 +34,9 @@ type Message struct {
 }
 
 // SendStatus is the outcome of a send the broker accepted. Every status but SendOK says the
-// message was stored but not flushed or replicated as the broker is configured to.
+// message was stored but not flushed or replicated as the broker is configured to: it will be
+// delivered unless the broker's disk (or its only copy) is lost before the flush. Such a send
+// returns no error and is not retried, since a retry would store a second copy.
 type SendStatus int
 
 const (

@@ -231,6 +231,11 @@ func (p *Producer) properties(msg *Message, uniq string) map[string]string {
 
 // Send sends msg and waits for the broker to store it, retrying retriable failures on another
 // queue (see WithRetries). The send is bounded by ctx and by the send timeout.
+//
+// A message the broker stored without flushing or replicating it in time (a sync-flush
+// broker's slow disk) is reported with a nil error and a Status other than SendOK, with its
+// ids and offset, and is not sent again: only failures after which nothing was stored are
+// retried, so one Send stores at most one copy of a message that the broker acknowledged.
 func (p *Producer) Send(ctx context.Context, msg *Message) (SendResult, error) {
 	if err := p.checkRunning(); err != nil {
 		return SendResult{}, err
@@ -390,13 +395,13 @@ func (p *Producer) send(ctx context.Context, pm *prepared) (SendResult, error) {
 		default:
 			mq = p.cfg.selector.Select(pm.msg, avoid(queues, *failed))
 		}
-		res, err := p.sendTo(ctx, mq, pm)
+		res, stored, err := p.sendTo(ctx, mq, pm)
 		if err == nil {
 			return res, nil
 		}
 		lastErr = err
-		if !retriable(err) || ctx.Err() != nil {
-			break
+		if stored || !retriable(err) || ctx.Err() != nil {
+			break // a stored message is never sent again: that would store a second copy
 		}
 		p.log.Debug("send failed, retrying", "queue", mq.String(), "attempt", attempt+1, "err", err)
 		failed = &mq
@@ -493,41 +498,37 @@ func (p *Producer) request(ctx context.Context, mq MessageQueue, pm *prepared) (
 	return addr, protocol.NewRequest(code, h.EncodeV2(), pm.body), nil
 }
 
-// Response codes of a stored message whose replication or flush lagged (RocketMQ's).
-const (
-	codeFlushSlaveTimeout protocol.ResponseCode = 12
-	codeSlaveNotAvailable protocol.ResponseCode = 11
-)
-
-// sendTo sends pm to mq once.
-func (p *Producer) sendTo(ctx context.Context, mq MessageQueue, pm *prepared) (SendResult, error) {
+// sendTo sends pm to mq once. stored reports that the broker said it stored the message
+// (SUCCESS or one of the codes of a stored but not yet safe message), even when its answer
+// could not be read: such a send must not be retried.
+func (p *Producer) sendTo(ctx context.Context, mq MessageQueue, pm *prepared) (res SendResult, stored bool, err error) {
 	addr, req, err := p.request(ctx, mq, pm)
 	if err != nil {
-		return SendResult{}, err
+		return SendResult{}, false, err
 	}
 	resp, err := p.cl.Invoke(ctx, addr, req)
 	if err != nil {
-		return SendResult{}, fmt.Errorf("send to %s at %s: %w", mq, addr, err)
+		return SendResult{}, false, fmt.Errorf("send to %s at %s: %w", mq, addr, err)
 	}
-	res := SendResult{Status: SendOK, MsgID: pm.uniq}
+	res = SendResult{Status: SendOK, MsgID: pm.uniq}
 	switch resp.ResponseCode() {
 	case protocol.Success:
 	case protocol.FlushDiskTimeout:
 		res.Status = SendFlushDiskTimeout
-	case codeFlushSlaveTimeout:
+	case protocol.FlushSlaveTimeout:
 		res.Status = SendFlushSlaveTimeout
-	case codeSlaveNotAvailable:
+	case protocol.SlaveNotAvailable:
 		res.Status = SendSlaveNotAvailable
 	default:
-		return SendResult{}, fmt.Errorf("send to %s at %s: %w", mq, addr, client.NewBrokerError(resp))
+		return SendResult{}, false, fmt.Errorf("send to %s at %s: %w", mq, addr, client.NewBrokerError(resp))
 	}
 	var rh protocol.SendMessageResponseHeader
 	if err := resp.DecodeHeader(&rh); err != nil {
-		return SendResult{}, fmt.Errorf("send to %s: %w", mq, err)
+		return SendResult{}, true, fmt.Errorf("send to %s: stored (%s), but the answer is unreadable: %w", mq, res.Status, err)
 	}
 	res.OffsetMsgID = rh.MsgID
 	res.Queue = MessageQueue{Topic: mq.Topic, BrokerName: mq.BrokerName, QueueID: int(rh.QueueID)}
 	res.QueueOffset = rh.QueueOffset
 	res.TransactionID = rh.TransactionID
-	return res, nil
+	return res, true, nil
 }

@@ -74,7 +74,12 @@ const (
 	SystemError               ResponseCode = 1
 	SystemBusy                ResponseCode = 2
 	RequestCodeNotSupported   ResponseCode = 3
+	// FlushDiskTimeout, SlaveNotAvailable and FlushSlaveTimeout answer a send whose
+	// message is stored but not yet flushed or replicated as the broker is configured to:
+	// like SUCCESS they carry msgId, queueId and queueOffset, and a client must not resend.
 	FlushDiskTimeout          ResponseCode = 10
+	SlaveNotAvailable         ResponseCode = 11
+	FlushSlaveTimeout         ResponseCode = 12
 	MessageIllegal            ResponseCode = 13
 	ServiceNotAvailable       ResponseCode = 14
 	NoPermission              ResponseCode = 16
@@ -96,6 +101,8 @@ var responseCodeNames = map[ResponseCode]string{
 	SystemBusy:                "SYSTEM_BUSY",
 	RequestCodeNotSupported:   "REQUEST_CODE_NOT_SUPPORTED",
 	FlushDiskTimeout:          "FLUSH_DISK_TIMEOUT",
+	SlaveNotAvailable:         "SLAVE_NOT_AVAILABLE",
+	FlushSlaveTimeout:         "FLUSH_SLAVE_TIMEOUT",
 	MessageIllegal:            "MESSAGE_ILLEGAL",
 	ServiceNotAvailable:       "SERVICE_NOT_AVAILABLE",
 	NoPermission:              "NO_PERMISSION",

@@ -33,6 +33,7 @@ type FaultFS struct {
 	noSpaceLeft int64 // bytes writable before ENOSPC; < 0 means unlimited
 	shortWrites int   // the next n writes are short
 	syncErr     error
+	syncHold    <-chan struct{} // Syncs of matching files wait until it is closed
 	track       bool
 	undo        map[string][]undoRecord
 	crashed     bool
@@ -82,6 +83,15 @@ func (f *FaultFS) ShortWrites(n int) {
 func (f *FaultFS) FailSyncs(err error) {
 	f.mu.Lock()
 	f.syncErr = err
+	f.mu.Unlock()
+}
+
+// HoldSyncs makes every later Sync of a matching file wait until release is closed before
+// it syncs, as a slow disk would; nil stops holding later Syncs. Syncs already waiting go on
+// waiting for their release, so close it to let them finish.
+func (f *FaultFS) HoldSyncs(release <-chan struct{}) {
+	f.mu.Lock()
+	f.syncHold = release
 	f.mu.Unlock()
 }
 
@@ -329,7 +339,14 @@ func (h *faultFile) Sync() error {
 		f.mu.Unlock()
 		return fmt.Errorf("sync %s: %w: %w", h.name, ErrInjected, err)
 	}
+	var hold <-chan struct{}
+	if f.applies(h.name) {
+		hold = f.syncHold
+	}
 	f.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
 	if err := h.File.Sync(); err != nil {
 		return err
 	}
