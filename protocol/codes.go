@@ -69,14 +69,15 @@ func (c RequestCode) String() string {
 type ResponseCode int16
 
 // Response codes (RocketMQ's numbers).
+//
+// FlushDiskTimeout, SlaveNotAvailable and FlushSlaveTimeout answer a send whose message is
+// stored but not yet flushed or replicated as the broker is configured to: like Success they
+// carry msgId, queueId and queueOffset, and a client must not send the message again.
 const (
 	Success                   ResponseCode = 0
 	SystemError               ResponseCode = 1
 	SystemBusy                ResponseCode = 2
 	RequestCodeNotSupported   ResponseCode = 3
-	// FlushDiskTimeout, SlaveNotAvailable and FlushSlaveTimeout answer a send whose
-	// message is stored but not yet flushed or replicated as the broker is configured to:
-	// like SUCCESS they carry msgId, queueId and queueOffset, and a client must not resend.
 	FlushDiskTimeout          ResponseCode = 10
 	SlaveNotAvailable         ResponseCode = 11
 	FlushSlaveTimeout         ResponseCode = 12
