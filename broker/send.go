@@ -24,6 +24,13 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	if isSystemTopic(h.Topic) {
 		return errorResponse(req, protocol.NoPermission, fmt.Errorf("topic %q is reserved for the broker", h.Topic))
 	}
+	props, err := protocol.DecodeProperties([]byte(h.Properties))
+	if err != nil {
+		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("properties: %w", err))
+	}
+	if err := checkNotHalf(h.Topic, h.SysFlag, props); err != nil { // before it creates a topic
+		return errorResponse(req, protocol.NoPermission, err)
+	}
 	tc, errResp := b.topicForSend(req, h)
 	if errResp != nil {
 		return errResp
@@ -34,10 +41,6 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	}
 	if int(queueID) >= tc.WriteQueueNums {
 		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("queueId %d is illegal: topic %q has %d write queues", queueID, h.Topic, tc.WriteQueueNums))
-	}
-	props, err := protocol.DecodeProperties([]byte(h.Properties))
-	if err != nil {
-		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("properties: %w", err))
 	}
 	base := protocol.MessageExt{
 		Message:        protocol.Message{Topic: h.Topic, Flag: h.Flag, Properties: props},
@@ -123,6 +126,9 @@ func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *pro
 		if lvl, _ := strconv.Atoi(e.Properties[protocol.PropertyDelayLevel]); lvl > 0 {
 			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch message %d: delayed messages cannot be batched", i))
 		}
+		if err := checkNotHalf(base.Topic, base.SysFlag, e.Properties); err != nil {
+			return errorResponse(req, protocol.NoPermission, fmt.Errorf("batch message %d: %w", i, err))
+		}
 		m := *base
 		m.Flag, m.Properties, m.Body = e.Flag, e.Properties, e.Body
 		if m.Properties == nil {
@@ -203,9 +209,24 @@ func isSystemTopic(topic string) bool {
 	return topic == ScheduleTopic || topic == protocol.AutoCreateTopicKey
 }
 
+// checkNotHalf refuses a transactional half message (or a rolled-back one): flowd does not
+// implement transactions (END_TRANSACTION and the broker's check-back), and storing such a
+// message would deliver it at once, before, or without, its producer's commit. The answer is
+// what a RocketMQ broker configured to reject transaction messages gives, NO_PERMISSION, so a
+// client reports it instead of retrying elsewhere on the same broker.
+func checkNotHalf(topic string, sysFlag int32, props map[string]string) error {
+	t := sysFlag & protocol.MsgTransactionMask
+	if t == protocol.MsgTransactionPrepared || t == protocol.MsgTransactionRollback || strings.EqualFold(props[protocol.PropertyTransactionPrepared], "true") {
+		return fmt.Errorf("transactional messages are not supported by this broker: half message to topic %q refused (sysFlag %#x); send it as a normal message", topic, sysFlag)
+	}
+	return nil
+}
+
 // storeErrorResponse maps a store error to the response code a RocketMQ client expects.
 func storeErrorResponse(req *protocol.Command, err error) *protocol.Command {
 	switch {
+	case errors.Is(err, store.ErrHalfMessage):
+		return errorResponse(req, protocol.NoPermission, err)
 	case errors.Is(err, store.ErrMessageTooLarge):
 		return errorResponse(req, protocol.MessageIllegal, err)
 	case errors.Is(err, store.ErrFlushTimeout):

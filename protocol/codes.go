@@ -211,6 +211,17 @@ const (
 	MsgFlagStoreHostV6 = 0x20
 )
 
+// The transaction type of a message: sysFlag & MsgTransactionMask (RocketMQ's
+// TRANSACTION_*_TYPE). A prepared (half) message must not be delivered until its producer
+// commits it; a rolled-back one never. A RocketMQ broker keeps both out of consume queues.
+const (
+	MsgTransactionMask     = 0xC
+	MsgTransactionNone     = 0x0
+	MsgTransactionPrepared = 0x4 // 1 << 2
+	MsgTransactionCommit   = 0x8 // 2 << 2
+	MsgTransactionRollback = 0xC // 3 << 2
+)
+
 // Topic permission bits.
 const (
 	PermInherit = 1

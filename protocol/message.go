@@ -31,6 +31,8 @@ const (
 	PropertyOriginMsgID    = "ORIGIN_MESSAGE_ID"
 	PropertyRealTopic      = "REAL_TOPIC"
 	PropertyRealQueueID    = "REAL_QID"
+	// PropertyTransactionPrepared is "true" on a transactional (half) message.
+	PropertyTransactionPrepared = "TRAN_MSG"
 )
 
 // Property separators: key NameValueSeparator value PropertySeparator, repeated.

@@ -190,6 +190,9 @@ func (s *Store) encode(dst []byte, m *protocol.MessageExt) ([]byte, error) {
 	if !validTopic(m.Topic) || m.QueueID < 0 {
 		return dst, fmt.Errorf("put to %q queue %d: %w", m.Topic, m.QueueID, ErrBadTopic)
 	}
+	if t := m.SysFlag & protocol.MsgTransactionMask; t == protocol.MsgTransactionPrepared || t == protocol.MsgTransactionRollback {
+		return dst, fmt.Errorf("put to %q: sysFlag %#x: %w", m.Topic, m.SysFlag, ErrHalfMessage)
+	}
 	m.StoreHost = s.opts.StoreHost
 	m.QueueOffset, m.CommitLogOffset, m.StoreTimestamp = 0, 0, 0
 	start := len(dst)

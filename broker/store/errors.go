@@ -27,6 +27,10 @@ var (
 	// ErrBadTopic: the topic name is empty, too long, or has characters outside
 	// [%|a-zA-Z0-9_-] (topics name directories), or the queue id is negative.
 	ErrBadTopic = errors.New("bad topic or queue id")
+	// ErrHalfMessage: the message is a transactional half (prepared) or rolled-back message,
+	// which must never be delivered. The store does not implement transactions, so it never
+	// stores them, where they would be dispatched like any other message.
+	ErrHalfMessage = errors.New("transactional half message")
 	// ErrCorrupt: a store file is damaged in a way recovery cannot repair by cutting.
 	ErrCorrupt = errors.New("store corrupt")
 )

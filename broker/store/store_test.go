@@ -595,3 +595,20 @@ func (s *Store) queueOffsetNext(topic string, qid int32) int64 {
 }
 
 var _ = errors.Is
+
+func TestHalfMessagesAreNeverStored(t *testing.T) {
+	s := openT(t, t.TempDir(), testOptions())
+	defer s.Close()
+	for _, flag := range []int32{protocol.MsgTransactionPrepared, protocol.MsgTransactionRollback} {
+		m := newMsg("T", 0, "half", "")
+		m.SysFlag = flag
+		_, err := s.Put(context.Background(), m)
+		assert.ErrorIs(t, err, ErrHalfMessage)
+		_, err = s.PutBatch(context.Background(), []*protocol.MessageExt{newMsg("T", 0, "ok", ""), m})
+		assert.ErrorIs(t, err, ErrHalfMessage)
+	}
+	r, err := s.Put(context.Background(), newMsg("T", 0, "normal", ""))
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), r.QueueOffset, "nothing was stored before")
+	assert.Equal(t, int64(0), r.CommitLogOffset)
+}
