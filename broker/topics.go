@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sync"
 
@@ -26,19 +25,12 @@ const (
 	ScheduleTopic = "SCHEDULE_TOPIC_XXXX"
 )
 
-var topicNameRE = regexp.MustCompile(`^[A-Za-z0-9_%|-]{1,127}$`)
-
 // ErrBadTopic is wrapped by every topic validation error.
-var ErrBadTopic = errors.New("bad topic")
+var ErrBadTopic = protocol.ErrBadTopic
 
 // ValidateTopic checks a topic name against RocketMQ's rule: 1 to 127 characters from
-// [A-Za-z0-9_%|-].
-func ValidateTopic(name string) error {
-	if !topicNameRE.MatchString(name) {
-		return fmt.Errorf("%w: %q must be 1-127 characters of [A-Za-z0-9_%%|-]", ErrBadTopic, name)
-	}
-	return nil
-}
+// [A-Za-z0-9_%|-] (protocol.ValidateTopic, which the store applies too).
+func ValidateTopic(name string) error { return protocol.ValidateTopic(name) }
 
 // TopicConfig is a topic's queue counts and permissions, RocketMQ's TopicConfig.
 type TopicConfig struct {

@@ -395,21 +395,8 @@ func (s *Store) waitDispatched(ctx context.Context, off int64) error {
 	}
 }
 
-// validTopic is RocketMQ's topic rule, ^[%|a-zA-Z0-9_-]+$ and at most 127 bytes. Topics name
-// directories, so the rule also keeps "/" and ".." out.
-func validTopic(t string) bool {
-	if len(t) == 0 || len(t) > protocol.MaxTopicLength {
-		return false
-	}
-	for i := 0; i < len(t); i++ {
-		c := t[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '%', c == '|', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
+// validTopic is protocol.ValidateTopic's rule, which also keeps "/" and ".." out of the
+// directories named after topics.
+func validTopic(t string) bool { return protocol.ValidateTopic(t) == nil }
 
 func isNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }
