@@ -284,39 +284,27 @@ func (s *Store) dispatchAvailable(d *dispatcher) error {
 		if err := s.readLog(b, from); err != nil {
 			return err
 		}
-		p := int64(0)
-		next := int64(-1)
-		for p+blankMin <= n {
-			total := int64(int32(binary.BigEndian.Uint32(b[p:])))
-			magic := binary.BigEndian.Uint32(b[p+4:])
-			if magic == protocol.MagicBlank {
-				next = segEnd
-				break
+		p, stop, reason, err := walkMessages(b, from, segEnd, false, d.add)
+		switch {
+		case err != nil:
+			return err
+		case stop == walkBad || stop == walkZero:
+			// Everything below written was written whole: this is not a torn tail.
+			if reason == "" {
+				reason = "zeros where a message should start"
 			}
-			if total < minStoredSize || from+p+total > segEnd {
-				return fmt.Errorf("commit log at %d: TOTALSIZE %d with magic 0x%08X is not a message", from+p, total, magic)
+			return fmt.Errorf("commit log at %d: %s", from+p, reason)
+		case stop == walkNeedMore && p == 0:
+			if n == min(to, segEnd)-from {
+				return fmt.Errorf("commit log at %d: a message runs past the written end %d", from, to)
 			}
-			if p+total > n {
-				if p == 0 { // one message larger than the buffer
-					d.buf = make([]byte, total)
-					b = nil
-				}
-				break
-			}
-			m, err := parseStored(b[p:p+total], from+p, false)
-			if err != nil {
-				return fmt.Errorf("commit log at %d: %w", from+p, err)
-			}
-			if err := d.add(&m); err != nil {
-				return err
-			}
-			p += total
+			// One message larger than the buffer: read it again with a bigger one.
+			d.buf = make([]byte, int32(binary.BigEndian.Uint32(b)))
+			continue
 		}
-		if b == nil {
-			continue // retry with the bigger buffer
-		}
-		if next < 0 {
-			next = from + p
+		next := from + p
+		if stop == walkBlank {
+			next = segEnd
 		}
 		if err := d.commit(next); err != nil {
 			return err

@@ -242,52 +242,47 @@ scan:
 			if _, err := seg.f.ReadAt(b, pos-seg.start); err != nil {
 				return 0, fmt.Errorf("read segment %s at %d: %w", seg.path, pos-seg.start, err)
 			}
-			p := int64(0)
-			for {
-				end = pos + p
-				if p+blankMin > n {
-					break
+			p, stop, reason, err := walkMessages(b, pos, segEnd, true, func(m *msgInfo) error {
+				if m.phys < redispatchFrom {
+					return nil
 				}
-				total := int64(int32(binary.BigEndian.Uint32(b[p:])))
-				magic := binary.BigEndian.Uint32(b[p+4:])
-				switch {
-				case total == 0 && magic == 0:
-					if i < len(s.segs)-1 {
-						bad = "zero-filled gap before later segments"
-					}
-					break scan
-				case magic == protocol.MagicBlank:
-					if total != segEnd-end {
-						bad = fmt.Sprintf("blank marker of %d bytes, %d remain in the segment", total, segEnd-end)
-						break scan
-					}
-					end = segEnd
-					if err := d.commit(end); err != nil {
-						return 0, err
-					}
-					continue scan
-				case total < minStoredSize || end+total > segEnd-blankMin:
-					bad = fmt.Sprintf("TOTALSIZE %d with magic 0x%08X", total, magic)
+				if err := d.add(m); err != nil {
+					return err
+				}
+				rep.Redispatched++
+				return nil
+			})
+			if err != nil {
+				return 0, err
+			}
+			end = pos + p
+			switch stop {
+			case walkZero:
+				if i < len(s.segs)-1 {
+					bad = "zero-filled gap before later segments"
+				}
+				break scan
+			case walkBlank:
+				if total := int64(int32(binary.BigEndian.Uint32(b[p:]))); total != segEnd-end {
+					bad = fmt.Sprintf("blank marker of %d bytes, %d remain in the segment", total, segEnd-end)
 					break scan
 				}
-				if p+total > n {
-					if p == 0 { // a message larger than the buffer (MaxMessageSize > 4 MiB)
-						buf = make([]byte, total)
-					}
-					break
+				end = segEnd
+				if err := d.commit(end); err != nil {
+					return 0, err
 				}
-				m, err := parseStored(b[p:p+total], end, true)
-				if err != nil {
-					bad = err.Error()
+				continue scan
+			case walkBad:
+				bad = reason
+				break scan
+			}
+			if p == 0 { // the next message does not fit the chunk
+				if int64(len(buf)) >= segEnd-pos {
+					bad = "a message runs past the segment's end"
 					break scan
 				}
-				if end >= redispatchFrom {
-					if err := d.add(&m); err != nil {
-						return 0, err
-					}
-					rep.Redispatched++
-				}
-				p += total
+				// A message larger than the buffer (MaxMessageSize > 4 MiB).
+				buf = make([]byte, int32(binary.BigEndian.Uint32(b)))
 			}
 			if err := d.commit(pos + p); err != nil {
 				return 0, err
