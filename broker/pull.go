@@ -132,7 +132,7 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		}
 	}()
 	for {
-		res, err := b.store.GetMessage(ctx, h.ConsumerGroup, h.Topic, h.QueueID, h.QueueOffset, maxMsgs, maxBytes, filter)
+		res, err := b.store.GetMessage(ctx, h.Topic, h.QueueID, h.QueueOffset, maxMsgs, maxBytes, filter)
 		if err != nil {
 			return storeErrorResponse(req, err)
 		}

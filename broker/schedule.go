@@ -24,7 +24,7 @@ func (b *Broker) scheduleLoop(ctx context.Context, level int) {
 	qid := int32(level)
 	for ctx.Err() == nil {
 		offset, _ := b.offsets.query(scheduleGroup, ScheduleTopic, qid)
-		res, err := b.store.GetMessage(ctx, scheduleGroup, ScheduleTopic, qid, offset, 32, 1<<20, nil)
+		res, err := b.store.GetMessage(ctx, ScheduleTopic, qid, offset, 32, 1<<20, nil)
 		if err != nil {
 			b.log.Error("delay service read failed", "level", level+1, "err", err)
 			sleepCtx(ctx, time.Second)

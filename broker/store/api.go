@@ -14,8 +14,6 @@ type DispatchEvent struct {
 	Size            int32
 	TagsCode        int64
 	StoreTimestamp  int64 // Unix milliseconds
-	// Properties are the message's properties, decoded only when Options.OnDispatch is set.
-	Properties map[string]string
 }
 
 // PutResult is where an appended message was stored.
@@ -71,8 +69,13 @@ func (s GetStatus) String() string {
 // need: StoredProperties finds the property block without allocating). stored must not be
 // kept after MatchMessage returns. A nil Filter accepts everything.
 //
-// Implementations are called from GetMessage's goroutine only, one call at a time per
-// GetMessage, but concurrently across GetMessage calls.
+// One Filter value is called from several goroutines at once, so implementations must be
+// safe for concurrent use (flowd's are immutable after they are built). A pull builds one
+// Filter and passes it to GetMessage on the pull's goroutine, which calls both methods, one
+// call at a time; while that pull is parked, the broker's long-poll wake-up calls
+// MatchTagsCode on the dispatcher's goroutine (from Options.OnDispatch) for every message
+// dispatched to the queue, which can overlap the pull's own read after parking.
+// MatchTagsCode runs inside the dispatcher, so it must be cheap and never block.
 type Filter interface {
 	MatchTagsCode(tagsCode int64) bool
 	MatchMessage(stored []byte) bool
@@ -94,9 +97,6 @@ type GetResult struct {
 	Messages [][]byte
 	// TotalBytes is the sum of len(Messages[i]).
 	TotalBytes int
-	// SuggestReplica is set when the reader lags more than Options.MemoryBudget behind the
-	// end of the commit log (RocketMQ's suggestPullingFromSlave).
-	SuggestReplica bool
 
 	buf *[]byte
 	s   *Store

@@ -175,7 +175,7 @@ func BenchmarkGetMessage32(b *testing.B) {
 		b.ReportAllocs()
 		off := int64(0)
 		for range b.N {
-			g, err := s.GetMessage(context.Background(), "g", "BenchTopic", 0, off, 32, 0, nil)
+			g, err := s.GetMessage(context.Background(), "BenchTopic", 0, off, 32, 0, nil)
 			if err != nil || len(g.Messages) != 32 {
 				b.Fatal(err, g.Status)
 			}

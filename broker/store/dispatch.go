@@ -176,13 +176,9 @@ func (d *dispatcher) add(m *msgInfo) error {
 	p.buf = appendUnit(p.buf, m.phys, m.size, tc)
 	d.count++
 	if d.notify {
-		props, err := protocol.DecodeProperties(m.props)
-		if err != nil {
-			props = nil
-		}
 		d.events = append(d.events, DispatchEvent{
 			Topic: q.topic, QueueID: q.qid, QueueOffset: m.queueOffset, CommitLogOffset: m.phys,
-			Size: m.size, TagsCode: tc, StoreTimestamp: m.storeTs, Properties: props,
+			Size: m.size, TagsCode: tc, StoreTimestamp: m.storeTs,
 		})
 	}
 	return nil

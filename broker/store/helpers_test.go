@@ -69,7 +69,7 @@ func waitDispatch(t testing.TB, s *Store) {
 
 func get(t testing.TB, s *Store, topic string, qid int32, off int64, maxMsgs, maxBytes int, f Filter) *GetResult {
 	t.Helper()
-	r, err := s.GetMessage(context.Background(), "g", topic, qid, off, maxMsgs, maxBytes, f)
+	r, err := s.GetMessage(context.Background(), topic, qid, off, maxMsgs, maxBytes, f)
 	require.NoError(t, err)
 	return r
 }

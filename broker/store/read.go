@@ -24,8 +24,7 @@ const (
 )
 
 // GetMessage reads up to maxMsgs messages of (topic, queueID) from queue offset offset that
-// f accepts (nil accepts all), for a pull. group is the consumer group (kept for RocketMQ's
-// signature and for future per-group statistics).
+// f accepts (nil accepts all), for a pull.
 //
 // Status and NextBeginOffset follow RocketMQ's getMessage rules. A batch always takes its first
 // message; it then stops at maxMsgs, at maxBytes (≤ 0: no byte cap), or at the residency
@@ -35,7 +34,7 @@ const (
 //
 // The error is non-nil only when ctx is done or the store is closed; everything else is a
 // status. Call Release on the result when its Messages are no longer needed.
-func (s *Store) GetMessage(ctx context.Context, group, topic string, queueID int32, offset int64, maxMsgs, maxBytes int, f Filter) (*GetResult, error) {
+func (s *Store) GetMessage(ctx context.Context, topic string, queueID int32, offset int64, maxMsgs, maxBytes int, f Filter) (*GetResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -94,7 +93,6 @@ func (s *Store) GetMessage(ctx context.Context, group, topic string, queueID int
 	S := s.opts.SegmentSize
 	status := NoMatchedMessage
 	skipBelow := int64(-1) // units in a removed segment are skipped without reading
-	lastPhy := int64(-1)
 	n := len(units) / cqUnitSize
 	i := 0
 	for ; i < n; i++ {
@@ -102,7 +100,6 @@ func (s *Store) GetMessage(ctx context.Context, group, topic string, queueID int
 		if size <= 0 || int64(size) > S || off < skipBelow {
 			continue // a hole (zero unit), a damaged unit, or a removed segment
 		}
-		lastPhy = off
 		inDisk := maxPhy-off > budget
 		if rd.full(int(size), inDisk) {
 			break
@@ -137,9 +134,6 @@ func (s *Store) GetMessage(ctx context.Context, group, topic string, queueID int
 	s.putReadBuf(up, ubuf)
 	r.Status = status
 	r.NextBeginOffset = offset + int64(i)
-	if lastPhy >= 0 {
-		r.SuggestReplica = maxPhy-lastPhy > budget
-	}
 	if rd.count > 0 {
 		r.Messages = make([][]byte, rd.count)
 		for j, sp := range rd.spans {

@@ -191,7 +191,6 @@ func TestBatchCaps(t *testing.T) {
 	g = get(t, s, "T", 0, 0, 64, 0, nil)
 	assert.Len(t, g.Messages, 32, "in-memory count cap")
 	assert.Equal(t, int64(32), g.NextBeginOffset)
-	assert.False(t, g.SuggestReplica)
 
 	g = get(t, s, "T", 0, 0, 64, 3*size+1, nil)
 	assert.Len(t, g.Messages, 3, "byte cap")
@@ -204,7 +203,6 @@ func TestBatchCaps(t *testing.T) {
 	s.opts.MemoryBudget = 1 // everything is "on disk" now
 	g = get(t, s, "T", 0, 0, 64, 0, nil)
 	assert.Len(t, g.Messages, 8, "on-disk count cap")
-	assert.True(t, g.SuggestReplica)
 	g = get(t, s, "T", 1, 0, 64, 0, nil)
 	assert.Len(t, g.Messages, 1, "64 KiB on-disk byte cap; first always taken")
 }
@@ -425,8 +423,7 @@ func TestOnDispatchAndDeleteTopic(t *testing.T) {
 	require.Len(t, got, 3)
 	e := got[2]
 	assert.Equal(t, DispatchEvent{Topic: "D", QueueID: 1, QueueOffset: 2, CommitLogOffset: res[2].CommitLogOffset,
-		Size: res[2].Size, TagsCode: protocol.TagsCode("red"), StoreTimestamp: res[2].StoreTimestamp,
-		Properties: map[string]string{"TAGS": "red", "UNIQ_KEY": "u-D-1-body-2"}}, e)
+		Size: res[2].Size, TagsCode: protocol.TagsCode("red"), StoreTimestamp: res[2].StoreTimestamp}, e)
 
 	require.NoError(t, s.DeleteTopic("D"))
 	assert.Empty(t, s.Queues())
@@ -542,7 +539,7 @@ func TestConcurrentPutGet(t *testing.T) {
 					return
 				default:
 				}
-				g, err := s.GetMessage(context.Background(), "g", "C", int32(r), next, 32, 0, tagsOf("x", "y"))
+				g, err := s.GetMessage(context.Background(), "C", int32(r), next, 32, 0, tagsOf("x", "y"))
 				if !assert.NoError(t, err) {
 					return
 				}
