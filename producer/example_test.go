@@ -57,9 +57,13 @@ func Example() {
 		&producer.Message{Topic: "audit", Body: []byte("a")},
 		&producer.Message{Topic: "audit", Body: []byte("b")},
 	)
-	fmt.Println("batch:", batch.Status, err)
+	if err != nil {
+		fmt.Println("batch:", err)
+		return
+	}
+	fmt.Println("batch:", len(batch), "results,", batch[0].Status, "at offsets", batch[0].QueueOffset, batch[1].QueueOffset)
 	// Output:
 	// SEND_OK 32 hex digits of id
 	// async: SEND_OK <nil> same queue: true
-	// batch: SEND_OK <nil>
+	// batch: 2 results, SEND_OK at offsets 0 1
 }

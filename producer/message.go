@@ -69,15 +69,14 @@ type SendResult struct {
 	// Status is SendOK, unless the broker stored the message without flushing or replicating
 	// it in time.
 	Status SendStatus
-	// MsgID is the producer-assigned unique id (UNIQ_KEY); for a batch, the ids of all its
-	// messages joined with commas.
+	// MsgID is the producer-assigned unique id (UNIQ_KEY), which consumers see as the
+	// message's MsgID.
 	MsgID string
-	// OffsetMsgID is the broker's id (store host and commit-log offset); comma-joined for a
-	// batch.
+	// OffsetMsgID is the broker's id (store host and commit-log offset).
 	OffsetMsgID string
 	// Queue is the queue the message went to.
 	Queue MessageQueue
-	// QueueOffset is the message's offset in Queue (a batch's first message's).
+	// QueueOffset is the message's offset in Queue.
 	QueueOffset int64
 	// TransactionID is set for transactional messages only.
 	TransactionID string

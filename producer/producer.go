@@ -92,8 +92,12 @@ func (p *Producer) Group() string { return p.group }
 func (p *Producer) ClientID() string { return p.cl.ID() }
 
 // Start registers the producer in its group. Nothing is dialed until the first send, so
-// Start does not wait for anything; ctx is for symmetry with the consumer's Start.
-func (p *Producer) Start(_ context.Context) error {
+// Start does not wait on the network. A ctx that is already done fails Start with its error
+// and leaves the producer as it was, so Start may be called again.
+func (p *Producer) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("start producer %q: %w", p.group, err)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.state != stateNew {
@@ -329,13 +333,18 @@ func (p *Producer) SendOneway(ctx context.Context, msg *Message) error {
 
 // SendBatch sends msgs, which must share one topic and not be delayed, as one
 // SEND_BATCH_MESSAGE: they are stored together, in order, in one queue (chosen by the
-// selector for the first message). The encoded batch must fit the maximum message size.
-func (p *Producer) SendBatch(ctx context.Context, msgs ...*Message) (SendResult, error) {
+// selector for the first message), at consecutive offsets. The encoded batch must fit the
+// maximum message size.
+//
+// It returns one SendResult per message, in the order of msgs: each with the message's own
+// MsgID, OffsetMsgID and QueueOffset, and the Status and Queue of the whole batch. Either
+// every message is stored or none is.
+func (p *Producer) SendBatch(ctx context.Context, msgs ...*Message) ([]SendResult, error) {
 	if err := p.checkRunning(); err != nil {
-		return SendResult{}, err
+		return nil, err
 	}
 	if len(msgs) == 0 {
-		return SendResult{}, fmt.Errorf("%w: empty batch", ErrInvalidMessage)
+		return nil, fmt.Errorf("%w: empty batch", ErrInvalidMessage)
 	}
 	topic := ""
 	entries := make([]*protocol.Message, len(msgs))
@@ -343,30 +352,52 @@ func (p *Producer) SendBatch(ctx context.Context, msgs ...*Message) (SendResult,
 	for i, m := range msgs {
 		pm, err := p.prepare(m, false)
 		if err != nil {
-			return SendResult{}, fmt.Errorf("batch message %d: %w", i, err)
+			return nil, fmt.Errorf("batch message %d: %w", i, err)
 		}
 		if i == 0 {
 			topic = m.Topic
 		}
 		if m.Topic != topic {
-			return SendResult{}, fmt.Errorf("%w: batch mixes topics %q and %q", ErrInvalidMessage, topic, m.Topic)
+			return nil, fmt.Errorf("%w: batch mixes topics %q and %q", ErrInvalidMessage, topic, m.Topic)
 		}
 		if m.DelayLevel > 0 {
-			return SendResult{}, fmt.Errorf("%w: batch message %d is delayed; delayed messages cannot be batched", ErrInvalidMessage, i)
+			return nil, fmt.Errorf("%w: batch message %d is delayed; delayed messages cannot be batched", ErrInvalidMessage, i)
 		}
 		entries[i] = &protocol.Message{Topic: topic, Flag: m.Flag, Properties: pm.propsMap, Body: m.Body}
 		uniqs[i] = pm.uniq
 	}
 	body, err := protocol.EncodeBatch(entries)
 	if err != nil {
-		return SendResult{}, fmt.Errorf("%w: %w", ErrMessageTooLarge, err)
+		return nil, fmt.Errorf("%w: %w", ErrMessageTooLarge, err)
 	}
 	if len(body) > p.cfg.maxMessageSize {
-		return SendResult{}, fmt.Errorf("%w: batch of %d bytes exceeds %d", ErrMessageTooLarge, len(body), p.cfg.maxMessageSize)
+		return nil, fmt.Errorf("%w: batch of %d bytes exceeds %d", ErrMessageTooLarge, len(body), p.cfg.maxMessageSize)
 	}
 	pm := &prepared{msg: msgs[0], uniq: strings.Join(uniqs, ","), body: body, batch: true}
-	return p.send(ctx, pm)
+	res, err := p.send(ctx, pm)
+	if err != nil {
+		return nil, err
+	}
+	return splitBatchResult(res, uniqs), nil
 }
+
+// splitBatchResult turns the one answer to a batch into a result per message. The broker
+// answers with the first message's queue offset and the messages' offset ids joined with
+// commas (RocketMQ's form); a broker that sends some other number of ids leaves OffsetMsgID
+// empty rather than guessing which is whose.
+func splitBatchResult(res SendResult, uniqs []string) []SendResult {
+	offIDs := strings.Split(res.OffsetMsgID, ",")
+	out := make([]SendResult, len(uniqs))
+	for i, u := range uniqs {
+		out[i] = SendResult{Status: res.Status, MsgID: u, Queue: res.Queue, QueueOffset: res.QueueOffset + int64(i), TransactionID: res.TransactionID}
+		if len(offIDs) == len(uniqs) {
+			out[i].OffsetMsgID = offIDs[i]
+		}
+	}
+	return out
+}
+
+
 
 // send sends pm with retries within the send timeout.
 func (p *Producer) send(ctx context.Context, pm *prepared) (SendResult, error) {

@@ -78,10 +78,9 @@ func TestSendModesLand(t *testing.T) {
 		batch = append(batch, &producer.Message{Topic: "modes", Body: []byte(body), Tags: "bt"})
 		want = append(want, body)
 	}
-	res, err := p.SendBatch(ctx, batch...)
+	results, err := p.SendBatch(ctx, batch...)
 	require.NoError(t, err)
-	assert.Len(t, strings.Split(res.MsgID, ","), 10)
-	assert.Len(t, strings.Split(res.OffsetMsgID, ","), 10)
+	require.Len(t, results, 10, "one result per message")
 
 	got := readAll(t, b, "modes", len(want))
 	slices.Sort(want)
@@ -91,15 +90,20 @@ func TestSendModesLand(t *testing.T) {
 	for _, m := range got {
 		if strings.HasPrefix(string(m.Body), "batch-") {
 			inBatch = append(inBatch, m)
-			assert.Equal(t, res.Queue, m.Queue)
+			assert.Equal(t, results[0].Queue, m.Queue)
 			assert.Equal(t, "bt", m.Tags)
 		}
 	}
 	slices.SortFunc(inBatch, func(a, b *consumer.Message) int { return int(a.QueueOffset - b.QueueOffset) })
 	for i, m := range inBatch {
 		assert.Equal(t, fmt.Sprint("batch-", i), string(m.Body))
-		assert.Equal(t, res.QueueOffset+int64(i), m.QueueOffset)
-		assert.Equal(t, strings.Split(res.MsgID, ",")[i], m.MsgID)
+		r := results[i]
+		assert.Equal(t, results[0].QueueOffset+int64(i), m.QueueOffset)
+		assert.Equal(t, r.QueueOffset, m.QueueOffset)
+		assert.Equal(t, r.Queue, m.Queue)
+		assert.Equal(t, r.MsgID, m.MsgID)
+		assert.Equal(t, r.OffsetMsgID, m.OffsetMsgID)
+		assert.Equal(t, producer.SendOK, r.Status)
 	}
 }
 
