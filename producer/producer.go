@@ -397,8 +397,6 @@ func splitBatchResult(res SendResult, uniqs []string) []SendResult {
 	return out
 }
 
-
-
 // send sends pm with retries within the send timeout.
 func (p *Producer) send(ctx context.Context, pm *prepared) (SendResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
