@@ -127,6 +127,7 @@ func TestCrashRecovery(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, cmd.Start())
 		lines := make(chan []ack, 1)
+		appending := make(chan struct{}) // closed at the first acknowledgement
 		go func() {
 			var got []ack
 			sc := bufio.NewScanner(stdout)
@@ -134,12 +135,24 @@ func TestCrashRecovery(t *testing.T) {
 				var a ack
 				var end string
 				if _, err := fmt.Sscan(sc.Text(), &a.qid, &a.qoff, &a.cloff, &a.hash, &end); err == nil && end == "." {
+					if got == nil {
+						close(appending)
+					}
 					got = append(got, a)
 				}
 			}
 			lines <- got
 		}()
-		time.Sleep(time.Duration(150+rng.IntN(400)) * time.Millisecond)
+		// The kill lands at a random point of the appends, never before the child opened
+		// the store (starting a race-instrumented binary on a loaded machine can take longer
+		// than any fixed delay), so that every cycle kills a store mid-write.
+		select {
+		case <-appending:
+		case got := <-lines:
+			cmd.Wait()
+			t.Fatalf("child stopped after %d acknowledgements: %s", len(got), stderr.String())
+		}
+		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond) // where to crash, not a wait
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 		got := <-lines
 		cmd.Wait()
