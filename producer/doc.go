@@ -11,7 +11,11 @@
 // the background, with at most WithMaxInFlightAsync sends in flight (past that it blocks, on
 // its context, like franz-go's buffered-records bound); SendOneway does not wait at all;
 // SendBatch stores several messages of one topic together in one queue with one request
-// (SEND_BATCH_MESSAGE).
+// (SEND_BATCH_MESSAGE) and returns a result per message.
+//
+// A message the broker stored but could not flush (or replicate) in time is reported as sent,
+// with a SendResult.Status other than SendOK, and is never sent again: only failures after
+// which nothing was stored are retried.
 //
 // Every message gets a RocketMQ-style unique id (the UNIQ_KEY property, 32 hex digits),
 // which consumers see as its MsgID. Bodies over the compression threshold (4 KiB) are
