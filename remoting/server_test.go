@@ -172,7 +172,9 @@ func TestResponseTooLarge(t *testing.T) {
 	requireEcho(t, c, "still here")
 }
 
-// A frame that cannot be decoded closes its connection, and only that one.
+// A broken frame (its length prefix or header length out of range, or cut short) closes its
+// connection, and only that one. A frame that is whole but whose header cannot be read does
+// not: see TestMalformedHeaderKeepsTheConnection.
 func TestBrokenFrames(t *testing.T) {
 	checkGoroutines(t)
 	closed := make(chan error, 16)
@@ -197,9 +199,6 @@ func TestBrokenFrames(t *testing.T) {
 		{"negative length", rawFrame(0xFFFFFFFF, 0, ""), false, protocol.ErrMalformedFrame},
 		{"length shorter than header mark", rawFrame(2, 0, ""), false, protocol.ErrMalformedFrame},
 		{"header longer than frame", rawFrame(8, 0xFF, "abcd"), false, protocol.ErrMalformedFrame},
-		{"unknown serialize type", rawFrame(6, 0x05000000, "ab"), false, protocol.ErrUnknownSerialize},
-		{"bad JSON header", rawFrame(9, 5, "{nope"), false, protocol.ErrMalformedFrame},
-		{"bad binary header", rawFrame(7, 0x01000003, "abc"), false, protocol.ErrMalformedFrame},
 		{"truncated frame", rawFrame(100, 0, "0123456789"), true, io.ErrUnexpectedEOF},
 	}
 	for _, tc := range cases {
@@ -383,7 +382,6 @@ func TestServerToClient(t *testing.T) {
 			checkGoroutines(t)
 			conns := make(chan *remoting.Conn, 1)
 			srv := startServer(t, remoting.HandlerFunc(func(ctx context.Context, c *remoting.Conn, req *protocol.Command) *protocol.Command {
-				c.SetValue(req.ExtFields["clientID"])
 				conns <- c
 				return protocol.NewResponse(req, protocol.Success, "")
 			}), remoting.ServerOptions{})
@@ -405,7 +403,6 @@ func TestServerToClient(t *testing.T) {
 			_, err := c.Invoke(ctxTimeout(t, 3*time.Second), protocol.NewRequest(protocol.HeartBeat, map[string]string{"clientID": "c1"}, nil))
 			require.NoError(t, err)
 			sc := recv(t, conns, "the server side of the connection")
-			assert.Equal(t, "c1", sc.Value())
 			assert.Equal(t, c.LocalAddr().String(), sc.RemoteAddr().String())
 
 			resp, err := sc.Invoke(ctxTimeout(t, 3*time.Second),
