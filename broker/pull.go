@@ -137,6 +137,9 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 			return storeErrorResponse(req, err)
 		}
 		code := pullCode(res.Status, h.QueueOffset)
+		if code == protocol.PullNotFound && suspend && deadline == nil && !remoting.Park(ctx) {
+			suspend = false // the connection has all the parked pulls it may have: answer now
+		}
 		if code != protocol.PullNotFound || !suspend {
 			if deadline == nil {
 				b.poll.supersede(h.Topic, h.QueueID, owner) // this pull replaces any the owner parked
