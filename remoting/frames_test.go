@@ -140,11 +140,16 @@ func TestStalledFramesHoldLittleAndAreClosed(t *testing.T) {
 		sent    = 4 << 10
 		timeout = 2 * time.Second
 	)
-	closed := make(chan error, conns+1)
+	type closeEvent struct {
+		peer string
+		at   time.Time
+		err  error
+	}
+	closed := make(chan closeEvent, conns+1)
 	srv := startServer(t, newTestHandler(), remoting.ServerOptions{
 		FrameReadTimeout: timeout,
 		IdleTimeout:      -1,
-		OnConnClose:      func(c *remoting.Conn) { closed <- c.Err() },
+		OnConnClose:      func(c *remoting.Conn) { closed <- closeEvent{c.RemoteAddr().String(), time.Now(), c.Err()} },
 	})
 	quiet := dial(t, srv.addr, remoting.ClientOptions{})
 	requireEcho(t, quiet, "before")
@@ -160,10 +165,12 @@ func TestStalledFramesHoldLittleAndAreClosed(t *testing.T) {
 			_ = nc.Close()
 		}
 	}()
+	began := make(map[string]time.Time, conns) // by the client's address: the server's peer
 	for range conns {
 		nc, err := net.Dial("tcp", srv.addr)
 		require.NoError(t, err)
 		ncs = append(ncs, nc)
+		began[nc.LocalAddr().String()] = time.Now()
 		_, err = nc.Write(stall)
 		require.NoError(t, err)
 	}
@@ -176,9 +183,12 @@ func TestStalledFramesHoldLittleAndAreClosed(t *testing.T) {
 		require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server closed the stalled connection")
 	}
 	for range conns {
-		cause := recv(t, closed, "OnConnClose of a stalled connection")
-		require.ErrorIs(t, cause, remoting.ErrConnClosed)
-		require.ErrorContains(t, cause, "stalled mid-frame")
+		ev := recv(t, closed, "OnConnClose of a stalled connection")
+		require.ErrorIs(t, ev.err, remoting.ErrConnClosed)
+		require.ErrorContains(t, ev.err, "stalled mid-frame")
+		start, ok := began[ev.peer]
+		require.True(t, ok, "closed %s, which is not a stalled connection", ev.peer)
+		require.GreaterOrEqual(t, ev.at.Sub(start), timeout, "closed only once its frame had been arriving for FrameReadTimeout")
 	}
 	runtime.ReadMemStats(&after)
 	grown := after.TotalAlloc - before.TotalAlloc
