@@ -138,10 +138,9 @@ func (b *Broker) createSystemTopics() error {
 
 // Start serves the broker and name service listeners and starts the background loops.
 func (b *Broker) Start() error {
-	opts := remoting.ServerOptions{
-		Logger:      b.log,
-		OnConnClose: b.connClosed,
-	}
+	opts := b.cfg.Transport
+	opts.Logger = b.log
+	opts.OnConnClose = b.connClosed
 	b.server = remoting.NewServer(remoting.HandlerFunc(b.serveBroker), opts)
 	b.goServe(b.server, b.ln)
 	if b.nsLn != nil {

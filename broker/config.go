@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/remoting"
 )
 
 // Config is everything a Broker is built from. The zero value of every field means its
@@ -80,6 +81,11 @@ type Config struct {
 	// Store configures the commit log and consume queues; see store.Options for defaults.
 	// StoreHost is set from the advertised address when left empty.
 	Store store.Options
+
+	// Transport tunes the broker listener's connections: frame size, requests in flight and
+	// parked (long-polling pulls) per connection, timeouts, the connection cap; see
+	// remoting.ServerOptions for each default. Its Logger and OnConnClose are the broker's.
+	Transport remoting.ServerOptions
 
 	// Logger receives the broker's logs. Default slog.Default().
 	Logger *slog.Logger

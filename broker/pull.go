@@ -140,7 +140,13 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		// OFFSET_FOUND_NULL is not "caught up": the consume-queue file at the offset is gone
 		// and NextBeginOffset says where the next one starts, so answer at once (RocketMQ
 		// would park it for the whole suspend time before telling the consumer).
-		if code != protocol.PullNotFound || !suspend || res.Status == store.OffsetFoundNull {
+		if res.Status == store.OffsetFoundNull {
+			suspend = false
+		}
+		if code == protocol.PullNotFound && suspend && deadline == nil && !remoting.Park(ctx) {
+			suspend = false // the connection has all the parked pulls it may have: answer now
+		}
+		if code != protocol.PullNotFound || !suspend {
 			if deadline == nil {
 				b.poll.supersede(h.Topic, h.QueueID, owner) // this pull replaces any the owner parked
 			}

@@ -211,13 +211,12 @@ func TestBadRequestsGetClearErrorsAndTheBrokerKeepsServing(t *testing.T) {
 		assert.Equal(t, protocol.InvalidParameter, resp.ResponseCode())
 	})
 
-	// Broken frames close that connection alone.
+	// Broken frames close that connection alone. (A whole frame with an unreadable header does
+	// not close it: see TestMalformedHeadersAreAnsweredAndTheConnectionKept.)
 	for name, frame := range map[string][]byte{
 		"garbage":               []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
 		"oversize length":       binary.BigEndian.AppendUint32(nil, 64<<20),
 		"header past frame":     append(binary.BigEndian.AppendUint32(nil, 8), 0, 0, 0x10, 0, 0, 0, 0, 0),
-		"unknown serialize":     append(binary.BigEndian.AppendUint32(nil, 6), 7, 0, 0, 2, '{', '}'),
-		"invalid JSON header":   append(binary.BigEndian.AppendUint32(nil, 9), 0, 0, 0, 5, '{', 'x', 'x', 'x', '}'),
 		"negative frame length": binary.BigEndian.AppendUint32(nil, 0xFFFFFFF0),
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -13,11 +13,44 @@ import (
 const MaxFrameSize = 16 << 20
 
 // Errors a frame decoder returns; each is wrapped with the detail of what was wrong.
+//
+// ErrFrameTooLarge and ErrMalformedFrame mean the frame itself is broken (its length prefix or
+// header length does not add up): the stream cannot be trusted past it. ErrMalformedHeader
+// (always in a *HeaderError) means the frame arrived whole but its header cannot be read: the
+// next frame starts where it should, so a connection can answer and go on.
 var (
 	ErrFrameTooLarge    = errors.New("frame too large")
 	ErrMalformedFrame   = errors.New("malformed frame")
+	ErrMalformedHeader  = errors.New("malformed header")
 	ErrUnknownSerialize = errors.New("unknown serialize type")
 )
+
+// HeaderError reports an intact frame whose header could not be read: invalid JSON, a header
+// field of the wrong type, a binary header whose inner lengths do not add up, or an unknown
+// serialize type. It wraps ErrMalformedHeader and the cause (ErrUnknownSerialize, for one).
+//
+// Code, Opaque and Flag are what could be read of the header anyway, so that the sender can be
+// answered: OpaqueKnown reports whether Opaque is the one the sender wrote. It is false when
+// the header broke off before its opaque or the opaque itself was bad; a response with a made
+// up opaque could be taken as the answer to some other request.
+type HeaderError struct {
+	Serialize   SerializeType
+	Code        int16
+	Opaque      int32
+	Flag        int32
+	OpaqueKnown bool
+	Err         error
+}
+
+func (e *HeaderError) Error() string { return e.Err.Error() }
+
+func (e *HeaderError) Unwrap() []error { return []error{ErrMalformedHeader, e.Err} }
+
+// IsResponse reports whether the header, as far as it was read, is a response's.
+func (e *HeaderError) IsResponse() bool { return e.Flag&FlagResponse != 0 }
+
+// IsOneway reports whether the header, as far as it was read, is a oneway request's.
+func (e *HeaderError) IsOneway() bool { return e.Flag&FlagOneway != 0 }
 
 // Command is one remoting frame: a request, a response or a oneway notification.
 //
@@ -136,7 +169,8 @@ func (c *Command) appendBinaryHeader(dst []byte) ([]byte, error) {
 }
 
 // DecodeFrame decodes one frame given without its 4-byte length prefix (so len(frame) is the
-// length the prefix announced). The returned command's Body aliases frame.
+// length the prefix announced). The returned command's Body aliases frame. A frame whose
+// lengths add up but whose header cannot be read gives a *HeaderError.
 func DecodeFrame(frame []byte) (*Command, error) {
 	if len(frame) > MaxFrameSize {
 		return nil, fmt.Errorf("decode frame: %d bytes exceeds %d: %w", len(frame), MaxFrameSize, ErrFrameTooLarge)
@@ -159,7 +193,7 @@ func DecodeFrame(frame []byte) (*Command, error) {
 	case RocketMQ:
 		c, err = decodeBinaryHeader(header)
 	default:
-		return nil, fmt.Errorf("decode frame: %w %d", ErrUnknownSerialize, st)
+		return nil, &HeaderError{Serialize: st, Err: fmt.Errorf("decode frame: %w %d", ErrUnknownSerialize, st)}
 	}
 	if err != nil {
 		return nil, err
@@ -171,10 +205,27 @@ func DecodeFrame(frame []byte) (*Command, error) {
 	return c, nil
 }
 
+// decodeBinaryHeader decodes a ROCKETMQ binary header; an error is a *HeaderError, which
+// carries the code, opaque and flag when the fixed part is there.
 func decodeBinaryHeader(b []byte) (*Command, error) {
+	c, err := parseBinaryHeader(b)
+	if err != nil {
+		he := &HeaderError{Serialize: RocketMQ, Err: err}
+		if len(b) >= 13 {
+			he.Code = int16(binary.BigEndian.Uint16(b))
+			he.Opaque = int32(binary.BigEndian.Uint32(b[5:]))
+			he.Flag = int32(binary.BigEndian.Uint32(b[9:]))
+			he.OpaqueKnown = true
+		}
+		return nil, he
+	}
+	return c, nil
+}
+
+func parseBinaryHeader(b []byte) (*Command, error) {
 	const fixed = 2 + 1 + 2 + 4 + 4 + 4
 	if len(b) < fixed {
-		return nil, fmt.Errorf("decode binary header: %d bytes is shorter than the fixed %d: %w", len(b), fixed, ErrMalformedFrame)
+		return nil, fmt.Errorf("decode binary header: %d bytes is shorter than the fixed %d", len(b), fixed)
 	}
 	c := &Command{
 		Code:     int16(binary.BigEndian.Uint16(b)),
@@ -199,16 +250,16 @@ func decodeBinaryHeader(b []byte) (*Command, error) {
 			return nil, err
 		}
 		if len(rest) != 0 {
-			return nil, fmt.Errorf("decode binary header: %d bytes after the ext fields: %w", len(rest), ErrMalformedFrame)
+			return nil, fmt.Errorf("decode binary header: %d bytes after the ext fields", len(rest))
 		}
 		for len(extBytes) > 0 {
 			if len(extBytes) < 2 {
-				return nil, fmt.Errorf("decode binary header: truncated ext field key length: %w", ErrMalformedFrame)
+				return nil, errors.New("decode binary header: truncated ext field key length")
 			}
 			kl := int(binary.BigEndian.Uint16(extBytes))
 			extBytes = extBytes[2:]
 			if kl > len(extBytes) {
-				return nil, fmt.Errorf("decode binary header: ext field key length %d exceeds the %d bytes left: %w", kl, len(extBytes), ErrMalformedFrame)
+				return nil, fmt.Errorf("decode binary header: ext field key length %d exceeds the %d bytes left", kl, len(extBytes))
 			}
 			k := substringOf(whole, b[13:], extBytes[:kl])
 			var v []byte
@@ -236,17 +287,26 @@ func substringOf(whole string, base, sub []byte) string {
 // takeBytes32 splits an int32-length-prefixed field off b.
 func takeBytes32(b []byte, what string) (field, rest []byte, err error) {
 	if len(b) < 4 {
-		return nil, nil, fmt.Errorf("decode binary header: truncated %s length: %w", what, ErrMalformedFrame)
+		return nil, nil, fmt.Errorf("decode binary header: truncated %s length", what)
 	}
 	n := int64(int32(binary.BigEndian.Uint32(b)))
 	if n < 0 || n > int64(len(b)-4) {
-		return nil, nil, fmt.Errorf("decode binary header: %s length %d exceeds the %d bytes left: %w", what, n, len(b)-4, ErrMalformedFrame)
+		return nil, nil, fmt.Errorf("decode binary header: %s length %d exceeds the %d bytes left", what, n, len(b)-4)
 	}
 	return b[4 : 4+n], b[4+n:], nil
 }
 
+// frameChunk is the first allocation for a frame larger than it; the buffer then doubles as
+// the frame's bytes arrive. A peer that announces 16 MiB and sends a few bytes holds this
+// much, not 16 MiB: memory follows what was received (at most twice it), not what was promised.
+const frameChunk = 32 << 10
+
 // ReadFrame reads one length-prefixed frame from r and decodes it. It refuses a length over
-// max (MaxFrameSize when max <= 0) before allocating anything.
+// max (MaxFrameSize when max <= 0) before allocating anything, and allocates the frame as its
+// bytes arrive rather than all at once.
+//
+// An error wrapping ErrMalformedFrame or ErrFrameTooLarge, or a read error, leaves r at an
+// unknown place in the stream. A *HeaderError leaves it at the start of the next frame.
 func ReadFrame(r *bufio.Reader, max int) (*Command, error) {
 	if max <= 0 || max > MaxFrameSize {
 		max = MaxFrameSize
@@ -255,19 +315,28 @@ func ReadFrame(r *bufio.Reader, max int) (*Command, error) {
 	if _, err := io.ReadFull(r, lb[:]); err != nil {
 		return nil, err
 	}
-	n := int64(int32(binary.BigEndian.Uint32(lb[:])))
+	n := int(int32(binary.BigEndian.Uint32(lb[:])))
 	if n < 4 {
 		return nil, fmt.Errorf("read frame: length %d is shorter than a header mark: %w", n, ErrMalformedFrame)
 	}
-	if n > int64(max) {
+	if n > max {
 		return nil, fmt.Errorf("read frame: length %d exceeds %d: %w", n, max, ErrFrameTooLarge)
 	}
-	frame := make([]byte, n)
-	if _, err := io.ReadFull(r, frame); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
+	frame := make([]byte, 0, min(n, frameChunk))
+	for len(frame) < n {
+		if len(frame) == cap(frame) {
+			grown := make([]byte, len(frame), min(n, 2*cap(frame)))
+			copy(grown, frame)
+			frame = grown
 		}
-		return nil, fmt.Errorf("read frame of %d bytes: %w", n, err)
+		m, err := r.Read(frame[len(frame):cap(frame)])
+		frame = frame[:len(frame)+m]
+		if err != nil && len(frame) < n {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("read frame of %d bytes after %d: %w", n, len(frame), err)
+		}
 	}
 	return DecodeFrame(frame)
 }

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
 	"runtime"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/stretchr/testify/require"
 )
@@ -153,23 +155,25 @@ func TestDecodeFrameBadInput(t *testing.T) {
 		{"header longer than frame", frameOf(0x00000010, '{', '}'), ErrMalformedFrame, "header length 16 exceeds the 2 bytes after the mark"},
 		{"max header length", frameOf(0x00FFFFFF), ErrMalformedFrame, "header length 16777215 exceeds the 0 bytes"},
 		{"unknown serialize type", frameOf(0x02000000), ErrUnknownSerialize, "unknown serialize type 2"},
+		{"unknown serialize type is a header error", frameOf(0x02000000), ErrMalformedHeader, "unknown serialize type 2"},
 		{"serialize type 0xFF", frameOf(0xFF000000), ErrUnknownSerialize, "255"},
-		{"invalid JSON", withMark(0, []byte(`{"code":`)), ErrMalformedFrame, "decode JSON header"},
-		{"JSON not an object", withMark(0, []byte(`[1,2]`)), ErrMalformedFrame, "not an object"},
-		{"JSON trailing garbage", withMark(0, []byte(`{} x`)), ErrMalformedFrame, "after top-level value"},
-		{"JSON code overflows int16", withMark(0, []byte(`{"code":40000}`)), ErrMalformedFrame, "not an int16"},
-		{"JSON ext value not a string", withMark(0, []byte(`{"extFields":{"a":1}}`)), ErrMalformedFrame, `(key "a")`},
-		{"JSON raw control character", withMark(0, []byte("{\"remark\":\"a\nb\"}")), ErrMalformedFrame, "in string literal"},
-		{"JSON empty header", withMark(0, nil), ErrMalformedFrame, "looking for a value"},
-		{"binary header too short", withMark(1, []byte{0, 1, 2}), ErrMalformedFrame, "shorter than the fixed 17"},
-		{"binary remark length negative", withMark(1, binHeader(0xFF, 0xFF, 0xFF, 0xFF)[:17]), ErrMalformedFrame, "remark length -1"},
-		{"binary remark length past end", withMark(1, append(binHeader(0x00, 0x00, 0x10, 0x00), 'a')), ErrMalformedFrame, "remark length 4096 exceeds the 1 bytes left"},
-		{"binary ext length past end", withMark(1, binHeader(0, 0, 0, 0, 0, 0, 0, 9, 0, 1)), ErrMalformedFrame, "ext fields length 9 exceeds the 2 bytes left"},
-		{"binary ext length truncated", withMark(1, binHeader(0, 0, 0, 0, 0, 0)), ErrMalformedFrame, "truncated ext fields length"},
-		{"binary ext key length past end", withMark(1, binHeader(0, 0, 0, 0, 0, 0, 0, 3, 0, 9, 'k')), ErrMalformedFrame, "ext field key length 9 exceeds the 1 bytes left"},
-		{"binary ext key length truncated", withMark(1, binHeader(0, 0, 0, 0, 0, 0, 0, 1, 0)), ErrMalformedFrame, "truncated ext field key length"},
-		{"binary ext value length negative", withMark(1, binHeader(0, 0, 0, 0, 0, 0, 0, 7, 0, 1, 'k', 0x80, 0, 0, 0)), ErrMalformedFrame, `ext field value length -2147483648 exceeds the 0 bytes left: malformed frame (key "k")`},
-		{"binary bytes after ext fields", withMark(1, binHeader(0, 0, 0, 0, 0, 0, 0, 0, 'x')), ErrMalformedFrame, "1 bytes after the ext fields"},
+		{"invalid JSON", withMark(0, []byte(`{"code":`)), ErrMalformedHeader, "decode JSON header"},
+		{"JSON not an object", withMark(0, []byte(`[1,2]`)), ErrMalformedHeader, "not an object"},
+		{"JSON trailing garbage", withMark(0, []byte(`{} x`)), ErrMalformedHeader, "after top-level value"},
+		{"JSON code overflows int16", withMark(0, []byte(`{"code":40000}`)), ErrMalformedHeader, "not an int16"},
+		{"JSON ext value not a number", withMark(0, []byte(`{"extFields":{"a":-}}`)), ErrMalformedHeader, `(key "a")`},
+		{"JSON extFields not an object", withMark(0, []byte(`{"extFields":"a"}`)), ErrMalformedHeader, `header field "extFields": "a" is not an object`},
+		{"JSON raw control character", withMark(0, []byte("{\"remark\":\"a\nb\"}")), ErrMalformedHeader, "in string literal"},
+		{"JSON empty header", withMark(0, nil), ErrMalformedHeader, "looking for a value"},
+		{"binary header too short", withMark(1, []byte{0, 1, 2}), ErrMalformedHeader, "shorter than the fixed 17"},
+		{"binary remark length negative", withMark(1, binHeader(0xFF, 0xFF, 0xFF, 0xFF)[:17]), ErrMalformedHeader, "remark length -1"},
+		{"binary remark length past end", withMark(1, append(binHeader(0x00, 0x00, 0x10, 0x00), 'a')), ErrMalformedHeader, "remark length 4096 exceeds the 1 bytes left"},
+		{"binary ext length past end", withMark(1, binHeader(0, 0, 0, 0, 0, 0, 0, 9, 0, 1)), ErrMalformedHeader, "ext fields length 9 exceeds the 2 bytes left"},
+		{"binary ext length truncated", withMark(1, binHeader(0, 0, 0, 0, 0, 0)), ErrMalformedHeader, "truncated ext fields length"},
+		{"binary ext key length past end", withMark(1, binHeader(0, 0, 0, 0, 0, 0, 0, 3, 0, 9, 'k')), ErrMalformedHeader, "ext field key length 9 exceeds the 1 bytes left"},
+		{"binary ext key length truncated", withMark(1, binHeader(0, 0, 0, 0, 0, 0, 0, 1, 0)), ErrMalformedHeader, "truncated ext field key length"},
+		{"binary ext value length negative", withMark(1, binHeader(0, 0, 0, 0, 0, 0, 0, 7, 0, 1, 'k', 0x80, 0, 0, 0)), ErrMalformedHeader, `ext field value length -2147483648 exceeds the 0 bytes left (key "k")`},
+		{"binary bytes after ext fields", withMark(1, binHeader(0, 0, 0, 0, 0, 0, 0, 0, 'x')), ErrMalformedHeader, "1 bytes after the ext fields"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,6 +181,10 @@ func TestDecodeFrameBadInput(t *testing.T) {
 			require.Nil(t, c)
 			require.ErrorIs(t, err, tt.is)
 			require.ErrorContains(t, err, tt.message)
+			// A frame is either broken (the stream is lost) or intact with a bad header
+			// (the connection can answer and go on), never both.
+			var he *HeaderError
+			require.Equal(t, errors.As(err, &he), !errors.Is(err, ErrMalformedFrame), "%v", err)
 		})
 	}
 }
@@ -303,9 +311,15 @@ func TestJSONHeaderParity(t *testing.T) {
 		`{"extFields":{"a":"1"},"extFields":null}`, `{"extFields":{"a":null}}`, `{"extFields":[]}`,
 		`{"extFields":{"a":"1","a":"2"}}`, `{"ext\u0046ields":{"a":"b"}}`, `{"remark":"\ud800"}`,
 		`{"remark":"\ud800\u0041"}`, `{"remark":"\udc00\ud800"}`, `{"remark":"\ud83d\ude00"}`,
-		"{\"remark\":\"\xff\"}", "{\"k\xff\":1}", `{"x":[[[[]]]]}`, `{"x":01}`, `{"x":1.}`, `{"x":-}`,
+		"{\"remark\":\"\xff\"}", "{\"k\xff\":1}", "{\"extFields\":{\"k\xff\":\"\xff\"}}", `{"x":[[[[]]]]}`, `{"x":01}`, `{"x":1.}`, `{"x":-}`,
 		`{"x":tru}`, `{"x":"\x"}`, `{"x":"\u12"}`, `{,}`, `{"a":1,}`, `[]`, `"s"`, `1`, `{"a" 1}`,
 		`{"flag":1}{}`, "{\"VERſION\":5}", `{"version":32768}`, `{"code":-32768}`,
+		// extFields values of every JSON type.
+		`{"extFields":{"a":0,"b":-1,"c":1.5,"d":1e3,"e":-0.0E+2,"f":true,"g":false,"h":null}}`,
+		`{"extFields":{"a":{"x":[1, {"y":null}]},"b":[ ],"c":{ },"d":[true,"s"]}}`,
+		`{"extFields":{"a":"1","a":null}}`, `{"extFields":{"a":null,"a":2}}`, `{"extFields":{"a":1},"extFields":{"a":null}}`,
+		"{\"extFields\":{\"a\":[\"\xff\"]}}", `{"extFields":{"a":01}}`, `{"extFields":{"a":1.}}`, `{"extFields":{"a":tru}}`,
+		`{"extFields":{"a":{"b"}}}`, `{"extFields":{"a":[1,]}}`, `{"extFields":{"a":nul}}`, `{"extFields":{"a" : 7 }}`,
 	}
 	for _, h := range headers {
 		got, err := decodeJSONHeader([]byte(h))
@@ -338,6 +352,12 @@ func TestJSONHeaderDepthParity(t *testing.T) {
 		_, err := decodeJSONHeader([]byte(h))
 		require.Equal(t, werr == nil, err == nil, "depth %d: encoding/json %v, ours %v", n, werr, err)
 	}
+	for _, n := range []int{9997, 9998, 9999} {
+		h := `{"extFields":{"x":` + strings.Repeat("[", n) + "1" + strings.Repeat("]", n) + `}}`
+		_, werr := decodeJSONHeaderStd([]byte(h))
+		_, err := decodeJSONHeader([]byte(h))
+		require.Equal(t, werr == nil, err == nil, "extFields depth %d: encoding/json %v, ours %v", n, werr, err)
+	}
 	top := strings.Repeat("[", 10000) + strings.Repeat("]", 10000)
 	_, werr := decodeJSONHeaderStd([]byte(top))
 	_, err := decodeJSONHeader([]byte(top))
@@ -360,4 +380,158 @@ func TestCodeStrings(t *testing.T) {
 	require.Equal(t, "FLOW_CONTROL", FlowControl.String())
 	require.Equal(t, "RESPONSE_CODE_-1", ResponseCode(-1).String())
 	require.Equal(t, "SERIALIZE_TYPE_9", SerializeType(9).String())
+}
+
+// TestDecodeJSONHeaderExtFieldsOfAnyType: other RocketMQ clients write header values as JSON
+// numbers and booleans, and the Java broker reads them as their text; so does flowd, and the
+// typed headers then parse that text.
+func TestDecodeJSONHeaderExtFieldsOfAnyType(t *testing.T) {
+	header := `{"code":11,"language":"CPP","opaque":9,"extFields":{"consumerGroup":"g","topic":"T",` +
+		`"queueId":0,"queueOffset":-1,"maxMsgNums":32,"sysFlag":2,"commitOffset":1e3,"suspendTimeoutMillis":20000,` +
+		`"subVersion":1.5,"expressionType":null,"lite":true,"batch":false,"obj":{"a": [1, 2]},"arr":[]}}`
+	got, err := DecodeFrame(append(binary.BigEndian.AppendUint32(nil, uint32(len(header))), header...))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{
+		"consumerGroup": "g", "topic": "T", "queueId": "0", "queueOffset": "-1", "maxMsgNums": "32",
+		"sysFlag": "2", "commitOffset": "1e3", "suspendTimeoutMillis": "20000", "subVersion": "1.5",
+		"lite": "true", "batch": "false", "obj": `{"a": [1, 2]}`, "arr": "[]",
+	}, got.ExtFields, "numbers keep their exact text; null is absent")
+	oracle, err := decodeJSONHeaderStd([]byte(header))
+	require.NoError(t, err)
+	require.Equal(t, oracle.ExtFields, got.ExtFields, "encoding/json agrees")
+
+	// The typed header reads the integers; a number that is not an integer is reported by
+	// name, like any unparsable value.
+	var h PullMessageRequestHeader
+	err = got.DecodeHeader(&h)
+	var fe *FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "commitOffset", fe.Field)
+	require.ErrorContains(t, err, `header field "commitOffset": "1e3" is not a valid int64`)
+	got.ExtFields["commitOffset"] = "0"
+	got.ExtFields["subVersion"] = "7"
+	require.NoError(t, got.DecodeHeader(&h))
+	require.Equal(t, int32(0), h.QueueID)
+	require.Equal(t, int64(-1), h.QueueOffset)
+	require.Equal(t, int64(20000), h.SuspendTimeoutMillis)
+
+	var send SendMessageRequestHeader
+	sendExt := `{"code":10,"extFields":{"producerGroup":"p","topic":"T","defaultTopic":"TBW102","defaultTopicQueueNums":4,` +
+		`"queueId":0,"sysFlag":0,"bornTimestamp":1700000000000,"flag":0,"unitMode":false,"batch":true,"reconsumeTimes":0}}`
+	c, err := DecodeFrame(append(binary.BigEndian.AppendUint32(nil, uint32(len(sendExt))), sendExt...))
+	require.NoError(t, err)
+	require.NoError(t, c.DecodeHeader(&send))
+	require.True(t, send.Batch)
+	require.Equal(t, int64(1700000000000), send.BornTimestamp)
+}
+
+// TestDecodeFrameHeaderErrorKeepsTheOpaque: a header that is valid JSON but has a field of
+// the wrong type still gives its opaque (and code and flag), wherever the opaque is, so that
+// the request can be answered; a syntax error gives it only when it came before the error.
+func TestDecodeFrameHeaderErrorKeepsTheOpaque(t *testing.T) {
+	tests := []struct {
+		name        string
+		header      string
+		opaqueKnown bool
+		opaque      int32
+		msg         string
+	}{
+		{"bad code before the opaque", `{"code":"x","flag":2,"opaque":7}`, true, 7, `header field "code": "x" is not an int16`},
+		{"bad extFields before the opaque", `{"code":10,"extFields":[1],"opaque":7}`, true, 7, `header field "extFields": [1] is not an object`},
+		{"code out of range", `{"code":99999,"opaque":7}`, true, 7, `header field "code": 99999 is not an int16`},
+		{"bad remark", `{"remark":{},"opaque":-3}`, true, -3, `header field "remark": {} is not a string`},
+		{"bad opaque", `{"code":10,"opaque":"7"}`, false, 0, `header field "opaque"`},
+		{"syntax error after the opaque", `{"opaque":7,"code":10,"extFields":{"a":-}}`, true, 7, `(key "a")`},
+		{"syntax error before the opaque", `{"code":10,"extFields":{"a":-},"opaque":7}`, false, 0, `(key "a")`},
+		{"not an object", `[{"opaque":7}]`, false, 0, "not an object"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			frame := append(binary.BigEndian.AppendUint32(nil, uint32(len(tt.header))), tt.header...)
+			c, err := DecodeFrame(frame)
+			require.Nil(t, c)
+			var he *HeaderError
+			require.ErrorAs(t, err, &he)
+			require.ErrorIs(t, err, ErrMalformedHeader)
+			require.NotErrorIs(t, err, ErrMalformedFrame)
+			require.ErrorContains(t, err, tt.msg)
+			require.Equal(t, tt.opaqueKnown, he.OpaqueKnown)
+			if tt.opaqueKnown {
+				require.Equal(t, tt.opaque, he.Opaque)
+			}
+			require.Equal(t, JSON, he.Serialize)
+			_, werr := decodeJSONHeaderStd([]byte(tt.header))
+			require.Error(t, werr, "encoding/json refuses it too")
+		})
+	}
+
+	t.Run("flag and code are kept", func(t *testing.T) {
+		h := `{"code":11,"flag":2,"opaque":5,"version":"x"}`
+		_, err := DecodeFrame(append(binary.BigEndian.AppendUint32(nil, uint32(len(h))), h...))
+		var he *HeaderError
+		require.ErrorAs(t, err, &he)
+		require.Equal(t, int16(11), he.Code)
+		require.True(t, he.IsOneway())
+		require.False(t, he.IsResponse())
+	})
+	t.Run("binary header with its fixed part", func(t *testing.T) {
+		h := binHeader(0, 0, 0, 0, 0, 0, 0, 0, 'x') // opaque 1, then a stray byte
+		_, err := DecodeFrame(frameOf(uint32(RocketMQ)<<24|uint32(len(h)), h...))
+		var he *HeaderError
+		require.ErrorAs(t, err, &he)
+		require.True(t, he.OpaqueKnown)
+		require.Equal(t, int32(1), he.Opaque)
+		require.Equal(t, int16(11), he.Code)
+	})
+	t.Run("binary header without its fixed part", func(t *testing.T) {
+		_, err := DecodeFrame(frameOf(uint32(RocketMQ)<<24|3, 0, 1, 2))
+		var he *HeaderError
+		require.ErrorAs(t, err, &he)
+		require.False(t, he.OpaqueKnown)
+	})
+}
+
+// stallingReader returns its data, then blocks-free reports a stall: the peer announced more
+// than it sent.
+type stallingReader struct {
+	data []byte
+	err  error
+}
+
+func (r *stallingReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, r.err
+	}
+	n := copy(p, r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// TestReadFrameAllocatesAsBytesArrive: a peer that announces a 16 MiB frame and sends a few
+// KiB costs about what it sent, not 16 MiB; a frame that does arrive whole in small pieces
+// decodes intact.
+func TestReadFrameAllocatesAsBytesArrive(t *testing.T) {
+	prefix := binary.BigEndian.AppendUint32(nil, MaxFrameSize)
+	partial := append(prefix, make([]byte, 4096)...)
+	stalled := errors.New("stalled")
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 50 {
+		_, err := ReadFrame(bufio.NewReaderSize(&stallingReader{data: partial, err: stalled}, 1024), 0)
+		require.ErrorIs(t, err, stalled)
+		require.ErrorContains(t, err, "read frame of 16777216 bytes after 4096")
+	}
+	runtime.ReadMemStats(&after)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(16<<20), "50 frames of 16 MiB announced, 4 KiB sent")
+
+	body := make([]byte, 3<<20+17)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	cmd := NewRequestWith(SendMessage, &GetRouteInfoRequestHeader{Topic: "t"}, body)
+	frame, err := cmd.AppendFrame(nil)
+	require.NoError(t, err)
+	got, err := ReadFrame(bufio.NewReaderSize(iotest.HalfReader(bytes.NewReader(frame)), 16), 0)
+	require.NoError(t, err)
+	require.Equal(t, cmd, got)
 }

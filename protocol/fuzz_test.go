@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/zlib"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"maps"
@@ -48,6 +49,11 @@ func FuzzDecodeFrame(f *testing.F) {
 	for _, h := range []string{
 		`null`, `{}`, `{"CODE":1,"code":2}`, `{"extFields":{"a":"1"},"extFields":null}`, `{"remark":"\ud800\u0041"}`,
 		`{"language":9,"x":[{"y":[]}]}`, "{\"k\xff\":\"\xff\"}", `{"code":1e2}`, `{"a":1,}`,
+		// extFields values of every JSON type, as other RocketMQ clients write them.
+		`{"code":10,"opaque":3,"extFields":{"queueId":0,"offset":-1,"x":1.5,"y":1e3,"batch":false,"u":true,"n":null}}`,
+		`{"extFields":{"o":{"a":[1,{"b":null}]},"l":[ ],"s":"v","s":null}}`, `{"extFields":{"a":1},"extFields":{"a":null}}`,
+		// wrong types before and after the opaque
+		`{"code":"x","opaque":7}`, `{"extFields":[],"opaque":7,"flag":"1"}`, `{"opaque":7,"extFields":{"a":-}}`,
 	} {
 		f.Add(binary.BigEndian.AppendUint32(nil, uint32(len(h))) /* mark */)
 		f.Add(append(binary.BigEndian.AppendUint32(nil, uint32(len(h))), h...))
@@ -59,13 +65,33 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		c, err := DecodeFrame(frame)
 
+		// A frame is broken (its lengths do not add up) or intact with a header that cannot
+		// be read, never both; only the second may be answered.
+		var he *HeaderError
+		isHeaderErr := errors.As(err, &he)
+		if err != nil {
+			require.NotEqual(t, isHeaderErr, errors.Is(err, ErrMalformedFrame), "%v", err)
+		}
+		intact := len(frame) >= 4 && int(binary.BigEndian.Uint32(frame)&0xFFFFFF) <= len(frame)-4
+		if err != nil && intact {
+			require.True(t, isHeaderErr, "an intact frame gives a HeaderError: %v", err)
+		}
+
 		// The hand-written JSON header decoder accepts exactly what encoding/json accepts,
 		// with the same result.
-		if len(frame) >= 4 && frame[0] == byte(JSON) {
+		if intact && frame[0] == byte(JSON) {
 			if n := int(binary.BigEndian.Uint32(frame) & 0xFFFFFF); n <= len(frame)-4 {
-				want, werr := decodeJSONHeaderStd(frame[4 : 4+n])
+				header := frame[4 : 4+n]
+				want, werr := decodeJSONHeaderStd(header)
 				if werr != nil {
 					require.Error(t, err, "encoding/json rejects the header: %v", werr)
+					// An opaque recovered from a bad header is the one encoding/json reads.
+					var o struct {
+						Opaque int32 `json:"opaque"`
+					}
+					if he.OpaqueKnown && json.Valid(header) && json.Unmarshal(header, &o) == nil {
+						require.Equal(t, o.Opaque, he.Opaque)
+					}
 				} else {
 					require.NoError(t, err)
 					got := *c

@@ -13,10 +13,10 @@ import (
 // The JSON header codec is hand-written: every request and response goes through it, and
 // encoding/json took 5 µs to encode and 11 µs to decode a typical pull request header (28 and
 // 52 allocations). This one writes the same JSON and accepts exactly what encoding/json
-// accepted when decoding into the header struct — the fuzz tests check both claims against
-// encoding/json — including its quirks: field names match case-insensitively, the last of
-// duplicate fields wins, null leaves a field alone (but resets extFields), invalid UTF-8 in
-// strings becomes U+FFFD.
+// accepts when decoding into the header struct with extFields values taken as their text (see
+// extFields) — the fuzz tests check both claims against encoding/json — including its quirks:
+// field names match case-insensitively, the last of duplicate fields wins, null leaves a field
+// alone (but resets extFields), invalid UTF-8 in strings becomes U+FFFD.
 
 // maxJSONNesting is encoding/json's own nesting limit, kept so that the two accept the same
 // inputs.
@@ -361,12 +361,19 @@ func (r *jsonReader) next(closing byte) (bool, error) {
 	return false, r.syntaxf("expected ',' or %q", closing)
 }
 
-// intField reads a number into an integer field of the given width; null leaves it alone.
+// intField reads a number into an integer field of the given width; null leaves it alone. A
+// value of another type or out of range is a *fieldTypeError (the value has been consumed, so
+// the caller may go on reading); any other error is a syntax error.
 func (r *jsonReader) intField(name string, bits int, old int64) (int64, error) {
+	start := r.pos
 	switch c := r.peek(); {
 	case c == 'n':
-		if lit, err := r.literal(); err != nil || lit != "null" {
-			return old, typeErrorOr(err, name)
+		lit, err := r.literal()
+		if err != nil {
+			return old, err
+		}
+		if lit != "null" {
+			return old, r.fieldType(name, fmt.Sprintf("an int%d", bits), start)
 		}
 		return old, nil
 	case c == '-' || (c >= '0' && c <= '9'):
@@ -376,38 +383,52 @@ func (r *jsonReader) intField(name string, bits int, old int64) (int64, error) {
 		}
 		n, err := strconv.ParseInt(string(lit), 10, bits)
 		if err != nil {
-			return old, fmt.Errorf("JSON header field %q: %s is not an int%d", name, lit, bits)
+			return old, r.fieldType(name, fmt.Sprintf("an int%d", bits), start)
 		}
 		return n, nil
 	}
 	if err := r.skip(1); err != nil {
 		return old, err
 	}
-	return old, typeErrorOr(nil, name)
+	return old, r.fieldType(name, fmt.Sprintf("an int%d", bits), start)
 }
 
 // strField reads a string field; null leaves it alone.
 func (r *jsonReader) strField(name, old string) (string, error) {
+	start := r.pos
 	switch r.peek() {
 	case '"':
 		return r.str()
 	case 'n':
-		if lit, err := r.literal(); err != nil || lit != "null" {
-			return old, typeErrorOr(err, name)
+		lit, err := r.literal()
+		if err != nil {
+			return old, err
 		}
-		return old, nil
+		if lit == "null" {
+			return old, nil
+		}
+	default:
+		if err := r.skip(1); err != nil {
+			return old, err
+		}
 	}
-	if err := r.skip(1); err != nil {
-		return old, err
-	}
-	return old, typeErrorOr(nil, name)
+	return old, r.fieldType(name, "a string", start)
 }
 
-func typeErrorOr(err error, name string) error {
-	if err != nil {
-		return err
-	}
-	return fmt.Errorf("JSON header field %q has the wrong type", name)
+// fieldTypeError is a header field whose JSON value is well formed but of the wrong type or
+// out of range. It is not a syntax error: the value was consumed, and the rest of the header
+// can still be read (its opaque, to answer the request).
+type fieldTypeError struct {
+	field, value, want string
+}
+
+func (e *fieldTypeError) Error() string {
+	return fmt.Sprintf("header field %q: %s is not %s", e.field, e.value, e.want)
+}
+
+// fieldType reports that the value read since start does not fit field name.
+func (r *jsonReader) fieldType(name, want string, start int) error {
+	return &fieldTypeError{field: name, value: truncateForError(string(r.b[start:r.pos])), want: want}
 }
 
 // language reads the "language" field: a name, or (from some old clients) a number.
@@ -430,19 +451,30 @@ func (r *jsonReader) language() (LanguageCode, error) {
 }
 
 // extFields reads the extFields object into m (created when nil); null resets it to nil.
+//
+// A value may be of any JSON type, as the Java broker accepts it (fastjson reads extFields
+// into a HashMap<String,String>, turning every value into its text): a string is its value; a
+// number, true or false is its literal text exactly as sent ("0", "-1", "1.5", "1e3"); an
+// object or an array is its raw JSON text; null removes the key, as if it were absent. The
+// typed headers then parse the text as they parse a string.
 func (r *jsonReader) extFields(m map[string]string) (map[string]string, error) {
+	start := r.pos
 	switch r.peek() {
 	case 'n':
-		if lit, err := r.literal(); err != nil || lit != "null" {
-			return m, typeErrorOr(err, "extFields")
+		lit, err := r.literal()
+		if err != nil {
+			return m, err
 		}
-		return nil, nil
+		if lit == "null" {
+			return nil, nil
+		}
+		return m, r.fieldType("extFields", "an object", start)
 	case '{':
 	default:
 		if err := r.skip(1); err != nil {
 			return m, err
 		}
-		return m, typeErrorOr(nil, "extFields")
+		return m, r.fieldType("extFields", "an object", start)
 	}
 	r.pos++
 	if m == nil {
@@ -461,15 +493,36 @@ func (r *jsonReader) extFields(m map[string]string) (map[string]string, error) {
 		if err := r.colon(); err != nil {
 			return m, err
 		}
-		v, err := r.strField("extFields", "")
+		v, present, err := r.extValue()
 		if err != nil {
 			return m, fmt.Errorf("%w (key %q)", err, truncateForError(k))
 		}
-		m[k] = v
+		if present {
+			m[k] = v
+		} else {
+			delete(m, k)
+		}
 		if end, err := r.next('}'); end || err != nil {
 			return m, err
 		}
 	}
+}
+
+// extValue reads one extFields value as its text (see extFields); present is false for null.
+func (r *jsonReader) extValue() (v string, present bool, err error) {
+	if r.peek() == '"' {
+		v, err = r.str()
+		return v, true, err
+	}
+	start := r.pos
+	// Two levels are open around the value: the header and extFields.
+	if err := r.skip(2); err != nil {
+		return "", false, err
+	}
+	if raw := r.b[start:r.pos]; string(raw) == "null" {
+		return "", false, nil
+	}
+	return r.substring(start, r.pos-start), true, nil
 }
 
 // Field names of the JSON header, for case-insensitive matching.
@@ -484,11 +537,16 @@ var (
 )
 
 // decodeJSONHeader decodes a JSON header. Unknown fields (Java's serializeTypeCurrentRPC, for
-// one) are skipped; the whole input must still be valid JSON.
+// one) are skipped; the whole input must still be valid JSON. An error is a *HeaderError.
 func decodeJSONHeader(b []byte) (*Command, error) {
-	c, err := parseJSONHeader(b)
+	c, opaqueKnown, err := parseJSONHeader(b)
 	if err != nil {
-		return nil, fmt.Errorf("decode JSON header: %w: %w", ErrMalformedFrame, err)
+		he := &HeaderError{Serialize: JSON, Err: fmt.Errorf("decode JSON header: %w", err)}
+		if c != nil {
+			he.Code, he.Flag = c.Code, c.Flag
+			he.Opaque, he.OpaqueKnown = c.Opaque, opaqueKnown
+		}
+		return nil, he
 	}
 	if c.ExtFields == nil {
 		c.ExtFields = map[string]string{}
@@ -496,41 +554,53 @@ func decodeJSONHeader(b []byte) (*Command, error) {
 	return c, nil
 }
 
-func parseJSONHeader(b []byte) (*Command, error) {
+// parseJSONHeader reads a header. A field of the wrong type does not stop it: like
+// encoding/json it reads on and reports the first such error at the end, so that the opaque
+// of a header with one bad field is still known and the request can be answered. A syntax
+// error stops it; the command then holds the fields read before it. opaqueKnown reports
+// whether c.Opaque is the opaque the peer sent (or its absence, 0, in a header read to its
+// end).
+func parseJSONHeader(b []byte) (c *Command, opaqueKnown bool, err error) {
 	r := jsonReader{b: b}
-	c := &Command{Language: LangOther}
+	c = &Command{Language: LangOther}
 	r.ws()
 	if r.peek() == 'n' {
 		// encoding/json accepts a top-level null and leaves everything unset.
-		if lit, err := r.literal(); err != nil || lit != "null" {
-			return nil, typeErrorOr(err, "header")
+		lit, err := r.literal()
+		if err == nil && lit != "null" {
+			err = r.fieldType("header", "an object", 0)
 		}
-		return c, r.end()
+		if err == nil {
+			err = r.end()
+		}
+		return c, false, err
 	}
 	if r.peek() != '{' {
 		if err := r.skip(0); err != nil {
-			return nil, err
+			return c, false, err
 		}
 		if err := r.end(); err != nil {
-			return nil, err
+			return c, false, err
 		}
-		return nil, errors.New("JSON header is not an object")
+		return c, false, errors.New("JSON header is not an object")
 	}
 	r.pos++
 	r.ws()
 	if r.peek() == '}' {
 		r.pos++
-		return c, r.end()
+		return c, true, r.end()
 	}
 	var keyBuf [32]byte
 	var n int64
+	var fieldErr error // the first field of the wrong type
+	opaqueSeen, opaqueBad := false, false
 	for {
 		key, err := r.key(keyBuf[:0])
 		if err != nil {
-			return nil, err
+			return c, opaqueSeen && !opaqueBad, err
 		}
 		if err := r.colon(); err != nil {
-			return nil, err
+			return c, opaqueSeen && !opaqueBad, err
 		}
 		switch {
 		case bytes.EqualFold(key, jsonKeyCode):
@@ -544,6 +614,10 @@ func parseJSONHeader(b []byte) (*Command, error) {
 		case bytes.EqualFold(key, jsonKeyOpaque):
 			n, err = r.intField("opaque", 32, int64(c.Opaque))
 			c.Opaque = int32(n)
+			opaqueSeen = true
+			if err != nil {
+				opaqueBad = true
+			}
 		case bytes.EqualFold(key, jsonKeyFlag):
 			n, err = r.intField("flag", 32, int64(c.Flag))
 			c.Flag = int32(n)
@@ -555,14 +629,23 @@ func parseJSONHeader(b []byte) (*Command, error) {
 			err = r.skip(1)
 		}
 		if err != nil {
-			return nil, err
+			var fe *fieldTypeError
+			if !errors.As(err, &fe) {
+				return c, opaqueSeen && !opaqueBad, err
+			}
+			if fieldErr == nil {
+				fieldErr = err
+			}
 		}
 		end, err := r.next('}')
 		if err != nil {
-			return nil, err
+			return c, opaqueSeen && !opaqueBad, err
 		}
 		if end {
-			return c, r.end()
+			if err := r.end(); err != nil {
+				return c, opaqueSeen && !opaqueBad, err
+			}
+			return c, !opaqueBad, fieldErr
 		}
 	}
 }

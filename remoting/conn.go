@@ -3,6 +3,7 @@ package remoting
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +25,8 @@ import (
 //
 // Each request is served on its own goroutine, so ServeRemoting may block (a long-polling pull
 // does) without holding up other requests on the same connection. ctx is cancelled when the
-// connection closes; a Handler that blocks must watch it. req.Body is the Handler's to keep.
+// connection closes; a Handler that blocks must watch it, and one that waits for an event
+// rather than working should call Park(ctx) first. req.Body is the Handler's to keep.
 // A panic is recovered, logged, and answered SYSTEM_ERROR.
 type Handler interface {
 	ServeRemoting(ctx context.Context, c *Conn, req *protocol.Command) *protocol.Command
@@ -52,9 +54,12 @@ const (
 // Defaults shared by ServerOptions and ClientOptions.
 const (
 	DefaultMaxInFlightPerConn = 256
+	DefaultMaxParkedPerConn   = 4096
 	DefaultIdleTimeout        = 120 * time.Second
 	DefaultWriteTimeout       = 10 * time.Second
 	DefaultDialTimeout        = 3 * time.Second
+	DefaultFrameReadTimeout   = 30 * time.Second
+	DefaultMaxConns           = 10000
 )
 
 // connConfig is what a Conn takes from the Server, Client or Dial call that made it. One value
@@ -63,9 +68,13 @@ type connConfig struct {
 	handler      Handler
 	maxFrame     int
 	maxInFlight  int32
+	maxParked    int32
 	writeTimeout time.Duration // <= 0: none
-	logger       *slog.Logger
-	serialize    protocol.SerializeType
+	// epoch is the origin of Conn.frameStart: a monotonic clock reading shared by the owner's
+	// Conns.
+	epoch     time.Time
+	logger    *slog.Logger
+	serialize protocol.SerializeType
 	// mirrorPeer makes a Conn send its own requests in the serialize type of the last request
 	// the peer sent: on the server side, the peer has shown it speaks that one.
 	mirrorPeer bool
@@ -116,9 +125,14 @@ type Conn struct {
 	cancel context.CancelCauseFunc
 
 	serialize atomic.Uint32 // protocol.SerializeType of requests this side sends
-	inflight  atomic.Int32  // Handler calls running or being admitted
+	inflight  atomic.Int32  // Handler calls running or being admitted, parked ones aside
+	parked    atomic.Int32  // Handler calls that called Park: waiting for an event, not working
 	activity  atomic.Uint64 // frames read plus Handler calls finished: the idle sweeper's clock
 	handlers  sync.WaitGroup
+	// frameStart is when the read goroutine began a frame that had not arrived whole, as
+	// 1 + nanoseconds since cfg.epoch; 0 between frames. The Server's sweeper closes a
+	// connection whose frame has been arriving for longer than its FrameReadTimeout.
+	frameStart atomic.Int64
 
 	// The writer. writers counts goroutines waiting for wmu so the holder can tell whether
 	// someone will write after it (and flush for both) or whether it must flush itself.
@@ -134,9 +148,6 @@ type Conn struct {
 	closeOnce sync.Once
 	done      chan struct{}
 	err       error // set before done is closed
-
-	vmu   sync.Mutex
-	value any
 
 	// Owned by the Server's idle sweeper goroutine.
 	idleSeen  uint64
@@ -183,20 +194,6 @@ func (c *Conn) Err() error {
 	}
 }
 
-// SetValue stores v in the connection's attribute slot (the broker keeps the client id there).
-func (c *Conn) SetValue(v any) {
-	c.vmu.Lock()
-	c.value = v
-	c.vmu.Unlock()
-}
-
-// Value returns what SetValue stored, or nil.
-func (c *Conn) Value() any {
-	c.vmu.Lock()
-	defer c.vmu.Unlock()
-	return c.value
-}
-
 // Close closes the connection at once. Pending calls fail with ErrConnClosed and the Handler
 // contexts of requests being served are cancelled. It is safe to call more than once.
 func (c *Conn) Close() error {
@@ -231,7 +228,9 @@ func (c *Conn) closeBetweenFrames(cause error) bool {
 
 // idle reports whether nothing is in flight in either direction.
 func (c *Conn) idle() bool {
-	if c.inflight.Load() > 0 {
+	// In flight before parked: Park adds to parked before it takes from in flight, so a
+	// request moving between the two is seen in one or the other.
+	if c.inflight.Load() > 0 || c.parked.Load() > 0 {
 		return false
 	}
 	c.pmu.Lock()
@@ -418,9 +417,28 @@ func (c *Conn) run() {
 
 func (c *Conn) readLoop() error {
 	for {
-		cmd, err := protocol.ReadFrame(c.br, c.cfg.maxFrame)
-		if err != nil {
+		// Wait for a frame's first byte with no clock running: between frames, only the idle
+		// timeout applies.
+		if _, err := c.br.Peek(1); err != nil {
 			return fmt.Errorf("read: %w", err)
+		}
+		started := !c.frameBuffered()
+		if started {
+			c.frameStart.Store(1 + int64(time.Since(c.cfg.epoch)))
+		}
+		cmd, err := protocol.ReadFrame(c.br, c.cfg.maxFrame)
+		if started {
+			c.frameStart.Store(0)
+		}
+		if err != nil {
+			var he *protocol.HeaderError
+			if !errors.As(err, &he) {
+				return fmt.Errorf("read: %w", err)
+			}
+			// The frame was whole: the stream is intact, and only this request is lost.
+			c.activity.Add(1)
+			c.badHeader(he)
+			continue
 		}
 		c.activity.Add(1)
 		if cmd.IsResponse() {
@@ -428,6 +446,46 @@ func (c *Conn) readLoop() error {
 			continue
 		}
 		c.dispatch(cmd)
+	}
+}
+
+// frameBuffered reports whether the next frame is in the read buffer whole, so that reading
+// it cannot stall. Most frames are: then the frame costs no clock reading.
+func (c *Conn) frameBuffered() bool {
+	n := c.br.Buffered()
+	if n < 4 {
+		return false
+	}
+	p, _ := c.br.Peek(4) // buffered: does not block
+	size := int64(int32(binary.BigEndian.Uint32(p)))
+	return size >= 0 && size <= int64(n-4)
+}
+
+// badHeader answers a frame that arrived whole but whose header could not be read, and keeps
+// the connection: other requests on it are fine, and a peer that sent one bad header (a field
+// of an unexpected type, say) should get an answer rather than lose every call it has pending.
+//
+// A request whose opaque is known is answered INVALID_PARAMETER with the decoding error as
+// the remark. A response whose opaque is known completes the waiting call with a
+// SYSTEM_ERROR response saying why. Without the opaque there is nobody to answer: an answer
+// with a guessed opaque could complete some other call, so the frame is only logged.
+func (c *Conn) badHeader(he *protocol.HeaderError) {
+	switch {
+	case !he.OpaqueKnown:
+		c.log.Warn("dropping frame with an unreadable header and no opaque", "err", he)
+	case he.IsResponse():
+		c.log.Warn("response with an unreadable header", "opaque", he.Opaque, "err", he)
+		c.deliver(&protocol.Command{
+			Code: int16(protocol.SystemError), Language: protocol.LangGo, Version: protocol.Version,
+			Opaque: he.Opaque, Flag: protocol.FlagResponse, Serialize: he.Serialize,
+			Remark: "unreadable response header: " + he.Error(), ExtFields: map[string]string{},
+		})
+	case he.IsOneway():
+		c.log.Warn("dropping oneway request with an unreadable header", "code", protocol.RequestCode(he.Code), "err", he)
+	default:
+		c.log.Debug("answering request with an unreadable header", "code", protocol.RequestCode(he.Code), "opaque", he.Opaque, "err", he)
+		req := &protocol.Command{Code: he.Code, Opaque: he.Opaque, Serialize: he.Serialize}
+		c.respond(req, protocol.NewResponse(req, protocol.InvalidParameter, he.Error()))
 	}
 }
 
@@ -439,6 +497,8 @@ func (c *Conn) logClose() {
 		c.log.Warn("closing connection: broken frame", "err", err)
 	case errors.Is(err, errIdle):
 		c.log.Info("closed idle connection")
+	case errors.Is(err, errFrameStalled):
+		c.log.Warn("closed connection stalled mid-frame", "err", err)
 	case errors.Is(err, io.EOF), errors.Is(err, errClosedLocally), errors.Is(err, errServerShutdown):
 		c.log.Debug("connection closed", "err", err)
 	default:
@@ -477,19 +537,89 @@ func (c *Conn) dispatch(req *protocol.Command) {
 }
 
 func (c *Conn) serve(req *protocol.Command) {
+	rc := &requestCtx{Context: c.ctx, c: c}
 	defer func() {
-		c.inflight.Add(-1)
+		if rc.state.Swap(reqFinished) == reqParked {
+			c.parked.Add(-1)
+		} else {
+			c.inflight.Add(-1)
+		}
 		c.activity.Add(1)
 		c.handlers.Done()
 	}()
-	resp := c.callHandler(req)
+	resp := c.callHandler(rc, req)
 	if resp == nil || req.IsOneway() {
 		return
 	}
 	c.respond(req, resp)
 }
 
-func (c *Conn) callHandler(req *protocol.Command) (resp *protocol.Command) {
+// States of a request being served, for Park.
+const (
+	reqInFlight int32 = iota
+	reqParked
+	reqFinished
+)
+
+// requestCtx is the context a Handler is called with: the connection's, plus what Park needs
+// to find the request. One allocation per request carries both.
+type requestCtx struct {
+	context.Context
+	c     *Conn
+	state atomic.Int32 // reqInFlight, reqParked or reqFinished
+}
+
+// requestCtxKey is the context key under which a requestCtx finds itself.
+type requestCtxKey struct{}
+
+func (rc *requestCtx) Value(key any) any {
+	if key == (requestCtxKey{}) {
+		return rc
+	}
+	return rc.Context.Value(key)
+}
+
+// Park tells the transport that the request served with ctx (a Handler's context, or one
+// derived from it) is about to wait for an event rather than work: a long-polling pull with
+// nothing to return. The request then stops counting against its connection's in-flight bound
+// (MaxInFlightPerConn) and counts against the parked bound (MaxParkedPerConn) instead, until
+// its Handler returns. Without this, a consumer with a parked pull per queue fills the
+// in-flight bound and its heartbeats, locks and commits on the same connection are refused.
+//
+// Park returns false, and changes nothing, when the connection already has its bound of parked
+// requests: the Handler should then answer at once instead of waiting. It returns true when
+// the request is parked, also when it already was, and for a context that does not come from
+// this package (nothing to count).
+func Park(ctx context.Context) bool {
+	rc, ok := ctx.Value(requestCtxKey{}).(*requestCtx)
+	if !ok {
+		return true
+	}
+	switch rc.state.Load() {
+	case reqParked:
+		return true
+	case reqFinished:
+		return false
+	}
+	c := rc.c
+	// Take a parked slot first: the request is then counted somewhere at every moment, which
+	// Shutdown and the idle sweeper rely on.
+	if c.parked.Add(1) > c.cfg.maxParked {
+		c.parked.Add(-1)
+		c.log.Debug("parked request bound reached", "max", c.cfg.maxParked)
+		return false
+	}
+	if !rc.state.CompareAndSwap(reqInFlight, reqParked) {
+		c.parked.Add(-1)
+		return rc.state.Load() == reqParked
+	}
+	// Should the Handler finish in between, serve has taken the request off the parked
+	// count already; the totals still come out right.
+	c.inflight.Add(-1)
+	return true
+}
+
+func (c *Conn) callHandler(ctx context.Context, req *protocol.Command) (resp *protocol.Command) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("handler panicked", "code", req.RequestCode(), "opaque", req.Opaque, "panic", r, "stack", string(debug.Stack()))
@@ -499,7 +629,7 @@ func (c *Conn) callHandler(req *protocol.Command) (resp *protocol.Command) {
 	if c.cfg.handler == nil {
 		return protocol.NewResponse(req, protocol.RequestCodeNotSupported, fmt.Sprintf("request code %d not supported", req.Code))
 	}
-	return c.cfg.handler.ServeRemoting(c.ctx, c, req)
+	return c.cfg.handler.ServeRemoting(ctx, c, req)
 }
 
 // respond writes resp as the response to req. A response that cannot be encoded (too large)

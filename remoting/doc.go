@@ -19,13 +19,23 @@
 //     (MaxInFlightPerConn). Beyond it a request is answered SYSTEM_BUSY at once without running
 //     the Handler, as RocketMQ's broker does when its executor queue is full: the client backs
 //     off or retries elsewhere, and one greedy connection cannot take every goroutine.
+//     A Handler that waits for an event rather than works (a long-polling pull) calls Park:
+//     the request then counts against a bound of its own (MaxParkedPerConn), so that a
+//     consumer with a parked pull per queue still gets its heartbeats and commits through.
 //   - One writer per connection. Frames are encoded outside the write lock and copied into a
 //     bufio.Writer under it; the writer that finds no other writer waiting flushes. Responses
 //     that complete together therefore leave in one write(2), and a lone request/response
 //     pays a single flush.
-//   - A frame that cannot be decoded (bad length, header longer than the frame, unknown
-//     serialize type, bad header) closes that connection alone: the stream can no longer be
-//     trusted to be in step. The reason is logged and is the cause in Conn.Err.
+//   - A broken frame (a length prefix out of range, a header length beyond the frame, a
+//     stream that ends mid-frame) closes that connection alone: the stream can no longer be
+//     trusted to be in step. The reason is logged and is the cause in Conn.Err. A frame that
+//     arrived whole but whose header cannot be read (invalid JSON, a field of the wrong type,
+//     an unknown serialize type) leaves the stream in step: the request is answered
+//     INVALID_PARAMETER when its opaque could be read (a response completes its call with
+//     SYSTEM_ERROR), and the connection goes on.
+//   - A frame's buffer grows as its bytes arrive, and on a Server a frame must arrive within
+//     FrameReadTimeout of its first byte; the Server also caps its connections (MaxConns).
+//     A peer that announces large frames and stalls holds little, and not for long.
 //   - A Server's OnConnClose runs after every Handler call for that connection has returned,
 //     so a consumer manager that unregisters a client there cannot be overtaken by a heartbeat
 //     still being served on the dead connection.
@@ -35,5 +45,5 @@
 // Server.mu and Client.mu are leaves: neither is held while another lock is taken, and no
 // callback runs under them. Within a Conn the write lock (wmu) may be held while the
 // pending-call lock (pmu) is taken (a failing write closes the connection), never the other way
-// round; the value lock (vmu) is a leaf.
+// round.
 package remoting

@@ -24,6 +24,7 @@ var (
 var (
 	errClosedLocally  = errors.New("closed locally")
 	errIdle           = errors.New("idle timeout")
+	errFrameStalled   = errors.New("frame read timeout: the peer stalled mid-frame")
 	errServerShutdown = errors.New("server shutting down")
 )
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -25,9 +26,29 @@ type ServerOptions struct {
 	// MaxInFlightPerConn bounds the requests served at once on one connection. A request
 	// beyond it is answered SYSTEM_BUSY ("too many requests in flight on this connection")
 	// at once, without running the Handler; a oneway request beyond it is dropped and
-	// logged. Long-polling pulls count while they are parked.
+	// logged. A request whose Handler called Park counts against MaxParkedPerConn instead.
 	// Default: 256.
 	MaxInFlightPerConn int
+
+	// MaxParkedPerConn bounds the requests parked at once on one connection (see Park): the
+	// long-polling pulls of a consumer, one per queue it reads from this server. Park reports
+	// false beyond it, and the Handler answers at once instead of waiting.
+	// Default: 4096.
+	MaxParkedPerConn int
+
+	// MaxConns caps the connections open at once. A connection accepted beyond it is closed
+	// at once, with a Warn log line; the others are not affected.
+	// Default: 10000. Negative: no cap.
+	MaxConns int
+
+	// FrameReadTimeout bounds how long one frame may take to arrive, from its first byte to
+	// its last. A connection stalled mid-frame is closed between FrameReadTimeout and
+	// FrameReadTimeout + FrameReadTimeout/4 after its frame began, so that a peer cannot hold
+	// a partly received frame (and its buffer) for ever. The time between frames is the idle
+	// timeout's business, not this one's. At the default, a 16 MiB frame must arrive at about
+	// 560 KB/s.
+	// Default: 30 s. Negative: none.
+	FrameReadTimeout time.Duration
 
 	// IdleTimeout closes a connection on which nothing has happened for this long: no frame
 	// received, no request being served, no call waiting for its response. It is closed
@@ -41,8 +62,9 @@ type ServerOptions struct {
 	// Default: 10 s. Negative: none.
 	WriteTimeout time.Duration
 
-	// Logger receives connection events: broken frames (Warn), idle closes (Info), lost
-	// connections (Info), handler panics (Error), refused requests (Debug).
+	// Logger receives connection events: broken frames, unreadable headers, stalled frames and
+	// refused connections (Warn), idle closes (Info), lost connections (Debug), handler
+	// panics (Error), refused requests (Debug).
 	// Default: slog.Default().
 	Logger *slog.Logger
 
@@ -61,12 +83,21 @@ type ServerOptions struct {
 // # Notes
 //
 //   - One read goroutine per connection, plus one goroutine per request being served, plus
-//     one idle sweeper per Server. The sweeper looks at every connection each IdleTimeout/8
-//     instead of arming a read deadline per frame: a frame then costs one atomic increment.
+//     one sweeper per Server. The sweeper looks at every connection each IdleTimeout/8 (or
+//     FrameReadTimeout/8, if shorter) for idle connections and stalled frames instead of
+//     arming a read deadline per frame: a frame that arrives whole in one read costs one
+//     atomic increment, and one that does not, two more atomic stores.
+//   - A frame's buffer grows as its bytes arrive (protocol.ReadFrame): a peer that announces
+//     16 MiB and sends little holds little.
+//   - A frame that arrives whole but whose header cannot be read is answered
+//     INVALID_PARAMETER when its opaque could be read, and the connection goes on; only a
+//     broken frame (a length prefix out of range, a header length beyond the frame) closes it.
 type Server struct {
-	cfg         connConfig
-	idleTimeout time.Duration
-	userClose   func(*Conn)
+	cfg          connConfig
+	idleTimeout  time.Duration
+	frameTimeout time.Duration
+	maxConns     int
+	userClose    func(*Conn)
 
 	draining atomic.Bool   // set once, by Shutdown or Close
 	stop     chan struct{} // closed with draining: stops the sweeper and accept back-off
@@ -92,10 +123,21 @@ func NewServer(h Handler, opts ServerOptions) *Server {
 	if s.idleTimeout == 0 {
 		s.idleTimeout = DefaultIdleTimeout
 	}
+	s.frameTimeout = orDefault(opts.FrameReadTimeout, DefaultFrameReadTimeout)
+	s.maxConns = opts.MaxConns
+	if s.maxConns == 0 {
+		s.maxConns = DefaultMaxConns
+	}
+	maxParked := int32(DefaultMaxParkedPerConn)
+	if opts.MaxParkedPerConn > 0 {
+		maxParked = int32(min(opts.MaxParkedPerConn, 1<<30))
+	}
 	s.cfg = connConfig{
 		handler:      h,
 		maxFrame:     frameLimit(opts.MaxFrameSize),
 		maxInFlight:  inFlightLimit(opts.MaxInFlightPerConn),
+		maxParked:    maxParked,
+		epoch:        time.Now(),
 		writeTimeout: orDefault(opts.WriteTimeout, DefaultWriteTimeout),
 		logger:       opts.Logger,
 		serialize:    protocol.JSON,
@@ -164,7 +206,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.addr == nil {
 		s.addr = ln.Addr()
 	}
-	if !s.sweeping && s.idleTimeout > 0 {
+	if !s.sweeping && (s.idleTimeout > 0 || s.frameTimeout > 0) {
 		s.sweeping = true
 		s.sweepers.Add(1)
 		go s.sweep()
@@ -215,13 +257,19 @@ func temporary(err error) bool {
 }
 
 func (s *Server) startConn(nc net.Conn) {
-	c := newConn(nc, &s.cfg)
 	s.mu.Lock()
 	if s.draining.Load() {
 		s.mu.Unlock()
 		_ = nc.Close()
 		return
 	}
+	if s.maxConns > 0 && len(s.conns) >= s.maxConns {
+		s.mu.Unlock()
+		s.cfg.logger.Warn("refusing connection: too many open", "remote", nc.RemoteAddr().String(), "max", s.maxConns)
+		_ = nc.Close()
+		return
+	}
+	c := newConn(nc, &s.cfg)
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	go c.run()
@@ -323,10 +371,17 @@ func (s *Server) closeAll(cause error) {
 	}
 }
 
-// sweep closes idle connections until the server stops.
+// sweep closes idle connections and connections stalled mid-frame until the server stops.
 func (s *Server) sweep() {
 	defer s.sweepers.Done()
-	t := time.NewTicker(max(s.idleTimeout/8, 5*time.Millisecond))
+	period := time.Duration(math.MaxInt64)
+	if s.idleTimeout > 0 {
+		period = s.idleTimeout / 8
+	}
+	if s.frameTimeout > 0 {
+		period = min(period, s.frameTimeout/8)
+	}
+	t := time.NewTicker(max(period, 5*time.Millisecond))
 	defer t.Stop()
 	var conns []*Conn
 	for {
@@ -335,7 +390,15 @@ func (s *Server) sweep() {
 			return
 		case now := <-t.C:
 			conns = s.snapshot(conns[:0])
+			sinceEpoch := now.Sub(s.cfg.epoch)
 			for _, c := range conns {
+				if fs := c.frameStart.Load(); fs != 0 && s.frameTimeout > 0 && sinceEpoch-time.Duration(fs-1) >= s.frameTimeout {
+					c.closeBetweenFrames(errFrameStalled) // or at the next tick
+					continue
+				}
+				if s.idleTimeout <= 0 {
+					continue
+				}
 				// A change in the activity count since the last look, or anything in flight,
 				// restarts the idle clock; the clock is only read here, so a connection is
 				// never closed early, and at most two ticks late.

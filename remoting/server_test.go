@@ -137,17 +137,20 @@ func TestInFlightBound(t *testing.T) {
 	recv(t, h.entered, "blocked request 1")
 	recv(t, h.entered, "blocked request 2")
 
-	start := time.Now()
+	// Refused at once: the two blocked requests hold their slots until released.
 	resp, err := c.Invoke(ctxTimeout(t, 3*time.Second), protocol.NewRequest(codeBlock, nil, nil))
 	require.NoError(t, err)
 	assert.Equal(t, protocol.SystemBusy, resp.ResponseCode())
 	assert.Equal(t, "too many requests in flight on this connection", resp.Remark)
-	assert.Less(t, time.Since(start), time.Second, "refused at once")
 	assert.Empty(t, h.entered, "the handler did not run for the refused request")
 
 	close(h.release)
 	wg.Wait()
-	requireEcho(t, c, "after")
+	// A slot is freed just after its response is written, so the client may read the
+	// response first: the next request may still be refused for a moment.
+	resp = invokeServed(t, c, echoRequest("after"))
+	assert.Equal(t, protocol.Success, resp.ResponseCode())
+	assert.Equal(t, "after", string(resp.Body))
 }
 
 func TestHandlerPanic(t *testing.T) {
@@ -172,7 +175,9 @@ func TestResponseTooLarge(t *testing.T) {
 	requireEcho(t, c, "still here")
 }
 
-// A frame that cannot be decoded closes its connection, and only that one.
+// A broken frame (its length prefix or header length out of range, or cut short) closes its
+// connection, and only that one. A frame that is whole but whose header cannot be read does
+// not: see TestMalformedHeaderKeepsTheConnection.
 func TestBrokenFrames(t *testing.T) {
 	checkGoroutines(t)
 	closed := make(chan error, 16)
@@ -197,9 +202,6 @@ func TestBrokenFrames(t *testing.T) {
 		{"negative length", rawFrame(0xFFFFFFFF, 0, ""), false, protocol.ErrMalformedFrame},
 		{"length shorter than header mark", rawFrame(2, 0, ""), false, protocol.ErrMalformedFrame},
 		{"header longer than frame", rawFrame(8, 0xFF, "abcd"), false, protocol.ErrMalformedFrame},
-		{"unknown serialize type", rawFrame(6, 0x05000000, "ab"), false, protocol.ErrUnknownSerialize},
-		{"bad JSON header", rawFrame(9, 5, "{nope"), false, protocol.ErrMalformedFrame},
-		{"bad binary header", rawFrame(7, 0x01000003, "abc"), false, protocol.ErrMalformedFrame},
 		{"truncated frame", rawFrame(100, 0, "0123456789"), true, io.ErrUnexpectedEOF},
 	}
 	for _, tc := range cases {
@@ -277,23 +279,23 @@ func TestIdleTimeout(t *testing.T) {
 	}()
 	recv(t, h.entered, "the slow request")
 
-	// A silent one is closed.
-	start := time.Now()
-	silent, err := net.Dial("tcp", srv.addr)
-	require.NoError(t, err)
-	defer silent.Close()
-	require.NoError(t, silent.SetReadDeadline(time.Now().Add(3*time.Second)))
-	n, err := silent.Read(make([]byte, 1))
-	assert.Zero(t, n)
-	require.ErrorIs(t, err, io.EOF)
-	elapsed := time.Since(start)
-	assert.GreaterOrEqual(t, elapsed, idle)
-	assert.Less(t, elapsed, 2*idle+100*time.Millisecond)
-	c := recv(t, closed, "OnConnClose of the silent connection")
-	require.ErrorIs(t, c.Err(), remoting.ErrConnClosed)
-	assert.Contains(t, c.Err().Error(), "idle")
-
-	time.Sleep(idle)
+	// A silent one is closed, never before IdleTimeout. Twice in a row: by the time the
+	// second is closed, the busy connection has had a request in flight for more than two
+	// idle timeouts and many sweeps.
+	for range 2 {
+		start := time.Now()
+		silent, err := net.Dial("tcp", srv.addr)
+		require.NoError(t, err)
+		defer silent.Close()
+		require.NoError(t, silent.SetReadDeadline(time.Now().Add(10*time.Second)))
+		n, err := silent.Read(make([]byte, 1))
+		assert.Zero(t, n)
+		require.ErrorIs(t, err, io.EOF)
+		assert.GreaterOrEqual(t, time.Since(start), idle, "closed only after the idle timeout")
+		c := recv(t, closed, "OnConnClose of the silent connection")
+		require.ErrorIs(t, c.Err(), remoting.ErrConnClosed)
+		assert.Contains(t, c.Err().Error(), "idle")
+	}
 	require.NoError(t, busy.Err(), "the busy connection is still open")
 	close(h.release)
 	require.NoError(t, recv(t, slow, "the slow response"))
@@ -383,7 +385,6 @@ func TestServerToClient(t *testing.T) {
 			checkGoroutines(t)
 			conns := make(chan *remoting.Conn, 1)
 			srv := startServer(t, remoting.HandlerFunc(func(ctx context.Context, c *remoting.Conn, req *protocol.Command) *protocol.Command {
-				c.SetValue(req.ExtFields["clientID"])
 				conns <- c
 				return protocol.NewResponse(req, protocol.Success, "")
 			}), remoting.ServerOptions{})
@@ -405,7 +406,6 @@ func TestServerToClient(t *testing.T) {
 			_, err := c.Invoke(ctxTimeout(t, 3*time.Second), protocol.NewRequest(protocol.HeartBeat, map[string]string{"clientID": "c1"}, nil))
 			require.NoError(t, err)
 			sc := recv(t, conns, "the server side of the connection")
-			assert.Equal(t, "c1", sc.Value())
 			assert.Equal(t, c.LocalAddr().String(), sc.RemoteAddr().String())
 
 			resp, err := sc.Invoke(ctxTimeout(t, 3*time.Second),
@@ -457,17 +457,26 @@ func TestInvokeContext(t *testing.T) {
 	srv := startServer(t, h, remoting.ServerOptions{})
 	c := dial(t, srv.addr, remoting.ClientOptions{})
 
-	_, err := c.Invoke(ctxTimeout(t, 50*time.Millisecond), protocol.NewRequest(codeBlock, nil, nil))
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Contains(t, err.Error(), srv.addr)
+	// The call's context ends while the server is still serving it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	failed := make(chan error, 1)
+	go func() {
+		_, err := c.Invoke(ctx, protocol.NewRequest(codeBlock, nil, nil))
+		failed <- err
+	}()
 	recv(t, h.entered, "the blocked request")
+	cancel()
+	err := recv(t, failed, "the abandoned call")
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Contains(t, err.Error(), srv.addr)
 	close(h.release) // its late response is dropped
 
 	requireEcho(t, c, "after")
 	require.NoError(t, c.Err())
 
-	cancelled, cancel := context.WithCancel(context.Background())
-	cancel()
+	cancelled, cancelNow := context.WithCancel(context.Background())
+	cancelNow()
 	_, err = c.Invoke(cancelled, echoRequest("x"))
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorIs(t, c.InvokeOneway(cancelled, echoRequest("x")), context.Canceled)
