@@ -33,6 +33,9 @@ func (s *Store) recover() error {
 		return err
 	}
 	crash := abort || !cpOK
+	if s.dead, err = s.loadTombstones(); err != nil {
+		return err
+	}
 
 	S := s.opts.SegmentSize
 	var end int64
@@ -87,6 +90,11 @@ func (s *Store) recover() error {
 		s.minOffset.Store(s.segs[0].start)
 	} else {
 		s.minOffset.Store(end)
+	}
+	if s.dead.prune(s.minOffset.Load()) {
+		if err := s.writeTombstones(s.dead); err != nil {
+			return err
+		}
 	}
 	for _, q := range s.allQueues() {
 		n, err := s.truncateQueue(q, end)
@@ -281,7 +289,7 @@ scan:
 					bad = err.Error()
 					break scan
 				}
-				if end >= redispatchFrom {
+				if end >= redispatchFrom && !s.dead.buried(m.topic, end) {
 					if err := d.add(&m); err != nil {
 						return 0, err
 					}
