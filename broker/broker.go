@@ -112,6 +112,11 @@ func New(c Config) (*Broker, error) {
 		b.closeListeners()
 		return nil, err
 	}
+	b.offsets.sync = b.store.Sync
+	for _, c := range b.offsets.clamp(b.store.MaxOffset) {
+		b.log.Warn("consumer offset lowered to the end of its queue: the commit log it pointed into did not survive",
+			"group", c.group, "topic", c.topic, "queue", c.queueID, "offset", c.from, "max", c.to)
+	}
 	if err := b.createSystemTopics(); err != nil {
 		b.closeListeners()
 		b.store.Close()

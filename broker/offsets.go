@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/flowd-io/flowd/internal/atomicfile"
 )
 
 // offsetTable holds the consume offsets committed by consumer groups, keyed by
@@ -21,9 +23,19 @@ import (
 // A commit is acknowledged once it is in memory; the flush loop makes it durable within
 // OffsetFlushInterval. A consumer that crashes in between re-reads at most that window's
 // messages, which at-least-once delivery allows.
+//
+// An offset on disk must never point past the messages on disk: a consumer may commit a
+// message the store has not fsynced yet (async flushing, or a sync-mode pull that ran
+// before the group commit), and after a power cut the log ends before the offset, so the
+// group would skip every message written again below it. Every flush therefore calls sync
+// (the store's Sync) after it takes its snapshot and before it writes: the snapshot's
+// offsets count only messages that were written before it, and sync makes all of them
+// durable. When sync fails nothing is written. Open clamps whatever the file holds to the
+// queues' max offsets (see clamp) for files written by older versions, or by hand.
 type offsetTable struct {
 	path string
 	log  *slog.Logger
+	sync func() error // makes the messages the offsets count durable; nil in table tests
 
 	flushMu sync.Mutex // serializes flushes, so an older snapshot never overwrites a newer one
 
@@ -122,6 +134,32 @@ func (t *offsetTable) removeTopic(topic string) {
 	}
 }
 
+// clamp lowers every offset above its queue's max offset to that max and reports what it
+// changed. The broker calls it once the store has recovered: an offset past the end of a
+// queue would make the group skip the messages later written below it.
+func (t *offsetTable) clamp(maxOffset func(topic string, queueID int32) int64) []clampedOffset {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []clampedOffset
+	for key, queues := range t.offsets {
+		for q, off := range queues {
+			if hi := maxOffset(key.topic, q); off > hi {
+				queues[q] = hi
+				t.dirty = true
+				out = append(out, clampedOffset{key.group, key.topic, q, off, hi})
+			}
+		}
+	}
+	return out
+}
+
+// clampedOffset is one offset clamp lowered.
+type clampedOffset struct {
+	group, topic string
+	queueID      int32
+	from, to     int64
+}
+
 // flush writes the table if it changed since the last flush.
 func (t *offsetTable) flush() error {
 	t.flushMu.Lock()
@@ -144,9 +182,16 @@ func (t *offsetTable) flush() error {
 	t.dirty = false
 	t.mu.Unlock()
 
-	b, err := json.Marshal(file)
+	var err error
+	if t.sync != nil {
+		err = t.sync()
+	}
+	var b []byte
 	if err == nil {
-		err = writeFileAtomic(t.path, b)
+		b, err = json.Marshal(file)
+	}
+	if err == nil {
+		err = atomicfile.WriteFile(t.path, b, 0o644)
 	}
 	if err != nil {
 		t.mu.Lock()
