@@ -9,6 +9,9 @@ import (
 	"github.com/flowd-io/flowd/remoting"
 )
 
+// maxSubscriptions caps the topics one heartbeat may subscribe a group to.
+const maxSubscriptions = 1024
+
 // processHeartbeat registers the client's consumer groups and subscriptions.
 func (b *Broker) processHeartbeat(c *remoting.Conn, req *protocol.Command) *protocol.Command {
 	hb, err := protocol.DecodeHeartbeatData(req.Body)
@@ -30,8 +33,16 @@ func (b *Broker) processHeartbeat(c *remoting.Conn, req *protocol.Command) *prot
 		if _, err := b.internalTopic(RetryTopicPrefix + cd.GroupName); err != nil {
 			return errorResponse(req, protocol.SystemError, err)
 		}
+		if len(cd.SubscriptionDataSet) > maxSubscriptions {
+			return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("heartbeat body: group %q subscribes to %d topics, more than %d", cd.GroupName, len(cd.SubscriptionDataSet), maxSubscriptions))
+		}
 		subs := make([]Subscription, 0, len(cd.SubscriptionDataSet))
 		for _, sd := range cd.SubscriptionDataSet {
+			// Subscriptions are kept per topic name for the group's life: names no topic
+			// could have would pile up in the table.
+			if err := ValidateTopic(sd.Topic); err != nil {
+				return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("heartbeat body: group %q subscription: %w", cd.GroupName, err))
+			}
 			subs = append(subs, Subscription{Topic: sd.Topic, Expression: sd.SubString, ExpressionType: sd.ExpressionType, Tags: sd.TagsSet, Codes: sd.CodeSet, Version: sd.SubVersion})
 		}
 		if b.consumers.heartbeat(cd.GroupName, hb.ClientID, c, cd.ConsumeType, cd.MessageModel, cd.ConsumeFromWhere, subs, now) {

@@ -18,6 +18,10 @@ func (b *Broker) processRoute(req *protocol.Command) *protocol.Command {
 	if !ok && strings.HasPrefix(h.Topic, RetryTopicPrefix) && ValidateTopic(h.Topic) == nil {
 		// A consumer asks for its group's retry topic as it starts, often before its first
 		// heartbeat would have created it; creating it here spares it a rebalance period.
+		// The group is created with it, so that both stay within Config.MaxGroups.
+		if resp := b.ensureGroup(req, strings.TrimPrefix(h.Topic, RetryTopicPrefix)); resp != nil {
+			return protocol.NewResponse(req, protocol.TopicNotExist, "No topic route info for the topic: "+h.Topic+": "+resp.Remark)
+		}
 		var err error
 		if tc, err = b.internalTopic(h.Topic); err != nil {
 			return errorResponse(req, protocol.SystemError, err)

@@ -10,6 +10,10 @@ import (
 // lockTable holds the queue locks orderly consumers take with LOCK_BATCH_MQ: a queue locked by
 // one client of a group cannot be locked by another until the holder unlocks it or its lease
 // runs out.
+//
+// Groups and queues come from clients, so the table must not keep what nobody holds: a
+// lock call drops its group's expired entries, sweep drops every expired entry, and a group
+// whose last entry goes is removed.
 type lockTable struct {
 	lease time.Duration
 
@@ -35,6 +39,11 @@ func (t *lockTable) lock(group, clientID string, mqs []protocol.MessageQueue, no
 		g = map[protocol.MessageQueue]queueLock{}
 		t.locks[group] = g
 	}
+	for mq, cur := range g {
+		if now.Sub(cur.renewed) >= t.lease {
+			delete(g, mq)
+		}
+	}
 	out := make([]protocol.MessageQueue, 0, len(mqs))
 	for _, mq := range mqs {
 		cur, held := g[mq]
@@ -44,7 +53,54 @@ func (t *lockTable) lock(group, clientID string, mqs []protocol.MessageQueue, no
 		g[mq] = queueLock{clientID: clientID, renewed: now}
 		out = append(out, mq)
 	}
+	if len(g) == 0 {
+		delete(t.locks, group)
+	}
 	return out
+}
+
+// holder returns the client holding mq's lock in group, if a lease is running.
+func (t *lockTable) holder(group string, mq protocol.MessageQueue, now time.Time) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l, ok := t.locks[group][mq]
+	if !ok || now.Sub(l.renewed) >= t.lease {
+		return "", false
+	}
+	return l.clientID, true
+}
+
+// sweep drops every lock whose lease ran out, and the groups left without locks.
+func (t *lockTable) sweep(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for group, g := range t.locks {
+		for mq, l := range g {
+			if now.Sub(l.renewed) >= t.lease {
+				delete(g, mq)
+			}
+		}
+		if len(g) == 0 {
+			delete(t.locks, group)
+		}
+	}
+}
+
+// dropGroup forgets every lock of a group.
+func (t *lockTable) dropGroup(group string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.locks, group)
+}
+
+// size is the number of groups and of locks in the table.
+func (t *lockTable) size() (groups, locks int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, g := range t.locks {
+		locks += len(g)
+	}
+	return len(t.locks), locks
 }
 
 // unlock releases the queues clientID holds; locks held by others are left alone.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/flowd-io/flowd/internal/atomicfile"
+	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
 )
 
 // offsetTable holds the consume offsets committed by consumer groups, keyed by
@@ -42,6 +44,9 @@ type offsetTable struct {
 	mu      sync.Mutex
 	offsets map[offsetKey]map[int32]int64
 	dirty   bool
+	// lastCommit is when each group last committed (or, for groups loaded from the file,
+	// when the table was opened): the idle-group sweeper forgets groups by it.
+	lastCommit map[string]time.Time
 }
 
 // offsetKey is a struct, not the file's "topic@group" string, so that the commit a pull
@@ -51,7 +56,7 @@ type offsetKey struct{ topic, group string }
 func (k offsetKey) String() string { return k.topic + "@" + k.group }
 
 func openOffsetTable(path string, log *slog.Logger) (*offsetTable, error) {
-	t := &offsetTable{path: path, log: log, offsets: map[offsetKey]map[int32]int64{}}
+	t := &offsetTable{path: path, log: log, offsets: map[offsetKey]map[int32]int64{}, lastCommit: map[string]time.Time{}}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return t, nil
@@ -80,14 +85,18 @@ func openOffsetTable(path string, log *slog.Logger) (*offsetTable, error) {
 			m[int32(id)] = off
 		}
 		t.offsets[offsetKey{topic, group}] = m
+		t.lastCommit[group] = time.Now()
 	}
 	return t, nil
 }
 
-// commit records an offset and reports whether it changed.
-func (t *offsetTable) commit(group, topic string, queueID int32, offset int64) bool {
+// commit records an offset and reports whether it changed. When it changed and events is
+// not nil, the OffsetCommitted event is emitted before the lock is released, so that of two
+// concurrent commits of one queue the one applied last also has the later event.
+func (t *offsetTable) commit(group, topic string, queueID int32, offset int64, now time.Time, events *eventBus) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.lastCommit[group] = now
 	key := offsetKey{topic, group}
 	m := t.offsets[key]
 	if m == nil {
@@ -99,6 +108,9 @@ func (t *offsetTable) commit(group, topic string, queueID int32, offset int64) b
 	}
 	m[queueID] = offset
 	t.dirty = true
+	if events != nil {
+		events.emit(Event{Type: OffsetCommitted, Time: now, Group: group, Topic: topic, QueueID: queueID, Offset: offset})
+	}
 	return true
 }
 
@@ -160,6 +172,40 @@ type clampedOffset struct {
 	from, to     int64
 }
 
+// removeGroup drops every offset of a group.
+func (t *offsetTable) removeGroup(group string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for key := range t.offsets {
+		if key.group == group {
+			delete(t.offsets, key)
+			t.dirty = true
+		}
+	}
+	delete(t.lastCommit, group)
+}
+
+// lastCommitOf is when group last committed; false when it has no offsets.
+func (t *offsetTable) lastCommitOf(group string) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.lastCommit[group]
+	return at, ok
+}
+
+// groupsIdleSince returns the groups with offsets whose last commit is before deadline.
+func (t *offsetTable) groupsIdleSince(deadline time.Time) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for g, at := range t.lastCommit {
+		if at.Before(deadline) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
 // flush writes the table if it changed since the last flush.
 func (t *offsetTable) flush() error {
 	t.flushMu.Lock()
@@ -218,5 +264,43 @@ func (t *offsetTable) run(ctx context.Context, interval time.Duration) {
 				t.log.Error("offset flush failed", "err", err)
 			}
 		}
+	}
+}
+
+// ErrNotQueueOwner is wrapped by the error a commit gets when another client of the group
+// holds the queue's lock (LOCK_BATCH_MQ).
+var ErrNotQueueOwner = errors.New("queue is locked by another client of the group")
+
+// commitOffset stores a group's consume offset and emits an event when it moved. Clients
+// commit on every pull and on a timer, mostly the same offset again: only changes are events.
+func (b *Broker) commitOffset(group, topic string, queueID int32, offset int64) {
+	b.offsets.commit(group, topic, queueID, offset, time.Now(), b.events)
+}
+
+// commitFrom is a client's commit over connection c. While another client of the group
+// holds the queue's lock, the commit is refused: a member that lost the queue (its lease ran
+// out, or it was slow to notice a rebalance) would otherwise move the new owner's offset
+// back and make it re-deliver. The committer is identified by the connection its group
+// membership was registered on; a connection that is no member of the group does not hold
+// the lock either. Queues nobody locked take every commit, as in RocketMQ.
+func (b *Broker) commitFrom(c *remoting.Conn, group, topic string, queueID int32, offset int64) error {
+	mq := protocol.MessageQueue{Topic: topic, BrokerName: b.cfg.BrokerName, QueueID: int(queueID)}
+	if holder, ok := b.locks.holder(group, mq, time.Now()); ok {
+		if id, _ := b.consumers.clientOf(group, c); id != holder {
+			if id == "" {
+				id = "a connection that is no member of the group"
+			}
+			return fmt.Errorf("commit of offset %d for %s queue %d by %s refused: %w (%s)", offset, topic, queueID, id, ErrNotQueueOwner, holder)
+		}
+	}
+	b.commitOffset(group, topic, queueID, offset)
+	return nil
+}
+
+// commitPulled applies the commit a pull carries (its COMMIT_OFFSET flag). A refused commit
+// does not fail the pull: it is logged and ignored.
+func (b *Broker) commitPulled(c *remoting.Conn, group, topic string, queueID int32, offset int64) {
+	if err := b.commitFrom(c, group, topic, queueID, offset); err != nil {
+		b.log.Info("pull commit ignored", "group", group, "remote", c.RemoteAddr().String(), "err", err)
 	}
 }

@@ -33,7 +33,7 @@ func (b *Broker) scheduleLoop(ctx context.Context, level int) {
 		if len(res.Messages) == 0 {
 			res.Release()
 			if res.NextBeginOffset != offset {
-				b.offsets.commit(scheduleGroup, ScheduleTopic, qid, res.NextBeginOffset)
+				b.offsets.commit(scheduleGroup, ScheduleTopic, qid, res.NextBeginOffset, time.Now(), nil)
 				continue
 			}
 			w := b.poll.park(ScheduleTopic, qid, offset, nil, pollOwner{})
@@ -59,7 +59,7 @@ func (b *Broker) scheduleLoop(ctx context.Context, level int) {
 			}
 			due := time.UnixMilli(m.StoreTimestamp).Add(delay)
 			if wait := time.Until(due); wait > 0 {
-				b.offsets.commit(scheduleGroup, ScheduleTopic, qid, next)
+				b.offsets.commit(scheduleGroup, ScheduleTopic, qid, next, time.Now(), nil)
 				sleepCtx(ctx, min(wait, time.Second))
 				break
 			}
@@ -79,7 +79,7 @@ func (b *Broker) scheduleLoop(ctx context.Context, level int) {
 			next++
 		}
 		res.Release()
-		b.offsets.commit(scheduleGroup, ScheduleTopic, qid, next)
+		b.offsets.commit(scheduleGroup, ScheduleTopic, qid, next, time.Now(), nil)
 	}
 }
 
