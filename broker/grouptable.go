@@ -210,3 +210,6 @@ func (b *Broker) ensureGroup(req *protocol.Command, group string) *protocol.Comm
 	}
 	return nil
 }
+
+// Group returns a subscription group's settings, if the broker keeps the group.
+func (b *Broker) Group(name string) (GroupConfig, bool) { return b.groups.get(name) }
