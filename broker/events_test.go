@@ -149,7 +149,9 @@ func TestASlowSubscriberDoesNotBlockCommits(t *testing.T) {
 func TestLockTableForgetsExpiredLocksAndEmptyGroups(t *testing.T) {
 	lt := newLockTable(time.Minute)
 	now := time.Now()
-	q := func(id int) protocol.MessageQueue { return protocol.MessageQueue{Topic: "t", BrokerName: "b", QueueID: id} }
+	q := func(id int) protocol.MessageQueue {
+		return protocol.MessageQueue{Topic: "t", BrokerName: "b", QueueID: id}
+	}
 	lt.lock("g1", "c1", []protocol.MessageQueue{q(0), q(1)}, now)
 	lt.lock("g2", "c2", []protocol.MessageQueue{q(0)}, now)
 	groups, locks := lt.size()
