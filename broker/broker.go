@@ -317,12 +317,15 @@ func (b *Broker) sweepGroups(ctx context.Context, now time.Time) {
 		}
 		return since.Before(deadline)
 	}
-	for group, since := range b.groups.activity() {
-		if ctx.Err() != nil {
-			return
-		}
-		if idle(group, since) {
-			b.forgetGroup(group)
+	// With auto-creation off, the group table is the operator's: its entries stay.
+	if !b.cfg.DisableAutoCreateGroups {
+		for group, since := range b.groups.activity() {
+			if ctx.Err() != nil {
+				return
+			}
+			if idle(group, since) {
+				b.forgetGroup(group)
+			}
 		}
 	}
 	for _, group := range b.offsets.groupsIdleSince(deadline) {

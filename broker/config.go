@@ -46,8 +46,9 @@ type Config struct {
 	// none. Default 4.
 	DefaultTopicQueues int
 
-	// DisableAutoCreateGroups refuses heartbeats and pulls of groups not created beforehand.
-	// By default a subscription group is created by its first heartbeat.
+	// DisableAutoCreateGroups refuses heartbeats, pulls and commits of groups not created
+	// beforehand (in subscriptionGroups.json); those groups are then never forgotten for
+	// being idle. By default a subscription group is created by its first heartbeat.
 	DisableAutoCreateGroups bool
 
 	// MaxMessageSize is the largest message body accepted, after compression. Default 4 MiB.
@@ -88,7 +89,8 @@ type Config struct {
 	// GroupRetention is how long a subscription group with no live member and no commit is
 	// kept. After it the group, its offsets, its locks and its retry topic are forgotten
 	// (a returning consumer starts again from its consumeFromWhere). Offsets of groups not
-	// in the group table follow the same rule. Default 7 days.
+	// in the group table follow the same rule. With DisableAutoCreateGroups the group table
+	// is left alone. Default 7 days.
 	GroupRetention time.Duration
 
 	// TableFlushInterval is how long an implicitly created topic or group may wait before

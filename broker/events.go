@@ -82,9 +82,10 @@ type eventBus struct {
 	cluster, broker string
 	queueSize       int
 
-	mu   sync.Mutex
-	seq  uint64
-	subs []*subscriber // replaced, never modified, so emit iterates without copying
+	mu     sync.Mutex
+	seq    uint64
+	subs   []*subscriber // replaced, never modified, so emit iterates without copying
+	closed bool
 
 	dropped atomic.Uint64
 }
@@ -105,6 +106,10 @@ func newEventBus(cluster, broker string, queueSize int) *eventBus {
 func (b *eventBus) subscribe(fn func(Event)) (cancel func()) {
 	s := &subscriber{fn: fn, ch: make(chan Event, b.queueSize), done: make(chan struct{})}
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return func() {}
+	}
 	b.subs = append(b.subs[:len(b.subs):len(b.subs)], s)
 	b.mu.Unlock()
 	go s.run()
@@ -163,7 +168,7 @@ func (b *eventBus) emit(e Event) {
 func (b *eventBus) close() {
 	b.mu.Lock()
 	subs := b.subs
-	b.subs = nil
+	b.subs, b.closed = nil, true
 	b.mu.Unlock()
 	for _, s := range subs {
 		s.stop()

@@ -48,6 +48,7 @@ func TestCommitDoesNotOverwriteTheLockHoldersOffset(t *testing.T) {
 	for range 6 {
 		a.send(topic, "m", "")
 	}
+	require.Eventually(t, func() bool { return b.StoreMax(topic, 0) == 6 }, 5*time.Second, time.Millisecond)
 	require.Equal(t, protocol.Success, a.heartbeat(group, "client-a", topic).ResponseCode())
 	require.Equal(t, protocol.Success, other.heartbeat(group, "client-b", topic).ResponseCode())
 	mq := protocol.MessageQueue{Topic: topic, BrokerName: "broker-a", QueueID: 0}
@@ -81,7 +82,7 @@ func TestCommitDoesNotOverwriteTheLockHoldersOffset(t *testing.T) {
 // TestAnyRequestKeepsAMemberAlive: a member that stops heartbeating but keeps committing
 // stays in its group; one that goes silent expires.
 func TestAnyRequestKeepsAMemberAlive(t *testing.T) {
-	b := startBroker(t, func(c *broker.Config) { c.ClientExpiry = 500 * time.Millisecond })
+	b := startBroker(t, func(c *broker.Config) { c.ClientExpiry = time.Second })
 	busy, silent := newRawClient(t, b, nil), newRawClient(t, b, nil)
 	busy.send("alive", "m", "")
 	// busy heartbeats first, so it would expire no later than silent if heartbeats counted alone.
