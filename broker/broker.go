@@ -342,11 +342,17 @@ func (b *Broker) forgetGroup(group string) {
 	b.offsets.removeGroup(group)
 	b.locks.dropGroup(group)
 	retry := RetryTopicPrefix + group
-	removed, err := b.topics.remove(retry)
-	if err == nil && removed {
-		err = b.store.DeleteTopic(retry)
-		b.offsets.removeTopic(retry)
-		b.events.emit(Event{Type: TopicDeleted, Topic: retry})
+	var err error
+	if _, ok := b.topics.get(retry); ok {
+		// As processDeleteTopic: messages first, then the config.
+		var removed bool
+		if err = b.store.DeleteTopic(retry); err == nil {
+			removed, err = b.topics.remove(retry)
+		}
+		if removed {
+			b.offsets.removeTopic(retry)
+			b.events.emit(Event{Type: TopicDeleted, Topic: retry})
+		}
 	}
 	if err != nil {
 		b.log.Error("could not delete the retry topic of a forgotten group", "group", group, "err", err)

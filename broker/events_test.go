@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -190,4 +192,24 @@ func TestCreatedGroupsAreWrittenOnFlushOnly(t *testing.T) {
 	again, err = openGroupTable(b.groups.path, 10)
 	require.NoError(t, err)
 	assert.Equal(t, 3, again.len())
+}
+
+// A deletion that fails half way must not leave the messages of a topic no longer listed
+// (the next send re-creating the topic would bring them back): the messages go first.
+func TestDeleteTopicRemovesMessagesBeforeTheConfig(t *testing.T) {
+	b := newTestBroker(t, nil)
+	_, err := b.topics.put(TopicConfig{Name: "half", ReadQueueNums: 1, WriteQueueNums: 1, Perm: protocol.PermRead | protocol.PermWrite})
+	require.NoError(t, err)
+	_, err = b.store.Put(context.Background(), &protocol.MessageExt{Message: protocol.Message{Topic: "half", Body: []byte("m"), Properties: map[string]string{}}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return b.store.MaxOffset("half", 0) == 1 }, 5*time.Second, time.Millisecond)
+
+	// The topic file cannot be replaced: a directory with content stands in its way.
+	require.NoError(t, os.Remove(b.topics.path))
+	require.NoError(t, os.MkdirAll(filepath.Join(b.topics.path, "x"), 0o755))
+	t.Cleanup(func() { os.RemoveAll(b.topics.path) })
+	req := protocol.NewRequestWith(protocol.DeleteTopicInBroker, &protocol.DeleteTopicRequestHeader{Topic: "half"}, nil)
+	resp := b.processDeleteTopic(req)
+	require.Equal(t, protocol.SystemError, resp.ResponseCode(), resp.Remark)
+	assert.Zero(t, b.store.MaxOffset("half", 0), "the messages outlived a failed deletion")
 }
