@@ -201,6 +201,8 @@ func TestHeartbeatRefusesBadSubscriptionTopics(t *testing.T) {
 		assert.Contains(t, resp.Remark, "bad topic")
 	}
 	assert.Empty(t, b.GroupMembers("subs"))
+	_, ok := b.Group("subs")
+	assert.False(t, ok, "a refused heartbeat created its group")
 }
 
 // TestNewGroupsAreWrittenTogether: groups created by heartbeats do not rewrite the group
