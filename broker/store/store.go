@@ -353,6 +353,7 @@ func (s *Store) DeleteTopic(topic string) error {
 		dead = tombstones{}
 	}
 	dead[topic] = s.wpos
+	dead.prune(s.minOffset.Load()) // retention removed what older records cover
 	if err := s.writeTombstones(dead); err != nil {
 		return fmt.Errorf("delete topic %q: %w", topic, err)
 	}
