@@ -336,27 +336,30 @@ func (b *Broker) sweepGroups(ctx context.Context, now time.Time) {
 	}
 }
 
-// forgetGroup removes an idle group and what belongs to it.
+// forgetGroup removes an idle group and what belongs to it. The group's entry goes last, so
+// that a group no longer listed has nothing left behind.
 func (b *Broker) forgetGroup(group string) {
-	b.groups.remove(group, b.events)
-	b.offsets.removeGroup(group)
 	b.locks.dropGroup(group)
 	retry := RetryTopicPrefix + group
-	var err error
 	if _, ok := b.topics.get(retry); ok {
 		// As processDeleteTopic: messages first, then the config.
-		var removed bool
-		if err = b.store.DeleteTopic(retry); err == nil {
+		removed := false
+		err := b.store.DeleteTopic(retry)
+		if err == nil {
 			removed, err = b.topics.remove(retry)
+		}
+		if err != nil {
+			// Keep the group: the next sweep tries again.
+			b.log.Error("could not delete the retry topic of an idle group", "group", group, "err", err)
+			return
 		}
 		if removed {
 			b.offsets.removeTopic(retry)
 			b.events.emit(Event{Type: TopicDeleted, Topic: retry})
 		}
 	}
-	if err != nil {
-		b.log.Error("could not delete the retry topic of a forgotten group", "group", group, "err", err)
-	}
+	b.offsets.removeGroup(group)
+	b.groups.remove(group, b.events)
 	b.log.Info("forgot an idle group", "group", group, "retention", b.cfg.GroupRetention)
 }
 

@@ -177,7 +177,7 @@ func TestIdleGroupsAreForgotten(t *testing.T) {
 	idle.cl.Close() // the member leaves with its connection
 
 	require.Eventually(t, func() bool {
-		_, ok := b.Group("idle")
+		_, ok := b.Group("idle") // forgotten last
 		return !ok
 	}, 10*time.Second, 10*time.Millisecond, "the idle group was never forgotten")
 	_, ok = b.CommittedOffset("idle", "sweep", 0)
