@@ -69,6 +69,12 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 	assert.Equal(t, 4, cfg.DefaultTopicQueues)
 	assert.Equal(t, 4<<20, cfg.MaxMessageSize)
 	assert.Equal(t, 45*time.Second, cfg.ClientExpiry)
+	assert.Equal(t, 10000, cfg.MaxGroups)
+	assert.Equal(t, 7*24*time.Hour, cfg.GroupRetention)
+	assert.Equal(t, 200*time.Millisecond, cfg.TableFlushInterval)
+	assert.Equal(t, 4096, cfg.EventQueueSize)
+	_, err = (&Config{MaxGroups: -1}).withDefaults()
+	assert.ErrorContains(t, err, "MaxGroups")
 
 	_, err = (&Config{DefaultTopicQueues: 5000}).withDefaults()
 	assert.ErrorContains(t, err, "DefaultTopicQueues")
