@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
 )
 
 // lockTable holds the queue locks orderly consumers take with LOCK_BATCH_MQ: a queue locked by
@@ -23,6 +24,7 @@ type lockTable struct {
 
 type queueLock struct {
 	clientID string
+	conn     *remoting.Conn // the connection the lock was taken on; nil in table tests
 	renewed  time.Time
 }
 
@@ -32,6 +34,11 @@ func newLockTable(lease time.Duration) *lockTable {
 
 // lock takes or renews the locks of mqs for clientID and returns the queues it now holds.
 func (t *lockTable) lock(group, clientID string, mqs []protocol.MessageQueue, now time.Time) []protocol.MessageQueue {
+	return t.lockFrom(group, clientID, nil, mqs, now)
+}
+
+// lockFrom is lock for a request that arrived on conn, which is remembered with the lock.
+func (t *lockTable) lockFrom(group, clientID string, conn *remoting.Conn, mqs []protocol.MessageQueue, now time.Time) []protocol.MessageQueue {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	g := t.locks[group]
@@ -50,7 +57,7 @@ func (t *lockTable) lock(group, clientID string, mqs []protocol.MessageQueue, no
 		if held && cur.clientID != clientID && now.Sub(cur.renewed) < t.lease {
 			continue
 		}
-		g[mq] = queueLock{clientID: clientID, renewed: now}
+		g[mq] = queueLock{clientID: clientID, conn: conn, renewed: now}
 		out = append(out, mq)
 	}
 	if len(g) == 0 {
@@ -59,15 +66,16 @@ func (t *lockTable) lock(group, clientID string, mqs []protocol.MessageQueue, no
 	return out
 }
 
-// holder returns the client holding mq's lock in group, if a lease is running.
-func (t *lockTable) holder(group string, mq protocol.MessageQueue, now time.Time) (string, bool) {
+// holder returns the client holding mq's lock in group, and the connection it locked on, if
+// a lease is running.
+func (t *lockTable) holder(group string, mq protocol.MessageQueue, now time.Time) (string, *remoting.Conn, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	l, ok := t.locks[group][mq]
 	if !ok || now.Sub(l.renewed) >= t.lease {
-		return "", false
+		return "", nil, false
 	}
-	return l.clientID, true
+	return l.clientID, l.conn, true
 }
 
 // sweep drops every lock whose lease ran out, and the groups left without locks.

@@ -280,12 +280,12 @@ func (b *Broker) commitOffset(group, topic string, queueID int32, offset int64) 
 // commitFrom is a client's commit over connection c. While another client of the group
 // holds the queue's lock, the commit is refused: a member that lost the queue (its lease ran
 // out, or it was slow to notice a rebalance) would otherwise move the new owner's offset
-// back and make it re-deliver. The committer is identified by the connection its group
-// membership was registered on; a connection that is no member of the group does not hold
-// the lock either. Queues nobody locked take every commit, as in RocketMQ.
+// back and make it re-deliver. The committer holds the lock when the lock was taken on its
+// connection, or when the group member registered on its connection is the lock's client;
+// any other connection does not. Queues nobody locked take every commit, as in RocketMQ.
 func (b *Broker) commitFrom(c *remoting.Conn, group, topic string, queueID int32, offset int64) error {
 	mq := protocol.MessageQueue{Topic: topic, BrokerName: b.cfg.BrokerName, QueueID: int(queueID)}
-	if holder, ok := b.locks.holder(group, mq, time.Now()); ok {
+	if holder, lockConn, ok := b.locks.holder(group, mq, time.Now()); ok && (lockConn == nil || lockConn != c) {
 		if id, _ := b.consumers.clientOf(group, c); id != holder {
 			if id == "" {
 				id = "a connection that is no member of the group"

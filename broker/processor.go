@@ -37,7 +37,7 @@ func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protoco
 	case protocol.ConsumerSendMsgBack:
 		return b.processSendBack(ctx, c, req)
 	case protocol.LockBatchMQ, protocol.UnlockBatchMQ:
-		return b.processLock(req)
+		return b.processLock(c, req)
 	case protocol.ViewMessageByID:
 		return b.processViewMessage(req)
 	}

@@ -79,6 +79,20 @@ func TestCommitDoesNotOverwriteTheLockHoldersOffset(t *testing.T) {
 	assert.Equal(t, int64(2), off)
 }
 
+// A client that locked a queue can commit it over the same connection before its first
+// heartbeat registered it in the group.
+func TestLockHolderCommitsBeforeItsHeartbeat(t *testing.T) {
+	b := startBroker(t, nil)
+	c := newRawClient(t, b, nil)
+	c.send("early", "m", "")
+	mq := protocol.MessageQueue{Topic: "early", BrokerName: "broker-a", QueueID: 0}
+	require.Equal(t, protocol.Success, c.lock(protocol.LockBatchMQ, "early-group", "client-e", mq).ResponseCode())
+	resp := c.commit("early-group", "early", 0, 1)
+	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	off, _ := b.CommittedOffset("early-group", "early", 0)
+	assert.Equal(t, int64(1), off)
+}
+
 // TestAnyRequestKeepsAMemberAlive: a member that stops heartbeating but keeps committing
 // stays in its group; one that goes silent expires.
 func TestAnyRequestKeepsAMemberAlive(t *testing.T) {
