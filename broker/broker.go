@@ -38,7 +38,7 @@ type Broker struct {
 	offsets   *offsetTable
 	locks     *lockTable
 	poll      *longPoll
-	events    eventBus
+	events    *eventBus
 
 	ln, nsLn net.Listener
 	server   *remoting.Server
@@ -67,17 +67,18 @@ func New(c Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, delays: delays, consumers: newConsumerManager(), locks: newLockTable(cfg.LockLease), poll: newLongPoll()}
+	events := newEventBus(cfg.Cluster, cfg.BrokerName, cfg.EventQueueSize)
+	b := &Broker{cfg: cfg, log: cfg.Logger, delays: delays, events: events, consumers: newConsumerManager(events), locks: newLockTable(cfg.LockLease), poll: newLongPoll()}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 
 	confDir := filepath.Join(cfg.DataDir, "config")
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
-	if b.topics, err = openTopicTable(filepath.Join(confDir, "topics.json")); err != nil {
+	if b.topics, err = openTopicTable(filepath.Join(confDir, "topics.json"), 2*cfg.MaxGroups); err != nil {
 		return nil, err
 	}
-	if b.groups, err = openGroupTable(filepath.Join(confDir, "subscriptionGroups.json")); err != nil {
+	if b.groups, err = openGroupTable(filepath.Join(confDir, "subscriptionGroups.json"), cfg.MaxGroups); err != nil {
 		return nil, err
 	}
 	if b.offsets, err = openOffsetTable(filepath.Join(confDir, "consumerOffset.json"), b.log); err != nil {
@@ -111,6 +112,11 @@ func New(c Config) (*Broker, error) {
 	if b.store, err = store.Open(filepath.Join(cfg.DataDir, "store"), sopts); err != nil {
 		b.closeListeners()
 		return nil, err
+	}
+	b.offsets.sync = b.store.Sync
+	for _, c := range b.offsets.clamp(b.store.MaxOffset) {
+		b.log.Warn("consumer offset lowered to the end of its queue: the commit log it pointed into did not survive",
+			"group", c.group, "topic", c.topic, "queue", c.queueID, "offset", c.from, "max", c.to)
 	}
 	if err := b.createSystemTopics(); err != nil {
 		b.closeListeners()
@@ -149,6 +155,8 @@ func (b *Broker) Start() error {
 	}
 	b.goLoop(func(ctx context.Context) { b.offsets.run(ctx, b.cfg.OffsetFlushInterval) })
 	b.goLoop(b.expireLoop)
+	b.goLoop(b.tableFlushLoop)
+	b.goLoop(b.sweepLoop)
 	for level := range b.delays {
 		b.goLoop(func(ctx context.Context) { b.scheduleLoop(ctx, level) })
 	}
@@ -184,8 +192,16 @@ func (b *Broker) NamesrvAddr() string {
 	return b.nsLn.Addr().String()
 }
 
-// Subscribe calls fn for every broker event until cancel is called. fn must not block.
+// Subscribe calls fn for every broker event, in Seq order, until cancel is called or the
+// broker shuts down. fn runs on a goroutine of its own, never on a request's, so it may take
+// its time and call the broker (cancel included); events that find its queue
+// (Config.EventQueueSize) full are dropped and counted in EventsDropped. cancel does not wait
+// for a running fn.
 func (b *Broker) Subscribe(fn func(Event)) (cancel func()) { return b.events.subscribe(fn) }
+
+// EventsDropped counts the events, over all subscribers, dropped because a subscriber's queue
+// was full.
+func (b *Broker) EventsDropped() uint64 { return b.events.dropped.Load() }
 
 // Shutdown stops accepting connections, answers parked pulls, lets in-flight requests finish
 // (bounded by ctx), persists consumer offsets, and closes the store, which flushes it and
@@ -208,6 +224,13 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 			b.closeListeners()
 		}
 		b.wg.Wait()
+		b.events.close()
+		if err := b.topics.flushIfDirty(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := b.groups.flushIfDirty(); err != nil {
+			errs = append(errs, err)
+		}
 		if err := b.offsets.flush(); err != nil {
 			errs = append(errs, err)
 		}
@@ -239,25 +262,118 @@ func (b *Broker) expireLoop(ctx context.Context) {
 			return
 		case now := <-t.C:
 			b.membersChanged(b.consumers.expire(now.Add(-b.cfg.ClientExpiry)))
+			b.locks.sweep(now)
 		}
 	}
+}
+
+// tableFlushLoop writes the topic and group files when implicit creations changed them.
+func (b *Broker) tableFlushLoop(ctx context.Context) {
+	t := time.NewTicker(b.cfg.TableFlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return // Shutdown writes them once more
+		case <-t.C:
+			if err := b.topics.flushIfDirty(); err != nil {
+				b.log.Error("topic table write failed", "err", err)
+			}
+			if err := b.groups.flushIfDirty(); err != nil {
+				b.log.Error("group table write failed", "err", err)
+			}
+		}
+	}
+}
+
+// sweepLoop forgets idle groups (see Config.GroupRetention).
+func (b *Broker) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(min(max(b.cfg.GroupRetention/4, 10*time.Millisecond), time.Minute))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			b.sweepGroups(ctx, now)
+		}
+	}
+}
+
+// sweepGroups forgets every group that has had no live member and no commit for
+// GroupRetention: its subscription group entry, offsets, locks and retry topic. Offsets of
+// groups that are not in the group table (the table was capped, or an older broker wrote
+// them) are forgotten by the same rule. The delay service's own offsets are never touched.
+func (b *Broker) sweepGroups(ctx context.Context, now time.Time) {
+	deadline := now.Add(-b.cfg.GroupRetention)
+	idle := func(group string, since time.Time) bool {
+		if b.consumers.live(group) {
+			b.groups.markActive(group, now)
+			return false
+		}
+		if at, ok := b.offsets.lastCommitOf(group); ok && !at.Before(deadline) {
+			return false
+		}
+		return since.Before(deadline)
+	}
+	// With auto-creation off, the group table is the operator's: its entries stay.
+	if !b.cfg.DisableAutoCreateGroups {
+		for group, since := range b.groups.activity() {
+			if ctx.Err() != nil {
+				return
+			}
+			if idle(group, since) {
+				b.forgetGroup(group)
+			}
+		}
+	}
+	for _, group := range b.offsets.groupsIdleSince(deadline) {
+		if _, known := b.groups.get(group); !known && group != scheduleGroup && !b.consumers.live(group) {
+			b.offsets.removeGroup(group)
+			b.log.Info("forgot the offsets of an idle group", "group", group, "retention", b.cfg.GroupRetention)
+		}
+	}
+}
+
+// forgetGroup removes an idle group and what belongs to it. The group's entry goes last, so
+// that a group no longer listed has nothing left behind.
+func (b *Broker) forgetGroup(group string) {
+	b.locks.dropGroup(group)
+	retry := RetryTopicPrefix + group
+	if _, ok := b.topics.get(retry); ok {
+		// As processDeleteTopic: messages first, then the config.
+		removed := false
+		err := b.store.DeleteTopic(retry)
+		if err == nil {
+			removed, err = b.topics.remove(retry)
+		}
+		if err != nil {
+			// Keep the group: the next sweep tries again.
+			b.log.Error("could not delete the retry topic of an idle group", "group", group, "err", err)
+			return
+		}
+		if removed {
+			b.offsets.removeTopic(retry)
+			b.events.emit(Event{Type: TopicDeleted, Topic: retry})
+		}
+	}
+	b.offsets.removeGroup(group)
+	b.groups.remove(group, b.events)
+	b.log.Info("forgot an idle group", "group", group, "retention", b.cfg.GroupRetention)
 }
 
 func (b *Broker) connClosed(c *remoting.Conn) {
 	b.membersChanged(b.consumers.connClosed(c))
 }
 
-// membersChanged releases departed members' locks, notifies the groups' remaining members so
-// they rebalance at once, and emits the events.
+// membersChanged releases departed members' locks and notifies the groups' remaining members
+// so they rebalance at once. The consumer manager emitted the events.
 func (b *Broker) membersChanged(changes []memberChange) {
 	notified := map[string]bool{}
 	for _, ch := range changes {
-		typ := MemberJoined
 		if !ch.joined {
-			typ = MemberLeft
 			b.locks.releaseClient(ch.group, ch.clientID)
 		}
-		b.events.emit(Event{Type: typ, Group: ch.group, ClientID: ch.clientID, Reason: ch.reason})
 		if !notified[ch.group] {
 			notified[ch.group] = true
 			b.notifyGroup(ch.group)

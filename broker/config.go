@@ -47,8 +47,9 @@ type Config struct {
 	// none. Default 4.
 	DefaultTopicQueues int
 
-	// DisableAutoCreateGroups refuses heartbeats and pulls of groups not created beforehand.
-	// By default a subscription group is created by its first heartbeat.
+	// DisableAutoCreateGroups refuses heartbeats, pulls and commits of groups not created
+	// beforehand (in subscriptionGroups.json); those groups are then never forgotten for
+	// being idle. By default a subscription group is created by its first heartbeat.
 	DisableAutoCreateGroups bool
 
 	// MaxMessageSize is the largest message body accepted, after compression. Default 4 MiB.
@@ -77,6 +78,30 @@ type Config struct {
 	// OffsetFlushInterval is how often committed consumer offsets are written to disk when
 	// they changed. Default 500 ms, so a commit is durable within a second.
 	OffsetFlushInterval time.Duration
+
+	// MaxGroups caps the subscription groups the broker keeps. Groups are created by any
+	// client that names one (heartbeat, pull, commit, send-back), so without a cap a client
+	// could grow the group table, its file, the offset table and the retry topics without
+	// bound. At the cap a request that would create a group is refused with
+	// SUBSCRIPTION_GROUP_NOT_EXIST and a remark naming the cap. Retry and dead-letter topics
+	// are capped at twice this. Default 10000.
+	MaxGroups int
+
+	// GroupRetention is how long a subscription group with no live member and no commit is
+	// kept. After it the group, its offsets, its locks and its retry topic are forgotten
+	// (a returning consumer starts again from its consumeFromWhere). Offsets of groups not
+	// in the group table follow the same rule. With DisableAutoCreateGroups the group table
+	// is left alone. Default 7 days.
+	GroupRetention time.Duration
+
+	// TableFlushInterval is how long an implicitly created topic or group may wait before
+	// the topic and group files are rewritten. Creations within it share one write. Explicit
+	// topic changes (create, delete) are written at once. Default 200 ms.
+	TableFlushInterval time.Duration
+
+	// EventQueueSize is how many events a subscriber (Broker.Subscribe) may have waiting;
+	// events past it are dropped and counted (Broker.EventsDropped). Default 4096.
+	EventQueueSize int
 
 	// Store configures the commit log and consume queues; see store.Options for defaults.
 	// StoreHost is set from the advertised address when left empty.
@@ -143,6 +168,21 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.OffsetFlushInterval == 0 {
 		cfg.OffsetFlushInterval = 500 * time.Millisecond
+	}
+	if cfg.MaxGroups == 0 {
+		cfg.MaxGroups = 10000
+	}
+	if cfg.GroupRetention == 0 {
+		cfg.GroupRetention = 7 * 24 * time.Hour
+	}
+	if cfg.TableFlushInterval == 0 {
+		cfg.TableFlushInterval = 200 * time.Millisecond
+	}
+	if cfg.EventQueueSize == 0 {
+		cfg.EventQueueSize = 4096
+	}
+	if cfg.MaxGroups < 0 || cfg.GroupRetention < 0 || cfg.TableFlushInterval < 0 || cfg.EventQueueSize < 0 {
+		return cfg, errors.New("config: MaxGroups, GroupRetention, TableFlushInterval and EventQueueSize must not be negative")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

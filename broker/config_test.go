@@ -69,6 +69,12 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 	assert.Equal(t, 4, cfg.DefaultTopicQueues)
 	assert.Equal(t, 4<<20, cfg.MaxMessageSize)
 	assert.Equal(t, 45*time.Second, cfg.ClientExpiry)
+	assert.Equal(t, 10000, cfg.MaxGroups)
+	assert.Equal(t, 7*24*time.Hour, cfg.GroupRetention)
+	assert.Equal(t, 200*time.Millisecond, cfg.TableFlushInterval)
+	assert.Equal(t, 4096, cfg.EventQueueSize)
+	_, err = (&Config{MaxGroups: -1}).withDefaults()
+	assert.ErrorContains(t, err, "MaxGroups")
 
 	_, err = (&Config{DefaultTopicQueues: 5000}).withDefaults()
 	assert.ErrorContains(t, err, "DefaultTopicQueues")
@@ -80,7 +86,7 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 
 func TestTopicTablePersistsAndRejectsBadConfigs(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "topics.json")
-	tt, err := openTopicTable(path)
+	tt, err := openTopicTable(path, 100)
 	require.NoError(t, err)
 	created, err := tt.put(TopicConfig{Name: "orders", ReadQueueNums: 8, WriteQueueNums: 8, Perm: protocol.PermRead | protocol.PermWrite})
 	require.NoError(t, err)
@@ -99,7 +105,7 @@ func TestTopicTablePersistsAndRejectsBadConfigs(t *testing.T) {
 		assert.ErrorIs(t, err, ErrBadTopic, bad.Name)
 	}
 
-	again, err := openTopicTable(path)
+	again, err := openTopicTable(path, 100)
 	require.NoError(t, err)
 	tc, ok := again.get("orders")
 	require.True(t, ok)
@@ -112,8 +118,8 @@ func TestOffsetTableFlushesAndReloads(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "consumerOffset.json")
 	ot, err := openOffsetTable(path, nil)
 	require.NoError(t, err)
-	ot.commit("g", "t", 3, 42)
-	ot.commit("g", "t", 0, 7)
+	ot.commit("g", "t", 3, 42, time.Now(), nil)
+	ot.commit("g", "t", 0, 7, time.Now(), nil)
 	require.NoError(t, ot.flush())
 
 	again, err := openOffsetTable(path, nil)

@@ -3,6 +3,7 @@ package broker
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,6 +18,8 @@ const (
 	MemberLeft
 	OffsetCommitted
 	GroupCreated
+	// GroupDeleted: an idle group was forgotten (see Config.GroupRetention).
+	GroupDeleted
 )
 
 func (t EventType) String() string {
@@ -33,14 +36,25 @@ func (t EventType) String() string {
 		return "offset.committed"
 	case GroupCreated:
 		return "group.created"
+	case GroupDeleted:
+		return "group.deleted"
 	}
 	return "event." + strconv.Itoa(int(t))
 }
 
 // Event is one control-plane fact. Fields that do not apply to a type are zero.
 type Event struct {
-	Type     EventType
-	Time     time.Time
+	// Seq numbers the broker's events from 1, without gaps, in the order the state changed:
+	// of two commits of one queue, the one applied last has the higher Seq. A subscriber
+	// that sees a gap lost events (its queue was full; see Broker.EventsDropped).
+	Seq  uint64
+	Type EventType
+	Time time.Time
+	// Cluster and Broker name the node (Config.Cluster, Config.BrokerName), so that events
+	// of several brokers can share one subject space.
+	Cluster string
+	Broker  string
+
 	Topic    string
 	Group    string
 	ClientID string
@@ -52,38 +66,118 @@ type Event struct {
 	Queues int
 }
 
-// eventBus fans broker events out to subscribers. Subscribers are called synchronously on
-// the goroutine that raised the event, outside every broker lock, so they must not block:
-// a publisher hands the event to its own queue.
+// eventBus numbers broker events and hands them to subscribers.
+//
+// # Notes
+//
+// emit never blocks and never runs a subscriber: each subscriber has a bounded queue and a
+// goroutine of its own, and an event that finds the queue full is dropped and counted. So a
+// slow subscriber costs the pull and commit paths nothing, and a subscriber may call
+// anything of the broker, its own cancel included, without deadlocking.
+//
+// Tables whose events must come out in the order of their state changes (offsets, members,
+// groups) call emit while they hold their own lock: the bus's lock is a leaf below every
+// table lock, so Seq order is the order of the changes.
 type eventBus struct {
-	mu   sync.RWMutex
-	next int
-	subs map[int]func(Event)
+	cluster, broker string
+	queueSize       int
+
+	mu     sync.Mutex
+	seq    uint64
+	subs   []*subscriber // replaced, never modified, so emit iterates without copying
+	closed bool
+
+	dropped atomic.Uint64
 }
 
+type subscriber struct {
+	fn   func(Event)
+	ch   chan Event
+	done chan struct{}
+	once sync.Once
+}
+
+func newEventBus(cluster, broker string, queueSize int) *eventBus {
+	return &eventBus{cluster: cluster, broker: broker, queueSize: queueSize}
+}
+
+// subscribe starts delivering events to fn on a goroutine of its own until cancel is called
+// or the bus closes. cancel does not wait for a running fn, so fn may call it.
 func (b *eventBus) subscribe(fn func(Event)) (cancel func()) {
+	s := &subscriber{fn: fn, ch: make(chan Event, b.queueSize), done: make(chan struct{})}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.subs == nil {
-		b.subs = map[int]func(Event){}
+	if b.closed {
+		b.mu.Unlock()
+		return func() {}
 	}
-	id := b.next
-	b.next++
-	b.subs[id] = fn
+	b.subs = append(b.subs[:len(b.subs):len(b.subs)], s)
+	b.mu.Unlock()
+	go s.run()
 	return func() {
 		b.mu.Lock()
-		defer b.mu.Unlock()
-		delete(b.subs, id)
+		for i, x := range b.subs {
+			if x == s {
+				subs := make([]*subscriber, 0, len(b.subs)-1)
+				b.subs = append(append(subs, b.subs[:i]...), b.subs[i+1:]...)
+				break
+			}
+		}
+		b.mu.Unlock()
+		s.stop()
 	}
 }
 
+func (s *subscriber) stop() { s.once.Do(func() { close(s.done) }) }
+
+func (s *subscriber) run() {
+	for {
+		select {
+		case <-s.done:
+			return
+		case e := <-s.ch:
+			select {
+			case <-s.done: // cancelled while the event waited
+				return
+			default:
+			}
+			s.fn(e)
+		}
+	}
+}
+
+// emit numbers e and queues it for every subscriber. It never blocks.
 func (b *eventBus) emit(e Event) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	for _, fn := range b.subs {
-		fn(e)
+	e.Cluster, e.Broker = b.cluster, b.broker
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.seq++
+	e.Seq = b.seq
+	for _, s := range b.subs {
+		select {
+		case s.ch <- e:
+		default:
+			b.dropped.Add(1)
+		}
 	}
+}
+
+// close stops every subscriber; later events reach no one.
+func (b *eventBus) close() {
+	b.mu.Lock()
+	subs := b.subs
+	b.subs, b.closed = nil, true
+	b.mu.Unlock()
+	for _, s := range subs {
+		s.stop()
+	}
+}
+
+// lastSeq is the Seq of the latest event.
+func (b *eventBus) lastSeq() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.seq
 }

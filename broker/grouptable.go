@@ -7,6 +7,10 @@ import (
 	"os"
 	"regexp"
 	"sync"
+	"time"
+
+	"github.com/flowd-io/flowd/internal/atomicfile"
+	"github.com/flowd-io/flowd/protocol"
 )
 
 // groupNameRE is RocketMQ's group charset. The length limit is not RocketMQ's 255 but 120, so
@@ -24,6 +28,10 @@ func ValidateGroup(name string) error {
 	return nil
 }
 
+// ErrLimit is wrapped by the error of a request that would grow a table past its configured
+// cap (Config.MaxGroups).
+var ErrLimit = errors.New("limit reached")
+
 // GroupConfig is a subscription group's settings, RocketMQ's SubscriptionGroupConfig.
 type GroupConfig struct {
 	Name           string `json:"groupName"`
@@ -33,15 +41,30 @@ type GroupConfig struct {
 }
 
 // groupTable holds the subscription groups and persists them.
+//
+// # Notes
+//
+// Groups are created by the first heartbeat or pull that names them, which may be on a hot
+// path and many at once (a fleet of new consumers starting). A creation only marks the table
+// dirty; flushIfDirty writes it (atomically) on the broker's table-flush timer and at
+// shutdown. A crash in between loses the creation, which the next heartbeat repeats.
 type groupTable struct {
 	path string
+	max  int // cap on the number of groups
+
+	flushMu sync.Mutex // serializes writes, so an older snapshot never overwrites a newer one
 
 	mu     sync.RWMutex
 	groups map[string]GroupConfig
+	// active is when each group was created, loaded, or last seen with live members; the
+	// idle-group sweeper forgets groups by it.
+	active  map[string]time.Time
+	gen     uint64 // counts changes
+	written uint64 // the gen the file holds
 }
 
-func openGroupTable(path string) (*groupTable, error) {
-	t := &groupTable{path: path, groups: map[string]GroupConfig{}}
+func openGroupTable(path string, maxGroups int) (*groupTable, error) {
+	t := &groupTable{path: path, max: maxGroups, groups: map[string]GroupConfig{}, active: map[string]time.Time{}}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return t, nil
@@ -55,8 +78,10 @@ func openGroupTable(path string) (*groupTable, error) {
 	if err := json.Unmarshal(b, &file); err != nil {
 		return nil, fmt.Errorf("parse subscription groups %s: %w", path, err)
 	}
+	now := time.Now()
 	for k, v := range file.Groups {
 		t.groups[k] = v
+		t.active[k] = now
 	}
 	return t, nil
 }
@@ -68,8 +93,10 @@ func (t *groupTable) get(name string) (GroupConfig, bool) {
 	return g, ok
 }
 
-// createIfAbsent returns the group's config, creating it when absent.
-func (t *groupTable) createIfAbsent(g GroupConfig) (GroupConfig, bool, error) {
+// createIfAbsent returns the group's config, creating it when absent and the table is below
+// its cap (else an error wrapping ErrLimit). A creation is emitted as GroupCreated under the
+// table's lock, and written by the next flushIfDirty.
+func (t *groupTable) createIfAbsent(g GroupConfig, now time.Time, events *eventBus) (GroupConfig, bool, error) {
 	if cur, ok := t.get(g.Name); ok {
 		return cur, false, nil
 	}
@@ -78,17 +105,111 @@ func (t *groupTable) createIfAbsent(g GroupConfig) (GroupConfig, bool, error) {
 	if cur, ok := t.groups[g.Name]; ok {
 		return cur, false, nil
 	}
+	if len(t.groups) >= t.max {
+		return GroupConfig{}, false, fmt.Errorf("subscription group %q not created: %w: the broker holds MaxGroups=%d groups (idle ones are forgotten after GroupRetention)", g.Name, ErrLimit, t.max)
+	}
 	t.groups[g.Name] = g
+	t.active[g.Name] = now
+	t.gen++
+	if events != nil {
+		events.emit(Event{Type: GroupCreated, Time: now, Group: g.Name})
+	}
+	return g, true, nil
+}
+
+// remove forgets a group; the next flushIfDirty writes the table.
+func (t *groupTable) remove(name string, events *eventBus) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.groups[name]; !ok {
+		return false
+	}
+	delete(t.groups, name)
+	delete(t.active, name)
+	t.gen++
+	if events != nil {
+		events.emit(Event{Type: GroupDeleted, Group: name})
+	}
+	return true
+}
+
+// markActive records that the group was seen with live members at now.
+func (t *groupTable) markActive(name string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.groups[name]; ok {
+		t.active[name] = now
+	}
+}
+
+// activity returns every group with the time it was last known active.
+func (t *groupTable) activity() map[string]time.Time {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make(map[string]time.Time, len(t.active))
+	for g, at := range t.active {
+		out[g] = at
+	}
+	return out
+}
+
+func (t *groupTable) len() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.groups)
+}
+
+// flushIfDirty writes the table if it changed since the last write. A failed write leaves
+// it dirty, so the timer retries it. Readers go on while the table is encoded.
+func (t *groupTable) flushIfDirty() error {
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	t.mu.RLock()
+	if t.gen == t.written {
+		t.mu.RUnlock()
+		return nil
+	}
 	file := struct {
 		Groups map[string]GroupConfig `json:"subscriptionGroupTable"`
 	}{t.groups}
 	b, err := json.MarshalIndent(file, "", "  ")
+	gen := t.gen
+	t.mu.RUnlock()
 	if err == nil {
-		err = writeFileAtomic(t.path, b)
+		err = atomicfile.WriteFile(t.path, b, 0o644)
 	}
 	if err != nil {
-		delete(t.groups, g.Name)
-		return GroupConfig{}, false, fmt.Errorf("create subscription group %q: %w", g.Name, err)
+		return fmt.Errorf("write subscription groups: %w", err)
 	}
-	return g, true, nil
+	t.mu.Lock()
+	t.written = gen
+	t.mu.Unlock()
+	return nil
 }
+
+// ensureGroup creates a subscription group on first use, or refuses an unknown one when
+// auto-creation is off or the table is at its cap (Config.MaxGroups).
+func (b *Broker) ensureGroup(req *protocol.Command, group string) *protocol.Command {
+	if _, ok := b.groups.get(group); ok {
+		return nil
+	}
+	// Validate only names not in the table, so a known group costs one map lookup. Without
+	// this any client could persist arbitrary (huge, control-character) group names.
+	if err := ValidateGroup(group); err != nil {
+		return errorResponse(req, protocol.InvalidParameter, err)
+	}
+	if b.cfg.DisableAutoCreateGroups {
+		return errorResponse(req, protocol.SubscriptionGroupNotExist, fmt.Errorf("subscription group %q does not exist", group))
+	}
+	_, _, err := b.groups.createIfAbsent(GroupConfig{Name: group, ConsumeEnable: true, RetryQueueNums: 1, RetryMaxTimes: b.cfg.MaxReconsumeTimes}, time.Now(), b.events)
+	if errors.Is(err, ErrLimit) {
+		return errorResponse(req, protocol.SubscriptionGroupNotExist, err)
+	}
+	if err != nil {
+		return errorResponse(req, protocol.SystemError, err)
+	}
+	return nil
+}
+
+// Group returns a subscription group's settings, if the broker keeps the group.
+func (b *Broker) Group(name string) (GroupConfig, bool) { return b.groups.get(name) }

@@ -6,9 +6,10 @@ import (
 	"time"
 
 	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
 )
 
-func (b *Broker) processLock(req *protocol.Command) *protocol.Command {
+func (b *Broker) processLock(c *remoting.Conn, req *protocol.Command) *protocol.Command {
 	var body protocol.LockBatchRequestBody
 	if err := protocol.UnmarshalBody(req.Body, &body); err != nil {
 		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("lock body: %w", err))
@@ -24,7 +25,7 @@ func (b *Broker) processLock(req *protocol.Command) *protocol.Command {
 		b.locks.unlock(body.ConsumerGroup, body.ClientID, body.MQSet)
 		return resp
 	}
-	locked := b.locks.lock(body.ConsumerGroup, body.ClientID, body.MQSet, time.Now())
+	locked := b.locks.lockFrom(body.ConsumerGroup, body.ClientID, c, body.MQSet, time.Now())
 	out, err := protocol.MarshalBody(protocol.LockBatchResponseBody{LockOKMQSet: locked})
 	if err != nil {
 		return errorResponse(req, protocol.SystemError, err)

@@ -9,6 +9,9 @@ import (
 	"github.com/flowd-io/flowd/remoting"
 )
 
+// maxSubscriptions caps the topics one heartbeat may subscribe a group to.
+const maxSubscriptions = 1024
+
 // processHeartbeat registers the client's consumer groups and subscriptions.
 func (b *Broker) processHeartbeat(c *remoting.Conn, req *protocol.Command) *protocol.Command {
 	hb, err := protocol.DecodeHeartbeatData(req.Body)
@@ -18,12 +21,26 @@ func (b *Broker) processHeartbeat(c *remoting.Conn, req *protocol.Command) *prot
 	if hb.ClientID == "" {
 		return errorResponse(req, protocol.InvalidParameter, errors.New("heartbeat body: clientID is empty"))
 	}
-	now := time.Now()
-	var changes []memberChange
+	// Check the whole body before anything is created or registered.
 	for _, cd := range hb.ConsumerDataSet {
 		if cd.GroupName == "" {
 			return errorResponse(req, protocol.InvalidParameter, errors.New("heartbeat body: a consumer group name is empty"))
 		}
+		if len(cd.SubscriptionDataSet) > maxSubscriptions {
+			return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("heartbeat body: group %q subscribes to %d topics, more than %d", cd.GroupName, len(cd.SubscriptionDataSet), maxSubscriptions))
+		}
+		for _, sd := range cd.SubscriptionDataSet {
+			// Subscriptions are kept per topic name for the group's life: names no topic
+			// could have would pile up in the table.
+			if err := ValidateTopic(sd.Topic); err != nil {
+				return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("heartbeat body: group %q subscription: %w", cd.GroupName, err))
+			}
+		}
+	}
+	now := time.Now()
+	var changes []memberChange
+	defer func() { b.membersChanged(changes) }() // the groups joined before a refusal are told too
+	for _, cd := range hb.ConsumerDataSet {
 		if resp := b.ensureGroup(req, cd.GroupName); resp != nil {
 			return resp
 		}
@@ -39,7 +56,6 @@ func (b *Broker) processHeartbeat(c *remoting.Conn, req *protocol.Command) *prot
 			changes = append(changes, memberChange{group: cd.GroupName, clientID: hb.ClientID, joined: true})
 		}
 	}
-	b.membersChanged(changes)
 	return protocol.NewResponse(req, protocol.Success, "")
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
 )
 
 func (b *Broker) processQueryOffset(req *protocol.Command) *protocol.Command {
@@ -35,7 +36,11 @@ func (b *Broker) processQueryOffset(req *protocol.Command) *protocol.Command {
 	return resp
 }
 
-func (b *Broker) processUpdateOffset(req *protocol.Command) *protocol.Command {
+// processUpdateOffset serves UPDATE_CONSUMER_OFFSET. A commit for a queue another client of
+// the group has locked is refused with NO_PERMISSION (see commitFrom). An unknown group is
+// created (within Config.MaxGroups) as a pull would create it, so that offsets exist only
+// for groups the table bounds.
+func (b *Broker) processUpdateOffset(c *remoting.Conn, req *protocol.Command) *protocol.Command {
 	var h protocol.UpdateConsumerOffsetRequestHeader
 	if err := req.DecodeHeader(&h); err != nil {
 		return errorResponse(req, protocol.InvalidParameter, err)
@@ -49,7 +54,13 @@ func (b *Broker) processUpdateOffset(req *protocol.Command) *protocol.Command {
 	if _, ok := b.topics.get(h.Topic); !ok {
 		return errorResponse(req, protocol.TopicNotExist, fmt.Errorf("topic %q does not exist", h.Topic))
 	}
-	b.commitOffset(h.ConsumerGroup, h.Topic, h.QueueID, h.CommitOffset)
+	if resp := b.ensureGroup(req, h.ConsumerGroup); resp != nil {
+		return resp
+	}
+	if err := b.commitFrom(c, h.ConsumerGroup, h.Topic, h.QueueID, h.CommitOffset); err != nil {
+		b.log.Info("commit refused", "group", h.ConsumerGroup, "remote", c.RemoteAddr().String(), "err", err)
+		return errorResponse(req, protocol.NoPermission, err)
+	}
 	return protocol.NewResponse(req, protocol.Success, "")
 }
 

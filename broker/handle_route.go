@@ -18,6 +18,10 @@ func (b *Broker) processRoute(req *protocol.Command) *protocol.Command {
 	if !ok && strings.HasPrefix(h.Topic, RetryTopicPrefix) && ValidateTopic(h.Topic) == nil {
 		// A consumer asks for its group's retry topic as it starts, often before its first
 		// heartbeat would have created it; creating it here spares it a rebalance period.
+		// The group is created with it, so that both stay within Config.MaxGroups.
+		if resp := b.ensureGroup(req, strings.TrimPrefix(h.Topic, RetryTopicPrefix)); resp != nil {
+			return protocol.NewResponse(req, protocol.TopicNotExist, "No topic route info for the topic: "+h.Topic+": "+resp.Remark)
+		}
 		var err error
 		if tc, err = b.internalTopic(h.Topic); err != nil {
 			return errorResponse(req, protocol.SystemError, err)
@@ -82,14 +86,21 @@ func (b *Broker) processDeleteTopic(req *protocol.Command) *protocol.Command {
 	if isSystemTopic(h.Topic) {
 		return errorResponse(req, protocol.NoPermission, fmt.Errorf("topic %q is reserved for the broker", h.Topic))
 	}
+	if _, ok := b.topics.get(h.Topic); !ok {
+		return protocol.NewResponse(req, protocol.Success, "")
+	}
+	// The messages go first, then the config: a crash in between leaves the topic listed
+	// but empty (deleting it again finishes the job). The other order could leave the
+	// messages of a topic no longer listed, and the next send re-creating it would bring
+	// them back.
+	if err := b.store.DeleteTopic(h.Topic); err != nil {
+		return errorResponse(req, protocol.SystemError, err)
+	}
 	removed, err := b.topics.remove(h.Topic)
 	if err != nil {
 		return errorResponse(req, protocol.SystemError, err)
 	}
 	if removed {
-		if err := b.store.DeleteTopic(h.Topic); err != nil {
-			return errorResponse(req, protocol.SystemError, err)
-		}
 		b.offsets.removeTopic(h.Topic)
 		b.log.Info("topic deleted", "topic", h.Topic)
 		b.events.emit(Event{Type: TopicDeleted, Topic: h.Topic})

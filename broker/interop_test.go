@@ -266,8 +266,28 @@ func TestRocketMQTwoPushConsumersSplitQueues(t *testing.T) {
 	newPushConsumer(t, b, group, topic, "*", r1)
 	newPushConsumer(t, b, group, topic, "*", r2)
 	require.Eventually(t, func() bool { return len(b.GroupMembers(group)) == 2 }, 10*time.Second, 20*time.Millisecond)
-	// The broker tells both members at once; give their rebalance a moment.
-	time.Sleep(time.Second)
+	// The broker tells both members at once; wait until each reports two queues of its own
+	// (a pull consumer without locks would otherwise briefly consume a queue with the other).
+	require.Eventually(t, func() bool {
+		owned := map[int]int{}
+		for _, id := range b.GroupMembers(group) {
+			info, err := b.ConsumerRunningInfo(context.Background(), group, id)
+			if err != nil {
+				return false
+			}
+			n := 0
+			for mq := range info.MQTable {
+				if mq.Topic == topic {
+					owned[mq.QueueID]++
+					n++
+				}
+			}
+			if n != 2 {
+				return false
+			}
+		}
+		return len(owned) == 4
+	}, 20*time.Second, 50*time.Millisecond, "the two consumers never split the queues")
 
 	sent := sendN(t, p, topic, "m", 40)
 	deadline := time.Now().Add(20 * time.Second)

@@ -3,6 +3,7 @@ package broker
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowd-io/flowd/remoting"
@@ -22,7 +23,7 @@ type Subscription struct {
 type member struct {
 	clientID string
 	conn     *remoting.Conn
-	lastSeen time.Time
+	lastSeen time.Time // last heartbeat; see consumerManager.seen for other requests
 }
 
 // consumerGroup is the live state of one group: its members and what they subscribe to.
@@ -40,16 +41,28 @@ type consumerGroup struct {
 // # Notes
 //
 // A member leaves when it unregisters, when its connection closes, or when it has been
-// silent for ClientExpiry. Every change is reported to the caller so that the broker can
-// notify the group's remaining members at once (RocketMQ clients otherwise wait for their
-// 20 s rebalance timer).
+// silent for ClientExpiry. Silent means no request at all on its connection, not only no
+// heartbeat: a client whose heartbeats were refused or delayed but that keeps pulling and
+// committing is alive. Every change is reported to the caller so that the broker can notify
+// the group's remaining members at once (RocketMQ clients otherwise wait for their 20 s
+// rebalance timer), and emitted as an event under the lock, so that a join and a leave of
+// one client come out in the order they happened.
+//
+// Lock order: mu, then seenMu, then the event bus.
 type consumerManager struct {
+	events *eventBus
+
 	mu     sync.Mutex
 	groups map[string]*consumerGroup
+
+	// seen is the time (Unix ns) of the latest request on each member connection. Every
+	// request touches it, so it has a lock of its own that the request path only reads.
+	seenMu sync.RWMutex
+	seen   map[*remoting.Conn]*atomic.Int64
 }
 
-func newConsumerManager() *consumerManager {
-	return &consumerManager{groups: map[string]*consumerGroup{}}
+func newConsumerManager(events *eventBus) *consumerManager {
+	return &consumerManager{events: events, groups: map[string]*consumerGroup{}, seen: map[*remoting.Conn]*atomic.Int64{}}
 }
 
 // memberChange is one join or leave, reported after the manager's lock is released.
@@ -59,10 +72,38 @@ type memberChange struct {
 	reason          string
 }
 
-// heartbeat registers or refreshes a member and its subscriptions.
+func (m *consumerManager) emitLocked(ch memberChange) {
+	typ := MemberJoined
+	if !ch.joined {
+		typ = MemberLeft
+	}
+	m.events.emit(Event{Type: typ, Group: ch.group, ClientID: ch.clientID, Reason: ch.reason})
+}
+
+// touch records a request on conn: its members stay alive.
+func (m *consumerManager) touch(conn *remoting.Conn, now time.Time) {
+	m.seenMu.RLock()
+	at := m.seen[conn]
+	m.seenMu.RUnlock()
+	if at != nil {
+		at.Store(now.UnixNano())
+	}
+}
+
+// heartbeat registers or refreshes a member and its subscriptions, and reports a join.
 func (m *consumerManager) heartbeat(name, clientID string, conn *remoting.Conn, consumeType, model, from string, subs []Subscription, now time.Time) (joined bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if conn != nil {
+		m.seenMu.Lock()
+		at := m.seen[conn]
+		if at == nil {
+			at = new(atomic.Int64)
+			m.seen[conn] = at
+		}
+		at.Store(now.UnixNano())
+		m.seenMu.Unlock()
+	}
 	g := m.groups[name]
 	if g == nil {
 		g = &consumerGroup{name: name, members: map[string]*member{}, subs: map[string]Subscription{}}
@@ -77,6 +118,7 @@ func (m *consumerManager) heartbeat(name, clientID string, conn *remoting.Conn, 
 	mem := g.members[clientID]
 	if mem == nil {
 		g.members[clientID] = &member{clientID: clientID, conn: conn, lastSeen: now}
+		m.emitLocked(memberChange{group: name, clientID: clientID, joined: true})
 		return true
 	}
 	mem.conn, mem.lastSeen = conn, now
@@ -90,47 +132,58 @@ func (m *consumerManager) unregister(name, clientID string) []memberChange {
 	if g == nil || g.members[clientID] == nil {
 		return nil
 	}
-	m.removeLocked(g, clientID)
-	return []memberChange{{group: name, clientID: clientID, reason: "unregister"}}
+	return []memberChange{m.removeLocked(g, clientID, "unregister")}
 }
 
 // connClosed removes every member that used conn.
 func (m *consumerManager) connClosed(conn *remoting.Conn) []memberChange {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.seenMu.Lock()
+	delete(m.seen, conn)
+	m.seenMu.Unlock()
 	var out []memberChange
 	for _, g := range m.groups {
 		for id, mem := range g.members {
 			if mem.conn == conn {
-				m.removeLocked(g, id)
-				out = append(out, memberChange{group: g.name, clientID: id, reason: "connection closed"})
+				out = append(out, m.removeLocked(g, id, "connection closed"))
 			}
 		}
 	}
 	return out
 }
 
-// expire removes members silent since before deadline.
+// expire removes members that sent nothing since before deadline.
 func (m *consumerManager) expire(deadline time.Time) []memberChange {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.seenMu.RLock()
+	defer m.seenMu.RUnlock()
 	var out []memberChange
 	for _, g := range m.groups {
 		for id, mem := range g.members {
-			if mem.lastSeen.Before(deadline) {
-				m.removeLocked(g, id)
-				out = append(out, memberChange{group: g.name, clientID: id, reason: "expired"})
+			last := mem.lastSeen
+			if at := m.seen[mem.conn]; at != nil {
+				if t := time.Unix(0, at.Load()); t.After(last) {
+					last = t
+				}
+			}
+			if last.Before(deadline) {
+				out = append(out, m.removeLocked(g, id, "expired"))
 			}
 		}
 	}
 	return out
 }
 
-func (m *consumerManager) removeLocked(g *consumerGroup, clientID string) {
+func (m *consumerManager) removeLocked(g *consumerGroup, clientID, reason string) memberChange {
 	delete(g.members, clientID)
 	if len(g.members) == 0 {
 		delete(m.groups, g.name)
 	}
+	ch := memberChange{group: g.name, clientID: clientID, reason: reason}
+	m.emitLocked(ch)
+	return ch
 }
 
 // clientIDs returns the group's member ids, sorted: the order every member allocates by.
@@ -147,6 +200,27 @@ func (m *consumerManager) clientIDs(name string) []string {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// clientOf returns the id of the group's member registered on conn.
+func (m *consumerManager) clientOf(name string, conn *remoting.Conn) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if g := m.groups[name]; g != nil {
+		for id, mem := range g.members {
+			if mem.conn == conn {
+				return id, true
+			}
+		}
+	}
+	return "", false
+}
+
+// live reports whether the group has members.
+func (m *consumerManager) live(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.groups[name] != nil
 }
 
 // conns returns the connections of the group's members, to notify them.

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/flowd-io/flowd/protocol"
 	"github.com/flowd-io/flowd/remoting"
@@ -11,6 +12,9 @@ import (
 // serveBroker is the broker listener's handler: one call per request, each on its own
 // goroutine, so a parked pull does not hold up the connection's other requests.
 func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protocol.Command) *protocol.Command {
+	// Any request proves the client alive, not only a heartbeat: a member whose heartbeats
+	// are refused or late but that pulls and commits must not expire.
+	b.consumers.touch(c, time.Now())
 	switch req.RequestCode() {
 	case protocol.SendMessage, protocol.SendMessageV2, protocol.SendBatchMessage:
 		return b.processSend(ctx, c, req)
@@ -25,7 +29,7 @@ func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protoco
 	case protocol.QueryConsumerOffset:
 		return b.processQueryOffset(req)
 	case protocol.UpdateConsumerOffset:
-		return b.processUpdateOffset(req)
+		return b.processUpdateOffset(c, req)
 	case protocol.GetMaxOffset, protocol.GetMinOffset:
 		return b.processMinMaxOffset(req)
 	case protocol.SearchOffsetByTimestamp:
@@ -33,7 +37,7 @@ func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protoco
 	case protocol.ConsumerSendMsgBack:
 		return b.processSendBack(ctx, c, req)
 	case protocol.LockBatchMQ, protocol.UnlockBatchMQ:
-		return b.processLock(req)
+		return b.processLock(c, req)
 	case protocol.ViewMessageByID:
 		return b.processViewMessage(req)
 	}

@@ -98,7 +98,7 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 	}
 
 	if h.SysFlag&protocol.PullFlagCommitOffset != 0 && h.CommitOffset >= 0 {
-		b.commitOffset(h.ConsumerGroup, h.Topic, h.QueueID, h.CommitOffset)
+		b.commitPulled(c, h.ConsumerGroup, h.Topic, h.QueueID, h.CommitOffset)
 	}
 
 	// The store sizes its consume-queue scan buffer from maxMsgs (20 bytes a message), so an
@@ -193,36 +193,4 @@ func pullResponse(req *protocol.Command, code protocol.ResponseCode, res *store.
 		resp.Body = body
 	}
 	return resp
-}
-
-// commitOffset stores a group's consume offset and reports it when it moved. Clients commit
-// on every pull and on a timer, mostly the same offset again: only changes are events.
-func (b *Broker) commitOffset(group, topic string, queueID int32, offset int64) {
-	if b.offsets.commit(group, topic, queueID, offset) {
-		b.events.emit(Event{Type: OffsetCommitted, Group: group, Topic: topic, QueueID: queueID, Offset: offset})
-	}
-}
-
-// ensureGroup creates a subscription group on first use, or refuses an unknown one when
-// auto-creation is off.
-func (b *Broker) ensureGroup(req *protocol.Command, group string) *protocol.Command {
-	if _, ok := b.groups.get(group); ok {
-		return nil
-	}
-	// Validate only names not in the table, so a known group costs one map lookup. Without
-	// this any client could persist arbitrary (huge, control-character) group names.
-	if err := ValidateGroup(group); err != nil {
-		return errorResponse(req, protocol.InvalidParameter, err)
-	}
-	if b.cfg.DisableAutoCreateGroups {
-		return errorResponse(req, protocol.SubscriptionGroupNotExist, fmt.Errorf("subscription group %q does not exist", group))
-	}
-	_, created, err := b.groups.createIfAbsent(GroupConfig{Name: group, ConsumeEnable: true, RetryQueueNums: 1, RetryMaxTimes: b.cfg.MaxReconsumeTimes})
-	if err != nil {
-		return errorResponse(req, protocol.SystemError, err)
-	}
-	if created {
-		b.events.emit(Event{Type: GroupCreated, Group: group})
-	}
-	return nil
 }

@@ -293,18 +293,24 @@ func TestMembershipChangesNotifyMembersAndEmitEvents(t *testing.T) {
 	c1.cl.Close()
 	require.Eventually(t, func() bool { return len(b.GroupMembers("members")) == 0 }, 5*time.Second, 10*time.Millisecond)
 
-	mu.Lock()
-	defer mu.Unlock()
-	var kinds []string
-	for _, e := range events {
-		if e.Group == "members" && (e.Type == broker.MemberJoined || e.Type == broker.MemberLeft) {
-			kinds = append(kinds, e.Type.String()+":"+e.ClientID+":"+e.Reason)
-		}
-	}
-	assert.Equal(t, []string{
+	// Events reach subscribers on their own goroutine: wait for the last one.
+	want := []string{
 		"member.joined:client-1:", "member.joined:client-2:",
 		"member.left:client-2:expired", "member.left:client-1:connection closed",
-	}, kinds)
+	}
+	kinds := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for _, e := range events {
+			if e.Group == "members" && (e.Type == broker.MemberJoined || e.Type == broker.MemberLeft) {
+				out = append(out, e.Type.String()+":"+e.ClientID+":"+e.Reason)
+			}
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { return len(kinds()) >= len(want) }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, want, kinds())
 }
 
 func TestSendBackRetriesThenDeadLetters(t *testing.T) {

@@ -33,7 +33,7 @@ func (b *Broker) scheduleLoop(ctx context.Context, level int) {
 		if len(res.Messages) == 0 {
 			res.Release()
 			if res.NextBeginOffset != offset {
-				b.offsets.commit(scheduleGroup, ScheduleTopic, qid, res.NextBeginOffset)
+				b.offsets.commit(scheduleGroup, ScheduleTopic, qid, res.NextBeginOffset, time.Now(), nil)
 				continue
 			}
 			w := b.poll.park(ScheduleTopic, qid, offset, nil, pollOwner{})
@@ -59,7 +59,7 @@ func (b *Broker) scheduleLoop(ctx context.Context, level int) {
 			}
 			due := time.UnixMilli(m.StoreTimestamp).Add(delay)
 			if wait := time.Until(due); wait > 0 {
-				b.offsets.commit(scheduleGroup, ScheduleTopic, qid, next)
+				b.offsets.commit(scheduleGroup, ScheduleTopic, qid, next, time.Now(), nil)
 				sleepCtx(ctx, min(wait, time.Second))
 				break
 			}
@@ -79,12 +79,13 @@ func (b *Broker) scheduleLoop(ctx context.Context, level int) {
 			next++
 		}
 		res.Release()
-		b.offsets.commit(scheduleGroup, ScheduleTopic, qid, next)
+		b.offsets.commit(scheduleGroup, ScheduleTopic, qid, next, time.Now(), nil)
 	}
 }
 
-// errUndeliverable marks a delayed message that can never be delivered (its real topic is
-// missing or invalid); the delay service skips it rather than retry it forever.
+// errUndeliverable marks a delayed message that can never be delivered (its real topic was
+// deleted, or its name is invalid); the delay service drops it with a log line rather than
+// retry it forever.
 var errUndeliverable = errors.New("undeliverable delayed message")
 
 // deliverDelayed stores a due message in its real topic and queue.
@@ -98,9 +99,12 @@ func (b *Broker) deliverDelayed(ctx context.Context, m *protocol.MessageExt) err
 	if err := ValidateTopic(real); err != nil {
 		return fmt.Errorf("%w: real topic: %w", errUndeliverable, err)
 	}
-	tc, err := b.topicForWrite(real, 1)
-	if err != nil {
-		return fmt.Errorf("deliver delayed message to %q: %w", real, err)
+	// Never create the topic here: a topic deleted while the message waited must stay
+	// deleted (a delivery used to re-create it, with one queue). A topic deleted and then
+	// created again receives the message.
+	tc, ok := b.topics.get(real)
+	if !ok {
+		return fmt.Errorf("%w: topic %q was deleted while the message waited", errUndeliverable, real)
 	}
 	// The topic may have been deleted and re-created with fewer queues while the message
 	// waited: a queue id past its write queues would be stored where no route points.

@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
+	"github.com/flowd-io/flowd/internal/atomicfile"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -62,15 +63,36 @@ func (t TopicConfig) validate() error {
 }
 
 // topicTable holds the topic configs and persists them to one JSON file.
+//
+// # Notes
+//
+// Topics created implicitly (the first send to a new topic, a group's retry and dead-letter
+// topics) only mark the table dirty; flushIfDirty writes it on the broker's table-flush timer
+// and at shutdown, so a burst of new topics costs one write, not an fsync each. A crash in
+// between loses those creations; the store keeps their messages and the next send re-creates
+// the topic. Explicit changes (put, remove) are written before they return: a deletion must
+// be durable before the topic's messages go.
 type topicTable struct {
 	path string
+	// maxInternal caps the retry and dead-letter topics (%RETRY%<group>, %DLQ%<group>),
+	// which clients create by naming a group.
+	maxInternal int
 
-	mu     sync.RWMutex
-	topics map[string]TopicConfig
+	flushMu sync.Mutex // serializes writes, so an older snapshot never overwrites a newer one
+
+	mu       sync.RWMutex
+	topics   map[string]TopicConfig
+	internal int    // topics with an internal prefix
+	gen      uint64 // counts changes
+	written  uint64 // the gen the file holds
 }
 
-func openTopicTable(path string) (*topicTable, error) {
-	t := &topicTable{path: path, topics: map[string]TopicConfig{}}
+func isInternalTopic(name string) bool {
+	return strings.HasPrefix(name, RetryTopicPrefix) || strings.HasPrefix(name, DLQTopicPrefix)
+}
+
+func openTopicTable(path string, maxInternal int) (*topicTable, error) {
+	t := &topicTable{path: path, maxInternal: maxInternal, topics: map[string]TopicConfig{}}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return t, nil
@@ -89,6 +111,9 @@ func openTopicTable(path string) (*topicTable, error) {
 			return nil, fmt.Errorf("topics %s: %w", path, err)
 		}
 		t.topics[name] = tc
+		if isInternalTopic(name) {
+			t.internal++
+		}
 	}
 	return t, nil
 }
@@ -111,31 +136,64 @@ func (t *topicTable) list() []TopicConfig {
 	return out
 }
 
-// put creates or replaces a topic and persists the table. created reports whether the topic
-// is new.
+// setLocked adds or replaces a topic, keeping the internal count and cap.
+func (t *topicTable) setLocked(tc TopicConfig) error {
+	_, existed := t.topics[tc.Name]
+	if !existed && isInternalTopic(tc.Name) {
+		if t.internal >= t.maxInternal {
+			return fmt.Errorf("topic %q not created: %w: the broker holds %d retry and dead-letter topics (twice MaxGroups)", tc.Name, ErrLimit, t.maxInternal)
+		}
+		t.internal++
+	}
+	t.topics[tc.Name] = tc
+	t.gen++
+	return nil
+}
+
+func (t *topicTable) deleteLocked(name string) {
+	if _, ok := t.topics[name]; ok && isInternalTopic(name) {
+		t.internal--
+	}
+	delete(t.topics, name)
+	t.gen++
+}
+
+// put creates or replaces a topic and writes the table before it returns. created reports
+// whether the topic is new.
 func (t *topicTable) put(tc TopicConfig) (created bool, err error) {
 	if err := tc.validate(); err != nil {
 		return false, err
 	}
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	old, existed := t.topics[tc.Name]
 	if existed && old == tc {
+		t.mu.Unlock()
 		return false, nil
 	}
-	t.topics[tc.Name] = tc
-	if err := t.persistLocked(); err != nil {
-		if existed {
-			t.topics[tc.Name] = old
-		} else {
-			delete(t.topics, tc.Name)
+	if err := t.setLocked(tc); err != nil {
+		t.mu.Unlock()
+		return false, err
+	}
+	t.mu.Unlock()
+	if err := t.writeLocked(); err != nil {
+		t.mu.Lock()
+		if cur, ok := t.topics[tc.Name]; ok && cur == tc {
+			if existed {
+				t.topics[tc.Name] = old
+			} else {
+				t.deleteLocked(tc.Name)
+			}
 		}
+		t.mu.Unlock()
 		return false, err
 	}
 	return !existed, nil
 }
 
 // createIfAbsent creates tc unless a topic of that name exists, and returns the one in force.
+// The creation is written by the next flushIfDirty.
 func (t *topicTable) createIfAbsent(tc TopicConfig) (TopicConfig, bool, error) {
 	if cur, ok := t.get(tc.Name); ok {
 		return cur, false, nil
@@ -148,66 +206,66 @@ func (t *topicTable) createIfAbsent(tc TopicConfig) (TopicConfig, bool, error) {
 	if cur, ok := t.topics[tc.Name]; ok {
 		return cur, false, nil
 	}
-	t.topics[tc.Name] = tc
-	if err := t.persistLocked(); err != nil {
-		delete(t.topics, tc.Name)
+	if err := t.setLocked(tc); err != nil {
 		return TopicConfig{}, false, err
 	}
 	return tc, true, nil
 }
 
+// remove deletes a topic and writes the table before it returns.
 func (t *topicTable) remove(name string) (bool, error) {
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	old, ok := t.topics[name]
 	if !ok {
+		t.mu.Unlock()
 		return false, nil
 	}
-	delete(t.topics, name)
-	if err := t.persistLocked(); err != nil {
-		t.topics[name] = old
+	t.deleteLocked(name)
+	t.mu.Unlock()
+	if err := t.writeLocked(); err != nil {
+		t.mu.Lock()
+		if _, again := t.topics[name]; !again {
+			t.setLocked(old) // cannot fail: the count was just lowered for it
+		}
+		t.mu.Unlock()
 		return false, err
 	}
 	return true, nil
 }
 
-func (t *topicTable) persistLocked() error {
+// flushIfDirty writes the table if an implicit creation changed it since the last write.
+func (t *topicTable) flushIfDirty() error {
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	t.mu.RLock()
+	dirty := t.gen != t.written
+	t.mu.RUnlock()
+	if !dirty {
+		return nil
+	}
+	return t.writeLocked()
+}
+
+// writeLocked writes the whole table; the caller holds flushMu (not mu). A failed write
+// leaves the table dirty, so the timer retries it. Readers go on while the table is encoded.
+func (t *topicTable) writeLocked() error {
+	t.mu.RLock()
 	file := struct {
 		Topics map[string]TopicConfig `json:"topicConfigTable"`
 	}{t.topics}
 	b, err := json.MarshalIndent(file, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode topics: %w", err)
-	}
-	return writeFileAtomic(t.path, b)
-}
-
-// writeFileAtomic replaces path with data so that a crash leaves either the old or the new
-// content, never a mix: write a temporary file, fsync it, rename it over, fsync the directory.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
+	gen := t.gen
+	t.mu.RUnlock()
 	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
+		err = atomicfile.WriteFile(t.path, b, 0o644)
 	}
 	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
+		return fmt.Errorf("write topics: %w", err)
 	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
+	t.mu.Lock()
+	t.written = max(t.written, gen)
+	t.mu.Unlock()
 	return nil
 }

@@ -132,13 +132,53 @@ func TestDelayedMessageToARecreatedTopicLandsInAnExistingQueue(t *testing.T) {
 	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
 	resp = c.invoke(context.Background(), protocol.DeleteTopicInBroker, &protocol.DeleteTopicRequestHeader{Topic: "dq"}, nil)
 	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	resp = c.invoke(context.Background(), protocol.UpdateAndCreateTopic, &protocol.CreateTopicRequestHeader{
+		Topic: "dq", ReadQueueNums: 1, WriteQueueNums: 1, Perm: protocol.PermRead | protocol.PermWrite,
+	}, nil)
+	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
 
 	require.Eventually(t, func() bool { return b.StoreMax("dq", 0) == 1 }, 5*time.Second, 20*time.Millisecond,
 		"the delayed message did not arrive in queue 0 of the re-created topic")
 	assert.Zero(t, b.StoreMax("dq", 3))
-	tc, ok := b.Topic("dq")
-	require.True(t, ok)
-	assert.Equal(t, 1, tc.WriteQueueNums)
+}
+
+// TestDelayedAndRetriedMessagesDoNotReviveADeletedTopic: a delayed message, and a retry,
+// that fall due after their topic was deleted are dropped; the topic stays deleted.
+func TestDelayedAndRetriedMessagesDoNotReviveADeletedTopic(t *testing.T) {
+	b := startBroker(t, func(c *broker.Config) { c.DelayLevels = "100ms" })
+	c := newRawClient(t, b, nil)
+	ctx := context.Background()
+	del := func(topic string) {
+		t.Helper()
+		resp := c.invoke(ctx, protocol.DeleteTopicInBroker, &protocol.DeleteTopicRequestHeader{Topic: topic}, nil)
+		require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	}
+	h := &protocol.SendMessageRequestHeader{
+		ProducerGroup: "raw", Topic: "gone", DefaultTopic: protocol.AutoCreateTopicKey, DefaultTopicQueueNums: 4,
+		BornTimestamp: time.Now().UnixMilli(),
+		Properties:    protocol.EncodeProperties(map[string]string{protocol.PropertyDelayLevel: "1"}),
+	}
+	resp := c.invoke(ctx, protocol.SendMessage, h, []byte("later"))
+	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	del("gone")
+
+	sent := c.send("work", "payload", "")
+	_, phys, err := protocol.ParseOffsetMsgID(sent.MsgID)
+	require.NoError(t, err)
+	resp = c.invoke(ctx, protocol.ConsumerSendMsgBack, &protocol.ConsumerSendMsgBackRequestHeader{Offset: phys, Group: "workers", DelayLevel: 1}, nil)
+	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	del("%RETRY%workers")
+
+	// The delay service moves past both messages once it has handled them.
+	require.Eventually(t, func() bool {
+		off, _ := b.CommittedOffset("%SCHEDULE%", broker.ScheduleTopic, 0)
+		return off == 2
+	}, 10*time.Second, 10*time.Millisecond)
+	for _, topic := range []string{"gone", "%RETRY%workers"} {
+		_, ok := b.Topic(topic)
+		assert.False(t, ok, "%s was re-created", topic)
+		assert.Zero(t, b.StoreMax(topic, 0), "%s holds a message", topic)
+	}
 }
 
 // TestLockAndResetRefuseBadGroupName: the lock table and the offset table are keyed by

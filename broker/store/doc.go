@@ -7,6 +7,8 @@
 //	<dir>/lock                       flock: one Store per directory
 //	<dir>/abort                      exists while a Store has the directory open
 //	<dir>/checkpoint                 durable commit-log and consume-queue positions (CRC'd)
+//	<dir>/deleted                    deleted topics, each with the log offset below which its
+//	                                 messages are dead (recovery does not re-dispatch them)
 //	<dir>/commitlog/<offset:020d>    segments of Options.SegmentSize bytes
 //	<dir>/consumequeue/<topic>/<queueId>/<firstUnit×20:020d>
 //	                                 files of Options.ConsumeQueueUnits 20-byte units
@@ -53,7 +55,8 @@
 // checkpoint), validates every message (magic, TOTALSIZE against the fields, body CRC,
 // PHYSICALOFFSET equal to its position) and re-dispatches every one at or after the
 // checkpoint's consume-queue offset (units below it are durable; re-dispatching them would
-// resurrect a topic deleted since, as DeleteTopic checkpoints). The log is cut at the first
+// resurrect a topic deleted since, as DeleteTopic checkpoints; and without a checkpoint,
+// the messages of topics recorded in the deleted file are skipped). The log is cut at the first
 // bad message: the rest of that segment is zeroed and later segments are deleted. Consume
 // queue units that point past the recovered end, and zero-filled unit tails, are removed.
 // Stats().Recovery and the log say what was cut and why.

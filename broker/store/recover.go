@@ -33,6 +33,9 @@ func (s *Store) recover() error {
 		return err
 	}
 	crash := abort || !cpOK
+	if s.dead, err = s.loadTombstones(); err != nil {
+		return err
+	}
 
 	S := s.opts.SegmentSize
 	var end int64
@@ -87,6 +90,11 @@ func (s *Store) recover() error {
 		s.minOffset.Store(s.segs[0].start)
 	} else {
 		s.minOffset.Store(end)
+	}
+	if s.dead.prune(s.minOffset.Load()) {
+		if err := s.writeTombstones(s.dead); err != nil {
+			return err
+		}
 	}
 	for _, q := range s.allQueues() {
 		n, err := s.truncateQueue(q, end)
@@ -243,8 +251,8 @@ scan:
 				return 0, fmt.Errorf("read segment %s at %d: %w", seg.path, pos-seg.start, err)
 			}
 			p, stop, reason, err := walkMessages(b, pos, segEnd, true, func(m *msgInfo) error {
-				if m.phys < redispatchFrom {
-					return nil
+				if m.phys < redispatchFrom || s.dead.buried(m.topic, m.phys) {
+					return nil // dispatched before the checkpoint, or of a deleted topic
 				}
 				if err := d.add(m); err != nil {
 					return err

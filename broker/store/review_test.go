@@ -99,3 +99,49 @@ func TestHugeMaxMsgsDoesNotSizeTheScan(t *testing.T) {
 	assert.Equal(t, Found, g.Status)
 	assert.Len(t, g.Messages, 3)
 }
+
+// Without a checkpoint recovery re-dispatches the whole commit log; the deleted topic's old
+// messages must not come back (they did before deletions were recorded).
+func TestDeletedTopicStaysDeletedAfterCrashWithoutCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	ffs := vfs.NewFaultFS(nil)
+	ffs.TrackUnsynced()
+	o := testOptions()
+	o.FS = ffs
+	o.FlushMode = FlushSync
+	s := openT(t, dir, o)
+	putN(t, s, "A", 0, 5, "")
+	putN(t, s, "B", 0, 2, "")
+	waitDispatch(t, s)
+	require.NoError(t, s.DeleteTopic("A"))
+	_, err := s.Put(context.Background(), newMsg("A", 0, "new", ""))
+	require.NoError(t, err)
+	waitDispatch(t, s)
+	require.NoError(t, ffs.Crash())
+	s.Close()
+	require.NoError(t, os.Remove(filepath.Join(dir, checkpointFile)))
+
+	o.FS = nil
+	s = openT(t, dir, o)
+	defer s.Close()
+	rep := s.Stats().Recovery
+	require.False(t, rep.CheckpointFound)
+	assert.Equal(t, int64(1), s.MaxOffset("A", 0), "only the message sent after the deletion")
+	g := get(t, s, "A", 0, 0, 32, 0, nil)
+	defer g.Release()
+	require.Len(t, g.Messages, 1)
+	assert.Equal(t, "new", string(decodeAll(t, g)[0].Body))
+	assert.Equal(t, int64(2), s.MaxOffset("B", 0), "other topics are re-dispatched")
+	checkConsistent(t, s)
+}
+
+// A deletion record is dropped once retention removed every message it covers.
+func TestTombstonesPrune(t *testing.T) {
+	tb := tombstones{"A": 100, "B": 300}
+	assert.True(t, tb.buried([]byte("A"), 99))
+	assert.False(t, tb.buried([]byte("A"), 100))
+	assert.False(t, tb.buried([]byte("C"), 0))
+	assert.True(t, tb.prune(200))
+	assert.Equal(t, tombstones{"B": 300}, tb)
+	assert.False(t, tb.prune(200))
+}

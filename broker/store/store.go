@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -50,6 +51,7 @@ type Store struct {
 	lastTs  int64       // last store timestamp handed out, keeps them monotonic
 	active  *segment
 	qoff    map[qkey]int64
+	dead    tombstones // deleted topics; see deletedFile
 
 	flushRun sync.Mutex
 	cpMu     sync.Mutex
@@ -344,6 +346,18 @@ func (s *Store) DeleteTopic(topic string) error {
 	if err := s.waitDispatched(context.Background(), s.wpos); err != nil {
 		return fmt.Errorf("delete topic %q: %w", topic, err)
 	}
+	// Record the deletion durably before any file goes: a recovery that re-dispatches the
+	// commit log must know that the topic's messages below here are dead.
+	dead := maps.Clone(s.dead)
+	if dead == nil {
+		dead = tombstones{}
+	}
+	dead[topic] = s.wpos
+	dead.prune(s.minOffset.Load()) // retention removed what older records cover
+	if err := s.writeTombstones(dead); err != nil {
+		return fmt.Errorf("delete topic %q: %w", topic, err)
+	}
+	s.dead = dead
 	for k := range s.qoff {
 		if k.topic == topic {
 			delete(s.qoff, k)
