@@ -30,6 +30,10 @@ func (b *Broker) LockedQueues(group string) map[protocol.MessageQueue]string {
 	return b.locks.held(group, time.Now())
 }
 
+// WaitingPulls returns the number of long-polling pulls that found nothing and wait for a
+// message or their suspend time.
+func (b *Broker) WaitingPulls() int64 { return b.poll.waiting.Load() }
+
 // StoreStats returns the store's positions and counters.
 func (b *Broker) StoreStats() store.Stats { return b.store.Stats() }
 

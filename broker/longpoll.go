@@ -19,6 +19,9 @@ import (
 // message's tag code, so an idle queue costs nothing and a busy one answers at once.
 type longPoll struct {
 	parked atomic.Int64 // fast path: the dispatcher skips the lock when nobody waits
+	// waiting counts parked pulls that read once more after parking, found nothing and now
+	// block until an arrival or their timeout (what an operator sees as idle long polls).
+	waiting atomic.Int64
 
 	mu      sync.Mutex
 	waiters map[pollKey]map[*pollWaiter]struct{}

@@ -160,6 +160,7 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 			}
 			continue // the read after parking
 		}
+		b.poll.waiting.Add(1)
 		select {
 		case <-w.ready:
 			if w.superseded.Load() {
@@ -172,6 +173,7 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		case <-b.ctx.Done():
 			suspend = false
 		}
+		b.poll.waiting.Add(-1)
 		b.poll.unpark(w)
 		w = nil
 	}

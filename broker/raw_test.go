@@ -92,7 +92,7 @@ func TestLongPollAnswersWhenAMatchingMessageArrives(t *testing.T) {
 		resp, err := c.cl.Invoke(ctx, b.Addr(), protocol.NewRequestWith(protocol.PullMessage, pullHeader("lp", 1, 20*time.Second, "want"), nil))
 		done <- result{resp, err}
 	}()
-	time.Sleep(100 * time.Millisecond)
+	require.Eventually(t, func() bool { return b.WaitingPulls() == 1 }, 5*time.Second, time.Millisecond, "the pull parks")
 	c.send("lp", "not this one", "other") // filtered out by tag: must not wake the pull
 	select {
 	case r := <-done:
@@ -371,7 +371,7 @@ func TestANewerPullSupersedesTheParkedOneOfTheSameConsumer(t *testing.T) {
 		assert.NoError(t, err)
 		first <- resp
 	}()
-	time.Sleep(200 * time.Millisecond)
+	require.Eventually(t, func() bool { return b.WaitingPulls() == 1 }, 5*time.Second, time.Millisecond, "the first pull parks")
 	second := make(chan *protocol.Command, 1)
 	go func() {
 		resp, err := c.cl.Invoke(context.Background(), b.Addr(), protocol.NewRequestWith(protocol.PullMessage, pullHeader("sup", 1, 20*time.Second, "*"), nil))

@@ -220,11 +220,16 @@ func (d *dispatcher) commit(upTo int64) error {
 	return nil
 }
 
-// dispatchBatchWait is how long the dispatcher waits after a pass that found work before
-// it looks again, so that under load it dispatches batches instead of one message per
-// wake-up (RocketMQ's reput service sleeps 1 ms per loop too). A message arriving while the
-// dispatcher is idle is dispatched at once.
-const dispatchBatchWait = time.Millisecond
+// dispatchBatchWait is how long the dispatcher waits after a pass that found at least
+// dispatchBatchBytes before it looks again, so that under load it dispatches batches instead
+// of one message per wake-up (RocketMQ's reput service sleeps 1 ms per loop, whatever the
+// load). A smaller pass means the writer is not busy: the dispatcher goes back to waiting
+// for the next append and dispatches it at once, so a lone message is not held for the
+// batch wait.
+const (
+	dispatchBatchWait  = time.Millisecond
+	dispatchBatchBytes = 64 << 10
+)
 
 // dispatchLoop builds consume queues behind the writer until Close.
 func (s *Store) dispatchLoop() {
@@ -240,7 +245,7 @@ func (s *Store) dispatchLoop() {
 			broken = true
 			s.fail(fmt.Errorf("dispatch: %w", err))
 		}
-		return s.dispatched.Load() != from
+		return s.dispatched.Load()-from >= dispatchBatchBytes
 	}
 	t := time.NewTimer(0)
 	<-t.C
