@@ -34,6 +34,8 @@ func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protoco
 		return b.processSendBack(ctx, c, req)
 	case protocol.LockBatchMQ, protocol.UnlockBatchMQ:
 		return b.processLock(req)
+	case protocol.GetLockOwners:
+		return b.processLockOwners(req)
 	case protocol.ViewMessageByID:
 		return b.processViewMessage(req)
 	}
