@@ -42,9 +42,11 @@
 //     the committed offset only after it took the lock. So a message Poll returned is never
 //     returned again by another member because of a rebalance. A member that crashes loses its
 //     locks when its connection closes.
-//   - The group's previous allocation is passed to the strategy, so sticky strategies
-//     (allocate.Sticky) move as few queues as possible when a member leaves (see
-//     WithAllocateStrategy for when it is withheld).
+//   - The group's current assignment is passed to the strategy as the previous one, so
+//     sticky strategies (allocate.Sticky) move as few queues as possible when a member
+//     leaves. It is read from the broker's lock table (GET_LOCK_OWNERS, a flowd extension):
+//     with hand-over locks every member locks what it reads, so that table is the assignment,
+//     and all members read the same one whatever joins and leaves each happened to see.
 //   - Every consumer has its own client core and client id unless one is shared on purpose
 //     (WithSharedClient); there is no process-wide state.
 //

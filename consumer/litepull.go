@@ -66,9 +66,10 @@ type LitePull struct {
 	lockEpoch      uint64 // bumped by ConnectionLost: lock answers sent before are not trusted
 	topicQueues    map[string][]MessageQueue
 	topicListeners map[string][]func(topic string, queues []MessageQueue)
-	previous       map[string]map[string][]MessageQueue // topic → client id → queues, last rebalance
-	handover       map[MessageQueue]handover            // dropped queues whose commit failed: commit, then unlock
-	parked         map[MessageQueue]int                 // long-polling pulls in flight, by queue (see pullTask)
+	settling       bool                      // the group's lock table was not yet read as settled: allocate again soon
+	calmReads      int                       // fixed-point reads of the lock table in a row
+	handover       map[MessageQueue]handover // dropped queues whose commit failed: commit, then unlock
+	parked         map[MessageQueue]int      // long-polling pulls in flight, by queue (see pullTask)
 }
 
 type subMode int
@@ -152,7 +153,6 @@ func NewLitePull(group string, opts ...Option) (*LitePull, error) {
 		dataCh:         make(chan struct{}),
 		topicQueues:    map[string][]MessageQueue{},
 		topicListeners: map[string][]func(string, []MessageQueue){},
-		previous:       map[string]map[string][]MessageQueue{},
 		handover:       map[MessageQueue]handover{},
 		parked:         map[MessageQueue]int{},
 	}

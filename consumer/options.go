@@ -288,14 +288,15 @@ func WithMessageModel(m MessageModel) Option {
 //
 // # Notes
 //
-// The strategy is given, as allocate.Request.Previous, the whole group's allocation at this
-// member's last rebalance, so that sticky strategies (allocate.Sticky) move few queues. Every
-// member must pass the same Previous, and there is no shared store of it yet: each member
-// records the allocation it computed. So Previous is withheld (nil) whenever the group has a
-// member this one has no record for (a joiner, which has no history of its own), and sticky
-// strategies are sticky when members leave, not when they join. Members that saw different
-// sequences of leaves (notifications coalesced differently) may disagree; hand-over locks
-// still prevent duplicates, and stateless strategies are unaffected.
+// The strategy is given, as allocate.Request.Previous, the group's current assignment: the
+// broker's lock table of the group's queues (GET_LOCK_OWNERS, a flowd extension). With
+// hand-over locks every member locks each queue it reads, so that table is the assignment,
+// and every member reads the same one, so sticky strategies (allocate.Sticky) agree across
+// the group whatever joins and leaves each member happened to see. While queues change hands
+// members read the table again every lock-retry interval until it is a fixed point of the
+// strategy. Without hand-over locks (broadcasting, or WithHandoverLocks(false)), or against a
+// broker that does not know the request, Previous is nil and sticky strategies fall back to
+// their inner strategy.
 func WithAllocateStrategy(s allocate.Strategy) Option {
 	return func(c *config) error {
 		if s == nil {

@@ -39,9 +39,16 @@ func (l *LitePull) rebalanceLoop() {
 			l.acquire(l.ctx)
 		case <-retry.C:
 			armed = false
-			l.rejoin(l.ctx)
-			l.retryHandovers(l.ctx)
-			l.acquire(l.ctx)
+			l.mu.Lock()
+			settling := l.settling
+			l.mu.Unlock()
+			if settling {
+				l.rebalance(l.ctx)
+			} else {
+				l.rejoin(l.ctx)
+				l.retryHandovers(l.ctx)
+				l.acquire(l.ctx)
+			}
 		}
 		if !armed && l.hasPending() {
 			retry.Reset(l.cfg.lockRetry)
@@ -51,11 +58,12 @@ func (l *LitePull) rebalanceLoop() {
 }
 
 // hasPending reports whether some owned queue is not yet being read, some hand-over still
-// has to be committed, or locks lapsed with a lost connection still have to be renewed.
+// has to be committed, locks lapsed with a lost connection still have to be renewed, or the
+// group's assignment is still settling.
 func (l *LitePull) hasPending() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.handover) > 0 || l.renewNow {
+	if len(l.handover) > 0 || l.renewNow || l.settling {
 		return true
 	}
 	for _, q := range l.queues {
@@ -68,6 +76,14 @@ func (l *LitePull) hasPending() bool {
 
 // rebalance brings the owned set of every topic in line with what the consumer should own,
 // then starts reading the queues it may.
+//
+// Allocation reads the group's lock table, and members read it at different moments while
+// queues change hands, so one rebalance may act on a table another member is changing. The
+// consumer therefore allocates again every lock-retry interval until it has read, twice in a
+// row, a table that is a fixed point of the strategy (every member holds exactly its share):
+// the second read catches a member that acted on an older table meanwhile. The periodic
+// rebalance is the safety net beyond that; as every member reads the same table, it
+// converges too.
 func (l *LitePull) rebalance(ctx context.Context) {
 	l.rejoin(ctx)
 	l.mu.Lock()
@@ -85,12 +101,15 @@ func (l *LitePull) rebalance(ctx context.Context) {
 	for _, mq := range assigned {
 		topicSet[mq.Topic] = true
 	}
+	fromTables, settled := false, true
 	for _, topic := range slices.Sorted(maps.Keys(topicSet)) {
 		var desired []MessageQueue
 		switch {
 		case mode == modeSubscribe && subs[topic] != nil:
-			var ok bool
-			if desired, ok = l.allocate(ctx, topic); !ok {
+			fromTable, fixed, ok := false, true, false
+			desired, fromTable, fixed, ok = l.allocate(ctx, topic)
+			fromTables, settled = fromTables || fromTable, settled && fixed
+			if !ok {
 				continue // keep what we have until we know better
 			}
 		case mode == modeAssign:
@@ -103,9 +122,23 @@ func (l *LitePull) rebalance(ctx context.Context) {
 		}
 		l.reconcile(ctx, topic, desired, subs[topic])
 	}
+	l.mu.Lock()
+	switch {
+	case !settled:
+		l.calmReads = 0
+	case fromTables:
+		l.calmReads++
+	default:
+		l.calmReads = settleReads
+	}
+	l.settling = l.calmReads < settleReads
+	l.mu.Unlock()
 	l.retryHandovers(ctx)
 	l.acquire(ctx)
 }
+
+// settleReads is how many fixed-point reads of the lock table in a row end settling.
+const settleReads = 2
 
 // rejoin sends the heartbeat a subscription change or a lost connection asked for, so that
 // the broker knows this member and its subscriptions before anyone allocates; after a lost
