@@ -64,7 +64,7 @@ func (l *LitePull) acquire(ctx context.Context) {
 // is retried.
 func (l *LitePull) activate(ctx context.Context, q *queue) {
 	l.mu.Lock()
-	seek := q.seekOffset
+	seek, resume := q.seekOffset, q.resume
 	l.mu.Unlock()
 	start, stored := seek, int64(-1)
 	if seek < 0 {
@@ -76,7 +76,10 @@ func (l *LitePull) activate(ctx context.Context, q *queue) {
 			return
 		}
 		start = stored
-		if stored < 0 {
+		if resume != nil && stored == resume.persisted {
+			// Nobody committed it while our lock was lost: go on past what we handed out.
+			start = resume.consume
+		} else if stored < 0 {
 			if start, err = l.startOffset(ctx, q.mq); err != nil {
 				if ctx.Err() == nil {
 					l.log.Warn("cannot compute start offset", "queue", q.mq.String(), "err", err)

@@ -36,7 +36,10 @@ func (h *hooks) NotifyConsumerIDsChanged() { (*LitePull)(h).triggerRebalance() }
 // connection closed, and another member may take them over at once. Stop handing out the
 // queues of those brokers now, and have the rebalance goroutine heartbeat (rejoin) and renew
 // the locks before they are read again; a queue whose lock went to another member is dropped
-// without committing, as on any lost lock.
+// without committing, as on any lost lock, and so is a queue whose lock is granted again: the
+// lock was free meanwhile, another member may have read and committed the queue, so its
+// cached messages go and its committed offset is read again before anything of it is handed
+// out.
 func (h *hooks) ConnectionLost(brokers []string) {
 	l := (*LitePull)(h)
 	l.mu.Lock()
@@ -44,6 +47,7 @@ func (h *hooks) ConnectionLost(brokers []string) {
 	for _, q := range l.queues {
 		if q.locked && slices.Contains(brokers, q.mq.BrokerName) {
 			q.lockValidUntil = time.Time{}
+			q.lockLost = true
 			l.renewNow = true
 		}
 	}

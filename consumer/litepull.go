@@ -90,6 +90,8 @@ type queue struct {
 	lockTried      bool // a lock request was sent: release must unlock
 	locked         bool
 	lockValidUntil time.Time
+	lockLost       bool // the broker released the lock (lost connection): a renewal is a new lock
+	resume         *resumePoint
 	active         bool  // start offset known, pull task running
 	dropped        bool  // no longer ours: nothing more is cached or handed out
 	pullOffset     int64 // next offset to pull
@@ -105,6 +107,16 @@ type queue struct {
 	lastPull       time.Time
 	wake           chan struct{} // Poll made room, Resume: a waiting task may pull again
 	restart        chan struct{} // Seek: stop waiting for the pull in flight
+}
+
+// resumePoint is where a queue whose lock was lost and granted again stood: the offset this
+// member last stored, and the offset past what Poll had handed out. If the stored offset is
+// still the one this member wrote, nobody committed the queue meanwhile and reading resumes
+// past what was handed out; otherwise another member read and committed it, and reading
+// starts at its commit.
+type resumePoint struct {
+	persisted int64
+	consume   int64
 }
 
 // batch is the result of one pull: its messages and the offset after it. A batch without

@@ -113,6 +113,18 @@ func (l *LitePull) renewLocks(ctx context.Context) bool {
 		if !ok || q.dropped || !q.locked {
 			continue
 		}
+		if got[mq] && q.lockLost {
+			// Granted again after the broker had released it: a new lock, not a renewal.
+			l.log.Info("queue lock regained after a lost connection: its committed offset is read again", "queue", mq.String())
+			fresh := newQueue(mq, q.sub)
+			if q.active {
+				fresh.resume = &resumePoint{persisted: q.persisted, consume: q.consumeOffset}
+			}
+			l.detachLocked(q)
+			l.queues[mq] = fresh
+			lost = true
+			continue
+		}
 		if got[mq] {
 			q.lockValidUntil = sent.Add(l.cfg.lockLease / 2)
 			continue
