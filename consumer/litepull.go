@@ -65,6 +65,7 @@ type LitePull struct {
 	renewNow       bool   // a broker connection closed: renew the locks as soon as we heartbeat again
 	lockEpoch      uint64 // bumped by ConnectionLost: lock answers sent before are not trusted
 	topicQueues    map[string][]MessageQueue
+	topicsRead     map[string]bool // topics the group has stored offsets in (see startOffset)
 	topicListeners map[string][]func(topic string, queues []MessageQueue)
 	settling       bool                      // the group's lock table was not yet read as settled: allocate again soon
 	calmReads      int                       // fixed-point reads of the lock table in a row
@@ -164,6 +165,7 @@ func NewLitePull(group string, opts ...Option) (*LitePull, error) {
 		queues:         map[MessageQueue]*queue{},
 		dataCh:         make(chan struct{}),
 		topicQueues:    map[string][]MessageQueue{},
+		topicsRead:     map[string]bool{},
 		topicListeners: map[string][]func(string, []MessageQueue){},
 		handover:       map[MessageQueue]handover{},
 		parked:         map[MessageQueue]int{},

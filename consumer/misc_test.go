@@ -97,3 +97,34 @@ func TestManySeeksDoNotPileUpParkedPulls(t *testing.T) {
 	assert.Equal(t, "new-0", string(got[0].Body))
 	require.NoError(t, c.Commit(ctx), "the connection still takes requests")
 }
+
+// TestNewQueueOfExistingGroupStartsAtFirstMessage: a topic gains queues while a group reads
+// it, and messages land in the new queues before the group's rebalance reaches them. The
+// group has no stored offset for those queues (the broker answers QUERY_NOT_FOUND), but it is
+// not new to the topic: with ConsumeFromLast it must start them at their first message, not
+// at their max offset, or it skips what was written into them.
+func TestNewQueueOfExistingGroupStartsAtFirstMessage(t *testing.T) {
+	b := startBroker(t, nil)
+	createTopic(t, b, "grow", 2)
+	const group = "grow-group"
+	c := newConsumer(t, b, group, consumer.WithTopicMetadataCheckInterval(time.Hour),
+		consumer.WithRouteRefreshInterval(time.Hour), consumer.WithRebalanceInterval(time.Hour))
+	require.NoError(t, c.Subscribe("grow", "*"))
+	require.NoError(t, c.Start(context.Background()))
+	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 2 }, wait, 5*time.Millisecond)
+	require.NoError(t, c.Commit(context.Background()))
+
+	queues := createTopic(t, b, "grow", 4)
+	require.Equal(t, int64(-1), brokerOffset(t, b, group, queues[2]))
+	p := newProducer(t, b)
+	early := append(produceTo(t, p, queues[2], "early-2", 2, nil), produceTo(t, p, queues[3], "early-3", 2, nil)...)
+
+	// The store dispatches asynchronously: wait until the new queues' max offsets count the
+	// messages, or a start at the max offset would not skip them.
+	require.Eventually(t, func() bool { return b.StoreMax("grow", 2) == 2 && b.StoreMax("grow", 3) == 2 }, wait, time.Millisecond)
+
+	got, err := c.FetchMessageQueues(context.Background(), "grow") // the consumer learns of the new queues
+	require.NoError(t, err)
+	require.Len(t, got, 4)
+	assert.Equal(t, sorted(early), sortedBodies(pollN(t, c, len(early), wait)))
+}
