@@ -27,7 +27,11 @@ import (
 func (l *LitePull) allocate(ctx context.Context, topic string) (mine []MessageQueue, fromTable, settled, ok bool) {
 	r, err := l.cl.Route(ctx, topic)
 	if err != nil {
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case isRetryTopic(topic) && errors.Is(err, client.ErrTopicNotExist):
+			l.log.Debug("rebalance: no retry topic yet (nothing was sent back)", "topic", topic)
+		default:
 			l.log.Warn("rebalance: no route", "topic", topic, "err", err)
 		}
 		return nil, false, true, false

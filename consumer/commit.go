@@ -47,7 +47,7 @@ func (l *LitePull) persistLocked(ctx context.Context, offsets map[MessageQueue]i
 	failed := l.store.persist(ctx, offsets)
 	l.mu.Lock()
 	for mq, off := range offsets {
-		if q, ok := l.queues[mq]; ok && failed[mq] == nil {
+		if q, ok := l.ownedLocked(mq); ok && failed[mq] == nil {
 			q.persisted = off
 		}
 	}
@@ -62,18 +62,24 @@ func (l *LitePull) persistLocked(ctx context.Context, offsets map[MessageQueue]i
 	return fmt.Errorf("commit offsets of %d queues: %w", len(failed), errors.Join(errs...))
 }
 
-// CommitOffsets commits the given offsets of owned queues. A queue not owned fails the whole
-// call with ErrNotAssigned before anything is committed.
+// CommitOffsets commits the given offsets of owned queues, and of queues being revoked while
+// the WithOnQueuesRevoked function runs (also during Close). A queue not owned fails the
+// whole call with ErrNotAssigned before anything is committed.
 func (l *LitePull) CommitOffsets(ctx context.Context, offsets map[MessageQueue]int64) error {
-	if err := l.checkRunning(); err != nil {
-		return err
-	}
+	runErr := l.checkRunning()
 	l.commitMu.Lock()
 	defer l.commitMu.Unlock()
 	now := time.Now()
 	l.mu.Lock()
 	for mq, off := range offsets {
-		q, ok := l.queues[mq]
+		q, ok := l.revoking[mq]
+		if !ok && runErr == nil {
+			q, ok = l.queues[mq]
+		}
+		if !ok && runErr != nil {
+			l.mu.Unlock()
+			return runErr
+		}
 		if !ok || !q.active || (l.lockedMode() && !(q.locked && now.Before(q.lockValidUntil))) {
 			// Not ours, or our lock on it may have lapsed: its offset may be another
 			// member's to write.
@@ -86,7 +92,8 @@ func (l *LitePull) CommitOffsets(ctx context.Context, offsets map[MessageQueue]i
 		}
 	}
 	for mq, off := range offsets {
-		l.queues[mq].committed = off
+		q, _ := l.ownedLocked(mq)
+		q.committed = off
 	}
 	l.mu.Unlock()
 	return l.persistLocked(ctx, maps.Clone(offsets))
@@ -110,4 +117,13 @@ func (l *LitePull) autoCommit() {
 	if err := l.commitAll(l.ctx, true); err != nil && l.ctx.Err() == nil {
 		l.log.Warn("auto-commit failed", "err", err)
 	}
+}
+
+// ownedLocked returns the state of mq if it is being revoked or owned.
+func (l *LitePull) ownedLocked(mq MessageQueue) (*queue, bool) {
+	if q, ok := l.revoking[mq]; ok {
+		return q, true
+	}
+	q, ok := l.queues[mq]
+	return q, ok
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"time"
@@ -44,7 +45,11 @@ func (l *LitePull) Start(ctx context.Context) (err error) {
 	}
 	for _, topic := range l.topics() {
 		if r, err := l.cl.Route(ctx, topic); err != nil {
-			l.log.Warn("no route for topic yet", "topic", topic, "err", err)
+			lvl := slog.LevelWarn
+			if isRetryTopic(topic) {
+				lvl = slog.LevelDebug
+			}
+			l.log.Log(ctx, lvl, "no route for topic yet", "topic", topic, "err", err)
 		} else {
 			l.setTopicQueues(topic, r.SubscribeQueues, false)
 		}
@@ -119,6 +124,7 @@ func (l *LitePull) Shutdown(ctx context.Context) error {
 	}
 	l.order = nil
 	l.mu.Unlock()
+	l.revoke(ctx, all)
 	err := l.release(ctx, all)
 	if uerr := l.cl.UnregisterConsumer(ctx, l.group); uerr != nil {
 		err = errors.Join(err, uerr)

@@ -70,6 +70,7 @@ type LitePull struct {
 	settling       bool                      // the group's lock table was not yet read as settled: allocate again soon
 	calmReads      int                       // fixed-point reads of the lock table in a row
 	handover       map[MessageQueue]handover // dropped queues whose commit failed: commit, then unlock
+	revoking       map[MessageQueue]*queue   // detached queues the revoke function is being told of
 	parked         map[MessageQueue]int      // long-polling pulls in flight, by queue (see pullTask)
 }
 
@@ -168,6 +169,7 @@ func NewLitePull(group string, opts ...Option) (*LitePull, error) {
 		topicsRead:     map[string]bool{},
 		topicListeners: map[string][]func(string, []MessageQueue){},
 		handover:       map[MessageQueue]handover{},
+		revoking:       map[MessageQueue]*queue{},
 		parked:         map[MessageQueue]int{},
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())

@@ -40,8 +40,9 @@ func TestResetOffsetAndRunningInfo(t *testing.T) {
 	info := c.Hooks().RunningInfo()
 	assert.Equal(t, "CLUSTERING", info.Properties["messageModel"])
 	assert.Equal(t, "AVG", info.Properties["allocateMessageQueueStrategy"])
-	require.Len(t, info.SubscriptionSet, 1)
-	assert.Equal(t, "reset", info.SubscriptionSet[0].Topic)
+	require.Len(t, info.SubscriptionSet, 2, "the topic, and the group's retry topic (as RocketMQ's clustering consumers)")
+	assert.Equal(t, "%RETRY%reset-group", info.SubscriptionSet[0].Topic)
+	assert.Equal(t, "reset", info.SubscriptionSet[1].Topic)
 	pq := info.MQTable[queues[0]]
 	assert.EqualValues(t, 10, pq.CommitOffset)
 	assert.True(t, pq.Locked)

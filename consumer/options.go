@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -125,7 +126,9 @@ type config struct {
 
 	offsetDir     string
 	queueListener func(topic string, queues []protocol.MessageQueue)
+	onRevoked     func(ctx context.Context, queues []protocol.MessageQueue)
 	maxBodySize   int
+	maxReconsume  int32
 }
 
 func defaultConfig() config {
@@ -151,6 +154,7 @@ func defaultConfig() config {
 		lockLease:         DefaultLockLease,
 		lockRetry:         DefaultLockRetryInterval,
 		maxBodySize:       protocol.MaxFrameSize,
+		maxReconsume:      -1,
 	}
 }
 
@@ -556,6 +560,34 @@ func WithQueueListener(fn func(topic string, queues []protocol.MessageQueue)) Op
 	return func(c *config) error {
 		c.queueListener = fn
 		return nil
+	}
+}
+
+// WithOnQueuesRevoked sets a function called with the queues a rebalance takes away from this
+// consumer (and, on Close, with every queue it reads), before their offsets are committed and
+// their locks released: their messages are no longer handed out, and the new owner cannot
+// have them yet. An application that commits by hand (WithAutoCommit(false)) commits what it
+// processed of them here, with CommitOffsets, which accepts the queues being revoked until fn
+// returns. Only queues the consumer had started reading are passed; queues whose lock was
+// lost (another member may already read them) are not revoked but dropped without a commit.
+//
+// fn runs on the rebalance goroutine (on Close, on the caller's); it must not call Close or
+// Poll, and the hand-over waits for it. ctx ends when the consumer is closed. Default none.
+// It is franz-go's OnPartitionsRevoked.
+func WithOnQueuesRevoked(fn func(ctx context.Context, queues []protocol.MessageQueue)) Option {
+	return func(c *config) error {
+		c.onRevoked = fn
+		return nil
+	}
+}
+
+// WithMaxReconsumeTimes sets how often a message may be sent back (SendBack) before the
+// broker moves it to the group's dead-letter topic %DLQ%<group> instead of retrying it.
+// Default: the broker's setting for the group (RocketMQ's default is 16).
+func WithMaxReconsumeTimes(n int) Option {
+	return func(c *config) error {
+		c.maxReconsume = int32(n)
+		return positive("max reconsume times", n)
 	}
 }
 

@@ -212,6 +212,7 @@ func (l *LitePull) reconcile(ctx context.Context, topic string, desired []Messag
 	}
 	l.mu.Unlock()
 	if len(removed) > 0 {
+		l.revoke(ctx, removed)
 		if err := l.release(ctx, removed); err != nil {
 			l.log.Warn("rebalance: hand-over incomplete, will retry", "topic", topic, "err", err)
 		}
@@ -254,4 +255,34 @@ func (l *LitePull) detachLocked(q *queue) {
 	if l.queues[q.mq] == q {
 		delete(l.queues, q.mq)
 	}
+}
+
+// revoke tells the application (WithOnQueuesRevoked) that the detached queues qs, those it
+// had started reading, are about to be handed over: it may still commit them meanwhile.
+func (l *LitePull) revoke(ctx context.Context, qs []*queue) {
+	fn := l.cfg.onRevoked
+	if fn == nil {
+		return
+	}
+	var mqs []MessageQueue
+	l.mu.Lock()
+	for _, q := range qs {
+		if q.active {
+			l.revoking[q.mq] = q
+			mqs = append(mqs, q.mq)
+		}
+	}
+	l.mu.Unlock()
+	if len(mqs) == 0 {
+		return
+	}
+	slices.SortFunc(mqs, MessageQueue.Compare)
+	defer func() {
+		l.mu.Lock()
+		for _, mq := range mqs {
+			delete(l.revoking, mq)
+		}
+		l.mu.Unlock()
+	}()
+	fn(ctx, mqs)
 }

@@ -8,7 +8,8 @@ import (
 
 // Subscribe subscribes to topic with a tag expression: "*" or "" for every message, or tags
 // separated by "||". Subscribing again to a topic replaces its expression. It may be called
-// before or after Start; once running, the group rebalances at once.
+// before or after Start; once running, the group rebalances at once. In clustering the first
+// subscription also subscribes the group's retry topic %RETRY%<group> (see SendBack).
 func (l *LitePull) Subscribe(topic, expr string) error {
 	return l.SubscribeSelector(topic, TagSelector(expr))
 }
@@ -32,6 +33,11 @@ func (l *LitePull) SubscribeSelector(topic string, sel Selector) error {
 	l.mode = modeSubscribe
 	sub := newSubscription(topic, sel)
 	l.subs[topic] = sub
+	if retry := l.retryTopic(); l.cfg.model == Clustering && l.subs[retry] == nil {
+		// Messages sent back (SendBack) come back through the group's retry topic, which every
+		// member reads, as RocketMQ's clustering consumers do.
+		l.subs[retry] = newSubscription(retry, TagSelector("*"))
+	}
 	for _, q := range l.queues {
 		if q.mq.Topic == topic {
 			q.sub = sub
@@ -48,6 +54,9 @@ func (l *LitePull) SubscribeSelector(topic string, sel Selector) error {
 func (l *LitePull) Unsubscribe(topic string) error {
 	l.mu.Lock()
 	delete(l.subs, topic)
+	if retry := l.retryTopic(); len(l.subs) == 1 && l.subs[retry] != nil {
+		delete(l.subs, retry) // read only along with a subscription
+	}
 	if len(l.subs) == 0 && l.mode == modeSubscribe {
 		l.mode = modeNone
 	}
@@ -89,11 +98,15 @@ func (l *LitePull) Assign(queues []MessageQueue) error {
 
 // Assignment returns the queues assigned to this consumer, sorted: by the last rebalance, or
 // by Assign. With hand-over locks, a queue just assigned may still be waiting for its
-// previous owner to release it.
+// previous owner to release it. Queues of the group's retry topic, which the consumer reads
+// on its own (see SendBack), are left out.
 func (l *LitePull) Assignment() []MessageQueue {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := slices.Collect(maps.Keys(l.queues))
+	if l.mode == modeSubscribe {
+		out = slices.DeleteFunc(out, func(mq MessageQueue) bool { return mq.Topic == l.retryTopic() })
+	}
 	slices.SortFunc(out, MessageQueue.Compare)
 	return out
 }
