@@ -11,7 +11,7 @@
 //	if err != nil { … }
 //	if err := c.Subscribe("orders", "created || paid"); err != nil { … }
 //	if err := c.Start(ctx); err != nil { … }
-//	defer c.Shutdown(context.Background())
+//	defer c.Close(context.Background())
 //	for ctx.Err() == nil {
 //		msgs, err := c.Poll(ctx) // nil, nil after the poll timeout
 //		if err != nil { … }

@@ -74,7 +74,7 @@ func Example() {
 	if err := c.Start(ctx); err != nil {
 		panic(err)
 	}
-	defer c.Shutdown(ctx)
+	defer c.Close(ctx)
 
 	for received := 0; received < 2; {
 		msgs, err := c.Poll(ctx)
@@ -113,7 +113,7 @@ func ExampleLitePull_Assign() {
 	c, _ := consumer.NewLitePull("replayer", consumer.WithNameServers(b.NamesrvAddr()),
 		consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithLogger(quiet))
 	_ = c.Start(ctx)
-	defer c.Shutdown(ctx)
+	defer c.Close(ctx)
 	queues, err := c.FetchMessageQueues(ctx, "clicks")
 	if err != nil {
 		panic(err)

@@ -12,10 +12,12 @@ import (
 
 // Start connects, registers the consumer in its group and starts pulling. A consumer starts
 // once: Start on a consumer in any state but CreateJust fails with ErrBadState. If Start fails
-// the consumer is left in StartFailed.
+// the consumer is left in StartFailed, with nothing of it left running: it has left its group
+// again and closed its client core (a shared one is only left, not closed).
 //
-// Start does not fail because a subscribed topic does not exist yet: its route is fetched
-// again on every rebalance and metadata check.
+// ctx bounds Start: when it ends before Start is done (or has already ended), Start fails
+// with ctx's error. Start does not fail because a subscribed topic does not exist yet: its
+// route is fetched again on every rebalance and metadata check.
 func (l *LitePull) Start(ctx context.Context) (err error) {
 	l.startMu.Lock()
 	defer l.startMu.Unlock()
@@ -23,15 +25,28 @@ func (l *LitePull) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("start consumer %q: %w: %s", l.group, ErrBadState, s)
 	}
 	l.state.Store(int32(StartFailed))
+	registered := false
 	defer func() {
-		if err != nil {
-			l.cancel()
-			if l.ownsClient {
-				_ = l.cl.Close(ctx)
-			}
-			err = fmt.Errorf("start consumer %q: %w", l.group, err)
+		if err == nil {
+			return
 		}
+		l.cancel()
+		// ctx may be what failed Start: undo with its values but not its end (the client
+		// bounds each request by its own timeout).
+		undo := context.WithoutCancel(ctx)
+		if registered && !l.ownsClient {
+			if uerr := l.cl.UnregisterConsumer(undo, l.group); uerr != nil {
+				l.log.Warn("leaving the group after a failed start", "err", uerr)
+			}
+		}
+		if l.ownsClient {
+			_ = l.cl.Close(undo) // unregisters and waits for the client's goroutines
+		}
+		err = fmt.Errorf("start consumer %q: %w", l.group, err)
 	}()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := l.cl.Start(); err != nil { // a shared client may already run: Start is idempotent
 		return err
 	}
@@ -43,8 +58,12 @@ func (l *LitePull) Start(ctx context.Context) (err error) {
 	if err := l.cl.RegisterConsumer(l.group, (*hooks)(l)); err != nil {
 		return err
 	}
+	registered = true
 	for _, topic := range l.topics() {
 		if r, err := l.cl.Route(ctx, topic); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
 			lvl := slog.LevelWarn
 			if isRetryTopic(topic) {
 				lvl = slog.LevelDebug
@@ -55,7 +74,13 @@ func (l *LitePull) Start(ctx context.Context) (err error) {
 		}
 	}
 	if err := l.cl.SendHeartbeat(ctx); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
 		l.log.Warn("first heartbeat failed", "err", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	l.state.Store(int32(Running))
 	l.wg.Add(2)
@@ -87,12 +112,13 @@ func (l *LitePull) topics() []string {
 	return slices.Sorted(maps.Keys(set))
 }
 
-// Shutdown stops the consumer: Poll stops handing out messages, pulling stops, the offsets of
+// Close stops the consumer: Poll stops handing out messages, pulling stops, the offsets of
 // every owned queue are committed, their locks released, and the consumer leaves its group on
 // every broker, which tells the other members to rebalance at once. It waits for every
-// goroutine of the consumer, bounded by ctx for the network calls. Shutting down a consumer
-// that is not running does nothing.
-func (l *LitePull) Shutdown(ctx context.Context) error {
+// goroutine of the consumer, bounded by ctx for the network calls. Closing a consumer that is
+// not running does nothing. The revoke function (WithOnQueuesRevoked) is told of the queues
+// before they are committed.
+func (l *LitePull) Close(ctx context.Context) error {
 	l.startMu.Lock()
 	defer l.startMu.Unlock()
 	switch l.State() {
@@ -132,14 +158,14 @@ func (l *LitePull) Shutdown(ctx context.Context) error {
 	if l.ownsClient {
 		err = errors.Join(err, l.cl.Close(ctx))
 	}
-	l.log.Info("consumer shut down")
+	l.log.Info("consumer closed")
 	if err != nil {
-		return fmt.Errorf("shutdown consumer %q: %w", l.group, err)
+		return fmt.Errorf("close consumer %q: %w", l.group, err)
 	}
 	return nil
 }
 
-// every runs fn every d until Shutdown, on a goroutine counted in wg.
+// every runs fn every d until Close, on a goroutine counted in wg.
 func (l *LitePull) every(d time.Duration, fn func()) {
 	defer l.wg.Done()
 	t := time.NewTicker(d)
@@ -153,3 +179,8 @@ func (l *LitePull) every(d time.Duration, fn func()) {
 		}
 	}
 }
+
+// Shutdown is Close.
+//
+// Deprecated: use Close, the name the producer uses too.
+func (l *LitePull) Shutdown(ctx context.Context) error { return l.Close(ctx) }

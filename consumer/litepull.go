@@ -23,11 +23,11 @@ import (
 //	startMu → commitMu → mu
 //	client.Client's heartbeat lock → mu   (the client calls ConsumerData with it held)
 //
-// startMu serializes Start and Shutdown. commitMu serializes every write of offsets to the
+// startMu serializes Start and Close. commitMu serializes every write of offsets to the
 // offset store with queue hand-overs (commit, then unlock), and is held across that network
 // I/O. mu guards the consumer's in-memory state and is never held across network I/O, while
 // calling into the client core or while calling user code. Queues join and leave the owned
-// set only on the rebalance goroutine (and in Shutdown, after that goroutine has ended), so a
+// set only on the rebalance goroutine (and in Close, after that goroutine has ended), so a
 // rebalance never races another rebalance.
 type LitePull struct {
 	group      string
@@ -41,7 +41,7 @@ type LitePull struct {
 	startMu sync.Mutex
 	started time.Time
 
-	ctx         context.Context // cancelled by Shutdown
+	ctx         context.Context // cancelled by Close
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup // loops and pull tasks
 	pullSem     chan struct{}

@@ -65,7 +65,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 		require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 4 }, wait, 10*time.Millisecond)
 		produceTo(t, p, queues[0], "x", 3, nil)
 		pollN(t, c, 3, wait)
-		require.NoError(t, c.Shutdown(context.Background()))
+		require.NoError(t, c.Close(context.Background()))
 	}
 	ok := assert.Eventually(t, func() bool { return runtime.NumGoroutine() <= before+2 }, wait, 20*time.Millisecond,
 		"goroutines: before %d, now %d", before, runtime.NumGoroutine())

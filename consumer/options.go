@@ -231,7 +231,7 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithSharedClient makes the consumer use an existing client core instead of building its
 // own, so that a daemon hosting many producers and consumers keeps one connection per broker.
-// The consumer registers into it on Start and unregisters on Shutdown, but never closes it:
+// The consumer registers into it on Start and unregisters on Close, but never closes it:
 // its creator does. Name servers, instance name, client IP, heartbeat and route-refresh
 // options are then the shared client's.
 func WithSharedClient(cl *client.Client) Option {
@@ -336,7 +336,7 @@ func WithConsumeTimestamp(t time.Time) Option {
 // WithAutoCommit turns automatic offset commits on or off. Default on.
 //
 // With auto-commit, the offset past every message Poll has returned is committed every
-// auto-commit interval, when a queue is taken away by a rebalance, and on Shutdown: a polled
+// auto-commit interval, when a queue is taken away by a rebalance, and on Close: a polled
 // message counts as consumed (RocketMQ's lite-pull semantics). Without it, only Commit and
 // CommitOffsets commit, and a queue taken away is handed over at the offset last committed
 // that way, so messages polled but not committed are read again by the next owner.
@@ -555,7 +555,7 @@ func WithOffsetStoreDir(dir string) Option {
 // WithQueueListener sets a function called with a topic's newly assigned queues every time a
 // rebalance (or Assign) changes them. It runs on the rebalance goroutine, after the queues
 // removed have been committed and released; it must not block for long, and must not call
-// Shutdown.
+// Close.
 func WithQueueListener(fn func(topic string, queues []protocol.MessageQueue)) Option {
 	return func(c *config) error {
 		c.queueListener = fn

@@ -182,7 +182,7 @@ func TestRebalanceExactlyOnce(t *testing.T) {
 	waitConverged(t, "m2 and m3 joined", queues, []*member{m1, m2, m3}, wait)
 	time.Sleep(300 * time.Millisecond) // consume for a while in this shape
 
-	require.NoError(t, c2.Shutdown(context.Background()))
+	require.NoError(t, c2.Close(context.Background()))
 	<-m2.done
 	waitConverged(t, "m2 left", queues, []*member{m1, m3}, wait)
 	time.Sleep(300 * time.Millisecond) // consume for a while in this shape
@@ -266,7 +266,7 @@ func TestRebalanceChurn(t *testing.T) {
 				if i%3 == 0 {
 					gone := members[0]
 					members = members[1:]
-					require.NoError(t, gone.c.Shutdown(context.Background()))
+					require.NoError(t, gone.c.Close(context.Background()))
 					<-gone.done
 				}
 				members = append(members, start(i))
@@ -277,7 +277,7 @@ func TestRebalanceChurn(t *testing.T) {
 			total := int(sent.Load())
 			require.Eventually(t, func() bool { return l.count() == total }, wait, 20*time.Millisecond)
 			for _, m := range members {
-				require.NoError(t, m.c.Shutdown(context.Background()))
+				require.NoError(t, m.c.Close(context.Background()))
 				<-m.done
 			}
 			l.mu.Lock()
@@ -326,7 +326,7 @@ func TestStickyLeaveMovesOnlyTheLeaversQueues(t *testing.T) {
 			leaver = c
 		}
 	}
-	require.NoError(t, leaver.Shutdown(context.Background()))
+	require.NoError(t, leaver.Close(context.Background()))
 	cs = slices.DeleteFunc(cs, func(c *consumer.LitePull) bool { return c == leaver })
 	require.Eventually(t, func() bool { return active() == len(queues) }, wait, 5*time.Millisecond)
 	for _, c := range cs {

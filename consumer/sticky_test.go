@@ -98,10 +98,10 @@ func TestStickyGroupAgreesWhateverEachMemberSaw(t *testing.T) {
 		t.Fatal("the busy member did not rebalance")
 	}
 
-	require.NoError(t, first.Shutdown(context.Background()))
+	require.NoError(t, first.Close(context.Background()))
 	require.Eventually(t, func() bool { return len(watcher.OwnedQueues()) == 4 }, wait, 5*time.Millisecond,
 		"the watcher rebalanced among three members")
-	require.NoError(t, second.Shutdown(context.Background()))
+	require.NoError(t, second.Close(context.Background()))
 	close(gate.open)
 
 	require.Eventually(t, func() bool {
