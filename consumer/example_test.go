@@ -119,15 +119,27 @@ func ExampleLitePull_Assign() {
 		panic(err)
 	}
 	_ = c.Assign(queues) // read every queue ourselves, no group sharing
-	msgs, _ := c.Poll(ctx)
+	// A Poll returns what one pull brought, which may be fewer messages than were sent (the
+	// broker may not have made them all readable yet): poll until all have come.
+	pollUntil := func(n int) []*consumer.Message {
+		var out []*consumer.Message
+		for len(out) < n {
+			msgs, err := c.Poll(ctx)
+			if err != nil {
+				panic(err)
+			}
+			out = append(out, msgs...)
+		}
+		return out
+	}
+	msgs := pollUntil(5)
 	fmt.Println(len(msgs), "messages, the last at offset", msgs[len(msgs)-1].QueueOffset)
 
 	// Replay from offset 3.
 	if err := c.Seek(ctx, queues[0], 3); err != nil {
 		panic(err)
 	}
-	msgs, _ = c.Poll(ctx)
-	for _, m := range msgs {
+	for _, m := range pollUntil(2) {
 		fmt.Println(string(m.Body))
 	}
 	// Output:
