@@ -212,6 +212,9 @@ func TestCommitAndCommitted(t *testing.T) {
 	queues := createTopic(t, b, "commit", 2)
 	p := newProducer(t, b)
 	produceTo(t, p, queues[0], "a", 10, nil)
+	// The store makes messages readable asynchronously: with all ten readable, the first
+	// pull brings a full batch of four.
+	require.Eventually(t, func() bool { return b.StoreMax("commit", 0) == 10 }, wait, time.Millisecond)
 	c := newConsumer(t, b, "commit-group", consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithAutoCommit(false), consumer.WithPullBatchSize(4))
 	require.NoError(t, c.Subscribe("commit", "*"))
 	require.NoError(t, c.Start(context.Background()))
@@ -232,9 +235,11 @@ func TestCommitAndCommitted(t *testing.T) {
 	err = c.CommitOffsets(ctx, map[consumer.MessageQueue]int64{{Topic: "other", BrokerName: "broker-a"}: 1})
 	require.ErrorIs(t, err, consumer.ErrNotAssigned)
 
-	// Without auto-commit, polling does not commit.
+	// Without auto-commit, polling does not commit: not the pulls of the six, nor the pull of
+	// one more message, sent after them.
 	pollN(t, c, 6, wait)
-	time.Sleep(200 * time.Millisecond)
+	produceTo(t, p, queues[0], "b", 1, nil)
+	require.Len(t, pollN(t, c, 1, wait), 1)
 	assert.EqualValues(t, 2, brokerOffset(t, b, "commit-group", queues[0]))
 }
 

@@ -61,3 +61,11 @@ func (l *LitePull) Hooks() interface {
 } {
 	return (*hooks)(l)
 }
+
+// Settling reports whether the consumer is still re-reading the group's lock table on the
+// lock-retry timer.
+func (l *LitePull) Settling() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.settling
+}

@@ -69,6 +69,7 @@ type LitePull struct {
 	topicListeners map[string][]func(topic string, queues []MessageQueue)
 	settling       bool                      // the group's lock table was not yet read as settled: allocate again soon
 	calmReads      int                       // fixed-point reads of the lock table in a row
+	idleReads      int                       // reads of an unsettled table in a row that changed nothing here
 	handover       map[MessageQueue]handover // dropped queues whose commit failed: commit, then unlock
 	revoking       map[MessageQueue]*queue   // detached queues the revoke function is being told of
 	parked         map[MessageQueue]int      // long-polling pulls in flight, by queue (see pullTask)

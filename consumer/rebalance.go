@@ -101,7 +101,7 @@ func (l *LitePull) rebalance(ctx context.Context) {
 	for _, mq := range assigned {
 		topicSet[mq.Topic] = true
 	}
-	fromTables, settled := false, true
+	fromTables, settled, changed := false, true, false
 	for _, topic := range slices.Sorted(maps.Keys(topicSet)) {
 		var desired []MessageQueue
 		switch {
@@ -120,7 +120,9 @@ func (l *LitePull) rebalance(ctx context.Context) {
 			}
 			slices.SortFunc(desired, MessageQueue.Compare)
 		}
-		l.reconcile(ctx, topic, desired, subs[topic])
+		if l.reconcile(ctx, topic, desired, subs[topic]) {
+			changed = true
+		}
 	}
 	l.mu.Lock()
 	switch {
@@ -131,14 +133,26 @@ func (l *LitePull) rebalance(ctx context.Context) {
 	default:
 		l.calmReads = settleReads
 	}
-	l.settling = l.calmReads < settleReads
+	if settled || changed {
+		l.idleReads = 0
+	} else {
+		l.idleReads++
+	}
+	l.settling = l.calmReads < settleReads && l.idleReads < maxIdleReads
 	l.mu.Unlock()
 	l.retryHandovers(ctx)
 	l.acquire(ctx)
 }
 
-// settleReads is how many fixed-point reads of the lock table in a row end settling.
-const settleReads = 2
+const (
+	// settleReads is how many fixed-point reads of the lock table in a row end settling.
+	settleReads = 2
+	// maxIdleReads is how many reads of a table that is not a fixed point, in a row, with
+	// nothing to change on this member's side, end settling too, leaving the rest to the
+	// periodic rebalance: a member that does not lock what it reads (a RocketMQ client in
+	// the group, or hand-over locks off) keeps the table from ever being one.
+	maxIdleReads = 20
+)
 
 // rejoin sends the heartbeat a subscription change or a lost connection asked for, so that
 // the broker knows this member and its subscriptions before anyone allocates; after a lost
@@ -173,8 +187,9 @@ func (l *LitePull) rejoin(ctx context.Context) {
 }
 
 // reconcile makes topic's owned queues exactly desired: queues no longer ours stop being handed
-// out at once, then are committed and released; new ones wait for acquire.
-func (l *LitePull) reconcile(ctx context.Context, topic string, desired []MessageQueue, sub *subscription) {
+// out at once, then are committed and released; new ones wait for acquire. It reports whether
+// the owned set changed.
+func (l *LitePull) reconcile(ctx context.Context, topic string, desired []MessageQueue, sub *subscription) (changed bool) {
 	want := make(map[MessageQueue]bool, len(desired))
 	for _, mq := range desired {
 		want[mq] = true
@@ -206,7 +221,7 @@ func (l *LitePull) reconcile(ctx context.Context, topic string, desired []Messag
 		l.queues[mq] = q
 		added++
 	}
-	changed := len(removed) > 0 || added > 0
+	changed = len(removed) > 0 || added > 0
 	if changed {
 		l.rebuildOrderLocked()
 	}
@@ -223,6 +238,7 @@ func (l *LitePull) reconcile(ctx context.Context, topic string, desired []Messag
 			fn(topic, slices.Clone(desired))
 		}
 	}
+	return changed
 }
 
 func queueIDs(qs []MessageQueue) []string {

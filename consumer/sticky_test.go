@@ -109,3 +109,21 @@ func TestStickyGroupAgreesWhateverEachMemberSaw(t *testing.T) {
 	}, wait, 5*time.Millisecond, "every queue is read by exactly one survivor")
 	require.ElementsMatch(t, []int{5, 6}, []int{len(watcher.ActiveQueues()), len(busy.ActiveQueues())}, "balanced")
 }
+
+// TestSettlingEndsWhenAMemberDoesNotLock: a member that reads without hand-over locks keeps the
+// group's lock table from ever matching the assignment. The members that lock stop re-reading
+// it on their lock-retry timer after a while (the periodic rebalance remains), rather than
+// asking the broker twice a second for good.
+func TestSettlingEndsWhenAMemberDoesNotLock(t *testing.T) {
+	b := startBroker(t, nil)
+	createTopic(t, b, "settle", 4)
+	const group = "settle-group"
+	locking := newConsumer(t, b, group, consumer.WithRebalanceInterval(time.Hour))
+	require.NoError(t, locking.Subscribe("settle", "*"))
+	require.NoError(t, locking.Start(context.Background()))
+	plain := newConsumer(t, b, group, consumer.WithHandoverLocks(false), consumer.WithRebalanceInterval(time.Hour))
+	require.NoError(t, plain.Subscribe("settle", "*"))
+	require.NoError(t, plain.Start(context.Background()))
+	require.Eventually(t, func() bool { return len(locking.ActiveQueues()) == 2 && len(plain.ActiveQueues()) == 2 }, wait, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return !locking.Settling() }, wait, 5*time.Millisecond)
+}
