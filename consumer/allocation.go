@@ -64,7 +64,7 @@ func (l *LitePull) allocate(ctx context.Context, topic string) (mine []MessageQu
 	}
 	var prev map[string][]MessageQueue
 	known := false
-	if l.lockedMode() {
+	if l.cfg.handoverLocks { // allocate runs for subscriptions only: locked mode
 		if prev, known, err = l.lockOwners(ctx, topic, r.BrokerAddrs()); err != nil {
 			if ctx.Err() == nil {
 				l.log.Warn("rebalance: no lock table", "topic", topic, "err", err)
