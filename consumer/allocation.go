@@ -14,8 +14,8 @@ import (
 // allocate computes this member's share of topic. ok is false when an input could not be
 // had, in which case the current assignment stands. settled is false while the group's lock
 // table is not yet what the strategy makes of it (a hand-over is under way, or members read
-// the table at different moments): the caller allocates again soon, until it is. fromTable
-// reports whether the lock table was read at all.
+// the table at different moments, or a request failed): the caller allocates again soon,
+// until it is. fromTable reports whether the lock table was read at all.
 //
 // The previous assignment passed to the strategy is the group's lock table on the brokers
 // (GET_LOCK_OWNERS): with hand-over locks every member locks every queue it reads, so the
@@ -34,7 +34,8 @@ func (l *LitePull) allocate(ctx context.Context, topic string) (mine []MessageQu
 		default:
 			l.log.Warn("rebalance: no route", "topic", topic, "err", err)
 		}
-		return nil, false, true, false
+		// A topic that does not exist is settled as it is; a failed request is tried again.
+		return nil, false, errors.Is(err, client.ErrTopicNotExist), false
 	}
 	l.setTopicQueues(topic, r.SubscribeQueues, true)
 	queues := r.SubscribeQueues
@@ -57,7 +58,7 @@ func (l *LitePull) allocate(ctx context.Context, topic string) (mine []MessageQu
 		if ctx.Err() == nil {
 			l.log.Warn("rebalance: no member list", "topic", topic, "err", err)
 		}
-		return nil, false, true, false
+		return nil, false, false, false
 	}
 	if len(cids) == 0 {
 		return nil, false, true, true
@@ -69,7 +70,7 @@ func (l *LitePull) allocate(ctx context.Context, topic string) (mine []MessageQu
 			if ctx.Err() == nil {
 				l.log.Warn("rebalance: no lock table", "topic", topic, "err", err)
 			}
-			return nil, false, true, false
+			return nil, false, false, false
 		}
 	}
 	req := allocate.Request{Group: l.group, ClientID: me, Queues: queues, ClientIDs: cids, Previous: prev}

@@ -21,7 +21,9 @@
 // Poll moves the polled queue's consume offset past the messages it returns, and auto-commit
 // (on by default, every 5 s) stores that offset on the broker: a polled message counts as
 // consumed, as in RocketMQ. Turn auto-commit off and call Commit or CommitOffsets to commit
-// only what has been processed.
+// only what has been processed. A message that cannot be processed now goes back to the
+// broker with SendBack and returns later through the group's retry topic. WithOnQueuesRevoked
+// tells the application which queues a rebalance takes away, before they are handed over.
 //
 // # Getting queues
 //

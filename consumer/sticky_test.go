@@ -1,12 +1,16 @@
 package consumer_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/consumer"
@@ -52,9 +56,11 @@ func TestStickyGroupAgreesWhateverEachMemberSaw(t *testing.T) {
 	const group = "sticky-agree-group"
 	gates := map[*consumer.LitePull]*gatedStrategy{}
 	var cs []*consumer.LitePull
-	for range 4 {
+	var logBuf syncBuf
+	for i := range 4 {
 		g := newGated(allocate.Sticky(allocate.Averagely()))
-		c := newConsumer(t, b, group, consumer.WithAllocateStrategy(g), consumer.WithRebalanceInterval(time.Hour))
+		lg := slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug})).With("member", i)
+		c := newConsumer(t, b, group, consumer.WithAllocateStrategy(g), consumer.WithRebalanceInterval(time.Hour), consumer.WithLogger(lg))
 		require.NoError(t, c.Subscribe("sticky-agree", "*"))
 		gates[c] = g
 		cs = append(cs, c)
@@ -104,9 +110,13 @@ func TestStickyGroupAgreesWhateverEachMemberSaw(t *testing.T) {
 	require.NoError(t, second.Close(context.Background()))
 	close(gate.open)
 
-	require.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		return exactlyOnce(watcher, busy) && len(watcher.ActiveQueues())+len(busy.ActiveQueues()) == len(queues)
-	}, wait, 5*time.Millisecond, "every queue is read by exactly one survivor")
+	}, wait, 5*time.Millisecond, "every queue is read by exactly one survivor") {
+		t.Logf("ids %s %s %s %s; watcher %v busy %v locks %v", first.ClientID(), second.ClientID(), watcher.ClientID(), busy.ClientID(), watcher.OwnedQueues(), busy.OwnedQueues(), b.LockedQueues(group))
+		t.Log(logBuf.String())
+		t.FailNow()
+	}
 	require.ElementsMatch(t, []int{5, 6}, []int{len(watcher.ActiveQueues()), len(busy.ActiveQueues())}, "balanced")
 }
 
@@ -126,4 +136,27 @@ func TestSettlingEndsWhenAMemberDoesNotLock(t *testing.T) {
 	require.NoError(t, plain.Start(context.Background()))
 	require.Eventually(t, func() bool { return len(locking.ActiveQueues()) == 2 && len(plain.ActiveQueues()) == 2 }, wait, 5*time.Millisecond)
 	require.Eventually(t, func() bool { return !locking.Settling() }, wait, 5*time.Millisecond)
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestFailedRebalanceIsRetriedSoon: a rebalance that cannot ask the broker for the group's
+// members or lock table keeps the current assignment, and is tried again on the lock-retry
+// timer, not only at the next periodic rebalance.
+func TestFailedRebalanceIsRetriedSoon(t *testing.T) {
+	b, px := startBrokerBehindProxy(t)
+	createTopic(t, b, "retry-soon", 2)
+	px.refuse(true) // the name service is reached directly; the broker is not, for now
+	c := newConsumer(t, b, "retry-soon-group", consumer.WithRebalanceInterval(time.Hour), consumer.WithLockRetryInterval(300*time.Millisecond))
+	require.NoError(t, c.Subscribe("retry-soon", "*"))
+	require.NoError(t, c.Start(context.Background()))
+	require.Eventually(t, c.Settling, wait, 5*time.Millisecond, "a rebalance failed")
+	px.refuse(false)
+	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 2 }, wait, 5*time.Millisecond)
 }
