@@ -106,9 +106,9 @@ func (l *LitePull) rebalance(ctx context.Context) {
 		var desired []MessageQueue
 		switch {
 		case mode == modeSubscribe && subs[topic] != nil:
-			fromTable, fixed, ok := false, true, false
-			desired, fromTable, fixed, ok = l.allocate(ctx, topic)
+			mine, fromTable, fixed, ok := l.allocate(ctx, topic)
 			fromTables, settled = fromTables || fromTable, settled && fixed
+			desired = mine
 			if !ok {
 				continue // keep what we have until we know better
 			}
