@@ -38,6 +38,8 @@ func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protoco
 		return b.processSendBack(ctx, c, req)
 	case protocol.LockBatchMQ, protocol.UnlockBatchMQ:
 		return b.processLock(c, req)
+	case protocol.GetLockOwners:
+		return b.processLockOwners(req)
 	case protocol.ViewMessageByID:
 		return b.processViewMessage(req)
 	}

@@ -87,7 +87,7 @@ func BenchmarkRebalanceJoin(b *testing.B) {
 		waitConvergedTB(b, queues, append(base[:2:2], joiner), 10*time.Second)
 		total += time.Since(start)
 		b.StopTimer()
-		require.NoError(b, c.Shutdown(context.Background()))
+		require.NoError(b, c.Close(context.Background()))
 		waitConvergedTB(b, queues, base, 10*time.Second)
 		b.StartTimer()
 	}

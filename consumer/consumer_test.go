@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -63,12 +64,12 @@ func TestLifecycle(t *testing.T) {
 	assert.Contains(t, c.ClientID(), "@")
 	assert.Equal(t, "life-group", c.Group())
 
-	require.NoError(t, c.Shutdown(context.Background()))
+	require.NoError(t, c.Close(context.Background()))
 	assert.Equal(t, consumer.ShutdownAlready, c.State())
 	_, err = c.Poll(context.Background())
 	require.ErrorIs(t, err, consumer.ErrNotRunning)
 	require.ErrorIs(t, c.Start(context.Background()), consumer.ErrBadState)
-	require.NoError(t, c.Shutdown(context.Background()), "shutting down twice is harmless")
+	require.NoError(t, c.Close(context.Background()), "shutting down twice is harmless")
 
 	// The broker no longer lists it.
 	a := admin(t, b)
@@ -89,7 +90,7 @@ func TestStartFailure(t *testing.T) {
 	c1, err := consumer.NewLitePull("dup", consumer.WithSharedClient(shared), consumer.WithLogger(quiet()))
 	require.NoError(t, err)
 	require.NoError(t, c1.Start(context.Background()))
-	defer c1.Shutdown(context.Background())
+	defer c1.Close(context.Background())
 	c2, err := consumer.NewLitePull("dup", consumer.WithSharedClient(shared), consumer.WithLogger(quiet()))
 	require.NoError(t, err)
 	err = c2.Start(context.Background())
@@ -211,6 +212,9 @@ func TestCommitAndCommitted(t *testing.T) {
 	queues := createTopic(t, b, "commit", 2)
 	p := newProducer(t, b)
 	produceTo(t, p, queues[0], "a", 10, nil)
+	// The store makes messages readable asynchronously: with all ten readable, the first
+	// pull brings a full batch of four.
+	require.Eventually(t, func() bool { return b.StoreMax("commit", 0) == 10 }, wait, time.Millisecond)
 	c := newConsumer(t, b, "commit-group", consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithAutoCommit(false), consumer.WithPullBatchSize(4))
 	require.NoError(t, c.Subscribe("commit", "*"))
 	require.NoError(t, c.Start(context.Background()))
@@ -231,9 +235,11 @@ func TestCommitAndCommitted(t *testing.T) {
 	err = c.CommitOffsets(ctx, map[consumer.MessageQueue]int64{{Topic: "other", BrokerName: "broker-a"}: 1})
 	require.ErrorIs(t, err, consumer.ErrNotAssigned)
 
-	// Without auto-commit, polling does not commit.
+	// Without auto-commit, polling does not commit: not the pulls of the six, nor the pull of
+	// one more message, sent after them.
 	pollN(t, c, 6, wait)
-	time.Sleep(200 * time.Millisecond)
+	produceTo(t, p, queues[0], "b", 1, nil)
+	require.Len(t, pollN(t, c, 1, wait), 1)
 	assert.EqualValues(t, 2, brokerOffset(t, b, "commit-group", queues[0]))
 }
 
@@ -263,7 +269,7 @@ func TestCommittedOffsetsSurviveRestart(t *testing.T) {
 	require.NoError(t, c1.Start(context.Background()))
 	first := pollN(t, c1, 15, wait)
 	require.GreaterOrEqual(t, len(first), 15)
-	require.NoError(t, c1.Shutdown(context.Background())) // commits what was polled
+	require.NoError(t, c1.Close(context.Background())) // commits what was polled
 
 	c2 := newConsumer(t, b, "restart-group", consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
 	require.NoError(t, c2.Subscribe("restart", "*"))
@@ -302,7 +308,7 @@ func TestConsumeFrom(t *testing.T) {
 	assert.Equal(t, newer, bodies(pollN(t, last, 3, wait)))
 
 	// A stored offset wins over consume-from.
-	require.NoError(t, first.Shutdown(context.Background()))
+	require.NoError(t, first.Close(context.Background()))
 	again := start("from-first", consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
 	assert.Equal(t, newer, bodies(pollN(t, again, 3, wait)))
 
@@ -534,7 +540,7 @@ func TestBroadcasting(t *testing.T) {
 	assert.Len(t, c2.Assignment(), 4)
 
 	// Offsets live in the local file and survive a restart.
-	require.NoError(t, c1.Shutdown(context.Background()))
+	require.NoError(t, c1.Close(context.Background()))
 	assert.FileExists(t, dir1+"/bcast-group/offsets.json")
 	more := produce(t, p, "bcast", "more", 8, nil)
 	c1 = start(dir1)
@@ -560,7 +566,7 @@ func TestPollHonoursContext(t *testing.T) {
 	assert.Nil(t, msgs)
 	require.True(t, errors.Is(err, context.DeadlineExceeded))
 
-	// Shutdown wakes a waiting Poll. (Should the Poll start only after Shutdown, it fails
+	// Close wakes a waiting Poll. (Should the Poll start only after Close, it fails
 	// at once with the same error: the test holds either way.)
 	done := make(chan error, 1)
 	go func() {
@@ -568,11 +574,49 @@ func TestPollHonoursContext(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(50 * time.Millisecond) // most likely waiting by now
-	require.NoError(t, c.Shutdown(context.Background()))
+	require.NoError(t, c.Close(context.Background()))
 	select {
 	case err := <-done:
 		require.ErrorIs(t, err, consumer.ErrNotRunning)
 	case <-time.After(wait):
-		t.Fatal("Poll not woken by Shutdown")
+		t.Fatal("Poll not woken by Close")
 	}
+}
+
+// TestStartHonoursItsContext: Start with a context that has ended fails with the context's
+// error, leaves the consumer in StartFailed, and leaves nothing behind: no member in the
+// group, no registration in a shared client core (the group can start there again), no
+// goroutine.
+func TestStartHonoursItsContext(t *testing.T) {
+	b := startBroker(t, nil)
+	createTopic(t, b, "start-ctx", 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	before := runtime.NumGoroutine()
+
+	own, err := consumer.NewLitePull("start-ctx-group", fastOpts(b)...)
+	require.NoError(t, err)
+	require.NoError(t, own.Subscribe("start-ctx", "*"))
+	require.ErrorIs(t, own.Start(ctx), context.Canceled)
+	assert.Equal(t, consumer.StartFailed, own.State())
+	assert.Empty(t, b.GroupMembers("start-ctx-group"))
+	// +1: Eventually runs the condition on a goroutine of its own.
+	if !assert.Eventually(t, func() bool { return runtime.NumGoroutine() <= before+1 }, wait, 5*time.Millisecond, "goroutines left running") {
+		buf := make([]byte, 1<<20)
+		t.Logf("before %d, now %d:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+	}
+
+	shared, err := client.New(client.Options{NameServers: []string{b.NamesrvAddr()}, Logger: quiet()})
+	require.NoError(t, err)
+	defer shared.Close(context.Background())
+	c1, err := consumer.NewLitePull("start-ctx-group", consumer.WithSharedClient(shared), consumer.WithLogger(quiet()))
+	require.NoError(t, err)
+	require.NoError(t, c1.Subscribe("start-ctx", "*"))
+	require.ErrorIs(t, c1.Start(ctx), context.Canceled)
+	assert.Empty(t, b.GroupMembers("start-ctx-group"))
+	c2, err := consumer.NewLitePull("start-ctx-group", consumer.WithSharedClient(shared), consumer.WithLogger(quiet()))
+	require.NoError(t, err)
+	require.NoError(t, c2.Subscribe("start-ctx", "*"))
+	require.NoError(t, c2.Start(context.Background()), "the failed start left no registration behind")
+	require.NoError(t, c2.Close(context.Background()))
 }

@@ -11,7 +11,7 @@
 //	if err != nil { … }
 //	if err := c.Subscribe("orders", "created || paid"); err != nil { … }
 //	if err := c.Start(ctx); err != nil { … }
-//	defer c.Shutdown(context.Background())
+//	defer c.Close(context.Background())
 //	for ctx.Err() == nil {
 //		msgs, err := c.Poll(ctx) // nil, nil after the poll timeout
 //		if err != nil { … }
@@ -21,7 +21,9 @@
 // Poll moves the polled queue's consume offset past the messages it returns, and auto-commit
 // (on by default, every 5 s) stores that offset on the broker: a polled message counts as
 // consumed, as in RocketMQ. Turn auto-commit off and call Commit or CommitOffsets to commit
-// only what has been processed.
+// only what has been processed. A message that cannot be processed now goes back to the
+// broker with SendBack and returns later through the group's retry topic. WithOnQueuesRevoked
+// tells the application which queues a rebalance takes away, before they are handed over.
 //
 // # Getting queues
 //
@@ -42,9 +44,11 @@
 //     the committed offset only after it took the lock. So a message Poll returned is never
 //     returned again by another member because of a rebalance. A member that crashes loses its
 //     locks when its connection closes.
-//   - The group's previous allocation is passed to the strategy, so sticky strategies
-//     (allocate.Sticky) move as few queues as possible when a member leaves (see
-//     WithAllocateStrategy for when it is withheld).
+//   - The group's current assignment is passed to the strategy as the previous one, so
+//     sticky strategies (allocate.Sticky) move as few queues as possible when a member
+//     leaves. It is read from the broker's lock table (GET_LOCK_OWNERS, a flowd extension):
+//     with hand-over locks every member locks what it reads, so that table is the assignment,
+//     and all members read the same one whatever joins and leaves each happened to see.
 //   - Every consumer has its own client core and client id unless one is shared on purpose
 //     (WithSharedClient); there is no process-wide state.
 //

@@ -8,7 +8,7 @@ import (
 
 // Sentinel errors. Test for them with errors.Is; they come wrapped with what they concern.
 var (
-	// ErrNotRunning: the call needs a running consumer (after Start, before Shutdown).
+	// ErrNotRunning: the call needs a running consumer (after Start, before Close).
 	ErrNotRunning = errors.New("consumer: not running")
 	// ErrBadState: Start on a consumer that is not freshly created (started twice, failed to
 	// start, or shut down).

@@ -74,7 +74,7 @@ func Example() {
 	if err := c.Start(ctx); err != nil {
 		panic(err)
 	}
-	defer c.Shutdown(ctx)
+	defer c.Close(ctx)
 
 	for received := 0; received < 2; {
 		msgs, err := c.Poll(ctx)
@@ -113,21 +113,33 @@ func ExampleLitePull_Assign() {
 	c, _ := consumer.NewLitePull("replayer", consumer.WithNameServers(b.NamesrvAddr()),
 		consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithLogger(quiet))
 	_ = c.Start(ctx)
-	defer c.Shutdown(ctx)
+	defer c.Close(ctx)
 	queues, err := c.FetchMessageQueues(ctx, "clicks")
 	if err != nil {
 		panic(err)
 	}
 	_ = c.Assign(queues) // read every queue ourselves, no group sharing
-	msgs, _ := c.Poll(ctx)
+	// A Poll returns what one pull brought, which may be fewer messages than were sent (the
+	// broker may not have made them all readable yet): poll until all have come.
+	pollUntil := func(n int) []*consumer.Message {
+		var out []*consumer.Message
+		for len(out) < n {
+			msgs, err := c.Poll(ctx)
+			if err != nil {
+				panic(err)
+			}
+			out = append(out, msgs...)
+		}
+		return out
+	}
+	msgs := pollUntil(5)
 	fmt.Println(len(msgs), "messages, the last at offset", msgs[len(msgs)-1].QueueOffset)
 
 	// Replay from offset 3.
 	if err := c.Seek(ctx, queues[0], 3); err != nil {
 		panic(err)
 	}
-	msgs, _ = c.Poll(ctx)
-	for _, m := range msgs {
+	for _, m := range pollUntil(2) {
 		fmt.Println(string(m.Body))
 	}
 	// Output:

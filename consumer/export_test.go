@@ -9,14 +9,15 @@ import (
 	"github.com/flowd-io/flowd/protocol"
 )
 
-// ActiveQueues returns the queues being read now: locked (with hand-over locks) and pulling.
+// ActiveQueues returns the queues being read now: locked (with hand-over locks) and pulling,
+// the group's retry topic left out (see RetryQueues).
 func (l *LitePull) ActiveQueues() []MessageQueue {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
 	var out []MessageQueue
 	for _, q := range l.order {
-		if l.consumableLocked(q, now) {
+		if l.consumableLocked(q, now) && !isRetryTopic(q.mq.Topic) {
 			out = append(out, q.mq)
 		}
 	}
@@ -33,11 +34,12 @@ func (l *LitePull) CachedCount(mq MessageQueue) int {
 	return 0
 }
 
-// OwnedQueues returns the owned queues, sorted.
+// OwnedQueues returns the owned queues, sorted, the group's retry topic left out.
 func (l *LitePull) OwnedQueues() []MessageQueue {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return slices.SortedFunc(maps.Keys(l.queues), MessageQueue.Compare)
+	out := slices.SortedFunc(maps.Keys(l.queues), MessageQueue.Compare)
+	return slices.DeleteFunc(out, func(mq MessageQueue) bool { return isRetryTopic(mq.Topic) })
 }
 
 // CrashForTest kills the consumer's connections without committing, unlocking or
@@ -58,4 +60,12 @@ func (l *LitePull) Hooks() interface {
 	NotifyConsumerIDsChanged()
 } {
 	return (*hooks)(l)
+}
+
+// Settling reports whether the consumer is still re-reading the group's lock table on the
+// lock-retry timer.
+func (l *LitePull) Settling() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.settling
 }

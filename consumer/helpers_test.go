@@ -104,6 +104,14 @@ type tcpProxy struct {
 	mu         sync.Mutex
 	clientSide []net.Conn
 	targetSide []net.Conn
+	refusing   bool // new connections are closed at once, as by a host that cannot be reached
+}
+
+// refuse makes the proxy close new connections at once (on) or forward them again (off).
+func (px *tcpProxy) refuse(on bool) {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	px.refusing = on
 }
 
 func startProxy(t testing.TB, target string) *tcpProxy {
@@ -130,6 +138,13 @@ func (px *tcpProxy) accept() {
 		c, err := px.ln.Accept()
 		if err != nil {
 			return
+		}
+		px.mu.Lock()
+		refusing := px.refusing
+		px.mu.Unlock()
+		if refusing {
+			c.Close()
+			continue
 		}
 		up, err := net.Dial("tcp", px.target)
 		if err != nil {
@@ -291,7 +306,7 @@ func newConsumer(t testing.TB, b *broker.Broker, group string, opts ...consumer.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		c.Shutdown(ctx)
+		c.Close(ctx)
 	})
 	return c
 }

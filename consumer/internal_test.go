@@ -22,7 +22,7 @@ func newUnstarted(t *testing.T, opts ...Option) *LitePull {
 	all := append([]Option{WithNameServers("127.0.0.1:1"), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
 	l, err := NewLitePull("internal", all...)
 	require.NoError(t, err)
-	t.Cleanup(func() { l.Shutdown(context.Background()) })
+	t.Cleanup(func() { l.Close(context.Background()) })
 	return l
 }
 

@@ -80,6 +80,10 @@ func convert(mq MessageQueue, ext *protocol.MessageExt, d *protocol.Decompressor
 		BornHost:        ext.BornHost.String(),
 		ReconsumeTimes:  ext.ReconsumeTimes,
 	}
+	if isRetryTopic(ext.Topic) && props[protocol.PropertyRetryTopic] != "" {
+		// A message sent back: the application sees the topic it was first sent to.
+		m.Topic = props[protocol.PropertyRetryTopic]
+	}
 	m.MsgID = props[protocol.PropertyUniqueKey]
 	if m.MsgID == "" {
 		m.MsgID = m.OffsetMsgID

@@ -40,8 +40,9 @@ func TestResetOffsetAndRunningInfo(t *testing.T) {
 	info := c.Hooks().RunningInfo()
 	assert.Equal(t, "CLUSTERING", info.Properties["messageModel"])
 	assert.Equal(t, "AVG", info.Properties["allocateMessageQueueStrategy"])
-	require.Len(t, info.SubscriptionSet, 1)
-	assert.Equal(t, "reset", info.SubscriptionSet[0].Topic)
+	require.Len(t, info.SubscriptionSet, 2, "the topic, and the group's retry topic (as RocketMQ's clustering consumers)")
+	assert.Equal(t, "%RETRY%reset-group", info.SubscriptionSet[0].Topic)
+	assert.Equal(t, "reset", info.SubscriptionSet[1].Topic)
 	pq := info.MQTable[queues[0]]
 	assert.EqualValues(t, 10, pq.CommitOffset)
 	assert.True(t, pq.Locked)
@@ -64,7 +65,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 		require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 4 }, wait, 10*time.Millisecond)
 		produceTo(t, p, queues[0], "x", 3, nil)
 		pollN(t, c, 3, wait)
-		require.NoError(t, c.Shutdown(context.Background()))
+		require.NoError(t, c.Close(context.Background()))
 	}
 	ok := assert.Eventually(t, func() bool { return runtime.NumGoroutine() <= before+2 }, wait, 20*time.Millisecond,
 		"goroutines: before %d, now %d", before, runtime.NumGoroutine())
@@ -96,4 +97,35 @@ func TestManySeeksDoNotPileUpParkedPulls(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, "new-0", string(got[0].Body))
 	require.NoError(t, c.Commit(ctx), "the connection still takes requests")
+}
+
+// TestNewQueueOfExistingGroupStartsAtFirstMessage: a topic gains queues while a group reads
+// it, and messages land in the new queues before the group's rebalance reaches them. The
+// group has no stored offset for those queues (the broker answers QUERY_NOT_FOUND), but it is
+// not new to the topic: with ConsumeFromLast it must start them at their first message, not
+// at their max offset, or it skips what was written into them.
+func TestNewQueueOfExistingGroupStartsAtFirstMessage(t *testing.T) {
+	b := startBroker(t, nil)
+	createTopic(t, b, "grow", 2)
+	const group = "grow-group"
+	c := newConsumer(t, b, group, consumer.WithTopicMetadataCheckInterval(time.Hour),
+		consumer.WithRouteRefreshInterval(time.Hour), consumer.WithRebalanceInterval(time.Hour))
+	require.NoError(t, c.Subscribe("grow", "*"))
+	require.NoError(t, c.Start(context.Background()))
+	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 2 }, wait, 5*time.Millisecond)
+	require.NoError(t, c.Commit(context.Background()))
+
+	queues := createTopic(t, b, "grow", 4)
+	require.Equal(t, int64(-1), brokerOffset(t, b, group, queues[2]))
+	p := newProducer(t, b)
+	early := append(produceTo(t, p, queues[2], "early-2", 2, nil), produceTo(t, p, queues[3], "early-3", 2, nil)...)
+
+	// The store dispatches asynchronously: wait until the new queues' max offsets count the
+	// messages, or a start at the max offset would not skip them.
+	require.Eventually(t, func() bool { return b.StoreMax("grow", 2) == 2 && b.StoreMax("grow", 3) == 2 }, wait, time.Millisecond)
+
+	got, err := c.FetchMessageQueues(context.Background(), "grow") // the consumer learns of the new queues
+	require.NoError(t, err)
+	require.Len(t, got, 4)
+	assert.Equal(t, sorted(early), sortedBodies(pollN(t, c, len(early), wait)))
 }

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -125,7 +126,9 @@ type config struct {
 
 	offsetDir     string
 	queueListener func(topic string, queues []protocol.MessageQueue)
+	onRevoked     func(ctx context.Context, queues []protocol.MessageQueue)
 	maxBodySize   int
+	maxReconsume  int32
 }
 
 func defaultConfig() config {
@@ -151,6 +154,7 @@ func defaultConfig() config {
 		lockLease:         DefaultLockLease,
 		lockRetry:         DefaultLockRetryInterval,
 		maxBodySize:       protocol.MaxFrameSize,
+		maxReconsume:      -1,
 	}
 }
 
@@ -227,7 +231,7 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithSharedClient makes the consumer use an existing client core instead of building its
 // own, so that a daemon hosting many producers and consumers keeps one connection per broker.
-// The consumer registers into it on Start and unregisters on Shutdown, but never closes it:
+// The consumer registers into it on Start and unregisters on Close, but never closes it:
 // its creator does. Name servers, instance name, client IP, heartbeat and route-refresh
 // options are then the shared client's.
 func WithSharedClient(cl *client.Client) Option {
@@ -288,14 +292,15 @@ func WithMessageModel(m MessageModel) Option {
 //
 // # Notes
 //
-// The strategy is given, as allocate.Request.Previous, the whole group's allocation at this
-// member's last rebalance, so that sticky strategies (allocate.Sticky) move few queues. Every
-// member must pass the same Previous, and there is no shared store of it yet: each member
-// records the allocation it computed. So Previous is withheld (nil) whenever the group has a
-// member this one has no record for (a joiner, which has no history of its own), and sticky
-// strategies are sticky when members leave, not when they join. Members that saw different
-// sequences of leaves (notifications coalesced differently) may disagree; hand-over locks
-// still prevent duplicates, and stateless strategies are unaffected.
+// The strategy is given, as allocate.Request.Previous, the group's current assignment: the
+// broker's lock table of the group's queues (GET_LOCK_OWNERS, a flowd extension). With
+// hand-over locks every member locks each queue it reads, so that table is the assignment,
+// and every member reads the same one, so sticky strategies (allocate.Sticky) agree across
+// the group whatever joins and leaves each member happened to see. While queues change hands
+// members read the table again every lock-retry interval until it is a fixed point of the
+// strategy. Without hand-over locks (broadcasting, or WithHandoverLocks(false)), or against a
+// broker that does not know the request, Previous is nil and sticky strategies fall back to
+// their inner strategy.
 func WithAllocateStrategy(s allocate.Strategy) Option {
 	return func(c *config) error {
 		if s == nil {
@@ -331,7 +336,7 @@ func WithConsumeTimestamp(t time.Time) Option {
 // WithAutoCommit turns automatic offset commits on or off. Default on.
 //
 // With auto-commit, the offset past every message Poll has returned is committed every
-// auto-commit interval, when a queue is taken away by a rebalance, and on Shutdown: a polled
+// auto-commit interval, when a queue is taken away by a rebalance, and on Close: a polled
 // message counts as consumed (RocketMQ's lite-pull semantics). Without it, only Commit and
 // CommitOffsets commit, and a queue taken away is handed over at the offset last committed
 // that way, so messages polled but not committed are read again by the next owner.
@@ -550,11 +555,39 @@ func WithOffsetStoreDir(dir string) Option {
 // WithQueueListener sets a function called with a topic's newly assigned queues every time a
 // rebalance (or Assign) changes them. It runs on the rebalance goroutine, after the queues
 // removed have been committed and released; it must not block for long, and must not call
-// Shutdown.
+// Close.
 func WithQueueListener(fn func(topic string, queues []protocol.MessageQueue)) Option {
 	return func(c *config) error {
 		c.queueListener = fn
 		return nil
+	}
+}
+
+// WithOnQueuesRevoked sets a function called with the queues a rebalance takes away from this
+// consumer (and, on Close, with every queue it reads), before their offsets are committed and
+// their locks released: their messages are no longer handed out, and the new owner cannot
+// have them yet. An application that commits by hand (WithAutoCommit(false)) commits what it
+// processed of them here, with CommitOffsets, which accepts the queues being revoked until fn
+// returns. Only queues the consumer had started reading are passed; queues whose lock was
+// lost (another member may already read them) are not revoked but dropped without a commit.
+//
+// fn runs on the rebalance goroutine (on Close, on the caller's); it must not call Close or
+// Poll, and the hand-over waits for it. ctx ends when the consumer is closed. Default none.
+// It is franz-go's OnPartitionsRevoked.
+func WithOnQueuesRevoked(fn func(ctx context.Context, queues []protocol.MessageQueue)) Option {
+	return func(c *config) error {
+		c.onRevoked = fn
+		return nil
+	}
+}
+
+// WithMaxReconsumeTimes sets how often a message may be sent back (SendBack) before the
+// broker moves it to the group's dead-letter topic %DLQ%<group> instead of retrying it.
+// Default: the broker's setting for the group (RocketMQ's default is 16).
+func WithMaxReconsumeTimes(n int) Option {
+	return func(c *config) error {
+		c.maxReconsume = int32(n)
+		return positive("max reconsume times", n)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/consumer/allocate"
 	"github.com/flowd-io/flowd/producer"
+	"github.com/flowd-io/flowd/protocol"
 )
 
 // ledger counts, across a group, how often each message was handed out.
@@ -181,7 +182,7 @@ func TestRebalanceExactlyOnce(t *testing.T) {
 	waitConverged(t, "m2 and m3 joined", queues, []*member{m1, m2, m3}, wait)
 	time.Sleep(300 * time.Millisecond) // consume for a while in this shape
 
-	require.NoError(t, c2.Shutdown(context.Background()))
+	require.NoError(t, c2.Close(context.Background()))
 	<-m2.done
 	waitConverged(t, "m2 left", queues, []*member{m1, m3}, wait)
 	time.Sleep(300 * time.Millisecond) // consume for a while in this shape
@@ -265,7 +266,7 @@ func TestRebalanceChurn(t *testing.T) {
 				if i%3 == 0 {
 					gone := members[0]
 					members = members[1:]
-					require.NoError(t, gone.c.Shutdown(context.Background()))
+					require.NoError(t, gone.c.Close(context.Background()))
 					<-gone.done
 				}
 				members = append(members, start(i))
@@ -276,7 +277,7 @@ func TestRebalanceChurn(t *testing.T) {
 			total := int(sent.Load())
 			require.Eventually(t, func() bool { return l.count() == total }, wait, 20*time.Millisecond)
 			for _, m := range members {
-				require.NoError(t, m.c.Shutdown(context.Background()))
+				require.NoError(t, m.c.Close(context.Background()))
 				<-m.done
 			}
 			l.mu.Lock()
@@ -325,7 +326,7 @@ func TestStickyLeaveMovesOnlyTheLeaversQueues(t *testing.T) {
 			leaver = c
 		}
 	}
-	require.NoError(t, leaver.Shutdown(context.Background()))
+	require.NoError(t, leaver.Close(context.Background()))
 	cs = slices.DeleteFunc(cs, func(c *consumer.LitePull) bool { return c == leaver })
 	require.Eventually(t, func() bool { return active() == len(queues) }, wait, 5*time.Millisecond)
 	for _, c := range cs {
@@ -385,4 +386,99 @@ func TestLostConnectionRelocksAtOnce(t *testing.T) {
 		sent = append(sent, produceTo(t, p, mq, fmt.Sprint("after-", mq.QueueID), 2, nil)...)
 	}
 	assert.Equal(t, sorted(sent), sortedBodies(pollN(t, c, len(sent), wait)))
+}
+
+// TestRegrantedLockIsALostLock: the broker releases a member's locks when its connection
+// closes; meanwhile another member locks the queue, reads it and commits. When the member
+// reconnects and its lock renewal is granted, that is a new lock, not a renewal: the member
+// drops the messages it had cached and starts at the committed offset, rather than handing
+// out what the other member already consumed.
+func TestRegrantedLockIsALostLock(t *testing.T) {
+	b, px := startBrokerBehindProxy(t)
+	mq := createTopic(t, b, "regrant", 1)[0]
+	const group = "regrant-group"
+	p := newProducer(t, b)
+	produceTo(t, p, mq, "before", 10, nil)
+
+	c := newConsumer(t, b, group,
+		consumer.WithConsumeFrom(consumer.ConsumeFromFirst),
+		consumer.WithPullBatchSize(4),
+		consumer.WithAutoCommitInterval(time.Hour),
+		consumer.WithLockLease(time.Hour),
+		consumer.WithRebalanceInterval(time.Hour))
+	require.NoError(t, c.Subscribe("regrant", "*"))
+	require.NoError(t, c.Start(context.Background()))
+	first := pollN(t, c, 1, wait)
+	require.NotEmpty(t, first)
+	require.Equal(t, "before-0", string(first[0].Body))
+	require.Eventually(t, func() bool { return c.CachedCount(mq) > 0 }, wait, 5*time.Millisecond, "more is cached")
+
+	// The member's connection goes, and it cannot reconnect for now.
+	px.refuse(true)
+	px.cutTargetSide()
+	require.Eventually(t, func() bool { return len(b.LockedQueues(group)) == 0 }, wait, 5*time.Millisecond)
+	px.cutClientSide()
+	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 0 }, wait, 5*time.Millisecond, "stops handing out")
+
+	// Another member takes the queue, consumes all of it, commits and lets go (straight to
+	// the broker: the proxy still refuses).
+	other := admin(t, b)
+	ctx := context.Background()
+	lockBody, err := protocol.MarshalBody(&protocol.LockBatchRequestBody{ConsumerGroup: group, ClientID: other.ID(), MQSet: []protocol.MessageQueue{mq}})
+	require.NoError(t, err)
+	resp, err := other.InvokeOK(ctx, px.target, protocol.NewRequest(protocol.LockBatchMQ, nil, lockBody))
+	require.NoError(t, err)
+	var locked protocol.LockBatchResponseBody
+	require.NoError(t, protocol.UnmarshalBody(resp.Body, &locked))
+	require.Equal(t, []protocol.MessageQueue{mq}, locked.LockOKMQSet)
+	commit := protocol.UpdateConsumerOffsetRequestHeader{ConsumerGroup: group, Topic: mq.Topic, QueueID: int32(mq.QueueID), CommitOffset: 10}
+	_, err = other.InvokeOK(ctx, px.target, protocol.NewRequestWith(protocol.UpdateConsumerOffset, &commit, nil))
+	require.NoError(t, err)
+	_, err = other.InvokeOK(ctx, px.target, protocol.NewRequest(protocol.UnlockBatchMQ, nil, lockBody))
+	require.NoError(t, err)
+	off, ok := b.CommittedOffset(group, mq.Topic, int32(mq.QueueID))
+	require.True(t, ok)
+	require.Equal(t, int64(10), off)
+
+	// The member comes back and gets its lock again: nothing below offset 10 is handed out.
+	px.refuse(false)
+	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 1 }, wait, 5*time.Millisecond, "re-locked")
+	after := produceTo(t, p, mq, "after", 3, nil)
+	got := pollN(t, c, len(after), wait)
+	for _, m := range got {
+		require.GreaterOrEqual(t, m.QueueOffset, int64(10), "handed out %q, which the other member had consumed and committed", m.Body)
+	}
+	require.Equal(t, after, bodies(got))
+}
+
+// TestRegrantedLockUnclaimedResumes: when nobody committed the queue while the member's lock
+// was lost, the member re-reads the committed offset, finds its own, and goes on past what it
+// had handed out: nothing is handed out twice, nothing skipped.
+func TestRegrantedLockUnclaimedResumes(t *testing.T) {
+	b, px := startBrokerBehindProxy(t)
+	mq := createTopic(t, b, "resume", 1)[0]
+	const group = "resume-group"
+	p := newProducer(t, b)
+	sent := produceTo(t, p, mq, "m", 10, nil)
+
+	c := newConsumer(t, b, group,
+		consumer.WithConsumeFrom(consumer.ConsumeFromFirst),
+		consumer.WithPullBatchSize(4),
+		consumer.WithAutoCommitInterval(time.Hour),
+		consumer.WithLockLease(time.Hour),
+		consumer.WithRebalanceInterval(time.Hour))
+	require.NoError(t, c.Subscribe("resume", "*"))
+	require.NoError(t, c.Start(context.Background()))
+	got := pollN(t, c, 1, wait)
+	require.NotEmpty(t, got)
+
+	px.refuse(true)
+	px.cutTargetSide()
+	require.Eventually(t, func() bool { return len(b.LockedQueues(group)) == 0 }, wait, 5*time.Millisecond)
+	px.cutClientSide()
+	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 0 }, wait, 5*time.Millisecond)
+	px.refuse(false)
+
+	got = append(got, pollN(t, c, len(sent)-len(got), wait)...)
+	require.Equal(t, sent, bodies(got), "each message once, in order")
 }

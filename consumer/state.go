@@ -10,7 +10,7 @@ const (
 	Running
 	// StartFailed: Start failed; the consumer cannot be used.
 	StartFailed
-	// ShutdownAlready: Shutdown was called.
+	// ShutdownAlready: Close was called.
 	ShutdownAlready
 )
 

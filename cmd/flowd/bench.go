@@ -191,7 +191,7 @@ func consume(ctx context.Context, topic string, c benchConfig, log *slog.Logger)
 	if err := lp.Start(ctx); err != nil {
 		return 0, fmt.Errorf("bench: %w", err)
 	}
-	defer lp.Shutdown(context.Background())
+	defer lp.Close(context.Background())
 	got := 0
 	for got < c.messages {
 		msgs, err := lp.Poll(ctx)
@@ -222,7 +222,7 @@ func latency(ctx context.Context, p *producer.Producer, c benchConfig, log *slog
 	if err := lp.Start(ctx); err != nil {
 		return 0, 0, 0, fmt.Errorf("bench: %w", err)
 	}
-	defer lp.Shutdown(context.Background())
+	defer lp.Close(context.Background())
 	time.Sleep(500 * time.Millisecond) // let it take its queues and park its pulls
 
 	origin := time.Now()

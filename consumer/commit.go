@@ -1,0 +1,129 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+)
+
+// Commit commits, for every owned queue, the offset past the messages Poll has handed out.
+func (l *LitePull) Commit(ctx context.Context) error {
+	if err := l.checkRunning(); err != nil {
+		return err
+	}
+	return l.commitAll(ctx, false)
+}
+
+// commitAll persists the consume offset of every owned, active queue (whose lock is still
+// valid); onlyChanged skips those already persisted.
+func (l *LitePull) commitAll(ctx context.Context, onlyChanged bool) error {
+	l.commitMu.Lock()
+	defer l.commitMu.Unlock()
+	now := time.Now()
+	offsets := map[MessageQueue]int64{}
+	l.mu.Lock()
+	for mq, q := range l.queues {
+		if !q.active || q.dropped || (l.lockedMode() && !(q.locked && now.Before(q.lockValidUntil))) {
+			continue
+		}
+		q.skipEmptyLocked()
+		if onlyChanged && q.consumeOffset == q.persisted {
+			continue
+		}
+		q.committed = q.consumeOffset
+		offsets[mq] = q.consumeOffset
+	}
+	l.mu.Unlock()
+	return l.persistLocked(ctx, offsets)
+}
+
+// persistLocked writes offsets to the store and records them as persisted. commitMu is held.
+func (l *LitePull) persistLocked(ctx context.Context, offsets map[MessageQueue]int64) error {
+	if len(offsets) == 0 {
+		return nil
+	}
+	failed := l.store.persist(ctx, offsets)
+	l.mu.Lock()
+	for mq, off := range offsets {
+		if q, ok := l.ownedLocked(mq); ok && failed[mq] == nil {
+			q.persisted = off
+		}
+	}
+	l.mu.Unlock()
+	if len(failed) == 0 {
+		return nil
+	}
+	errs := make([]error, 0, len(failed))
+	for _, err := range failed {
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("commit offsets of %d queues: %w", len(failed), errors.Join(errs...))
+}
+
+// CommitOffsets commits the given offsets of owned queues, and of queues being revoked while
+// the WithOnQueuesRevoked function runs (also during Close). A queue not owned fails the
+// whole call with ErrNotAssigned before anything is committed.
+func (l *LitePull) CommitOffsets(ctx context.Context, offsets map[MessageQueue]int64) error {
+	runErr := l.checkRunning()
+	l.commitMu.Lock()
+	defer l.commitMu.Unlock()
+	now := time.Now()
+	l.mu.Lock()
+	for mq, off := range offsets {
+		q, ok := l.revoking[mq]
+		if !ok && runErr == nil {
+			q, ok = l.queues[mq]
+		}
+		if !ok && runErr != nil {
+			l.mu.Unlock()
+			return runErr
+		}
+		if !ok || !q.active || (l.lockedMode() && !(q.locked && now.Before(q.lockValidUntil))) {
+			// Not ours, or our lock on it may have lapsed: its offset may be another
+			// member's to write.
+			l.mu.Unlock()
+			return fmt.Errorf("commit %s: %w", mq, ErrNotAssigned)
+		}
+		if off < 0 {
+			l.mu.Unlock()
+			return fmt.Errorf("commit %s: %w: negative offset %d", mq, ErrInvalidArgument, off)
+		}
+	}
+	for mq, off := range offsets {
+		q, _ := l.ownedLocked(mq)
+		q.committed = off
+	}
+	l.mu.Unlock()
+	return l.persistLocked(ctx, maps.Clone(offsets))
+}
+
+// Committed returns the offset stored for mq (on the broker, or in the local file in
+// broadcasting), or -1 when there is none.
+func (l *LitePull) Committed(ctx context.Context, mq MessageQueue) (int64, error) {
+	if err := l.checkRunning(); err != nil {
+		return 0, err
+	}
+	off, err := l.store.read(ctx, mq)
+	if err != nil {
+		return 0, fmt.Errorf("committed offset of %s: %w", mq, err)
+	}
+	return off, nil
+}
+
+// autoCommit commits changed offsets (every auto-commit interval).
+func (l *LitePull) autoCommit() {
+	if err := l.commitAll(l.ctx, true); err != nil && l.ctx.Err() == nil {
+		l.log.Warn("auto-commit failed", "err", err)
+	}
+}
+
+// ownedLocked returns the state of mq if it is being revoked or owned.
+func (l *LitePull) ownedLocked(mq MessageQueue) (*queue, bool) {
+	if q, ok := l.revoking[mq]; ok {
+		return q, true
+	}
+	q, ok := l.queues[mq]
+	return q, ok
+}
