@@ -179,8 +179,3 @@ func (l *LitePull) every(d time.Duration, fn func()) {
 		}
 	}
 }
-
-// Shutdown is Close.
-//
-// Deprecated: use Close, the name the producer uses too.
-func (l *LitePull) Shutdown(ctx context.Context) error { return l.Close(ctx) }

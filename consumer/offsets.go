@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/flowd-io/flowd/internal/atomicfile"
 	"github.com/flowd-io/flowd/internal/client"
 	"github.com/flowd-io/flowd/protocol"
 )
@@ -166,19 +167,7 @@ func (s *localStore) writeLocked() error {
 	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
 		return fmt.Errorf("local offset store: %w", err)
 	}
-	tmp := s.path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("local offset store: %w", err)
-	}
-	_, werr := f.Write(b)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("local offset store: write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
+	if err := atomicfile.WriteFile(s.path, b, 0o644); err != nil {
 		return fmt.Errorf("local offset store: %w", err)
 	}
 	return nil

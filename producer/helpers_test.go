@@ -94,7 +94,7 @@ func readAll(t testing.TB, b *broker.Broker, topic string, n int) []*consumer.Me
 		consumer.WithLogger(quiet()), consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithPollTimeout(100*time.Millisecond))
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
-	defer c.Shutdown(ctx)
+	defer c.Close(ctx)
 	qs, err := c.FetchMessageQueues(ctx, topic)
 	require.NoError(t, err)
 	require.NoError(t, c.Assign(qs))

@@ -56,6 +56,7 @@ var requestCodeNames = map[RequestCode]string{
 	GetConsumerRunningInfo:   "GET_CONSUMER_RUNNING_INFO",
 	SendMessageV2:            "SEND_MESSAGE_V2",
 	SendBatchMessage:         "SEND_BATCH_MESSAGE",
+	GetLockOwners:            "FLOWD_GET_LOCK_OWNERS",
 }
 
 func (c RequestCode) String() string {
