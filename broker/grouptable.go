@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flowd-io/flowd/internal/atomicfile"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -49,22 +48,18 @@ type GroupConfig struct {
 // dirty; flushIfDirty writes it (atomically) on the broker's table-flush timer and at
 // shutdown. A crash in between loses the creation, which the next heartbeat repeats.
 type groupTable struct {
-	path string
-	max  int // cap on the number of groups
-
-	flushMu sync.Mutex // serializes writes, so an older snapshot never overwrites a newer one
+	tableFile
+	max int // cap on the number of groups
 
 	mu     sync.RWMutex
 	groups map[string]GroupConfig
 	// active is when each group was created, loaded, or last seen with live members; the
 	// idle-group sweeper forgets groups by it.
-	active  map[string]time.Time
-	gen     uint64 // counts changes
-	written uint64 // the gen the file holds
+	active map[string]time.Time
 }
 
 func openGroupTable(path string, maxGroups int) (*groupTable, error) {
-	t := &groupTable{path: path, max: maxGroups, groups: map[string]GroupConfig{}, active: map[string]time.Time{}}
+	t := &groupTable{tableFile: tableFile{path: path, what: "subscription groups"}, max: maxGroups, groups: map[string]GroupConfig{}, active: map[string]time.Time{}}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return t, nil
@@ -159,32 +154,13 @@ func (t *groupTable) len() int {
 	return len(t.groups)
 }
 
-// flushIfDirty writes the table if it changed since the last write. A failed write leaves
-// it dirty, so the timer retries it. Readers go on while the table is encoded.
+// flushIfDirty writes the table if it changed since the last write.
 func (t *groupTable) flushIfDirty() error {
-	t.flushMu.Lock()
-	defer t.flushMu.Unlock()
-	t.mu.RLock()
-	if t.gen == t.written {
-		t.mu.RUnlock()
-		return nil
-	}
-	file := struct {
-		Groups map[string]GroupConfig `json:"subscriptionGroupTable"`
-	}{t.groups}
-	b, err := json.MarshalIndent(file, "", "  ")
-	gen := t.gen
-	t.mu.RUnlock()
-	if err == nil {
-		err = atomicfile.WriteFile(t.path, b, 0o644)
-	}
-	if err != nil {
-		return fmt.Errorf("write subscription groups: %w", err)
-	}
-	t.mu.Lock()
-	t.written = gen
-	t.mu.Unlock()
-	return nil
+	return t.flushIfDirtyDoc(&t.mu, func() any {
+		return struct {
+			Groups map[string]GroupConfig `json:"subscriptionGroupTable"`
+		}{t.groups}
+	})
 }
 
 // ensureGroup creates a subscription group on first use, or refuses an unknown one when

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/flowd-io/flowd/internal/atomicfile"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -73,18 +72,14 @@ func (t TopicConfig) validate() error {
 // the topic. Explicit changes (put, remove) are written before they return: a deletion must
 // be durable before the topic's messages go.
 type topicTable struct {
-	path string
+	tableFile
 	// maxInternal caps the retry and dead-letter topics (%RETRY%<group>, %DLQ%<group>),
 	// which clients create by naming a group.
 	maxInternal int
 
-	flushMu sync.Mutex // serializes writes, so an older snapshot never overwrites a newer one
-
 	mu       sync.RWMutex
 	topics   map[string]TopicConfig
-	internal int    // topics with an internal prefix
-	gen      uint64 // counts changes
-	written  uint64 // the gen the file holds
+	internal int // topics with an internal prefix
 }
 
 func isInternalTopic(name string) bool {
@@ -92,7 +87,7 @@ func isInternalTopic(name string) bool {
 }
 
 func openTopicTable(path string, maxInternal int) (*topicTable, error) {
-	t := &topicTable{path: path, maxInternal: maxInternal, topics: map[string]TopicConfig{}}
+	t := &topicTable{tableFile: tableFile{path: path, what: "topics"}, maxInternal: maxInternal, topics: map[string]TopicConfig{}}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return t, nil
@@ -236,36 +231,14 @@ func (t *topicTable) remove(name string) (bool, error) {
 }
 
 // flushIfDirty writes the table if an implicit creation changed it since the last write.
-func (t *topicTable) flushIfDirty() error {
-	t.flushMu.Lock()
-	defer t.flushMu.Unlock()
-	t.mu.RLock()
-	dirty := t.gen != t.written
-	t.mu.RUnlock()
-	if !dirty {
-		return nil
-	}
-	return t.writeLocked()
-}
+func (t *topicTable) flushIfDirty() error { return t.flushIfDirtyDoc(&t.mu, t.doc) }
 
-// writeLocked writes the whole table; the caller holds flushMu (not mu). A failed write
-// leaves the table dirty, so the timer retries it. Readers go on while the table is encoded.
-func (t *topicTable) writeLocked() error {
-	t.mu.RLock()
-	file := struct {
+// writeLocked writes the whole table; the caller holds flushMu (not mu).
+func (t *topicTable) writeLocked() error { return t.writeDoc(&t.mu, t.doc) }
+
+// doc is the file's content; the caller holds mu.
+func (t *topicTable) doc() any {
+	return struct {
 		Topics map[string]TopicConfig `json:"topicConfigTable"`
 	}{t.topics}
-	b, err := json.MarshalIndent(file, "", "  ")
-	gen := t.gen
-	t.mu.RUnlock()
-	if err == nil {
-		err = atomicfile.WriteFile(t.path, b, 0o644)
-	}
-	if err != nil {
-		return fmt.Errorf("write topics: %w", err)
-	}
-	t.mu.Lock()
-	t.written = max(t.written, gen)
-	t.mu.Unlock()
-	return nil
 }
