@@ -503,3 +503,6 @@ func (b *Broker) Status() Status {
 	_, st.LockedQueues = b.locks.size()
 	return st
 }
+
+// MaxQueues is the most read or write queues a topic may have.
+const MaxQueues = maxQueues
