@@ -234,6 +234,16 @@ func StartService(ctx context.Context, nc *nats.Conn, b *broker.Broker, cfg Serv
 			return nil, fmt.Errorf("start control service: endpoint %s: %w", c.name(), err)
 		}
 	}
+	// The subscriptions are sent to the server asynchronously; flushing makes them active
+	// before StartService returns, so a request sent right after it finds its responder.
+	fctx, fcancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+	err = nc.FlushWithContext(fctx)
+	fcancel()
+	if err != nil {
+		s.svc.Stop()
+		s.cancel()
+		return nil, fmt.Errorf("start control service: flush subscriptions: %w", err)
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -252,12 +262,18 @@ func (s *Service) Subject(command string) string {
 	return SubjectPrefix + "." + s.cfg.Cluster + "." + command
 }
 
-// Stop unregisters the service (draining its subscriptions, so requests being served are
-// answered) and stops the rate sampler. It does not close the NATS connection.
+// Stop unregisters the service (draining its subscriptions, so requests already received
+// are answered) and stops the rate sampler. When it returns the server no longer routes
+// requests to this node. It does not close the NATS connection.
 func (s *Service) Stop() error {
 	s.stopOnce.Do(func() {
 		if err := s.svc.Stop(); err != nil {
 			s.stopErr = fmt.Errorf("stop control service: %w", err)
+		}
+		// Stop drains the subscriptions in the background; a flush has the server forget
+		// them before Stop returns, so no new request reaches this node after it.
+		if err := s.nc.FlushTimeout(s.cfg.RequestTimeout); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && s.stopErr == nil {
+			s.stopErr = fmt.Errorf("stop control service: flush: %w", err)
 		}
 		s.cancel()
 		s.wg.Wait()
