@@ -227,14 +227,17 @@ type QueueRange struct {
 	MinOffset, MaxOffset int64
 }
 
-// TopicQueues returns the stored offset range of every read queue of a topic, by queue id.
+// TopicQueues returns the stored offset range of every queue of a topic, by queue id: as
+// many queues as the larger of its read and write queue counts, so that messages written to
+// queues consumers do not read (more write than read queues) are seen too.
 func (b *Broker) TopicQueues(name string) ([]QueueRange, error) {
 	tc, ok := b.topics.get(name)
 	if !ok {
 		return nil, fmt.Errorf("topic %q: %w", name, ErrNotFound)
 	}
-	out := make([]QueueRange, tc.ReadQueueNums)
-	for q := range int32(tc.ReadQueueNums) {
+	n := max(tc.ReadQueueNums, tc.WriteQueueNums)
+	out := make([]QueueRange, n)
+	for q := range int32(n) {
 		out[q] = QueueRange{QueueID: q, MinOffset: b.store.MinOffset(name, q), MaxOffset: b.store.MaxOffset(name, q)}
 	}
 	return out, nil

@@ -243,13 +243,16 @@ func (s *Service) groupResetOffset(ctx context.Context, data []byte) (any, error
 	case req.To == "earliest":
 		table, err = s.b.ResetOffsets(ctx, req.Group, req.Topic, 0)
 	case req.To == "latest":
+		tc, _ := s.b.Topic(req.Topic)
 		qs, qerr := s.b.TopicQueues(req.Topic)
 		if qerr != nil {
 			return nil, brokerError(qerr, "topic")
 		}
 		offsets := make(map[int32]int64, len(qs))
 		for _, q := range qs {
-			offsets[q.QueueID] = q.MaxOffset
+			if int(q.QueueID) < tc.ReadQueueNums { // consumers read these only
+				offsets[q.QueueID] = q.MaxOffset
+			}
 		}
 		table, err = s.b.ResetOffsetsTo(ctx, req.Group, req.Topic, offsets)
 	case req.To != "":
