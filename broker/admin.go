@@ -32,10 +32,14 @@ var ErrBadOffset = errors.New("bad offset")
 // ResetOffsets moves a group's committed offsets of topic to the first message stored at or
 // after timestamp (Unix milliseconds; 0 means the oldest message kept), and tells the
 // group's live members with RESET_CONSUMER_OFFSET so that they continue from there at once.
-// It returns the new offset of every queue.
+// It returns the new offset of every queue. The delay service's own group is refused
+// (ErrReserved): moving it would re-deliver or drop delayed messages.
 func (b *Broker) ResetOffsets(ctx context.Context, group, topic string, timestamp int64) (map[protocol.MessageQueue]int64, error) {
 	if err := ValidateGroup(group); err != nil {
 		return nil, fmt.Errorf("reset offsets: %w", err)
+	}
+	if isInternalGroup(group) {
+		return nil, fmt.Errorf("reset offsets of %q: %w", group, ErrReserved)
 	}
 	tc, ok := b.topics.get(topic)
 	if !ok {
@@ -60,6 +64,9 @@ func (b *Broker) ResetOffsets(ctx context.Context, group, topic string, timestam
 func (b *Broker) ResetOffsetsTo(ctx context.Context, group, topic string, offsets map[int32]int64) (map[protocol.MessageQueue]int64, error) {
 	if err := ValidateGroup(group); err != nil {
 		return nil, fmt.Errorf("reset offsets: %w", err)
+	}
+	if isInternalGroup(group) {
+		return nil, fmt.Errorf("reset offsets of %q: %w", group, ErrReserved)
 	}
 	tc, ok := b.topics.get(topic)
 	if !ok {

@@ -139,6 +139,11 @@ func TestAdminResetOffsetsTo(t *testing.T) {
 	assert.Equal(t, int64(3), off, "a refused reset changed an offset")
 	_, err = b.ResetOffsetsTo(ctx, group, "missing", map[int32]int64{0: 0})
 	require.ErrorIs(t, err, broker.ErrNotFound)
+	// The delay service keeps its progress as a group; an operator must not move it.
+	_, err = b.ResetOffsetsTo(ctx, "%SCHEDULE%", broker.ScheduleTopic, map[int32]int64{0: 0})
+	require.ErrorIs(t, err, broker.ErrReserved)
+	_, err = b.ResetOffsets(ctx, "%SCHEDULE%", broker.ScheduleTopic, 0)
+	require.ErrorIs(t, err, broker.ErrReserved)
 }
 
 func TestAdminMessageByID(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"strconv"
@@ -279,6 +280,9 @@ func (s *Service) groupResetOffset(ctx context.Context, data []byte) (any, error
 		table, err = s.b.ResetOffsetsTo(ctx, req.Group, req.Topic, offsets)
 	}
 	if table == nil && err != nil {
+		if errors.Is(err, broker.ErrReserved) {
+			field = "group"
+		}
 		return nil, brokerError(err, field)
 	}
 	out := ResetReply{Origin: s.origin(), Group: req.Group, Topic: req.Topic, Members: members, Offsets: make([]QueueOffset, 0, len(table))}

@@ -101,6 +101,7 @@ func TestGroupResetOffset(t *testing.T) {
 		{`{"group":"g","topic":"orders","offsets":{"0":99}}`, control.CodeBadRequest, `field "offsets": `},
 		{`{"group":"g","topic":"orders","offsets":{"7":0}}`, control.CodeBadRequest, `field "offsets": `},
 		{`{"group":"g","topic":"orders","offsets":{}}`, control.CodeBadRequest, `field "offsets": must name`},
+		{`{"group":"%SCHEDULE%","topic":"SCHEDULE_TOPIC_XXXX","to":"earliest"}`, control.CodeBadRequest, `field "group": `},
 		{`{"group":"g","topic":"nope","to":"earliest"}`, control.CodeNotFound, `nope`},
 		{`{"group":"g","topic":"nope","to":"latest"}`, control.CodeNotFound, `nope`},
 	} {
