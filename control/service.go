@@ -154,6 +154,16 @@ func commands() []command {
 	}
 }
 
+// Commands returns the name ("noun.verb") of every command the service serves, in the order
+// they are registered. Their subjects are SubjectPrefix.<cluster>.<noun>.<verb>.
+func Commands() []string {
+	var out []string
+	for _, c := range commands() {
+		out = append(out, c.name())
+	}
+	return out
+}
+
 // disabledSet checks the Disabled entries against the commands and returns the disabled
 // command names.
 func disabledSet(entries []string, cmds []command) (map[string]bool, error) {

@@ -237,6 +237,10 @@ func TestDiscoveryFindsOneFlowdServicePerNode(t *testing.T) {
 		"flowd.ctl.v1.local.broker.status":      "true",
 	}, subjects, "every command and nothing else (no stubs for commands not built)")
 	assert.Equal(t, "flowd.ctl.v1.local.topic.list", e.svc.Subject("topic.list"))
+	assert.Len(t, control.Commands(), len(subjects))
+	for _, name := range control.Commands() {
+		assert.Contains(t, subjects, e.svc.Subject(name))
+	}
 }
 
 func TestReadOnlyVerbs(t *testing.T) {
