@@ -27,9 +27,10 @@ import (
 
 // Broker serves RocketMQ clients. Create it with New, then Start; Shutdown stops it.
 type Broker struct {
-	cfg    Config
-	log    *slog.Logger
-	delays []time.Duration
+	cfg     Config
+	log     *slog.Logger
+	delays  []time.Duration
+	started time.Time // when New returned, for Status's uptime
 
 	store     *store.Store
 	topics    *topicTable
@@ -68,7 +69,7 @@ func New(c Config) (*Broker, error) {
 		return nil, err
 	}
 	events := newEventBus(cfg.Cluster, cfg.BrokerName, cfg.EventQueueSize)
-	b := &Broker{cfg: cfg, log: cfg.Logger, delays: delays, events: events, consumers: newConsumerManager(events), locks: newLockTable(cfg.LockLease), poll: newLongPoll()}
+	b := &Broker{cfg: cfg, log: cfg.Logger, delays: delays, started: time.Now(), events: events, consumers: newConsumerManager(events), locks: newLockTable(cfg.LockLease), poll: newLongPoll()}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 
 	confDir := filepath.Join(cfg.DataDir, "config")

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/flowd-io/flowd/protocol"
@@ -59,21 +58,16 @@ func (b *Broker) processCreateTopic(req *protocol.Command) *protocol.Command {
 	if err := req.DecodeHeader(&h); err != nil {
 		return errorResponse(req, protocol.InvalidParameter, err)
 	}
-	if isSystemTopic(h.Topic) {
-		return errorResponse(req, protocol.NoPermission, fmt.Errorf("topic %q is reserved for the broker", h.Topic))
-	}
 	tc := TopicConfig{Name: h.Topic, ReadQueueNums: int(h.ReadQueueNums), WriteQueueNums: int(h.WriteQueueNums), Perm: int(h.Perm), TopicSysFlag: int(h.TopicSysFlag), Order: h.Order}
-	created, err := b.topics.put(tc)
-	if err != nil {
+	if _, err := b.PutTopic(tc); err != nil {
 		code := protocol.SystemError
-		if errors.Is(err, ErrBadTopic) {
+		switch {
+		case errors.Is(err, ErrReserved):
+			code = protocol.NoPermission
+		case errors.Is(err, ErrBadTopic):
 			code = protocol.InvalidParameter
 		}
 		return errorResponse(req, code, err)
-	}
-	if created {
-		b.log.Info("topic created", "topic", tc.Name, "queues", tc.WriteQueueNums)
-		b.events.emit(Event{Type: TopicCreated, Topic: tc.Name, Queues: tc.WriteQueueNums})
 	}
 	return protocol.NewResponse(req, protocol.Success, "")
 }
@@ -83,27 +77,14 @@ func (b *Broker) processDeleteTopic(req *protocol.Command) *protocol.Command {
 	if err := req.DecodeHeader(&h); err != nil {
 		return errorResponse(req, protocol.InvalidParameter, err)
 	}
-	if isSystemTopic(h.Topic) {
-		return errorResponse(req, protocol.NoPermission, fmt.Errorf("topic %q is reserved for the broker", h.Topic))
-	}
-	if _, ok := b.topics.get(h.Topic); !ok {
+	err := b.DeleteTopic(h.Topic)
+	switch {
+	case err == nil, errors.Is(err, ErrNotFound):
+		// Deleting a topic that is not there succeeds, as in RocketMQ.
 		return protocol.NewResponse(req, protocol.Success, "")
-	}
-	// The messages go first, then the config: a crash in between leaves the topic listed
-	// but empty (deleting it again finishes the job). The other order could leave the
-	// messages of a topic no longer listed, and the next send re-creating it would bring
-	// them back.
-	if err := b.store.DeleteTopic(h.Topic); err != nil {
+	case errors.Is(err, ErrReserved):
+		return errorResponse(req, protocol.NoPermission, err)
+	default:
 		return errorResponse(req, protocol.SystemError, err)
 	}
-	removed, err := b.topics.remove(h.Topic)
-	if err != nil {
-		return errorResponse(req, protocol.SystemError, err)
-	}
-	if removed {
-		b.offsets.removeTopic(h.Topic)
-		b.log.Info("topic deleted", "topic", h.Topic)
-		b.events.emit(Event{Type: TopicDeleted, Topic: h.Topic})
-	}
-	return protocol.NewResponse(req, protocol.Success, "")
 }

@@ -156,6 +156,13 @@ func (t *topicTable) deleteLocked(name string) {
 // put creates or replaces a topic and writes the table before it returns. created reports
 // whether the topic is new.
 func (t *topicTable) put(tc TopicConfig) (created bool, err error) {
+	return t.putIf(tc, nil)
+}
+
+// putIf is put, but when check is not nil it is called under the table's lock with the
+// topic's current config (and whether it exists) and a non-nil error it returns cancels the
+// change: an administrative create or update decides on the state it replaces.
+func (t *topicTable) putIf(tc TopicConfig, check func(old TopicConfig, existed bool) error) (created bool, err error) {
 	if err := tc.validate(); err != nil {
 		return false, err
 	}
@@ -163,6 +170,12 @@ func (t *topicTable) put(tc TopicConfig) (created bool, err error) {
 	defer t.flushMu.Unlock()
 	t.mu.Lock()
 	old, existed := t.topics[tc.Name]
+	if check != nil {
+		if err := check(old, existed); err != nil {
+			t.mu.Unlock()
+			return false, err
+		}
+	}
 	if existed && old == tc {
 		t.mu.Unlock()
 		return false, nil

@@ -1,0 +1,302 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// GroupSummaryView is one group in group.list.
+type GroupSummaryView struct {
+	Group string `json:"group"`
+	// Configured is true when the group has a subscription group entry.
+	Configured bool     `json:"configured"`
+	Members    int      `json:"members"`
+	Topics     []string `json:"topics"`
+	// Lag is the messages the group has still to consume, over all its topics.
+	Lag int64 `json:"lag"`
+}
+
+// GroupListReply is the reply of group.list.
+type GroupListReply struct {
+	Origin
+	Groups []GroupSummaryView `json:"groups"`
+}
+
+func (s *Service) groupList(_ context.Context, data []byte) (any, error) {
+	if err := decode(data, &struct{}{}); err != nil {
+		return nil, err
+	}
+	out := GroupListReply{Origin: s.origin(), Groups: []GroupSummaryView{}}
+	for _, g := range s.b.Groups() {
+		v := GroupSummaryView{Group: g.Name, Configured: g.Configured, Members: g.Members, Topics: g.Topics}
+		if v.Topics == nil {
+			v.Topics = []string{}
+		}
+		if info, err := s.b.DescribeGroup(g.Name); err == nil {
+			v.Lag = info.Lag
+		}
+		out.Groups = append(out.Groups, v)
+	}
+	return out, nil
+}
+
+// GroupRef is the request of group.describe.
+type GroupRef struct {
+	Group string `json:"group"`
+}
+
+// MemberView is one live member of a group.
+type MemberView struct {
+	ClientID      string    `json:"client_id"`
+	RemoteAddr    string    `json:"remote_addr,omitempty"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+}
+
+// SubscriptionView is what a group subscribes to in one topic.
+type SubscriptionView struct {
+	Topic string `json:"topic"`
+	// Expression is the tag expression ("*", "a || b") or SQL92 filter.
+	Expression string `json:"expression"`
+	// Type is "TAG" or "SQL92".
+	Type string `json:"type"`
+}
+
+// GroupQueueView is a group's position in one queue.
+type GroupQueueView struct {
+	Queue int32 `json:"queue"`
+	// Committed is the committed offset; absent when the group never committed one.
+	Committed *int64 `json:"committed,omitempty"`
+	MinOffset int64  `json:"min_offset"`
+	MaxOffset int64  `json:"max_offset"`
+	Lag       int64  `json:"lag"`
+	// Owner is the client id holding the queue's lock, the queue's owner for orderly and flowd
+	// consumers; absent when nobody holds it (RocketMQ's concurrent consumers do not lock).
+	Owner string `json:"owner,omitempty"`
+}
+
+// GroupTopicView is a group's position in one topic.
+type GroupTopicView struct {
+	Topic  string           `json:"topic"`
+	Lag    int64            `json:"lag"`
+	Queues []GroupQueueView `json:"queues"`
+}
+
+// GroupDescribeReply is the reply of group.describe.
+type GroupDescribeReply struct {
+	Origin
+	Group            string             `json:"group"`
+	Configured       bool               `json:"configured"`
+	ConsumeType      string             `json:"consume_type,omitempty"`
+	MessageModel     string             `json:"message_model,omitempty"`
+	ConsumeFromWhere string             `json:"consume_from_where,omitempty"`
+	Members          []MemberView       `json:"members"`
+	Subscriptions    []SubscriptionView `json:"subscriptions"`
+	// Allocation maps each owned queue ("topic:queue") to its owner's client id, as far as
+	// the broker knows it (queue locks).
+	Allocation map[string]string `json:"allocation"`
+	Topics     []GroupTopicView  `json:"topics"`
+	Lag        int64             `json:"lag"`
+}
+
+func checkGroupName(name string) error {
+	if name == "" {
+		return badField("group", "required")
+	}
+	if err := broker.ValidateGroup(name); err != nil {
+		return badField("group", "%s", err)
+	}
+	return nil
+}
+
+func (s *Service) groupDescribe(_ context.Context, data []byte) (any, error) {
+	var req GroupRef
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if err := checkGroupName(req.Group); err != nil {
+		return nil, err
+	}
+	info, err := s.b.DescribeGroup(req.Group)
+	if err != nil {
+		return nil, brokerError(err, "group")
+	}
+	out := GroupDescribeReply{
+		Origin: s.origin(), Group: info.Name, Configured: info.Config != nil,
+		ConsumeType: info.ConsumeType, MessageModel: info.MessageModel, ConsumeFromWhere: info.ConsumeFromWhere,
+		Members: []MemberView{}, Subscriptions: []SubscriptionView{}, Allocation: map[string]string{}, Topics: []GroupTopicView{}, Lag: info.Lag,
+	}
+	for _, m := range info.Members {
+		out.Members = append(out.Members, MemberView{ClientID: m.ClientID, RemoteAddr: m.RemoteAddr, LastHeartbeat: m.LastHeartbeat})
+	}
+	for _, sub := range info.Subscriptions {
+		out.Subscriptions = append(out.Subscriptions, SubscriptionView{Topic: sub.Topic, Expression: sub.Expression, Type: sub.ExpressionType})
+	}
+	for _, t := range info.Topics {
+		tv := GroupTopicView{Topic: t.Topic, Lag: t.Lag, Queues: make([]GroupQueueView, 0, len(t.Queues))}
+		for _, q := range t.Queues {
+			qv := GroupQueueView{Queue: q.QueueID, MinOffset: q.MinOffset, MaxOffset: q.MaxOffset, Lag: q.Lag, Owner: q.Owner}
+			if q.Committed >= 0 {
+				c := q.Committed
+				qv.Committed = &c
+			}
+			if q.Owner != "" {
+				out.Allocation[t.Topic+":"+strconv.Itoa(int(q.QueueID))] = q.Owner
+			}
+			tv.Queues = append(tv.Queues, qv)
+		}
+		out.Topics = append(out.Topics, tv)
+	}
+	return out, nil
+}
+
+// ResetRequest is the request of group.reset_offset. Exactly one of To, Timestamp and
+// Offsets says where the group goes.
+type ResetRequest struct {
+	Group string `json:"group"`
+	Topic string `json:"topic"`
+	// To is "earliest" (the oldest message kept) or "latest" (after the newest message).
+	To string `json:"to,omitempty"`
+	// Timestamp is Unix milliseconds (a number) or an RFC 3339 time (a string): every queue
+	// goes to its first message stored at or after it.
+	Timestamp json.RawMessage `json:"timestamp,omitempty"`
+	// Offsets maps queue ids (as strings, JSON object keys) to offsets; queues not named keep
+	// their offsets.
+	Offsets map[string]int64 `json:"offsets,omitempty"`
+}
+
+// QueueOffset is one queue's new offset.
+type QueueOffset struct {
+	Queue  int32 `json:"queue"`
+	Offset int64 `json:"offset"`
+}
+
+// ResetReply is the reply of group.reset_offset.
+type ResetReply struct {
+	Origin
+	Group   string        `json:"group"`
+	Topic   string        `json:"topic"`
+	Offsets []QueueOffset `json:"offsets"`
+	// Members is how many live members were told (RESET_CONSUMER_OFFSET).
+	Members int `json:"members"`
+	// Warning says which members could not be told; they continue from their own position
+	// until they next read the committed offsets. Absent when all were told.
+	Warning string `json:"warning,omitempty"`
+}
+
+// parseTimestamp reads a JSON number of Unix milliseconds or an RFC 3339 string.
+func parseTimestamp(raw json.RawMessage) (int64, error) {
+	raw = bytes.TrimSpace(raw)
+	var ms int64
+	if err := json.Unmarshal(raw, &ms); err == nil {
+		if ms <= 0 {
+			return 0, badField("timestamp", "must be positive Unix milliseconds, not %d", ms)
+		}
+		return ms, nil
+	}
+	var str string
+	if err := json.Unmarshal(raw, &str); err != nil {
+		return 0, badField("timestamp", "must be Unix milliseconds (a number) or an RFC 3339 time (a string), not %s", raw)
+	}
+	t, err := time.Parse(time.RFC3339Nano, str)
+	if err != nil {
+		return 0, badField("timestamp", "must be Unix milliseconds or an RFC 3339 time: %s", err)
+	}
+	if t.UnixMilli() <= 0 {
+		return 0, badField("timestamp", "must be after 1970, not %s", str)
+	}
+	return t.UnixMilli(), nil
+}
+
+func (s *Service) groupResetOffset(ctx context.Context, data []byte) (any, error) {
+	var req ResetRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if err := checkGroupName(req.Group); err != nil {
+		return nil, err
+	}
+	if err := checkTopicName(req.Topic); err != nil {
+		return nil, err
+	}
+	given := 0
+	for _, set := range []bool{req.To != "", req.Timestamp != nil, req.Offsets != nil} {
+		if set {
+			given++
+		}
+	}
+	if given != 1 {
+		return nil, badRequest("give exactly one of \"to\", \"timestamp\" and \"offsets\"")
+	}
+	members := len(s.b.GroupMembers(req.Group))
+	var table map[protocol.MessageQueue]int64
+	var err error
+	field := "topic"
+	switch {
+	case req.To == "earliest":
+		table, err = s.b.ResetOffsets(ctx, req.Group, req.Topic, 0)
+	case req.To == "latest":
+		tc, _ := s.b.Topic(req.Topic)
+		qs, qerr := s.b.TopicQueues(req.Topic)
+		if qerr != nil {
+			return nil, brokerError(qerr, "topic")
+		}
+		offsets := make(map[int32]int64, len(qs))
+		for _, q := range qs {
+			if int(q.QueueID) < tc.ReadQueueNums { // consumers read these only
+				offsets[q.QueueID] = q.MaxOffset
+			}
+		}
+		table, err = s.b.ResetOffsetsTo(ctx, req.Group, req.Topic, offsets)
+	case req.To != "":
+		return nil, badField("to", "must be \"earliest\" or \"latest\", not %q", req.To)
+	case req.Timestamp != nil:
+		ts, terr := parseTimestamp(req.Timestamp)
+		if terr != nil {
+			return nil, terr
+		}
+		table, err = s.b.ResetOffsets(ctx, req.Group, req.Topic, ts)
+	default:
+		if len(req.Offsets) == 0 {
+			return nil, badField("offsets", "must name at least one queue")
+		}
+		offsets := make(map[int32]int64, len(req.Offsets))
+		for k, off := range req.Offsets {
+			q, perr := strconv.ParseInt(k, 10, 32)
+			if perr != nil {
+				return nil, badField("offsets", "key %q is not a queue id", k)
+			}
+			offsets[int32(q)] = off
+		}
+		field = "offsets"
+		table, err = s.b.ResetOffsetsTo(ctx, req.Group, req.Topic, offsets)
+	}
+	if table == nil && err != nil {
+		if errors.Is(err, broker.ErrReserved) {
+			field = "group"
+		}
+		return nil, brokerError(err, field)
+	}
+	out := ResetReply{Origin: s.origin(), Group: req.Group, Topic: req.Topic, Members: members, Offsets: make([]QueueOffset, 0, len(table))}
+	byQueue := map[int32]int64{}
+	for mq, off := range table {
+		byQueue[int32(mq.QueueID)] = off
+	}
+	for _, q := range slices.Sorted(maps.Keys(byQueue)) {
+		out.Offsets = append(out.Offsets, QueueOffset{Queue: q, Offset: byQueue[q]})
+	}
+	if err != nil {
+		// The offsets are committed; some members were not told.
+		out.Warning = err.Error()
+	}
+	s.log.Info("consumer offsets reset by the control plane", "group", req.Group, "topic", req.Topic, "queues", len(out.Offsets), "members", members)
+	return out, nil
+}

@@ -1,0 +1,268 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// TopicView is a topic's configuration as the topic commands show it.
+type TopicView struct {
+	Topic       string `json:"topic"`
+	ReadQueues  int    `json:"read_queues"`
+	WriteQueues int    `json:"write_queues"`
+	// Perm is "rw", "r" (producers are refused), "w" (consumers are refused) or "none".
+	Perm  string `json:"perm"`
+	Order bool   `json:"order"`
+	// Kind is "user", "retry" (%RETRY%<group>), "dlq" (%DLQ%<group>) or "system" (the
+	// broker's own: TBW102, SCHEDULE_TOPIC_XXXX).
+	Kind string `json:"kind"`
+}
+
+func topicView(tc broker.TopicConfig) TopicView {
+	return TopicView{Topic: tc.Name, ReadQueues: tc.ReadQueueNums, WriteQueues: tc.WriteQueueNums, Perm: permString(tc.Perm), Order: tc.Order, Kind: topicKind(tc.Name)}
+}
+
+func topicKind(name string) string {
+	switch {
+	case strings.HasPrefix(name, broker.RetryTopicPrefix):
+		return "retry"
+	case strings.HasPrefix(name, broker.DLQTopicPrefix):
+		return "dlq"
+	case name == broker.ScheduleTopic || name == protocol.AutoCreateTopicKey:
+		return "system"
+	}
+	return "user"
+}
+
+func permString(p int) string {
+	switch p & (protocol.PermRead | protocol.PermWrite) {
+	case protocol.PermRead | protocol.PermWrite:
+		return "rw"
+	case protocol.PermRead:
+		return "r"
+	case protocol.PermWrite:
+		return "w"
+	}
+	return "none"
+}
+
+func parsePerm(s string) (int, error) {
+	switch s {
+	case "rw", "wr":
+		return protocol.PermRead | protocol.PermWrite, nil
+	case "r":
+		return protocol.PermRead, nil
+	case "w":
+		return protocol.PermWrite, nil
+	case "none":
+		return 0, nil
+	}
+	return 0, badField("perm", "must be \"rw\", \"r\", \"w\" or \"none\", not %q", s)
+}
+
+// TopicSpec is the request of topic.create and topic.update. Queues sets the read and the
+// write queue counts; ReadQueues and WriteQueues override one of them.
+type TopicSpec struct {
+	Topic       string  `json:"topic"`
+	Queues      *int    `json:"queues,omitempty"`
+	ReadQueues  *int    `json:"read_queues,omitempty"`
+	WriteQueues *int    `json:"write_queues,omitempty"`
+	Perm        *string `json:"perm,omitempty"`
+	Order       *bool   `json:"order,omitempty"`
+}
+
+// TopicReply is the reply of topic.create and topic.update.
+type TopicReply struct {
+	Origin
+	Topic TopicView `json:"topic"`
+}
+
+func checkTopicName(name string) error {
+	if name == "" {
+		return badField("topic", "required")
+	}
+	if err := broker.ValidateTopic(name); err != nil {
+		return badField("topic", "%s", err)
+	}
+	return nil
+}
+
+func checkQueues(field string, n *int) error {
+	if n != nil && (*n < 1 || *n > broker.MaxQueues) {
+		return badField(field, "must be 1..%d, not %d", broker.MaxQueues, *n)
+	}
+	return nil
+}
+
+// apply writes the spec's fields over tc.
+func (spec *TopicSpec) apply(tc *broker.TopicConfig) error {
+	for _, f := range []struct {
+		name string
+		n    *int
+	}{{"queues", spec.Queues}, {"read_queues", spec.ReadQueues}, {"write_queues", spec.WriteQueues}} {
+		if err := checkQueues(f.name, f.n); err != nil {
+			return err
+		}
+	}
+	if spec.Queues != nil {
+		tc.ReadQueueNums, tc.WriteQueueNums = *spec.Queues, *spec.Queues
+	}
+	if spec.ReadQueues != nil {
+		tc.ReadQueueNums = *spec.ReadQueues
+	}
+	if spec.WriteQueues != nil {
+		tc.WriteQueueNums = *spec.WriteQueues
+	}
+	if spec.Perm != nil {
+		p, err := parsePerm(*spec.Perm)
+		if err != nil {
+			return err
+		}
+		tc.Perm = p | tc.Perm&protocol.PermInherit
+	}
+	if spec.Order != nil {
+		tc.Order = *spec.Order
+	}
+	return nil
+}
+
+func (s *Service) topicCreate(_ context.Context, data []byte) (any, error) {
+	var req TopicSpec
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if err := checkTopicName(req.Topic); err != nil {
+		return nil, err
+	}
+	if req.Queues == nil && (req.ReadQueues == nil || req.WriteQueues == nil) {
+		return nil, badField("queues", "required (or both read_queues and write_queues)")
+	}
+	tc := broker.TopicConfig{Name: req.Topic, Perm: protocol.PermRead | protocol.PermWrite}
+	if err := req.apply(&tc); err != nil {
+		return nil, err
+	}
+	if err := s.b.CreateTopic(tc); err != nil {
+		return nil, brokerError(err, "topic")
+	}
+	s.log.Info("topic created by the control plane", "topic", tc.Name, "read_queues", tc.ReadQueueNums, "write_queues", tc.WriteQueueNums)
+	return TopicReply{Origin: s.origin(), Topic: topicView(tc)}, nil
+}
+
+func (s *Service) topicUpdate(_ context.Context, data []byte) (any, error) {
+	var req TopicSpec
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if err := checkTopicName(req.Topic); err != nil {
+		return nil, err
+	}
+	if req.Queues == nil && req.ReadQueues == nil && req.WriteQueues == nil && req.Perm == nil && req.Order == nil {
+		return nil, badRequest("nothing to update: give queues, read_queues, write_queues, perm or order")
+	}
+	tc, ok := s.b.Topic(req.Topic)
+	if !ok {
+		return nil, &cmdError{code: CodeNotFound, msg: "topic " + req.Topic + " does not exist"}
+	}
+	if err := req.apply(&tc); err != nil {
+		return nil, err
+	}
+	if err := s.b.UpdateTopic(tc); err != nil {
+		return nil, brokerError(err, "topic")
+	}
+	s.log.Info("topic updated by the control plane", "topic", tc.Name, "read_queues", tc.ReadQueueNums, "write_queues", tc.WriteQueueNums, "perm", permString(tc.Perm))
+	return TopicReply{Origin: s.origin(), Topic: topicView(tc)}, nil
+}
+
+// TopicRef is the request of the commands that name one topic.
+type TopicRef struct {
+	Topic string `json:"topic"`
+}
+
+// TopicDeleteReply is the reply of topic.delete.
+type TopicDeleteReply struct {
+	Origin
+	Topic   string `json:"topic"`
+	Deleted bool   `json:"deleted"`
+}
+
+func (s *Service) topicDelete(_ context.Context, data []byte) (any, error) {
+	var req TopicRef
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if err := checkTopicName(req.Topic); err != nil {
+		return nil, err
+	}
+	if err := s.b.DeleteTopic(req.Topic); err != nil {
+		return nil, brokerError(err, "topic")
+	}
+	s.log.Info("topic deleted by the control plane", "topic", req.Topic)
+	return TopicDeleteReply{Origin: s.origin(), Topic: req.Topic, Deleted: true}, nil
+}
+
+// TopicListReply is the reply of topic.list.
+type TopicListReply struct {
+	Origin
+	Topics []TopicView `json:"topics"`
+}
+
+func (s *Service) topicList(_ context.Context, data []byte) (any, error) {
+	if err := decode(data, &struct{}{}); err != nil {
+		return nil, err
+	}
+	out := TopicListReply{Origin: s.origin(), Topics: []TopicView{}}
+	for _, tc := range s.b.Topics() {
+		out.Topics = append(out.Topics, topicView(tc))
+	}
+	return out, nil
+}
+
+// QueueView is one queue's stored offsets.
+type QueueView struct {
+	Queue     int32 `json:"queue"`
+	MinOffset int64 `json:"min_offset"`
+	MaxOffset int64 `json:"max_offset"`
+}
+
+// TopicDescribeReply is the reply of topic.describe.
+type TopicDescribeReply struct {
+	Origin
+	Topic  TopicView   `json:"topic"`
+	Queues []QueueView `json:"queues"`
+	// Messages is the number of messages stored: the sum of max - min over the queues.
+	Messages int64 `json:"messages"`
+	// Rate is the messages stored per second over the last sampling interval; absent until
+	// the topic has been sampled twice.
+	Rate *float64 `json:"rate,omitempty"`
+}
+
+func (s *Service) topicDescribe(_ context.Context, data []byte) (any, error) {
+	var req TopicRef
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if err := checkTopicName(req.Topic); err != nil {
+		return nil, err
+	}
+	tc, ok := s.b.Topic(req.Topic)
+	qs, err := s.b.TopicQueues(req.Topic)
+	if !ok || errors.Is(err, broker.ErrNotFound) {
+		return nil, &cmdError{code: CodeNotFound, msg: "topic " + req.Topic + " does not exist"}
+	}
+	if err != nil {
+		return nil, brokerError(err, "topic")
+	}
+	out := TopicDescribeReply{Origin: s.origin(), Topic: topicView(tc), Queues: make([]QueueView, 0, len(qs))}
+	for _, q := range qs {
+		out.Queues = append(out.Queues, QueueView{Queue: q.QueueID, MinOffset: q.MinOffset, MaxOffset: q.MaxOffset})
+		out.Messages += q.MaxOffset - q.MinOffset
+	}
+	if r, ok := s.rates.rate(req.Topic); ok {
+		out.Rate = &r
+	}
+	return out, nil
+}
