@@ -25,7 +25,8 @@ func TestGroupListAndDescribe(t *testing.T) {
 	var list control.GroupListReply
 	e.ok("group.list", ``, &list)
 	require.Len(t, list.Groups, 1)
-	assert.Equal(t, control.GroupSummaryView{Group: "billing", Configured: true, Members: 1, Topics: []string{"orders"}, Lag: 0}, list.Groups[0])
+	assert.Equal(t, control.GroupSummaryView{Group: "billing", Configured: true, Members: 1, Topics: []string{"%RETRY%billing", "orders"}, Lag: 0}, list.Groups[0],
+		"a clustering consumer reads its group's retry topic too, as RocketMQ's do")
 
 	send(t, e.b, p, "orders", 4) // lag 4, nobody polls
 	var d control.GroupDescribeReply
@@ -34,17 +35,21 @@ func TestGroupListAndDescribe(t *testing.T) {
 	require.Len(t, d.Members, 1)
 	assert.Equal(t, c.ClientID(), d.Members[0].ClientID)
 	assert.False(t, d.Members[0].LastHeartbeat.IsZero())
-	require.Len(t, d.Subscriptions, 1)
-	assert.Equal(t, control.SubscriptionView{Topic: "orders", Expression: "*", Type: "TAG"}, d.Subscriptions[0])
+	assert.Equal(t, []control.SubscriptionView{
+		{Topic: "%RETRY%billing", Expression: "*", Type: "TAG"},
+		{Topic: "orders", Expression: "*", Type: "TAG"},
+	}, d.Subscriptions)
 	assert.Equal(t, int64(4), d.Lag)
-	require.Len(t, d.Topics, 1)
-	require.Len(t, d.Topics[0].Queues, 2)
-	for _, q := range d.Topics[0].Queues {
+	require.Len(t, d.Topics, 2)
+	assert.Equal(t, "%RETRY%billing", d.Topics[0].Topic)
+	require.Equal(t, "orders", d.Topics[1].Topic)
+	require.Len(t, d.Topics[1].Queues, 2)
+	for _, q := range d.Topics[1].Queues {
 		require.NotNil(t, q.Committed)
 		assert.Equal(t, q.MaxOffset-*q.Committed, q.Lag)
 		assert.Equal(t, c.ClientID(), q.Owner, "the flowd consumer locks the queues it owns")
 	}
-	assert.Equal(t, map[string]string{"orders:0": c.ClientID(), "orders:1": c.ClientID()}, d.Allocation)
+	assert.Equal(t, map[string]string{"%RETRY%billing:0": c.ClientID(), "orders:0": c.ClientID(), "orders:1": c.ClientID()}, d.Allocation)
 
 	e.fail("group.describe", `{"group":"nobody"}`, control.CodeNotFound)
 	assert.Contains(t, e.fail("group.describe", `{}`, control.CodeBadRequest), `field "group": required`)

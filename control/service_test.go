@@ -183,7 +183,7 @@ func newConsumer(t testing.TB, b *broker.Broker, group, topic string) *consumer.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		c.Shutdown(ctx)
+		c.Close(ctx)
 	})
 	return c
 }
