@@ -221,7 +221,7 @@ func (r *rocketmq) heartbeat(group, clientID, topic string) {
 	r.t.Helper()
 	hb := protocol.HeartbeatData{ClientID: clientID, ConsumerDataSet: []protocol.ConsumerData{{
 		GroupName: group, ConsumeType: protocol.ConsumeActively, MessageModel: protocol.Clustering,
-		ConsumeFromWhere: protocol.ConsumeFromFirstOffset,
+		ConsumeFromWhere:    protocol.ConsumeFromFirstOffset,
 		SubscriptionDataSet: []protocol.SubscriptionData{{Topic: topic, SubString: "*", ExpressionType: "TAG"}},
 	}}}
 	body, err := hb.Encode()
