@@ -231,8 +231,11 @@ func Open(ctx context.Context, cfg NATSConfig) (*NATS, error) {
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(cfg.ReconnectWait),
 		nats.Timeout(cfg.StartTimeout),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			n.log.Warn("NATS disconnected", "err", err)
+		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
+			if c.IsClosed() || c.IsDraining() { // flowd's own Close
+				return
+			}
+			n.log.Warn("NATS disconnected; reconnecting, events are buffered", "err", err)
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			n.log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted())
@@ -328,8 +331,8 @@ func (n *NATS) serverOptions() (*server.Options, []nats.Option, error) {
 		return nil, nil, fmt.Errorf("nats: set either a token or users, not both: %w", ErrBadConfig)
 	}
 	if listen && !isLoopback(host) && cfg.Token == "" && len(cfg.Users) == 0 {
-		return nil, nil, fmt.Errorf("nats: listen %s: %w: set a token (--nats-token) or users with roles "+
-			"(NATSConfig.Users), listen on 127.0.0.1, or connect to an existing cluster (--nats-url)", cfg.Listen, ErrInsecureListener)
+		return nil, nil, fmt.Errorf("nats: listen %s: %w: set a token (--nats-token, NATSConfig.Token) or users with "+
+			"roles (--nats-users, NATSConfig.Users), listen on 127.0.0.1, or connect to an existing cluster (--nats-url)", cfg.Listen, ErrInsecureListener)
 	}
 	if cfg.CredsFile != "" || cfg.NKeySeedFile != "" || cfg.TLSCert != "" || cfg.TLSCA != "" {
 		return nil, nil, fmt.Errorf("nats: credentials, nkey and TLS options apply to --nats-url only: %w", ErrBadConfig)
