@@ -62,7 +62,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `flowd — a programmable message stream daemon that speaks RocketMQ's protocol.
 
 Usage:
-  flowd [serve] [flags]   run the broker and its name service (the default)
+  flowd [serve] [flags]   run the broker, its name service and the NATS control plane (the default)
   flowd bench [flags]     measure produce, consume and delivery delay against a broker
   flowd version           print the version
   flowd help              show this help
