@@ -235,3 +235,51 @@ func TestCloseStopsTheEmbeddedServer(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, n.Close(ctx))
 }
+
+// A read user can follow the events stream with an ephemeral consumer but cannot delete it.
+func TestReadRoleReadsTheEventsStreamButCannotChangeIt(t *testing.T) {
+	n := openEmbedded(t, func(c *NATSConfig) {
+		c.Users = []NATSUser{{Name: "viewer", Password: "v-secret", Role: RoleRead}}
+	})
+	b := newBroker(t, nil)
+	startPublisher(t, n, b, func(c *EventsConfig) { c.Stream = true })
+	newRocketMQ(t, b).createTopic("watched", 1)
+
+	violations := make(chan error, 16)
+	nc, err := nats.Connect(n.ListenURL(), nats.UserInfo("viewer", "v-secret"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, EventsStreamName)
+	require.NoError(t, err)
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"flowd.evt.local.topic.created"}})
+	require.NoError(t, err)
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		require.NoError(t, err)
+		var d EventData
+		require.NoError(t, jsonUnmarshal(m.Data(), &d))
+		if d.Topic == "watched" {
+			break
+		}
+	}
+	// The server answers a forbidden request with an asynchronous violation, not a reply.
+	dctx, dcancel := context.WithCancel(ctx)
+	deleted := make(chan error, 1)
+	go func() { deleted <- js.DeleteStream(dctx, EventsStreamName) }()
+	select {
+	case err := <-violations:
+		require.ErrorIs(t, err, nats.ErrPermissionViolation)
+		assert.Contains(t, err.Error(), "$JS.API.STREAM.DELETE."+EventsStreamName)
+	case <-ctx.Done():
+		t.Fatal("deleting the events stream as a read user was not refused")
+	}
+	dcancel()
+	require.Error(t, <-deleted)
+	_, err = js.Stream(ctx, EventsStreamName)
+	require.NoError(t, err, "the stream is still there")
+}
