@@ -384,17 +384,26 @@ func (n *NATS) startEmbedded(ctx context.Context, opts []nats.Option) error {
 	if err != nil {
 		return fmt.Errorf("nats: embedded server: %w", err)
 	}
-	s.SetLoggerV2(serverLogger{n.log.With("component", "nats-server")}, n.log.Enabled(ctx, slog.LevelDebug), false, false)
+	// The server reports a failure to listen only through its logger (Fatalf), so that is
+	// where Open learns of it rather than waiting out StartTimeout.
+	fatal := make(chan string, 1)
+	s.SetLoggerV2(serverLogger{l: n.log.With("component", "nats-server"), fatal: fatal}, n.log.Enabled(ctx, slog.LevelDebug), false, false)
 	s.Start()
-	if !s.ReadyForConnections(n.cfg.StartTimeout) {
-		s.Shutdown()
-		s.WaitForShutdown()
-		return fmt.Errorf("nats: embedded server on %s not ready within %s", n.cfg.Listen, n.cfg.StartTimeout)
-	}
 	n.srv = s
-	if err := ctx.Err(); err != nil {
+	ready := make(chan bool, 1)
+	go func() { ready <- s.ReadyForConnections(n.cfg.StartTimeout) }()
+	select {
+	case ok := <-ready:
+		if !ok {
+			n.shutdownServer(context.Background())
+			return fmt.Errorf("nats: embedded server on %s not ready within %s", n.cfg.Listen, n.cfg.StartTimeout)
+		}
+	case msg := <-fatal:
 		n.shutdownServer(context.Background())
-		return fmt.Errorf("nats: start: %w", err)
+		return fmt.Errorf("nats: embedded server on %s: %s", n.cfg.Listen, msg)
+	case <-ctx.Done():
+		n.shutdownServer(context.Background())
+		return fmt.Errorf("nats: start: %w", ctx.Err())
 	}
 	nc, err := nats.Connect("", append(append(opts, auth...), nats.InProcessServer(s))...)
 	if err != nil {
@@ -495,14 +504,24 @@ func (n *NATS) shutdownServer(ctx context.Context) error {
 	}
 }
 
-// serverLogger sends the embedded server's log to slog.
-type serverLogger struct{ l *slog.Logger }
+// serverLogger sends the embedded server's log to slog, and its fatal errors to fatal too.
+type serverLogger struct {
+	l     *slog.Logger
+	fatal chan<- string
+}
 
 // Noticef logs at debug level: the server's notices (its start banner) would drown flowd's
 // own start lines at info.
 func (s serverLogger) Noticef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
 func (s serverLogger) Warnf(format string, v ...any)   { s.l.Warn(fmt.Sprintf(format, v...)) }
-func (s serverLogger) Fatalf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
+func (s serverLogger) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	s.l.Error(msg)
+	select {
+	case s.fatal <- msg:
+	default:
+	}
+}
 func (s serverLogger) Errorf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
 func (s serverLogger) Debugf(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
 func (s serverLogger) Tracef(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,17 @@ func TestUnauthenticatedNonLoopbackListenerIsRefused(t *testing.T) {
 	assert.ErrorIs(t, err, ErrBadConfig, "a token and users together")
 	_, err = Open(context.Background(), NATSConfig{Listen: "127.0.0.1:1", Users: []NATSUser{{Name: "a", Password: "p", Role: "root"}}, Logger: discardLogger()})
 	assert.ErrorIs(t, err, ErrBadConfig, "an unknown role")
+}
+
+// A listener address already taken fails Open with the server's reason (it waited out the
+// start timeout and said only "not ready").
+func TestEmbeddedServerOnABusyPortFailsWithTheReason(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	_, err = Open(context.Background(), NATSConfig{Listen: ln.Addr().String(), StoreDir: t.TempDir(), Logger: discardLogger()})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "address already in use")
 }
 
 // The read role may send read-only verbs and subscribe to events, but publishing an admin
