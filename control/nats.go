@@ -250,10 +250,14 @@ func Open(ctx context.Context, cfg NATSConfig) (*NATS, error) {
 			n.log.Error("NATS error", "err", err)
 		}),
 	}
+	start := n.connectExternal
 	if cfg.Embedded() {
-		return n, n.startEmbedded(ctx, opts)
+		start = n.startEmbedded
 	}
-	return n, n.connectExternal(ctx, opts)
+	if err := start(ctx, opts); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 func (n *NATS) connectExternal(ctx context.Context, opts []nats.Option) error {
