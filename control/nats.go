@@ -473,8 +473,9 @@ func (n *NATS) reconnected() {
 func (n *NATS) Close(ctx context.Context) error {
 	var errs []error
 	if n.nc != nil {
-		if err := n.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			errs = append(errs, fmt.Errorf("nats: drain: %w", err))
+		if err := n.nc.Drain(); err != nil {
+			// Closed already, or reconnecting: there is nothing to drain to.
+			n.nc.Close()
 		}
 		select {
 		case <-n.closed:

@@ -295,3 +295,17 @@ func TestReadRoleReadsTheEventsStreamButCannotChangeIt(t *testing.T) {
 	_, err = js.Stream(ctx, EventsStreamName)
 	require.NoError(t, err, "the stream is still there")
 }
+
+// Close while NATS is unreachable closes the connection at once rather than waiting for a
+// drain that cannot happen.
+func TestCloseWhileDisconnected(t *testing.T) {
+	ext := startExternal(t, "")
+	n, err := Open(context.Background(), NATSConfig{URLs: []string{ext.url()}, ReconnectWait: 20 * time.Millisecond, Logger: discardLogger()})
+	require.NoError(t, err)
+	ext.stop()
+	require.Eventually(t, func() bool { return !n.Conn().IsConnected() }, 10*time.Second, 5*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, n.Close(ctx))
+	assert.True(t, n.Conn().IsClosed())
+}
