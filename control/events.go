@@ -313,6 +313,32 @@ func (p *Publisher) Close(ctx context.Context) error {
 	return nil
 }
 
+// PublisherStats is a snapshot of a Publisher's counters, for a status command.
+type PublisherStats struct {
+	// Published is how many events were handed to the connection.
+	Published uint64 `json:"published"`
+	// Buffered is how many events wait for NATS to come back.
+	Buffered int `json:"buffered"`
+	// Dropped is how many events were lost while NATS was unreachable (Publisher.Dropped).
+	Dropped uint64 `json:"dropped"`
+	// BrokerDropped is how many events the broker lost before the publisher saw them.
+	BrokerDropped uint64 `json:"brokerDropped"`
+	// LastSeq is the Seq of the latest broker event the publisher saw.
+	LastSeq uint64 `json:"lastSeq"`
+	// Connected reports whether the NATS connection is up.
+	Connected bool `json:"connected"`
+}
+
+// Stats returns the publisher's counters.
+func (p *Publisher) Stats() PublisherStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return PublisherStats{
+		Published: p.published.Load(), Buffered: len(p.buf), Dropped: p.dropped.Load(),
+		BrokerDropped: p.b.EventsDropped(), LastSeq: p.lastSeq, Connected: p.nc.IsConnected(),
+	}
+}
+
 // Dropped is how many events were lost because NATS stayed unreachable longer than the
 // buffer lasted (or at shutdown). Events lost inside the broker are broker.EventsDropped.
 func (p *Publisher) Dropped() uint64 { return p.dropped.Load() }

@@ -196,6 +196,10 @@ func TestNATSOutageBuffersEventsAndReportsDrops(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return p.Buffered() == 3 }, 10*time.Second, 5*time.Millisecond)
 	assert.Equal(t, uint64(2), p.Dropped())
+	st := p.Stats()
+	assert.False(t, st.Connected)
+	assert.Equal(t, 3, st.Buffered)
+	assert.Equal(t, uint64(2), st.Dropped)
 
 	ext.start()
 	require.Eventually(t, func() bool { return n.Conn().IsConnected() }, 10*time.Second, 5*time.Millisecond)

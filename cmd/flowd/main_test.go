@@ -134,6 +134,12 @@ func TestBadFlagsAndCommandsAreErrors(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "loud")
 
+	// An open NATS listener without authentication is refused before anything binds it.
+	err = run(context.Background(), []string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--namesrv-listen", "off",
+		"--nats-listen", "0.0.0.0:4222"}, &out, &out)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--nats-token")
+
 	err = run(context.Background(), []string{"frobnicate"}, &out, &out)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "frobnicate")
