@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,17 +40,6 @@ const (
 	CodeConflict   = 409 // the topic exists already
 	CodeInternal   = 500 // the broker failed
 )
-
-// readOnlyVerbs are the verbs that only read state. An operator can give a read-only user
-// the subjects of these verbs alone.
-var readOnlyVerbs = [...]string{"list", "describe", "get", "query", "status"}
-
-// ReadOnlyVerbs returns the verbs that only read state: list, describe, get, query, status.
-// Every other verb changes something.
-func ReadOnlyVerbs() []string { return slices.Clone(readOnlyVerbs[:]) }
-
-// IsReadOnly reports whether a command verb only reads state.
-func IsReadOnly(verb string) bool { return slices.Contains(readOnlyVerbs[:], verb) }
 
 // ServiceConfig configures the command service. The zero value works with a broker: every
 // default is taken from it.

@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,10 +18,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/control"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -58,7 +62,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `flowd — a programmable message stream daemon that speaks RocketMQ's protocol.
 
 Usage:
-  flowd [serve] [flags]   run the broker and its name service (the default)
+  flowd [serve] [flags]   run the broker, its name service and the NATS control plane (the default)
   flowd bench [flags]     measure produce, consume and delivery delay against a broker
   flowd version           print the version
   flowd help              show this help
@@ -78,6 +82,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.BrokerName, "broker-name", "broker-a", "broker name announced in routes")
 	fs.StringVar(&cfg.AdvertisedAddr, "advertise", "", "address put into routes (default: the listen address)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	natsFlags := addNATSFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -98,13 +103,148 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := b.Start(); err != nil {
-		return errors.Join(err, b.Shutdown(context.Background()))
+	// NATS comes up before the broker serves, so that no event of the start is missed.
+	var cp *controlPlane
+	if natsFlags.enabled {
+		cp, err = startControlPlane(ctx, natsFlags, cfg, b, log)
+		if err != nil {
+			return errors.Join(err, b.Shutdown(context.Background()))
+		}
 	}
-	log.Info("flowd serving", "version", version, "broker", b.Addr(), "namesrv", b.NamesrvAddr(), "data", cfg.DataDir)
+	if err := b.Start(); err != nil {
+		return errors.Join(err, b.Shutdown(context.Background()), cp.close(context.Background()))
+	}
+	if err := cp.started(ctx, b); err != nil {
+		return errors.Join(err, b.Shutdown(context.Background()), cp.close(context.Background()))
+	}
+	log.Info("flowd serving", "version", version, "broker", b.Addr(), "namesrv", b.NamesrvAddr(), "nats", cp.url(), "data", cfg.DataDir)
 	<-ctx.Done()
 	log.Info("flowd stopping")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return b.Shutdown(sctx)
+	// The "stopping" event goes out first, the broker's last events (members leaving as
+	// connections close) follow while it shuts down, then the publisher and NATS drain.
+	serr := cp.stopping()
+	return errors.Join(serr, b.Shutdown(sctx), cp.close(sctx))
+}
+
+// natsFlags are serve's NATS options.
+type natsFlags struct {
+	enabled bool
+	nats    control.NATSConfig
+	urls    string
+	users   string
+	events  control.EventsConfig
+	disable string
+}
+
+func addNATSFlags(fs *flag.FlagSet) *natsFlags {
+	f := &natsFlags{}
+	fs.BoolVar(&f.enabled, "nats", true, "run the NATS control plane (events and commands)")
+	fs.StringVar(&f.nats.Listen, "nats-listen", "127.0.0.1:4222", `embedded NATS server's client address ("off": no listener)`)
+	fs.StringVar(&f.urls, "nats-url", "", "comma-separated URLs of an existing NATS cluster to use instead of the embedded server")
+	fs.StringVar(&f.nats.CredsFile, "nats-creds", "", "NATS credentials file for --nats-url")
+	fs.StringVar(&f.nats.NKeySeedFile, "nats-nkey", "", "file with an nkey seed for --nats-url")
+	fs.StringVar(&f.nats.Token, "nats-token", "", "token: presented to --nats-url, or required by the embedded server")
+	fs.StringVar(&f.users, "nats-users", "", `JSON file of embedded-server users: [{"name":…,"password":…,"role":"admin"|"read"}]`)
+	fs.StringVar(&f.nats.TLSCert, "nats-tls-cert", "", "client certificate for --nats-url")
+	fs.StringVar(&f.nats.TLSKey, "nats-tls-key", "", "key of --nats-tls-cert")
+	fs.StringVar(&f.nats.TLSCA, "nats-tls-ca", "", "CA certificates to verify --nats-url's servers")
+	fs.BoolVar(&f.events.Stream, "nats-events-stream", false, "keep events in the JetStream stream "+control.EventsStreamName)
+	fs.DurationVar(&f.events.StreamMaxAge, "nats-events-max-age", 24*time.Hour, "how long the events stream keeps an event")
+	fs.Int64Var(&f.events.StreamMaxBytes, "nats-events-max-bytes", 1<<30, "size bound of the events stream")
+	fs.IntVar(&f.events.Buffer, "nats-events-buffer", 10000, "events kept while NATS is unreachable (then the oldest are dropped)")
+	fs.StringVar(&f.disable, "nats-disable", "", `comma-separated commands not to serve ("topic.delete", "group.*"); they answer 403`)
+	fs.DurationVar(&f.events.OffsetInterval, "nats-offset-interval", time.Second, "interval over which a group's offset commits become one event (negative: one event per commit)")
+	return f
+}
+
+// controlPlane is the NATS connection, the event publisher and the command service; a nil
+// *controlPlane (NATS disabled) does nothing.
+type controlPlane struct {
+	n   *control.NATS
+	pub *control.Publisher
+	svc *control.Service
+	cfg control.ServiceConfig
+}
+
+func startControlPlane(ctx context.Context, f *natsFlags, cfg broker.Config, b *broker.Broker, log *slog.Logger) (*controlPlane, error) {
+	nc := f.nats
+	nc.Logger = log
+	nc.StoreDir = filepath.Join(cfg.DataDir, "nats")
+	for _, u := range strings.Split(f.urls, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			nc.URLs = append(nc.URLs, u)
+		}
+	}
+	if f.users != "" {
+		raw, err := os.ReadFile(f.users)
+		if err != nil {
+			return nil, fmt.Errorf("serve: --nats-users: %w", err)
+		}
+		var users []struct{ Name, Password, Role string }
+		if err := json.Unmarshal(raw, &users); err != nil {
+			return nil, fmt.Errorf("serve: --nats-users %s: %w", f.users, err)
+		}
+		for _, u := range users {
+			nc.Users = append(nc.Users, control.NATSUser{Name: u.Name, Password: u.Password, Role: control.Role(u.Role)})
+		}
+	}
+	n, err := control.Open(ctx, nc)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	ec := f.events
+	ec.Cluster, ec.Node, ec.Version, ec.Logger = cfg.Cluster, cfg.BrokerName, version, log
+	pub, err := control.NewPublisher(ctx, n, b, ec)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("serve: %w", err), n.Close(context.Background()))
+	}
+	sc := control.ServiceConfig{Cluster: cfg.Cluster, Node: cfg.BrokerName, Logger: log}
+	for _, d := range strings.Split(f.disable, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			sc.Disabled = append(sc.Disabled, d)
+		}
+	}
+	return &controlPlane{n: n, pub: pub, cfg: sc}, nil
+}
+
+// started announces the broker and starts taking commands, once the broker serves.
+func (c *controlPlane) started(ctx context.Context, b *broker.Broker) error {
+	if c == nil {
+		return nil
+	}
+	c.pub.Started()
+	svc, err := control.StartService(ctx, c.n.Conn(), b, c.cfg)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	c.svc = svc
+	return nil
+}
+
+// stopping announces the stop and stops taking commands before the broker shuts down.
+func (c *controlPlane) stopping() error {
+	if c == nil {
+		return nil
+	}
+	c.pub.Stopping()
+	if c.svc == nil {
+		return nil
+	}
+	return c.svc.Stop()
+}
+
+func (c *controlPlane) url() string {
+	if c == nil {
+		return "off"
+	}
+	return c.n.ListenURL()
+}
+
+func (c *controlPlane) close(ctx context.Context) error {
+	if c == nil {
+		return nil
+	}
+	return errors.Join(c.pub.Close(ctx), c.n.Close(ctx))
 }
