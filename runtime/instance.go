@@ -35,6 +35,7 @@ type Instance struct {
 	// memRefused is set by the memory allocator when the guest asked for memory past the
 	// cap; it runs on the calling goroutine, so no synchronisation is needed.
 	memRefused bool
+	lm         *linearMemory // nil if the module has no memory
 	clock      int64
 
 	stdout, stderr lineWriter
@@ -56,7 +57,8 @@ func (m *Module) newInstance(ctx context.Context) (*Instance, error) {
 		WithRandSource(rand.NewChaCha8([32]byte{}))
 	limit := uint64(m.spec.MemoryLimitPages) * 65536
 	actx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capacity, _ uint64) experimental.LinearMemory {
-		return &linearMemory{buf: make([]byte, 0, min(capacity, limit)), limit: limit, refused: &i.memRefused}
+		i.lm = &linearMemory{buf: make([]byte, 0, min(capacity, limit)), limit: limit, refused: &i.memRefused}
+		return i.lm
 	}))
 	mod, err := m.wr.InstantiateModule(actx, m.cm, cfg)
 	if err != nil {
@@ -65,12 +67,14 @@ func (m *Module) newInstance(ctx context.Context) (*Instance, error) {
 		}
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}
-	if mem := mod.Memory(); mem != nil && uint64(mem.Size()) > limit {
-		_ = mod.Close(ctx)
-		return nil, fmt.Errorf("instantiate: memory of %d bytes exceeds the limit of %d pages: %w", mem.Size(), m.spec.MemoryLimitPages, ErrMemory)
-	}
 	i.mod = mod
-	i.mem = mod.Memory()
+	if i.lm != nil { // mod.Memory() is a non-nil interface even without a memory
+		i.mem = mod.Memory()
+		if uint64(i.mem.Size()) > limit {
+			_ = mod.Close(ctx)
+			return nil, fmt.Errorf("instantiate: memory of %d bytes exceeds the limit of %d pages: %w", i.mem.Size(), m.spec.MemoryLimitPages, ErrMemory)
+		}
+	}
 	m.live.Add(1)
 	if m.spec.Init != nil {
 		if err := m.spec.Init(ctx, i); err != nil {
