@@ -14,14 +14,17 @@ func main() {}
 // references.
 var buffers = map[uint32][]byte{}
 
-// initialized proves _initialize ran before any export: package init sets it.
-var initialized = 7
+// initialized proves _initialize ran before any export: only package initialisation sets
+// it.
+var initialized uint32
+
+func init() { initialized = 7 }
 
 //go:wasmexport flowd_abi_version
 func abiVersion() uint32 { return 1 }
 
 //go:wasmexport initialized
-func initializedExport() uint32 { return uint32(initialized) }
+func initializedExport() uint32 { return initialized }
 
 //go:wasmexport noop
 func noop() {}
