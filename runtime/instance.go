@@ -119,7 +119,8 @@ func (i *Instance) Data() any { return i.data }
 // address of a guest buffer. It lives as long as the instance.
 func (i *Instance) SetData(v any) { i.data = v }
 
-// Call calls fn, an export of this instance, with params in stack and results written back
+// Call calls fn, an export of this instance (from Function, never another instance's), with
+// params in stack and results written back
 // into it (see [api.Function.CallWithStack]; stack must hold max(params, results) values).
 // Without a time limit it allocates nothing.
 //

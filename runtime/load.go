@@ -66,6 +66,11 @@ func (r *Runtime) Load(ctx context.Context, spec Spec) (*Module, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load module %s: compile: %v: %w", name, err, ErrInvalidModule)
 	}
+	defer func() {
+		if !ok {
+			_ = cm.Close(context.WithoutCancel(ctx))
+		}
+	}()
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, wr); err != nil {
 		return nil, fmt.Errorf("load module %s: instantiate WASI: %w", name, err)
 	}

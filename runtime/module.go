@@ -302,6 +302,10 @@ func (m *Module) drain() {
 	for _, inst := range idle {
 		inst.discard(ctx)
 	}
+	// The compiled code is reference-counted in the shared cache's engine: closing the
+	// compiled module drops this version's reference, so the code is freed unless another
+	// version with the same bytes still uses it.
+	_ = m.cm.Close(ctx)
 	if err := m.wr.Close(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		m.rt.logger.LogAttrs(ctx, slog.LevelWarn, "close wasm runtime", append(m.attrs[:len(m.attrs):len(m.attrs)], slog.Any("err", err))...)
 	}

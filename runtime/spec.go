@@ -32,7 +32,8 @@ type Spec struct {
 	// instance discarded, and the call fails with [ErrTimeout]. Zero: no limit, and then the
 	// caller's context cannot stop a running guest either, but calls are cheaper (stopping a
 	// guest needs checks compiled into its loops: about 1.6 µs per call and loops about ten
-	// times slower, measured with wazero 1.12). Default: 0.
+	// times slower, measured with wazero 1.12). The guest's _initialize is not limited; calls
+	// made from Init and SelfTest are. Default: 0.
 	CallTimeout time.Duration
 
 	// Policy is applied after a fault. Default: [PolicyFailClosed].
