@@ -253,6 +253,14 @@ func TestSandbox(t *testing.T) {
 	st, err = call(ctx, m, "files")
 	require.NoError(t, err)
 	require.Zero(t, st[0], "the guest cannot open host files")
+
+	first, err := call(ctx, m, "random")
+	require.NoError(t, err)
+	other, err := rt.Load(ctx, Spec{Name: "sandbox", Wasm: goGuestWasm(t)})
+	require.NoError(t, err)
+	second, err := call(ctx, other, "random")
+	require.NoError(t, err)
+	require.Equal(t, first[0], second[0], "randomness is deterministic: a fresh instance draws the same bytes")
 }
 
 func TestCloseDrainsBorrowedInstances(t *testing.T) {

@@ -3,6 +3,8 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"time"
@@ -109,4 +111,13 @@ func files() uint32 {
 		return 1
 	}
 	return 0
+}
+
+// random returns 8 bytes from the guest's random source.
+//
+//go:wasmexport random
+func random() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
 }
