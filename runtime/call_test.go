@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,4 +306,37 @@ func TestWaitingBorrowerWokenByClose(t *testing.T) {
 	inst.Release()
 	require.NoError(t, <-closed)
 	wg.Wait()
+}
+
+func TestInitRunsOnEveryInstance(t *testing.T) {
+	ctx := context.Background()
+	rt := newRuntime(t, nil)
+	var inits atomic.Int32
+	m, err := rt.Load(ctx, Spec{Name: "init", Wasm: cModule(1), MaxInstances: 2,
+		Init: func(ctx context.Context, inst *Instance) error {
+			inst.SetData(inits.Add(1))
+			return nil
+		}})
+	require.NoError(t, err)
+	require.Equal(t, int32(1), inits.Load(), "the first instance is made at load")
+	a, err := m.Borrow(ctx)
+	require.NoError(t, err)
+	b, err := m.Borrow(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int32(2), inits.Load(), "the second is made when first needed")
+	require.ElementsMatch(t, []any{int32(1), int32(2)}, []any{a.Data(), b.Data()})
+	a.Release()
+	b.Release()
+}
+
+func TestClosedRuntimeRefusesLoads(t *testing.T) {
+	ctx := context.Background()
+	rt, err := New(ctx, Options{})
+	require.NoError(t, err)
+	m, err := rt.Load(ctx, Spec{Name: "x", Wasm: cModule(1)})
+	require.NoError(t, err)
+	require.NoError(t, rt.Close(ctx))
+	require.Equal(t, StateClosed, m.State(), "closing the runtime closes its modules")
+	_, err = rt.Load(ctx, Spec{Name: "x", Wasm: cModule(1)})
+	require.ErrorIs(t, err, ErrClosed)
 }
