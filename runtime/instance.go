@@ -1,0 +1,198 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// sandboxEpoch is the guests' wall clock: 2020-01-01T00:00:00Z, always. Guests must not
+// depend on real time, so a replayed batch gives the same result.
+const sandboxEpoch = 1577836800
+
+// errCallLimit is the cause of a call context ended by Spec.CallTimeout, which tells a
+// timeout apart from the caller's own deadline.
+var errCallLimit = errors.New("wasm call time limit")
+
+// Instance is one instance of a module, borrowed by one caller at a time (instances are not
+// safe for concurrent use). Look exported functions up once (Function caches them, but
+// [Spec.Init] with [Instance.SetData] avoids even the map lookup) and call them with Call.
+type Instance struct {
+	m    *Module
+	mod  api.Module
+	mem  api.Memory
+	fns  map[string]api.Function
+	data any
+
+	borrowed bool
+	faulted  bool
+	// memRefused is set by the memory allocator when the guest asked for memory past the
+	// cap; it runs on the calling goroutine, so no synchronisation is needed.
+	memRefused bool
+	lm         *linearMemory // nil if the module has no memory
+	clock      int64
+
+	stdout, stderr lineWriter
+}
+
+func (m *Module) newInstance(ctx context.Context) (*Instance, error) {
+	i := &Instance{m: m, fns: make(map[string]api.Function)}
+	i.stdout = lineWriter{log: m.log, stream: "stdout"}
+	i.stderr = lineWriter{log: m.log, stream: "stderr"}
+	cfg := wazero.NewModuleConfig().
+		WithName(""). // anonymous, so one compiled module has many instances
+		WithStartFunctions("_initialize").
+		WithStdout(&i.stdout).
+		WithStderr(&i.stderr).
+		WithWalltime(func() (int64, int32) { return sandboxEpoch, 0 }, sys.ClockResolution(1000)).
+		WithNanotime(i.nanotime, sys.ClockResolution(1000)).
+		WithNanosleep(func(int64) {}).
+		WithOsyield(func() {}).
+		WithRandSource(rand.NewChaCha8([32]byte{}))
+	limit := uint64(m.spec.MemoryLimitPages) * 65536
+	actx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capacity, _ uint64) experimental.LinearMemory {
+		i.lm = &linearMemory{buf: make([]byte, 0, min(capacity, limit)), limit: limit, refused: &i.memRefused}
+		return i.lm
+	}))
+	mod, err := m.wr.InstantiateModule(actx, m.cm, cfg)
+	if err != nil {
+		if i.memRefused {
+			return nil, fmt.Errorf("instantiate: %w: %w", ErrMemory, err)
+		}
+		return nil, fmt.Errorf("instantiate: %w", err)
+	}
+	i.mod = mod
+	if i.lm != nil { // mod.Memory() is a non-nil interface even without a memory
+		i.mem = mod.Memory()
+		if uint64(i.mem.Size()) > limit {
+			_ = mod.Close(ctx)
+			return nil, fmt.Errorf("instantiate: memory of %d bytes exceeds the limit of %d pages: %w", i.mem.Size(), m.spec.MemoryLimitPages, ErrMemory)
+		}
+	}
+	m.live.Add(1)
+	if m.spec.Init != nil {
+		if err := m.spec.Init(ctx, i); err != nil {
+			i.discard(ctx)
+			return nil, fmt.Errorf("init instance: %w", err)
+		}
+	}
+	return i, nil
+}
+
+// nanotime is the guest's monotonic clock: it advances 1 µs per reading, whatever the real
+// time, so guest timing is deterministic.
+func (i *Instance) nanotime() int64 {
+	i.clock += 1000
+	return i.clock
+}
+
+// Module is the module this instance belongs to.
+func (i *Instance) Module() *Module { return i.m }
+
+// Function returns the exported function name, or nil if there is none. The first lookup
+// per name allocates; later ones do not.
+func (i *Instance) Function(name string) api.Function {
+	if f, ok := i.fns[name]; ok {
+		return f
+	}
+	f := i.mod.ExportedFunction(name)
+	if f != nil {
+		i.fns[name] = f
+	}
+	return f
+}
+
+// Memory is the guest's linear memory (nil if it has none). Read and write through it
+// between calls; views it returns are invalid after a call that grows memory.
+func (i *Instance) Memory() api.Memory { return i.mem }
+
+// Data returns what SetData stored.
+func (i *Instance) Data() any { return i.data }
+
+// SetData keeps per-instance state for the ABI layered on top: function handles, the
+// address of a guest buffer. It lives as long as the instance.
+func (i *Instance) SetData(v any) { i.data = v }
+
+// Call calls fn, an export of this instance (from Function, never another instance's), with
+// params in stack and results written back
+// into it (see [api.Function.CallWithStack]; stack must hold max(params, results) values).
+// Without a time limit it allocates nothing.
+//
+// A trap, a timeout or a memory fault returns a [*FaultError]: the instance is marked
+// faulted (Release discards it) and the module's policy is applied. A call stopped because
+// ctx ended (only modules with a CallTimeout can be stopped) returns ctx's error and also
+// discards the instance, but is not the guest's fault.
+func (i *Instance) Call(ctx context.Context, fn api.Function, stack []uint64) error {
+	if fn == nil {
+		return fmt.Errorf("module %s %s: call of a function the module does not export", i.m.spec.Name, i.m.spec.Version)
+	}
+	if i.faulted {
+		return fmt.Errorf("module %s %s: call on a faulted instance: %w", i.m.spec.Name, i.m.spec.Version, ErrClosed)
+	}
+	i.m.calls.Add(1)
+	i.memRefused = false
+	if i.m.spec.CallTimeout <= 0 {
+		err := fn.CallWithStack(ctx, stack)
+		if err == nil {
+			return nil
+		}
+		return i.fault(ctx, fn, err, false)
+	}
+	cctx, cancel := context.WithTimeoutCause(ctx, i.m.spec.CallTimeout, errCallLimit)
+	err := fn.CallWithStack(cctx, stack)
+	limited := err != nil && context.Cause(cctx) == errCallLimit
+	cancel()
+	if err == nil {
+		return nil
+	}
+	return i.fault(ctx, fn, err, limited)
+}
+
+func (i *Instance) fault(ctx context.Context, fn api.Function, err error, limited bool) error {
+	i.faulted = true
+	m := i.m
+	name := fn.Definition().Name()
+	if names := fn.Definition().ExportNames(); len(names) > 0 {
+		name = names[0]
+	}
+	var exit *sys.ExitError
+	ctxStop := errors.As(err, &exit) &&
+		(exit.ExitCode() == sys.ExitCodeDeadlineExceeded || exit.ExitCode() == sys.ExitCodeContextCanceled)
+	var kind error
+	switch {
+	case i.memRefused:
+		kind = ErrMemory
+	case ctxStop && limited:
+		kind = ErrTimeout
+	case ctxStop && ctx.Err() != nil:
+		return fmt.Errorf("module %s %s: call %s stopped: %w", m.spec.Name, m.spec.Version, name, context.Cause(ctx))
+	default:
+		kind = ErrTrap
+	}
+	action := m.fault(ctx, kind)
+	return &FaultError{Module: m.spec.Name, Version: m.spec.Version, Function: name, Kind: kind, Action: action, Err: err}
+}
+
+// Release gives the instance back to its module. A faulted instance is discarded, never
+// reused. Releasing twice is a no-op.
+func (i *Instance) Release() {
+	if !i.borrowed {
+		return
+	}
+	i.borrowed = false
+	i.m.release(i)
+}
+
+// discard closes the instance for good.
+func (i *Instance) discard(ctx context.Context) {
+	i.stdout.flush()
+	i.stderr.flush()
+	_ = i.mod.Close(context.WithoutCancel(ctx))
+	i.m.live.Add(-1)
+}
