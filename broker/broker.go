@@ -38,6 +38,7 @@ type Broker struct {
 	consumers *consumerManager
 	offsets   *offsetTable
 	locks     *lockTable
+	rebalance *rebalanceWatch // GroupRebalanced events from lock changes
 	poll      *longPoll
 	events    *eventBus
 
@@ -71,6 +72,9 @@ func New(c Config) (*Broker, error) {
 	events := newEventBus(cfg.Cluster, cfg.BrokerName, cfg.EventQueueSize)
 	b := &Broker{cfg: cfg, log: cfg.Logger, delays: delays, started: time.Now(), events: events, consumers: newConsumerManager(events), locks: newLockTable(cfg.LockLease), poll: newLongPoll()}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.rebalance = newRebalanceWatch(cfg.RebalanceSettle, func(group string) map[protocol.MessageQueue]string {
+		return b.locks.held(group, time.Now())
+	}, events.emit)
 
 	confDir := filepath.Join(cfg.DataDir, "config")
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
@@ -110,6 +114,9 @@ func New(c Config) (*Broker, error) {
 		}
 	}
 	sopts.OnDispatch = b.poll.arrived
+	sopts.OnFailure = func(err error) {
+		b.events.emit(Event{Type: StoreFailed, Time: time.Now(), Reason: err.Error()})
+	}
 	if b.store, err = store.Open(filepath.Join(cfg.DataDir, "store"), sopts); err != nil {
 		b.closeListeners()
 		return nil, err
@@ -225,6 +232,7 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 			b.closeListeners()
 		}
 		b.wg.Wait()
+		b.rebalance.close()
 		b.events.close()
 		if err := b.topics.flushIfDirty(); err != nil {
 			errs = append(errs, err)
@@ -263,7 +271,9 @@ func (b *Broker) expireLoop(ctx context.Context) {
 			return
 		case now := <-t.C:
 			b.membersChanged(b.consumers.expire(now.Add(-b.cfg.ClientExpiry)))
-			b.locks.sweep(now)
+			for _, group := range b.locks.sweep(now) {
+				b.rebalance.changed(group)
+			}
 		}
 	}
 }
@@ -340,6 +350,7 @@ func (b *Broker) sweepGroups(ctx context.Context, now time.Time) {
 // that a group no longer listed has nothing left behind.
 func (b *Broker) forgetGroup(group string) {
 	b.locks.dropGroup(group)
+	b.rebalance.forget(group)
 	retry := RetryTopicPrefix + group
 	if _, ok := b.topics.get(retry); ok {
 		// As processDeleteTopic: messages first, then the config.
@@ -374,6 +385,7 @@ func (b *Broker) membersChanged(changes []memberChange) {
 	for _, ch := range changes {
 		if !ch.joined {
 			b.locks.releaseClient(ch.group, ch.clientID)
+			b.rebalance.changed(ch.group)
 		}
 		if !notified[ch.group] {
 			notified[ch.group] = true

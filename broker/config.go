@@ -64,6 +64,11 @@ type Config struct {
 	// Default 60 s (RocketMQ's rebalance lock lifetime).
 	LockLease time.Duration
 
+	// RebalanceSettle is how long a group's queue locks must stay unchanged before a
+	// GroupRebalanced event reports the new assignment, so that one rebalance (members
+	// releasing and taking queues one request at a time) is one event. Default 500 ms.
+	RebalanceSettle time.Duration
+
 	// MaxReconsumeTimes is how often a message may be sent back before it goes to the group's
 	// dead-letter topic, when the client does not say. Default 16.
 	MaxReconsumeTimes int
@@ -156,6 +161,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.LockLease == 0 {
 		cfg.LockLease = 60 * time.Second
+	}
+	if cfg.RebalanceSettle == 0 {
+		cfg.RebalanceSettle = 500 * time.Millisecond
 	}
 	if cfg.MaxReconsumeTimes == 0 {
 		cfg.MaxReconsumeTimes = 16

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/flowd-io/flowd/protocol"
 )
 
 // EventType says what happened in an Event.
@@ -20,6 +22,13 @@ const (
 	GroupCreated
 	// GroupDeleted: an idle group was forgotten (see Config.GroupRetention).
 	GroupDeleted
+	// GroupRebalanced: a group's assignment, as its members' queue locks show it, settled on
+	// a new value (Allocation). Consumers that do not lock queues (RocketMQ push consumers)
+	// do not show here.
+	GroupRebalanced
+	// StoreFailed: the store stopped accepting writes (disk full, a failed flush); Reason
+	// says why. The broker keeps serving reads.
+	StoreFailed
 )
 
 func (t EventType) String() string {
@@ -38,6 +47,10 @@ func (t EventType) String() string {
 		return "group.created"
 	case GroupDeleted:
 		return "group.deleted"
+	case GroupRebalanced:
+		return "group.rebalanced"
+	case StoreFailed:
+		return "store.failed"
 	}
 	return "event." + strconv.Itoa(int(t))
 }
@@ -64,6 +77,9 @@ type Event struct {
 	Reason string
 	// Queues is the topic's queue count for TopicCreated.
 	Queues int
+	// Allocation is a GroupRebalanced group's assignment: each member's client id and the
+	// queues it holds, sorted.
+	Allocation map[string][]protocol.MessageQueue
 }
 
 // eventBus numbers broker events and hands them to subscribers.

@@ -21,6 +21,7 @@ func (b *Broker) processLock(c *remoting.Conn, req *protocol.Command) *protocol.
 		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("lock body: %w", err))
 	}
 	resp := protocol.NewResponse(req, protocol.Success, "")
+	defer b.rebalance.changed(body.ConsumerGroup)
 	if req.RequestCode() == protocol.UnlockBatchMQ {
 		b.locks.unlock(body.ConsumerGroup, body.ClientID, body.MQSet)
 		return resp

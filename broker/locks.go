@@ -79,19 +79,24 @@ func (t *lockTable) holder(group string, mq protocol.MessageQueue, now time.Time
 }
 
 // sweep drops every lock whose lease ran out, and the groups left without locks.
-func (t *lockTable) sweep(now time.Time) {
+func (t *lockTable) sweep(now time.Time) (changed []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for group, g := range t.locks {
+		n := len(g)
 		for mq, l := range g {
 			if now.Sub(l.renewed) >= t.lease {
 				delete(g, mq)
 			}
 		}
+		if len(g) != n {
+			changed = append(changed, group)
+		}
 		if len(g) == 0 {
 			delete(t.locks, group)
 		}
 	}
+	return changed
 }
 
 // dropGroup forgets every lock of a group.

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/protocol"
 )
 
 // EventsStreamName is the JetStream stream that keeps events when EventsConfig.Stream is set.
@@ -141,6 +142,8 @@ type EventData struct {
 	Reason   string `json:"reason,omitempty"`
 	// Offsets of offset.committed: the latest commit of each queue within the interval.
 	Offsets []OffsetCommit `json:"offsets,omitempty"`
+	// Allocation of group.rebalanced: each member's client id and the queues it holds.
+	Allocation map[string][]protocol.MessageQueue `json:"allocation,omitempty"`
 
 	// Version and NATS (the server's client URL) of broker.started.
 	Version string `json:"version,omitempty"`
@@ -506,10 +509,14 @@ func (p *Publisher) brokerMsg(e broker.Event) *nats.Msg {
 	d := EventData{
 		Cluster: e.Cluster, Broker: e.Broker, Seq: e.Seq, Time: e.Time,
 		Topic: e.Topic, Queues: e.Queues, Group: e.Group, ClientID: e.ClientID, Reason: e.Reason,
+		Allocation: e.Allocation,
 	}
 	subject := e.Group
-	if e.Type == broker.TopicCreated || e.Type == broker.TopicDeleted {
+	switch e.Type {
+	case broker.TopicCreated, broker.TopicDeleted:
 		subject = e.Topic
+	case broker.StoreFailed:
+		subject = e.Broker
 	}
 	return p.message(e.Type.String(), p.boot+"."+strconv.FormatUint(e.Seq, 10), subject, e.Seq, d)
 }

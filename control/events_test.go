@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/protocol"
 )
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
@@ -70,6 +71,12 @@ func TestEveryBrokerEventIsPublishedAsACloudEvent(t *testing.T) {
 	assertCloudEvent(t, joined, "io.flowd.member.v1.joined", group)
 	assert.Equal(t, client, d.ClientID)
 
+	mq := protocol.MessageQueue{Topic: topic, BrokerName: "broker-a", QueueID: 1}
+	rmq.lock(group, client, mq)
+	rebalanced, d := events.wait(t, "flowd.evt.local.group.rebalanced", func(d EventData) bool { return d.Group == group })
+	assertCloudEvent(t, rebalanced, "io.flowd.group.v1.rebalanced", group)
+	assert.Equal(t, map[string][]protocol.MessageQueue{client: {mq}}, d.Allocation)
+
 	rmq.commit(group, topic, 1, 7)
 	rmq.commit(group, topic, 1, 9)
 	committed, d := events.wait(t, "flowd.evt.local.offset.committed", func(d EventData) bool {
@@ -94,7 +101,7 @@ func TestEveryBrokerEventIsPublishedAsACloudEvent(t *testing.T) {
 	topicDeleted, _ := events.wait(t, "flowd.evt.local.topic.deleted", func(d EventData) bool { return d.Topic == topic })
 	assertCloudEvent(t, topicDeleted, "io.flowd.topic.v1.deleted", topic)
 
-	causes := []*nats.Msg{created, groupCreated, joined, committed, left, deleted, topicDeleted}
+	causes := []*nats.Msg{created, groupCreated, joined, rebalanced, committed, left, deleted, topicDeleted}
 	for i := 1; i < len(causes); i++ {
 		assert.Less(t, seqOf(t, causes[i-1]), seqOf(t, causes[i]), "%s before %s", causes[i-1].Subject, causes[i].Subject)
 	}

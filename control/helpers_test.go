@@ -235,3 +235,10 @@ func (r *rocketmq) commit(group, topic string, queueID int32, offset int64) {
 		ConsumerGroup: group, Topic: topic, QueueID: queueID, CommitOffset: offset,
 	}, nil)
 }
+
+func (r *rocketmq) lock(group, clientID string, mqs ...protocol.MessageQueue) {
+	r.t.Helper()
+	body, err := protocol.MarshalBody(protocol.LockBatchRequestBody{ConsumerGroup: group, ClientID: clientID, MQSet: mqs})
+	require.NoError(r.t, err)
+	r.invoke(protocol.LockBatchMQ, nil, body)
+}

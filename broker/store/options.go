@@ -108,6 +108,10 @@ type Options struct {
 	// must not block; Properties is freshly allocated and may be kept.
 	OnDispatch func(DispatchEvent)
 
+	// OnFailure, if set, is called once, on its own goroutine, when the store stops accepting
+	// writes (a failed write or flush, a full disk); err says why. The store serves reads on.
+	OnFailure func(err error)
+
 	// Logger receives recovery reports, retention deletions and write failures.
 	// Default: slog.Default().
 	Logger *slog.Logger

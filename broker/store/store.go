@@ -239,6 +239,9 @@ func (s *Store) fail(err error) error {
 	err = fmt.Errorf("%w: %w", ErrWriteFailed, err)
 	if s.failure.CompareAndSwap(nil, &err) {
 		s.log.Error("store write failed; refusing further writes until reopened", "err", err)
+		if s.opts.OnFailure != nil {
+			go s.opts.OnFailure(err)
+		}
 		s.notifyFlush()
 		s.notifyDispatch()
 	}
