@@ -109,6 +109,7 @@ func (b *Broker) applyReset(ctx context.Context, group, topic string, timestamp 
 			errs = append(errs, fmt.Errorf("tell %s: %w", c.RemoteAddr(), err))
 		}
 	}
+	b.events.emit(Event{Type: OffsetReset, Group: group, Topic: topic, Offsets: maps.Clone(offsets)})
 	b.log.Info("consumer offsets reset", "group", group, "topic", topic, "timestamp", timestamp, "members", len(conns))
 	return table, errors.Join(errs...)
 }

@@ -26,6 +26,10 @@ const (
 	// a new value (Allocation). Consumers that do not lock queues (RocketMQ push consumers)
 	// do not show here.
 	GroupRebalanced
+	// OffsetReset: an operator moved a group's offsets of a topic (ResetOffsets,
+	// ResetOffsetsTo); Offsets holds the new offset of each queue. The commits themselves are
+	// OffsetCommitted events before it.
+	OffsetReset
 	// StoreFailed: the store stopped accepting writes (disk full, a failed flush); Reason
 	// says why. The broker keeps serving reads.
 	StoreFailed
@@ -49,6 +53,8 @@ func (t EventType) String() string {
 		return "group.deleted"
 	case GroupRebalanced:
 		return "group.rebalanced"
+	case OffsetReset:
+		return "offset.reset"
 	case StoreFailed:
 		return "store.failed"
 	}
@@ -80,6 +86,8 @@ type Event struct {
 	// Allocation is a GroupRebalanced group's assignment: each member's client id and the
 	// queues it holds, sorted.
 	Allocation map[string][]protocol.MessageQueue
+	// Offsets is an OffsetReset's new offset of each queue of Topic.
+	Offsets map[int32]int64
 }
 
 // eventBus numbers broker events and hands them to subscribers.

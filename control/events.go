@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -511,6 +512,10 @@ func (p *Publisher) brokerMsg(e broker.Event) *nats.Msg {
 		Topic: e.Topic, Queues: e.Queues, Group: e.Group, ClientID: e.ClientID, Reason: e.Reason,
 		Allocation: e.Allocation,
 	}
+	for q, off := range e.Offsets { // offset.reset
+		d.Offsets = append(d.Offsets, OffsetCommit{Topic: e.Topic, QueueID: q, Offset: off, Seq: e.Seq})
+	}
+	slices.SortFunc(d.Offsets, func(x, y OffsetCommit) int { return cmp.Compare(x.QueueID, y.QueueID) })
 	subject := e.Group
 	switch e.Type {
 	case broker.TopicCreated, broker.TopicDeleted:

@@ -121,6 +121,26 @@ func TestEveryBrokerEventIsPublishedAsACloudEvent(t *testing.T) {
 	}
 }
 
+// An operator's reset is one offset.reset event naming every queue's new offset.
+func TestOffsetResetIsAnEvent(t *testing.T) {
+	n := openEmbedded(t, nil)
+	b := newBroker(t, nil)
+	events := subscribeEvents(t, n.ListenURL())
+	startPublisher(t, n, b, nil)
+	rmq := newRocketMQ(t, b)
+	rmq.createTopic("resets", 2)
+	rmq.commit("resetters", "resets", 0, 0)
+	rmq.commit("resetters", "resets", 1, 0)
+	_, err := b.ResetOffsetsTo(t.Context(), "resetters", "resets", map[int32]int64{0: 0, 1: 0})
+	require.NoError(t, err)
+	msg, d := events.wait(t, "flowd.evt.local.offset.reset", nil)
+	assertCloudEvent(t, msg, "io.flowd.offset.v1.reset", "resetters")
+	assert.Equal(t, []OffsetCommit{
+		{Topic: "resets", QueueID: 0, Offset: 0, Seq: d.Seq},
+		{Topic: "resets", QueueID: 1, Offset: 0, Seq: d.Seq},
+	}, d.Offsets)
+}
+
 // Commits of one group within the interval become one event with the latest offset of each
 // queue; an event of another kind first publishes the commits coalesced before it.
 func TestOffsetCommitsAreCoalescedPerGroup(t *testing.T) {
