@@ -204,7 +204,8 @@ func (b *Broker) NamesrvAddr() string {
 // broker shuts down. fn runs on a goroutine of its own, never on a request's, so it may take
 // its time and call the broker (cancel included); events that find its queue
 // (Config.EventQueueSize) full are dropped and counted in EventsDropped. cancel does not wait
-// for a running fn.
+// for a running fn. Shutdown delivers the events already queued before it returns (bounded
+// by its context).
 func (b *Broker) Subscribe(fn func(Event)) (cancel func()) { return b.events.subscribe(fn) }
 
 // EventsDropped counts the events, over all subscribers, dropped because a subscriber's queue
@@ -233,7 +234,7 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 		}
 		b.wg.Wait()
 		b.rebalance.close()
-		b.events.close()
+		b.events.close(ctx)
 		if err := b.topics.flushIfDirty(); err != nil {
 			errs = append(errs, err)
 		}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -115,10 +116,11 @@ type eventBus struct {
 }
 
 type subscriber struct {
-	fn   func(Event)
-	ch   chan Event
-	done chan struct{}
-	once sync.Once
+	fn     func(Event)
+	ch     chan Event    // closed by the bus's close: deliver what is queued, then exit
+	done   chan struct{} // closed by cancel: exit now
+	once   sync.Once
+	exited chan struct{}
 }
 
 func newEventBus(cluster, broker string, queueSize int) *eventBus {
@@ -128,7 +130,7 @@ func newEventBus(cluster, broker string, queueSize int) *eventBus {
 // subscribe starts delivering events to fn on a goroutine of its own until cancel is called
 // or the bus closes. cancel does not wait for a running fn, so fn may call it.
 func (b *eventBus) subscribe(fn func(Event)) (cancel func()) {
-	s := &subscriber{fn: fn, ch: make(chan Event, b.queueSize), done: make(chan struct{})}
+	s := &subscriber{fn: fn, ch: make(chan Event, b.queueSize), done: make(chan struct{}), exited: make(chan struct{})}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -154,11 +156,15 @@ func (b *eventBus) subscribe(fn func(Event)) (cancel func()) {
 func (s *subscriber) stop() { s.once.Do(func() { close(s.done) }) }
 
 func (s *subscriber) run() {
+	defer close(s.exited)
 	for {
 		select {
 		case <-s.done:
 			return
-		case e := <-s.ch:
+		case e, ok := <-s.ch:
+			if !ok {
+				return // the bus closed and everything queued was delivered
+			}
 			select {
 			case <-s.done: // cancelled while the event waited
 				return
@@ -188,14 +194,27 @@ func (b *eventBus) emit(e Event) {
 	}
 }
 
-// close stops every subscriber; later events reach no one.
-func (b *eventBus) close() {
+// close delivers what each subscriber has queued (the broker's last events: members
+// leaving as connections close) and stops them; later events reach no one. A subscriber still
+// busy when ctx ends is cancelled, so a stuck one cannot hold up the shutdown.
+func (b *eventBus) close(ctx context.Context) {
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
 	subs := b.subs
 	b.subs, b.closed = nil, true
 	b.mu.Unlock()
 	for _, s := range subs {
-		s.stop()
+		close(s.ch) // emit no longer sees s: nothing sends on it again
+	}
+	for _, s := range subs {
+		select {
+		case <-s.exited:
+		case <-ctx.Done():
+			s.stop()
+		}
 	}
 }
 
