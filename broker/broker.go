@@ -36,6 +36,8 @@ type Broker struct {
 	topics    *topicTable
 	groups    *groupTable
 	consumers *consumerManager
+	producers *producerManager
+	txn       *txnTable
 	offsets   *offsetTable
 	locks     *lockTable
 	poll      *longPoll
@@ -69,7 +71,7 @@ func New(c Config) (*Broker, error) {
 		return nil, err
 	}
 	events := newEventBus(cfg.Cluster, cfg.BrokerName, cfg.EventQueueSize)
-	b := &Broker{cfg: cfg, log: cfg.Logger, delays: delays, started: time.Now(), events: events, consumers: newConsumerManager(events), locks: newLockTable(cfg.LockLease), poll: newLongPoll()}
+	b := &Broker{cfg: cfg, log: cfg.Logger, delays: delays, started: time.Now(), events: events, consumers: newConsumerManager(events), producers: newProducerManager(), txn: newTxnTable(), locks: newLockTable(cfg.LockLease), poll: newLongPoll()}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 
 	confDir := filepath.Join(cfg.DataDir, "config")
@@ -124,6 +126,11 @@ func New(c Config) (*Broker, error) {
 		b.store.Close()
 		return nil, err
 	}
+	if err := b.loadTransactions(b.ctx); err != nil {
+		b.closeListeners()
+		b.store.Close()
+		return nil, fmt.Errorf("restore pending transactions: %w", err)
+	}
 	return b, nil
 }
 
@@ -158,6 +165,7 @@ func (b *Broker) Start() error {
 	b.goLoop(b.expireLoop)
 	b.goLoop(b.tableFlushLoop)
 	b.goLoop(b.sweepLoop)
+	b.goLoop(b.txnCheckLoop)
 	for level := range b.delays {
 		b.goLoop(func(ctx context.Context) { b.scheduleLoop(ctx, level) })
 	}
@@ -263,6 +271,7 @@ func (b *Broker) expireLoop(ctx context.Context) {
 			return
 		case now := <-t.C:
 			b.membersChanged(b.consumers.expire(now.Add(-b.cfg.ClientExpiry)))
+			b.producers.expire(now.Add(-b.cfg.ClientExpiry))
 			b.locks.sweep(now)
 		}
 	}
@@ -364,6 +373,7 @@ func (b *Broker) forgetGroup(group string) {
 }
 
 func (b *Broker) connClosed(c *remoting.Conn) {
+	b.producers.connClosed(c)
 	b.membersChanged(b.consumers.connClosed(c))
 }
 

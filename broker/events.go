@@ -20,6 +20,11 @@ const (
 	GroupCreated
 	// GroupDeleted: an idle group was forgotten (see Config.GroupRetention).
 	GroupDeleted
+	// TransactionDiscarded: a transactional half message got no outcome from its producer
+	// group within Config.TransactionCheckMax check-backs (or could no longer be read) and
+	// was dropped. Topic and QueueID are its real ones, Group its producer group, Offset its
+	// offset in the half topic, Reason why.
+	TransactionDiscarded
 )
 
 func (t EventType) String() string {
@@ -38,6 +43,8 @@ func (t EventType) String() string {
 		return "group.created"
 	case GroupDeleted:
 		return "group.deleted"
+	case TransactionDiscarded:
+		return "transaction.discarded"
 	}
 	return "event." + strconv.Itoa(int(t))
 }
@@ -60,7 +67,8 @@ type Event struct {
 	ClientID string
 	QueueID  int32
 	Offset   int64
-	// Reason says why a member left: "unregister", "connection closed", "expired".
+	// Reason says why a member left: "unregister", "connection closed", "expired"; or why
+	// a transaction was discarded.
 	Reason string
 	// Queues is the topic's queue count for TopicCreated.
 	Queues int
