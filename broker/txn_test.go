@@ -377,7 +377,9 @@ func TestPendingTransactionsSurviveABrokerRestart(t *testing.T) {
 	c2 := newTxnClient(t, b2, "tx-producers")
 	var once sync.Once
 	c2.setAnswer(func(h *protocol.CheckTransactionStateRequestHeader, _ *protocol.MessageExt) {
-		once.Do(func() { c2.endOneway(c2.endHeader(h.TranStateTableOffset, h.OffsetMsgID, protocol.MsgTransactionCommit, true)) })
+		once.Do(func() {
+			c2.endOneway(c2.endHeader(h.TranStateTableOffset, h.OffsetMsgID, protocol.MsgTransactionCommit, true))
+		})
 	})
 	require.Eventually(t, func() bool { return b2.StoreMax("tx", 0) == 2 }, 10*time.Second, time.Millisecond)
 	require.Eventually(t, func() bool { return b2.PendingTransactions() == 0 }, 5*time.Second, time.Millisecond)
