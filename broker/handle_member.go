@@ -58,7 +58,7 @@ func (b *Broker) processHeartbeat(c *remoting.Conn, req *protocol.Command) *prot
 	}
 	for _, pd := range hb.ProducerDataSet {
 		if pd.GroupName != "" {
-			b.producers.heartbeat(pd.GroupName, hb.ClientID, c, now) // for transaction check-backs
+			b.producers.seen(pd.GroupName, hb.ClientID, c, now) // for transaction check-backs
 		}
 	}
 	return protocol.NewResponse(req, protocol.Success, "")

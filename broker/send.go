@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/protocol"
@@ -84,6 +86,7 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	if half {
 		// Stored in the half topic until END_TRANSACTION; the answer carries the real queue
 		// and the half queue offset, which the producer's END_TRANSACTION names.
+		b.producers.seen(cmp.Or(props[protocol.PropertyProducerGroup], h.ProducerGroup), "", c, time.Now())
 		res, err := b.putHalf(ctx, &m, h.ProducerGroup)
 		if err != nil && !storedUnflushed(err, res.MsgID != "") {
 			return storeErrorResponse(req, err)

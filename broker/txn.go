@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -464,7 +463,7 @@ func (b *Broker) sendCheck(ctx context.Context, hm *halfMessage, m *protocol.Mes
 		TransactionID:        cmp.Or(m.Properties[protocol.PropertyTransactionID], uniq),
 		OffsetMsgID:          offsetMsgID,
 	}
-	c := conns[rand.IntN(len(conns))]
+	c := conns[0] // the most recently seen
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := c.InvokeOneway(cctx, protocol.NewRequestWith(protocol.CheckTransactionState, h, body)); err != nil {
