@@ -234,4 +234,3 @@ func (p *Producer) stopChecks(ctx context.Context) error {
 		return fmt.Errorf("transaction checks still running: %w", ctx.Err())
 	}
 }
-
