@@ -351,8 +351,8 @@ func (b *Broker) commitHalf(ctx context.Context, req *protocol.Command, hm *half
 	delete(props, protocol.PropertyRealQueueID)
 	delete(props, protocol.PropertyTransactionPrepared)
 	tc, ok := b.topics.get(real)
-	if !ok {
-		return errorResponse(req, protocol.TopicNotExist, fmt.Errorf("commit of half offset %d: topic %q does not exist any more", hm.queueOffset, real))
+	if !ok || tc.WriteQueueNums <= 0 {
+		return errorResponse(req, protocol.TopicNotExist, fmt.Errorf("commit of half offset %d: topic %q does not exist any more, or has no write queue", hm.queueOffset, real))
 	}
 	if qid < 0 || qid >= tc.WriteQueueNums {
 		qid = ((qid % tc.WriteQueueNums) + tc.WriteQueueNums) % tc.WriteQueueNums
