@@ -397,3 +397,48 @@ func TestPendingTransactionsSurviveABrokerRestart(t *testing.T) {
 	assert.Zero(t, b3.PendingTransactions())
 	assert.Equal(t, int64(2), b3.StoreMax("tx", 0))
 }
+
+// CHECK_IMMUNITY_TIME_IN_SECONDS delays a half message's first check-back.
+func TestCheckImmunityDelaysTheFirstCheckBack(t *testing.T) {
+	b := startBroker(t, txnConfig(20*time.Millisecond, 20*time.Millisecond, 1000))
+	c := newTxnClient(t, b, "tx-producers")
+	c.createTopic("tx", 1)
+	props := map[string]string{
+		protocol.PropertyTransactionPrepared: "true", protocol.PropertyProducerGroup: c.group,
+		protocol.PropertyCheckImmunityTime: "3600",
+	}
+	h := &protocol.SendMessageRequestHeader{ProducerGroup: c.group, Topic: "tx", SysFlag: protocol.MsgTransactionPrepared, BornTimestamp: time.Now().UnixMilli(), Properties: protocol.EncodeProperties(props)}
+	resp := c.invoke(context.Background(), protocol.SendMessage, h, []byte("immune"))
+	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	var immune protocol.SendMessageResponseHeader
+	require.NoError(t, resp.DecodeHeader(&immune))
+	plain := c.sendHalf("tx", "plain")
+
+	require.Eventually(t, func() bool { return len(c.checkOffsets()) >= 3 }, 10*time.Second, time.Millisecond)
+	for _, off := range c.checkOffsets() {
+		assert.Equal(t, plain.QueueOffset, off)
+	}
+	assert.Equal(t, 2, b.PendingTransactions())
+	require.Equal(t, protocol.Success, c.end(&immune, protocol.MsgTransactionRollback).ResponseCode())
+}
+
+// A committed message with a delay level is delayed from the commit on, like any other.
+func TestCommittedTransactionHonoursItsDelayLevel(t *testing.T) {
+	b := startBroker(t, txnConfig(time.Hour, time.Hour, 15))
+	c := newTxnClient(t, b, "tx-producers")
+	c.createTopic("tx", 1)
+	props := map[string]string{protocol.PropertyTransactionPrepared: "true", protocol.PropertyProducerGroup: c.group, protocol.PropertyDelayLevel: "1"}
+	h := &protocol.SendMessageRequestHeader{ProducerGroup: c.group, Topic: "tx", SysFlag: protocol.MsgTransactionPrepared, BornTimestamp: time.Now().UnixMilli(), Properties: protocol.EncodeProperties(props)}
+	resp := c.invoke(context.Background(), protocol.SendMessage, h, []byte("delayed"))
+	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	var rh protocol.SendMessageResponseHeader
+	require.NoError(t, resp.DecodeHeader(&rh))
+	assert.Zero(t, b.StoreMax(broker.ScheduleTopic, 0), "not delayed before the commit")
+
+	require.Equal(t, protocol.Success, c.end(&rh, protocol.MsgTransactionCommit).ResponseCode())
+	require.Eventually(t, func() bool { return b.StoreMax(broker.ScheduleTopic, 0) == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return b.StoreMax("tx", 0) == 1 }, 10*time.Second, time.Millisecond)
+	msgs := c.pullAll("tx")
+	require.Len(t, msgs, 1)
+	assert.Equal(t, "delayed", string(msgs[0].Body))
+}
