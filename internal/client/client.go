@@ -582,5 +582,9 @@ func (c *Client) checkTransaction(conn *remoting.Conn, req *protocol.Command) {
 		c.log.Warn("transaction check-back for a producer group without a transaction listener", "group", group, "halfOffset", h.TranStateTableOffset)
 		return
 	}
-	tc.CheckTransaction(conn.RemoteAddr().String(), &h, msg)
+	addr := ""
+	if conn != nil {
+		addr = conn.RemoteAddr().String()
+	}
+	tc.CheckTransaction(addr, &h, msg)
 }
