@@ -36,6 +36,8 @@ type Broker struct {
 	topics    *topicTable
 	groups    *groupTable
 	consumers *consumerManager
+	producers *producerManager
+	txn       *txnTable
 	offsets   *offsetTable
 	locks     *lockTable
 	rebalance *rebalanceWatch // GroupRebalanced events from lock changes
@@ -70,7 +72,7 @@ func New(c Config) (*Broker, error) {
 		return nil, err
 	}
 	events := newEventBus(cfg.Cluster, cfg.BrokerName, cfg.EventQueueSize)
-	b := &Broker{cfg: cfg, log: cfg.Logger, delays: delays, started: time.Now(), events: events, consumers: newConsumerManager(events), locks: newLockTable(cfg.LockLease), poll: newLongPoll()}
+	b := &Broker{cfg: cfg, log: cfg.Logger, delays: delays, started: time.Now(), events: events, consumers: newConsumerManager(events), producers: newProducerManager(), txn: newTxnTable(), locks: newLockTable(cfg.LockLease), poll: newLongPoll()}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.rebalance = newRebalanceWatch(cfg.RebalanceSettle, func(group string) map[protocol.MessageQueue]string {
 		return b.locks.held(group, time.Now())
@@ -131,6 +133,11 @@ func New(c Config) (*Broker, error) {
 		b.store.Close()
 		return nil, err
 	}
+	if err := b.loadTransactions(b.ctx); err != nil {
+		b.closeListeners()
+		b.store.Close()
+		return nil, fmt.Errorf("restore pending transactions: %w", err)
+	}
 	return b, nil
 }
 
@@ -165,6 +172,7 @@ func (b *Broker) Start() error {
 	b.goLoop(b.expireLoop)
 	b.goLoop(b.tableFlushLoop)
 	b.goLoop(b.sweepLoop)
+	b.goLoop(b.txnCheckLoop)
 	for level := range b.delays {
 		b.goLoop(func(ctx context.Context) { b.scheduleLoop(ctx, level) })
 	}
@@ -272,6 +280,7 @@ func (b *Broker) expireLoop(ctx context.Context) {
 			return
 		case now := <-t.C:
 			b.membersChanged(b.consumers.expire(now.Add(-b.cfg.ClientExpiry)))
+			b.producers.expire(now.Add(-b.cfg.ClientExpiry))
 			for _, group := range b.locks.sweep(now) {
 				b.rebalance.changed(group)
 			}
@@ -376,6 +385,7 @@ func (b *Broker) forgetGroup(group string) {
 }
 
 func (b *Broker) connClosed(c *remoting.Conn) {
+	b.producers.connClosed(c)
 	b.membersChanged(b.consumers.connClosed(c))
 }
 

@@ -108,6 +108,21 @@ type Config struct {
 	// events past it are dropped and counted (Broker.EventsDropped). Default 4096.
 	EventQueueSize int
 
+	// TransactionTimeout is how old a transactional half message must be before the broker
+	// asks its producer group for the outcome (CHECK_TRANSACTION_STATE). A message's
+	// CHECK_IMMUNITY_TIME_IN_SECONDS property can make its first check later. Default 6 s
+	// (RocketMQ's transactionTimeOut).
+	TransactionTimeout time.Duration
+
+	// TransactionCheckInterval is how often half messages without an outcome are checked
+	// back. Default 60 s (RocketMQ's transactionCheckInterval).
+	TransactionCheckInterval time.Duration
+
+	// TransactionCheckMax is how many check-backs a half message gets; after that it is
+	// discarded, logged, and reported as a TransactionDiscarded event. Default 15
+	// (RocketMQ's transactionCheckMax).
+	TransactionCheckMax int
+
 	// Store configures the commit log and consume queues; see store.Options for defaults.
 	// StoreHost is set from the advertised address when left empty.
 	Store store.Options
@@ -191,6 +206,18 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.MaxGroups < 0 || cfg.GroupRetention < 0 || cfg.TableFlushInterval < 0 || cfg.EventQueueSize < 0 {
 		return cfg, errors.New("config: MaxGroups, GroupRetention, TableFlushInterval and EventQueueSize must not be negative")
+	}
+	if cfg.TransactionTimeout == 0 {
+		cfg.TransactionTimeout = 6 * time.Second
+	}
+	if cfg.TransactionCheckInterval == 0 {
+		cfg.TransactionCheckInterval = 60 * time.Second
+	}
+	if cfg.TransactionCheckMax == 0 {
+		cfg.TransactionCheckMax = 15
+	}
+	if cfg.TransactionTimeout < 0 || cfg.TransactionCheckInterval < 0 || cfg.TransactionCheckMax < 0 {
+		return cfg, errors.New("config: TransactionTimeout, TransactionCheckInterval and TransactionCheckMax must not be negative")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -34,6 +34,11 @@ const (
 	// StoreFailed: the store stopped accepting writes (disk full, a failed flush); Reason
 	// says why. The broker keeps serving reads.
 	StoreFailed
+	// TransactionDiscarded: a transactional half message got no outcome from its producer
+	// group within Config.TransactionCheckMax check-backs (or could no longer be read) and
+	// was dropped. Topic and QueueID are its real ones, Group its producer group, Offset its
+	// offset in the half topic, Reason why.
+	TransactionDiscarded
 )
 
 func (t EventType) String() string {
@@ -58,6 +63,8 @@ func (t EventType) String() string {
 		return "offset.reset"
 	case StoreFailed:
 		return "store.failed"
+	case TransactionDiscarded:
+		return "transaction.discarded"
 	}
 	return "event." + strconv.Itoa(int(t))
 }
@@ -80,7 +87,8 @@ type Event struct {
 	ClientID string
 	QueueID  int32
 	Offset   int64
-	// Reason says why a member left: "unregister", "connection closed", "expired".
+	// Reason says why a member left: "unregister", "connection closed", "expired"; or why
+	// a transaction was discarded.
 	Reason string
 	// Queues is the topic's queue count for TopicCreated.
 	Queues int

@@ -56,6 +56,11 @@ func (b *Broker) processHeartbeat(c *remoting.Conn, req *protocol.Command) *prot
 			changes = append(changes, memberChange{group: cd.GroupName, clientID: hb.ClientID, joined: true})
 		}
 	}
+	for _, pd := range hb.ProducerDataSet {
+		if pd.GroupName != "" {
+			b.producers.seen(pd.GroupName, hb.ClientID, c, now) // for transaction check-backs
+		}
+	}
 	return protocol.NewResponse(req, protocol.Success, "")
 }
 
@@ -66,6 +71,9 @@ func (b *Broker) processUnregister(req *protocol.Command) *protocol.Command {
 	}
 	if h.ConsumerGroup != "" {
 		b.membersChanged(b.consumers.unregister(h.ConsumerGroup, h.ClientID))
+	}
+	if h.ProducerGroup != "" {
+		b.producers.unregister(h.ProducerGroup, h.ClientID)
 	}
 	return protocol.NewResponse(req, protocol.Success, "")
 }

@@ -40,6 +40,8 @@ func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protoco
 		return b.processLock(c, req)
 	case protocol.GetLockOwners:
 		return b.processLockOwners(req)
+	case protocol.EndTransaction:
+		return b.processEndTransaction(ctx, req)
 	case protocol.ViewMessageByID:
 		return b.processViewMessage(req)
 	}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/protocol"
@@ -28,8 +30,12 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	if err != nil {
 		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("properties: %w", err))
 	}
-	if err := checkNotHalf(h.Topic, h.SysFlag, props); err != nil { // before it creates a topic
-		return errorResponse(req, protocol.NoPermission, err)
+	if err := checkTransactionType(h.Topic, h.SysFlag); err != nil { // before it creates a topic
+		return errorResponse(req, protocol.MessageIllegal, err)
+	}
+	half := isHalf(h.SysFlag, props)
+	if half && (req.RequestCode() == protocol.SendBatchMessage || h.Batch) {
+		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("transactional messages cannot be batched (topic %q)", h.Topic))
 	}
 	tc, errResp := b.topicForSend(req, h)
 	if errResp != nil {
@@ -77,6 +83,18 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	}
 	m := base
 	m.Body = req.Body
+	if half {
+		// Stored in the half topic until END_TRANSACTION; the answer carries the real queue
+		// and the half queue offset, which the producer's END_TRANSACTION names.
+		b.producers.seen(cmp.Or(props[protocol.PropertyProducerGroup], h.ProducerGroup), "", c, time.Now())
+		res, err := b.putHalf(ctx, &m, h.ProducerGroup)
+		if err != nil && !storedUnflushed(err, res.MsgID != "") {
+			return storeErrorResponse(req, err)
+		}
+		resp := storedResponse(req, err)
+		(&protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: queueID, QueueOffset: res.QueueOffset}).EncodeTo(resp.ExtFields)
+		return resp
+	}
 	if lvl, _ := strconv.Atoi(props[protocol.PropertyDelayLevel]); lvl > 0 && !strings.HasPrefix(m.Topic, DLQTopicPrefix) {
 		b.delayed(&m, lvl)
 	}
@@ -126,8 +144,8 @@ func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *pro
 		if lvl, _ := strconv.Atoi(e.Properties[protocol.PropertyDelayLevel]); lvl > 0 {
 			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch message %d: delayed messages cannot be batched", i))
 		}
-		if err := checkNotHalf(base.Topic, base.SysFlag, e.Properties); err != nil {
-			return errorResponse(req, protocol.NoPermission, fmt.Errorf("batch message %d: %w", i, err))
+		if isHalf(base.SysFlag, e.Properties) {
+			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch message %d: transactional messages cannot be batched (topic %q)", i, base.Topic))
 		}
 		m := *base
 		m.Flag, m.Properties, m.Body = e.Flag, e.Properties, e.Body
@@ -206,18 +224,16 @@ func (b *Broker) topicForWrite(name string, n int) (TopicConfig, error) {
 func (b *Broker) internalTopic(name string) (TopicConfig, error) { return b.topicForWrite(name, 1) }
 
 func isSystemTopic(topic string) bool {
-	return topic == ScheduleTopic || topic == protocol.AutoCreateTopicKey
+	return topic == ScheduleTopic || topic == protocol.AutoCreateTopicKey ||
+		topic == protocol.TransactionHalfTopic || topic == protocol.TransactionOpTopic
 }
 
-// checkNotHalf refuses a transactional half message (or a rolled-back one): flowd does not
-// implement transactions (END_TRANSACTION and the broker's check-back), and storing such a
-// message would deliver it at once, before, or without, its producer's commit. The answer is
-// what a RocketMQ broker configured to reject transaction messages gives, NO_PERMISSION, so a
-// client reports it instead of retrying elsewhere on the same broker.
-func checkNotHalf(topic string, sysFlag int32, props map[string]string) error {
-	t := sysFlag & protocol.MsgTransactionMask
-	if t == protocol.MsgTransactionPrepared || t == protocol.MsgTransactionRollback || strings.EqualFold(props[protocol.PropertyTransactionPrepared], "true") {
-		return fmt.Errorf("transactional messages are not supported by this broker: half message to topic %q refused (sysFlag %#x); send it as a normal message", topic, sysFlag)
+// checkTransactionType refuses a message sent with the rolled-back transaction type: only
+// END_TRANSACTION resolves a half message, and a rolled-back message must never be stored
+// where a consumer could read it.
+func checkTransactionType(topic string, sysFlag int32) error {
+	if sysFlag&protocol.MsgTransactionMask == protocol.MsgTransactionRollback {
+		return fmt.Errorf("a rolled-back transactional message cannot be sent (topic %q, sysFlag %#x): send a half message and roll it back with END_TRANSACTION", topic, sysFlag)
 	}
 	return nil
 }

@@ -26,6 +26,12 @@
 // The queue of each message is chosen by a QueueSelector: RoundRobin (the default), Random,
 // or HashByKey, which keeps the messages of one key in one queue, and so in order.
 //
+// Transactions: a producer built WithTransactionListener sends with SendInTransaction. The
+// broker stores the message as a half message that no consumer sees, the listener's
+// ExecuteLocal runs the local transaction, and its outcome (TxCommit, TxRollback, TxUnknown)
+// goes to the broker; for a message left unknown the broker later asks the group, and the
+// listener's Check answers.
+//
 // Errors: the sentinels (ErrNotStarted, ErrMessageTooLarge, ErrNoRoute, …) are tested with
 // errors.Is; a broker's refusal is a *BrokerError carrying its response code and remark; a
 // send that ran out of time wraps context.DeadlineExceeded. Every option documents its

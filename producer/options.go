@@ -50,6 +50,7 @@ type config struct {
 	defaultQueues  int
 	createKey      string
 	maxAsync       int
+	txn            TransactionListener
 }
 
 func defaultConfig() config {

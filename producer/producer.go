@@ -39,6 +39,13 @@ type Producer struct {
 	mu    sync.RWMutex
 	state int // stateNew, stateRunning, stateClosed
 	async sync.WaitGroup
+
+	// Transaction check-backs (WithTransactionListener): checks counts those running, at
+	// most cap(checkSlots); checkCtx ends at Close.
+	checks      sync.WaitGroup
+	checkSlots  chan struct{}
+	checkCtx    context.Context
+	checkCancel context.CancelFunc
 }
 
 const (
@@ -66,7 +73,9 @@ func New(group string, opts ...Option) (*Producer, error) {
 		cfg:        cfg,
 		asyncSlots: make(chan struct{}, cfg.maxAsync),
 		closing:    make(chan struct{}),
+		checkSlots: make(chan struct{}, maxConcurrentChecks),
 	}
+	p.checkCtx, p.checkCancel = context.WithCancel(context.Background())
 	var err error
 	if p.cl, p.ownsClient, err = client.Open(cfg.shared, cfg.client); err != nil {
 		return nil, fmt.Errorf("producer %q: %w", group, err)
@@ -109,6 +118,9 @@ func (p *Producer) Start(ctx context.Context) error {
 	if err := p.cl.RegisterProducer(p.group); err != nil {
 		return fmt.Errorf("start producer %q: %w", p.group, err)
 	}
+	if p.cfg.txn != nil {
+		p.cl.SetTransactionChecker(p.group, txnChecker{p})
+	}
 	p.state = stateRunning
 	return nil
 }
@@ -141,6 +153,9 @@ func (p *Producer) Close(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("asynchronous sends still in flight: %w", ctx.Err()))
+	}
+	if err := p.stopChecks(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	if wasRunning {
 		if err := p.cl.UnregisterProducer(ctx, p.group); err != nil {

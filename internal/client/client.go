@@ -129,6 +129,7 @@ type Client struct {
 	fetching  map[string]*routeCall // route fetches in progress, by topic
 	consumers map[string]Consumer
 	producers map[string]struct{}
+	checkers  map[string]TransactionChecker // by producer group
 	started   bool
 	closed    bool
 
@@ -176,6 +177,7 @@ func New(opts Options) (*Client, error) {
 		fetching:  map[string]*routeCall{},
 		consumers: map[string]Consumer{},
 		producers: map[string]struct{}{},
+		checkers:  map[string]TransactionChecker{},
 	}
 	c.log = opts.Logger.With("client", c.id)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -355,6 +357,28 @@ func (c *Client) RegisterProducer(group string) error {
 	return nil
 }
 
+// TransactionChecker answers a broker's CHECK_TRANSACTION_STATE for a producer group: the
+// broker asks for the outcome of a transactional half message whose producer left it
+// unresolved. The producer answers with END_TRANSACTION to brokerAddr.
+type TransactionChecker interface {
+	// CheckTransaction is called on the connection's goroutine and must not block: start the
+	// check and return. msg is the half message, with its real topic and queue.
+	CheckTransaction(brokerAddr string, h *protocol.CheckTransactionStateRequestHeader, msg *protocol.MessageExt)
+}
+
+// SetTransactionChecker makes tc answer the check-backs of group's half messages; a nil tc
+// removes it. Check-backs for a group without one are logged and dropped (the broker asks
+// again later).
+func (c *Client) SetTransactionChecker(group string, tc TransactionChecker) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if tc == nil {
+		delete(c.checkers, group)
+		return
+	}
+	c.checkers[group] = tc
+}
+
 // UnregisterConsumer removes group's consumer and sends UNREGISTER_CLIENT to every known
 // broker, so that they drop this client from the group at once and notify the other members.
 func (c *Client) UnregisterConsumer(ctx context.Context, group string) error {
@@ -487,8 +511,11 @@ func sameEndpoint(routeAddr, remote string) bool {
 }
 
 // serve answers the requests brokers send to the client.
-func (c *Client) serve(_ context.Context, _ *remoting.Conn, req *protocol.Command) *protocol.Command {
+func (c *Client) serve(_ context.Context, conn *remoting.Conn, req *protocol.Command) *protocol.Command {
 	switch req.RequestCode() {
+	case protocol.CheckTransactionState:
+		c.checkTransaction(conn, req)
+		return nil
 	case protocol.NotifyConsumerIDsChanged:
 		var h protocol.NotifyConsumerIDsChangedRequestHeader
 		if err := req.DecodeHeader(&h); err != nil {
@@ -532,4 +559,32 @@ func (c *Client) serve(_ context.Context, _ *remoting.Conn, req *protocol.Comman
 		return protocol.NewResponse(req, protocol.Success, "")
 	}
 	return protocol.NewResponse(req, protocol.RequestCodeNotSupported, fmt.Sprintf("request code %d (%s) is not supported by client %s", req.Code, req.RequestCode(), c.id))
+}
+
+// checkTransaction hands a CHECK_TRANSACTION_STATE (oneway) to the checker of the half
+// message's producer group (its PGROUP property).
+func (c *Client) checkTransaction(conn *remoting.Conn, req *protocol.Command) {
+	var h protocol.CheckTransactionStateRequestHeader
+	if err := req.DecodeHeader(&h); err != nil {
+		c.log.Warn("bad transaction check-back from broker", "err", err)
+		return
+	}
+	msg, _, err := protocol.DecodeStored(req.Body)
+	if err != nil {
+		c.log.Warn("bad transaction check-back from broker", "err", fmt.Errorf("message: %w", err))
+		return
+	}
+	group := msg.Properties[protocol.PropertyProducerGroup]
+	c.mu.Lock()
+	tc := c.checkers[group]
+	c.mu.Unlock()
+	if tc == nil {
+		c.log.Warn("transaction check-back for a producer group without a transaction listener", "group", group, "halfOffset", h.TranStateTableOffset)
+		return
+	}
+	addr := ""
+	if conn != nil {
+		addr = conn.RemoteAddr().String()
+	}
+	tc.CheckTransaction(addr, &h, msg)
 }
