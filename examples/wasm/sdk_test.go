@@ -1,0 +1,482 @@
+// Package wasm_test checks the C and Rust example plugins as flowd runs them: the committed
+// modules are loaded through package runtime and their exports are called as the plugin ABI
+// (plugins/ABI.md) says, with the input encoded here, independently of the guests' SDKs. Where
+// the compilers are installed, the modules are rebuilt and must match the committed ones byte
+// for byte, so the committed binaries are what their sources and build commands produce.
+package wasm_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flowd-io/flowd/runtime"
+	"github.com/stretchr/testify/require"
+	"github.com/tetratelabs/wazero/api"
+)
+
+// Error codes of plugins/ABI.md.
+const (
+	errInput  = -2
+	errNomem  = -3
+	errParams = -4
+)
+
+var (
+	i32 = api.ValueTypeI32
+	i64 = api.ValueTypeI64
+)
+
+// record is one message as the filter and transform kinds receive it.
+type record struct {
+	queueID     int32
+	queueOffset int64
+	storeTimeMs int64
+	topic       string
+	tags        string
+	keys        string
+	props       string // RocketMQ encoding, see props()
+	body        string
+}
+
+// props encodes properties as RocketMQ does: key 0x01 value 0x02, repeated.
+func props(kv ...string) string {
+	var b strings.Builder
+	for i := 0; i+1 < len(kv); i += 2 {
+		b.WriteString(kv[i])
+		b.WriteByte(1)
+		b.WriteString(kv[i+1])
+		b.WriteByte(2)
+	}
+	return b.String()
+}
+
+// appendRecord appends r in the ABI's record encoding.
+func appendRecord(b []byte, r record) []byte {
+	le := binary.LittleEndian
+	rlen := 4 + 8 + 8 + 2 + len(r.topic) + 2 + len(r.tags) + 2 + len(r.keys) + 4 + len(r.props) + 4 + len(r.body)
+	b = le.AppendUint32(b, uint32(rlen))
+	b = le.AppendUint32(b, uint32(r.queueID))
+	b = le.AppendUint64(b, uint64(r.queueOffset))
+	b = le.AppendUint64(b, uint64(r.storeTimeMs))
+	b = le.AppendUint16(b, uint16(len(r.topic)))
+	b = append(b, r.topic...)
+	b = le.AppendUint16(b, uint16(len(r.tags)))
+	b = append(b, r.tags...)
+	b = le.AppendUint16(b, uint16(len(r.keys)))
+	b = append(b, r.keys...)
+	b = le.AppendUint32(b, uint32(len(r.props)))
+	b = append(b, r.props...)
+	b = le.AppendUint32(b, uint32(len(r.body)))
+	b = append(b, r.body...)
+	return b
+}
+
+func encodeRecords(rs []record) []byte {
+	var b []byte
+	for _, r := range rs {
+		b = appendRecord(b, r)
+	}
+	return b
+}
+
+// encodeParams encodes flowd_init's input: u32 count, then (u16 key, u32 value) pairs,
+// sorted by key.
+func encodeParams(kv ...string) []byte {
+	le := binary.LittleEndian
+	type pair struct{ k, v string }
+	var ps []pair
+	for i := 0; i+1 < len(kv); i += 2 {
+		ps = append(ps, pair{kv[i], kv[i+1]})
+	}
+	// Sorted by key, as the host sends them.
+	for i := 1; i < len(ps); i++ {
+		for j := i; j > 0 && ps[j].k < ps[j-1].k; j-- {
+			ps[j], ps[j-1] = ps[j-1], ps[j]
+		}
+	}
+	b := le.AppendUint32(nil, uint32(len(ps)))
+	for _, p := range ps {
+		b = le.AppendUint16(b, uint16(len(p.k)))
+		b = append(b, p.k...)
+		b = le.AppendUint32(b, uint32(len(p.v)))
+		b = append(b, p.v...)
+	}
+	return b
+}
+
+// filterSpec is the runtime spec of a filter module, as the plugins host loads one.
+func filterSpec(name string, wasm []byte) runtime.Spec {
+	return runtime.Spec{
+		Name: name,
+		Wasm: wasm,
+		ABI:  runtime.ABI{Export: "flowd_abi_version", Version: 1},
+		Exports: []runtime.Export{
+			{Name: "flowd_alloc", Params: []api.ValueType{i32}, Results: []api.ValueType{i32}},
+			{Name: "flowd_init", Params: []api.ValueType{i32, i32}, Results: []api.ValueType{i32}},
+			{Name: "flowd_filter", Params: []api.ValueType{i32, i32, i32}, Results: []api.ValueType{i32}},
+		},
+		MaxInstances: 1,
+	}
+}
+
+func readWasm(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
+}
+
+// loadModule loads spec in a runtime of its own, closed at the end of the test.
+func loadModule(t testing.TB, spec runtime.Spec) *runtime.Module {
+	t.Helper()
+	ctx := context.Background()
+	rt, err := runtime.New(ctx, runtime.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	m, err := rt.Load(ctx, spec)
+	require.NoError(t, err)
+	return m
+}
+
+// borrow borrows an instance of m, released at the end of the test.
+func borrow(t testing.TB, m *runtime.Module) *guest {
+	t.Helper()
+	inst, err := m.Borrow(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(inst.Release)
+	return &guest{inst: inst, stack: make([]uint64, 3)}
+}
+
+// guest calls the ABI's exports on one instance, as the host does.
+type guest struct {
+	inst  *runtime.Instance
+	stack []uint64
+	// buf and bufCap are the input buffer from flowd_alloc, reused while input fits.
+	buf, bufCap uint32
+}
+
+func (g *guest) call(name string, args ...uint64) (uint64, error) {
+	copy(g.stack, args)
+	err := g.inst.Call(context.Background(), g.inst.Function(name), g.stack)
+	return g.stack[0], err
+}
+
+// input copies b into the guest's input buffer, asking flowd_alloc for a larger one when b
+// does not fit.
+func (g *guest) input(b []byte) (uint32, error) {
+	if g.buf == 0 || uint32(len(b)) > g.bufCap {
+		p, err := g.call("flowd_alloc", uint64(len(b)))
+		if err != nil {
+			return 0, err
+		}
+		if uint32(p) == 0 {
+			return 0, errors.New("flowd_alloc: out of memory")
+		}
+		g.buf, g.bufCap = uint32(p), uint32(len(b))
+	}
+	if !g.inst.Memory().Write(g.buf, b) {
+		return 0, errors.New("input buffer outside guest memory")
+	}
+	return g.buf, nil
+}
+
+// init calls flowd_init with params and returns its code.
+func (g *guest) init(params []byte) (int32, error) {
+	p, err := g.input(params)
+	if err != nil {
+		return 0, err
+	}
+	r, err := g.call("flowd_init", uint64(p), uint64(len(params)))
+	return int32(r), err
+}
+
+// filterRaw calls flowd_filter on raw input claiming n records. It returns the bitmap, or
+// the guest's negative code.
+func (g *guest) filterRaw(in []byte, n int32) ([]byte, int32, error) {
+	p, err := g.input(in)
+	if err != nil {
+		return nil, 0, err
+	}
+	r, err := g.call("flowd_filter", uint64(p), uint64(len(in)), uint64(uint32(n)))
+	if err != nil {
+		return nil, 0, err
+	}
+	code := int32(r)
+	if code < 0 {
+		return nil, code, nil
+	}
+	size := (uint32(n) + 7) / 8
+	bm, ok := g.inst.Memory().Read(uint32(code), size)
+	if !ok {
+		return nil, 0, errors.New("bitmap outside guest memory")
+	}
+	return bytes.Clone(bm), 0, nil
+}
+
+// filter runs rs through the filter and returns which were kept, checking the bitmap's
+// unused bits are clear as the ABI requires.
+func (g *guest) filter(t testing.TB, rs []record) []bool {
+	t.Helper()
+	bm, code, err := g.filterRaw(encodeRecords(rs), int32(len(rs)))
+	require.NoError(t, err)
+	require.Zero(t, code, "filter returned an error code")
+	return bitsOf(t, bm, len(rs))
+}
+
+func bitsOf(t testing.TB, bm []byte, n int) []bool {
+	t.Helper()
+	kept := make([]bool, n)
+	for i := range n {
+		kept[i] = bm[i/8]&(1<<(i%8)) != 0
+	}
+	if n%8 != 0 {
+		require.Zero(t, bm[n/8]>>(n%8), "bits past n must be clear")
+	}
+	return kept
+}
+
+// rebuild runs a module's build command in its source directory with the output in a
+// temporary directory, and requires the result to equal the committed module.
+func rebuild(t *testing.T, dir, tool string, args []string, committed string) {
+	t.Helper()
+	if _, err := exec.LookPath(tool); err != nil {
+		t.Skipf("%s is not installed, so the committed %s is not rebuilt and compared (install it: see %s/README.md)", tool, committed, dir)
+	}
+	out := filepath.Join(t.TempDir(), committed)
+	full := make([]string, 0, len(args)+2)
+	for _, a := range args {
+		if a == committed {
+			a = out
+		}
+		full = append(full, a)
+	}
+	cmd := exec.Command(tool, full...)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", committed, err, b)
+	}
+	got := readWasm(t, out)
+	want := readWasm(t, filepath.Join(dir, committed))
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s/%s differs from what its build command produces (%d bytes, committed %d): rebuild it with the command in %s/README.md and commit it",
+			dir, committed, len(got), len(want), dir)
+	}
+	for _, s := range []string{"/work/", "/home/", "/root/", "/tmp/", "/usr/", "/build/"} {
+		require.NotContains(t, string(got), s, "the module embeds a path of the machine that built it")
+	}
+}
+
+// requireReadmeHas requires a README to show the exact build command the test runs.
+func requireReadmeHas(t *testing.T, dir string, tool string, args []string) {
+	t.Helper()
+	readme := string(readWasm(t, filepath.Join(dir, "README.md")))
+	command := tool + " " + strings.Join(args, " ")
+	require.Contains(t, readme, command, "%s/README.md must show the build command", dir)
+}
+
+// ---- C: c-propfilter ----
+
+const cDir = "c-propfilter"
+
+// cBuild is the build command of c-propfilter/README.md, run in c-propfilter/.
+var cBuild = []string{"--target=wasm32", "-nostdlib", "-O2", "-mbulk-memory", "-I", "../../../plugins/sdk/c",
+	"-Wl,--no-entry", "-Wl,--strip-all", "-o", "propfilter.wasm", "propfilter.c"}
+
+func cPropfilter(t testing.TB) runtime.Spec {
+	return filterSpec("c-propfilter", readWasm(t, filepath.Join(cDir, "propfilter.wasm")))
+}
+
+// cGuest loads c-propfilter and configures it with params.
+func cGuest(t testing.TB, params ...string) *guest {
+	t.Helper()
+	g := borrow(t, loadModule(t, cPropfilter(t)))
+	code, err := g.init(encodeParams(params...))
+	require.NoError(t, err)
+	require.Zero(t, code, "flowd_init")
+	return g
+}
+
+func TestCPropfilterKeepsMatchingProperty(t *testing.T) {
+	g := cGuest(t, "property", "color", "value", "red")
+	rs := []record{
+		{props: props("color", "red")},                            // keep
+		{props: props("color", "blue")},                           // other value
+		{props: props("size", "red")},                             // other property
+		{},                                                        // no properties
+		{props: props("a", "1", "color", "red", "b", "2")},        // keep: not first
+		{props: props("color", "re")},                             // a prefix of the value
+		{props: props("color", "redder")},                         // the value is a prefix
+		{props: props("xcolor", "red", "colorx", "red")},          // names that contain the name
+		{props: props("color", "")},                               // empty value
+		{props: "color\x01red"},                                   // keep: last pair without 0x02
+		{topic: "t", tags: "red", keys: "color red", body: "red"}, // only elsewhere
+		{props: props("COLOR", "red")},                            // names are case-sensitive
+	}
+	want := []bool{true, false, false, false, true, false, false, false, false, true, false, false}
+	require.Equal(t, want, g.filter(t, rs))
+
+	// The same instance serves later batches, smaller and larger (the bitmap and the input
+	// buffer are reused and grown).
+	require.Equal(t, []bool{false, true}, g.filter(t, []record{{}, {props: props("color", "red")}}))
+	big := make([]record, 1000)
+	for i := range big {
+		if i%3 == 0 {
+			big[i].props = props("color", "red", "pad", strings.Repeat("x", 200))
+		}
+	}
+	kept := g.filter(t, big)
+	for i, k := range kept {
+		require.Equal(t, i%3 == 0, k, "message %d", i)
+	}
+}
+
+func TestCPropfilterEmptyValueMatchesEmptyProperty(t *testing.T) {
+	g := cGuest(t, "property", "flag", "value", "")
+	require.Equal(t, []bool{true, false, false},
+		g.filter(t, []record{{props: props("flag", "")}, {props: props("flag", "x")}, {}}))
+}
+
+func TestCPropfilterParameters(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		params []byte
+		code   int32
+	}{
+		{"no parameters", encodeParams(), errParams},
+		{"no value", encodeParams("property", "color"), errParams},
+		{"no property", encodeParams("value", "red"), errParams},
+		{"empty property name", encodeParams("property", "", "value", "red"), errParams},
+		{"truncated", encodeParams("property", "color", "value", "red")[:10], errInput},
+		{"count past the input", []byte{5, 0, 0, 0}, errInput},
+		{"bytes left over", append(encodeParams("property", "color", "value", "red"), 0), errInput},
+		{"shorter than the count", []byte{1, 0}, errInput},
+		{"extra parameters are ignored", encodeParams("property", "color", "value", "red", "zz", "1"), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := borrow(t, loadModule(t, cPropfilter(t)))
+			code, err := g.init(tc.params)
+			require.NoError(t, err)
+			require.Equal(t, tc.code, code)
+		})
+	}
+}
+
+func TestCPropfilterWithoutInitRefusesToFilter(t *testing.T) {
+	g := borrow(t, loadModule(t, cPropfilter(t)))
+	_, code, err := g.filterRaw(encodeRecords([]record{{}}), 1)
+	require.NoError(t, err)
+	require.Equal(t, int32(errParams), code)
+}
+
+// malformedBatches are inputs that do not decode as n records. A guest must answer each
+// with FLOWD_ERR_INPUT, not read past its input or trap.
+func malformedBatches() []struct {
+	name string
+	in   []byte
+	n    int32
+} {
+	one := encodeRecords([]record{{topic: "t", props: props("color", "red")}})
+	le := binary.LittleEndian
+	withLen := func(b []byte, at int, v uint32) []byte {
+		b = bytes.Clone(b)
+		le.PutUint32(b[at:], v)
+		return b
+	}
+	topicLenAt := 4 + 20
+	propsLenAt := topicLenAt + 2 + 1 + 2 + 2
+	return []struct {
+		name string
+		in   []byte
+		n    int32
+	}{
+		{"record_len past the input", withLen(one, 0, uint32(len(one))), 1},
+		{"record_len huge", withLen(one, 0, 0xffffffff), 1},
+		{"record_len shorter than the fixed fields", append(le.AppendUint32(nil, 19), make([]byte, 19)...), 1},
+		{"topic_len past the record", func() []byte {
+			b := bytes.Clone(one)
+			le.PutUint16(b[topicLenAt:], 0xffff)
+			return b
+		}(), 1},
+		{"props_len past the record", withLen(one, propsLenAt, 1<<20), 1},
+		{"props_len negative as i32", withLen(one, propsLenAt, 0x80000000), 1},
+		{"record cut short", one[:len(one)-1], 1},
+		{"fewer records than n", one, 2},
+		{"bytes left after n records", append(bytes.Clone(one), 0), 1},
+		{"length prefix cut short", append(bytes.Clone(one), 1, 0), 2},
+		{"n negative", one, -1},
+	}
+}
+
+func TestCPropfilterMalformedInputIsAnErrorCode(t *testing.T) {
+	g := cGuest(t, "property", "color", "value", "red")
+	for _, tc := range malformedBatches() {
+		t.Run(tc.name, func(t *testing.T) {
+			_, code, err := g.filterRaw(tc.in, tc.n)
+			require.NoError(t, err, "the guest trapped")
+			require.Equal(t, int32(errInput), code)
+		})
+	}
+	// The instance is still sound.
+	require.Equal(t, []bool{true}, g.filter(t, []record{{props: props("color", "red")}}))
+}
+
+func TestCPropfilterRecordLenSkipsAppendedFields(t *testing.T) {
+	// Bytes after body within record_len are fields of a later ABI version: skipped.
+	g := cGuest(t, "property", "color", "value", "red")
+	le := binary.LittleEndian
+	var in []byte
+	for _, r := range []record{{props: props("color", "red")}, {props: props("color", "blue")}, {props: props("color", "red")}} {
+		rec := appendRecord(nil, r)
+		rec = append(rec, "future"...)
+		le.PutUint32(rec, le.Uint32(rec)+6)
+		in = append(in, rec...)
+	}
+	bm, code, err := g.filterRaw(in, 3)
+	require.NoError(t, err)
+	require.Zero(t, code)
+	require.Equal(t, []bool{true, false, true}, bitsOf(t, bm, 3))
+}
+
+func TestCPropfilterOutOfMemoryIsZeroFromAlloc(t *testing.T) {
+	spec := cPropfilter(t)
+	spec.MemoryLimitPages = 8
+	g := borrow(t, loadModule(t, spec))
+	p, err := g.call("flowd_alloc", 1<<20)
+	require.NoError(t, err, "flowd_alloc past the memory limit must return 0, not trap")
+	require.Zero(t, uint32(p))
+	p, err = g.call("flowd_alloc", 1<<30)
+	require.NoError(t, err)
+	require.Zero(t, uint32(p))
+	p, err = g.call("flowd_alloc", uint64(uint32(0xffffffff))) // -1
+	require.NoError(t, err)
+	require.Zero(t, uint32(p))
+	code, err := g.init(encodeParams("property", "color", "value", "red"))
+	require.NoError(t, err)
+	require.Zero(t, code)
+	require.Equal(t, []bool{true}, g.filter(t, []record{{props: props("color", "red")}}))
+}
+
+func TestCPropfilterLoadsUnderTheFilterContract(t *testing.T) {
+	// The host refuses a module whose marker or exports are wrong; the committed one passes,
+	// imports nothing, and exports no more than the ABI names.
+	spec := cPropfilter(t)
+	ctx := context.Background()
+	rt, err := runtime.New(ctx, runtime.Options{})
+	require.NoError(t, err)
+	defer rt.Close(ctx)
+	spec.ABI.Version = 2
+	_, err = rt.Load(ctx, spec)
+	require.ErrorIs(t, err, runtime.ErrABIVersion)
+}
+
+func TestCPropfilterRebuildsIdentically(t *testing.T) {
+	requireReadmeHas(t, cDir, "clang", cBuild)
+	rebuild(t, cDir, "clang", cBuild, "propfilter.wasm")
+}
