@@ -306,10 +306,10 @@ func cGuest(t testing.TB, params ...string) *guest {
 func TestCPropfilterKeepsMatchingProperty(t *testing.T) {
 	g := cGuest(t, "property", "color", "value", "red")
 	rs := []record{
-		{props: props("color", "red")},                            // keep
-		{props: props("color", "blue")},                           // other value
-		{props: props("size", "red")},                             // other property
-		{},                                                        // no properties
+		{props: props("color", "red")},  // keep
+		{props: props("color", "blue")}, // other value
+		{props: props("size", "red")},   // other property
+		{},                              // no properties
 		{props: props("a", "1", "color", "red", "b", "2")},        // keep: not first
 		{props: props("color", "re")},                             // a prefix of the value
 		{props: props("color", "redder")},                         // the value is a prefix
