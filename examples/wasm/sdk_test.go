@@ -249,6 +249,13 @@ func rebuild(t *testing.T, dir, tool string, args []string, committed string) {
 	if _, err := exec.LookPath(tool); err != nil {
 		t.Skipf("%s is not installed, so the committed %s is not rebuilt and compared (install it: see %s/README.md)", tool, committed, dir)
 	}
+	if tool == rustc {
+		// Debian's rustc without libstd-rust-dev-wasm32 has no wasm32 standard library.
+		out, err := exec.Command(rustc, "--print", "target-libdir", "--target", "wasm32-unknown-unknown").Output()
+		if _, serr := os.Stat(strings.TrimSpace(string(out))); err != nil || serr != nil {
+			t.Skipf("%s has no wasm32-unknown-unknown target (install libstd-rust-dev-wasm32), so the committed %s is not rebuilt and compared", rustc, committed)
+		}
+	}
 	out := filepath.Join(t.TempDir(), committed)
 	full := make([]string, 0, len(args)+2)
 	for _, a := range args {
@@ -479,4 +486,125 @@ func TestCPropfilterLoadsUnderTheFilterContract(t *testing.T) {
 func TestCPropfilterRebuildsIdentically(t *testing.T) {
 	requireReadmeHas(t, cDir, "clang", cBuild)
 	rebuild(t, cDir, "clang", cBuild, "propfilter.wasm")
+}
+
+// ---- Rust: rust-filter ----
+
+const (
+	rustDir = "rust-filter"
+	// rustc is Debian's rustc: a rustup one earlier on PATH has no wasm32 target.
+	rustc = "/usr/bin/rustc"
+)
+
+// rustBuild is the build command of rust-filter/README.md, run in rust-filter/.
+var rustBuild = []string{"--target", "wasm32-unknown-unknown", "--crate-type", "cdylib", "-O", "-C", "panic=abort",
+	"-C", "strip=symbols", "-C", "lto", "-o", "tagfilter.wasm", "lib.rs"}
+
+func rustTagfilter(t testing.TB) runtime.Spec {
+	return filterSpec("rust-filter", readWasm(t, filepath.Join(rustDir, "tagfilter.wasm")))
+}
+
+func rustGuest(t testing.TB, tags string) *guest {
+	t.Helper()
+	g := borrow(t, loadModule(t, rustTagfilter(t)))
+	code, err := g.init(encodeParams("tags", tags))
+	require.NoError(t, err)
+	require.Zero(t, code, "flowd_init")
+	return g
+}
+
+func TestRustFilterKeepsListedTags(t *testing.T) {
+	g := rustGuest(t, " TagA ||TagB||  || Tag C")
+	rs := []record{
+		{tags: "TagA"},   // keep
+		{tags: "TagB"},   // keep
+		{tags: "TagC"},   // not listed
+		{tags: "Tag C"},  // keep: inner spaces are part of the tag
+		{tags: ""},       // no tag
+		{tags: "TagAB"},  // the listed tag is a prefix
+		{tags: "Tag"},    // a prefix of a listed tag
+		{tags: "taga"},   // tags are case-sensitive
+		{tags: " TagA"},  // the message's tag is not trimmed
+		{tags: "TagA||"}, // not a list on the message side
+		{props: props("TAGS", "TagA")},
+		{tags: "TagB", topic: "t", keys: "k1 k2", body: "b"}, // keep
+	}
+	want := []bool{true, true, false, true, false, false, false, false, false, false, false, true}
+	require.Equal(t, want, g.filter(t, rs))
+
+	big := make([]record, 1000)
+	for i := range big {
+		big[i].tags = []string{"TagA", "TagX", "TagB"}[i%3]
+		big[i].props = props("pad", strings.Repeat("x", i))
+	}
+	for i, k := range g.filter(t, big) {
+		require.Equal(t, i%3 != 1, k, "message %d", i)
+	}
+}
+
+func TestRustFilterStarKeepsEverything(t *testing.T) {
+	g := rustGuest(t, "TagA || *")
+	require.Equal(t, []bool{true, true, true}, g.filter(t, []record{{tags: "TagA"}, {tags: "x"}, {}}))
+}
+
+func TestRustFilterParameters(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		params []byte
+		code   int32
+	}{
+		{"no parameters", encodeParams(), errParams},
+		{"empty list", encodeParams("tags", ""), errParams},
+		{"only separators", encodeParams("tags", " || || "), errParams},
+		{"other parameters", encodeParams("tag", "TagA"), errParams},
+		{"truncated", encodeParams("tags", "TagA")[:8], errInput},
+		{"bytes left over", append(encodeParams("tags", "TagA"), 0), errInput},
+		{"one tag", encodeParams("tags", "TagA"), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := borrow(t, loadModule(t, rustTagfilter(t)))
+			code, err := g.init(tc.params)
+			require.NoError(t, err)
+			require.Equal(t, tc.code, code)
+		})
+	}
+}
+
+func TestRustFilterWithoutInitRefusesToFilter(t *testing.T) {
+	g := borrow(t, loadModule(t, rustTagfilter(t)))
+	_, code, err := g.filterRaw(encodeRecords([]record{{tags: "TagA"}}), 1)
+	require.NoError(t, err)
+	require.Equal(t, int32(errParams), code)
+}
+
+func TestRustFilterMalformedInputIsAnErrorCode(t *testing.T) {
+	g := rustGuest(t, "*")
+	for _, tc := range malformedBatches() {
+		t.Run(tc.name, func(t *testing.T) {
+			_, code, err := g.filterRaw(tc.in, tc.n)
+			require.NoError(t, err, "the guest trapped")
+			require.Equal(t, int32(errInput), code)
+		})
+	}
+	require.Equal(t, []bool{true}, g.filter(t, []record{{tags: "x"}}))
+}
+
+func TestRustFilterOutOfMemoryIsZeroFromAlloc(t *testing.T) {
+	spec := rustTagfilter(t)
+	spec.MemoryLimitPages = 24
+	g := borrow(t, loadModule(t, spec))
+	for _, size := range []uint64{4 << 20, 1 << 30, uint64(uint32(0xffffffff))} {
+		p, err := g.call("flowd_alloc", size)
+		require.NoError(t, err, "flowd_alloc past the memory limit must return 0, not trap")
+		require.Zero(t, uint32(p), "flowd_alloc(%d)", size)
+	}
+	code, err := g.init(encodeParams("tags", "TagA"))
+	require.NoError(t, err)
+	require.Zero(t, code)
+	require.Equal(t, []bool{true, false}, g.filter(t, []record{{tags: "TagA"}, {tags: "TagB"}}))
+}
+
+func TestRustFilterRebuildsIdentically(t *testing.T) {
+	requireReadmeHas(t, rustDir, rustc, rustBuild)
+	rebuild(t, rustDir, rustc, rustBuild, "tagfilter.wasm")
 }
