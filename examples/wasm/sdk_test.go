@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -622,4 +623,213 @@ func TestRustFilterOutOfMemoryIsZeroFromAlloc(t *testing.T) {
 func TestRustFilterRebuildsIdentically(t *testing.T) {
 	requireReadmeHas(t, rustDir, rustc, rustBuild)
 	rebuild(t, rustDir, rustc, rustBuild, "tagfilter.wasm")
+}
+
+// ---- benchmarks: the guests through the runtime, next to the same filters in plain Go ----
+
+// benchRecords are n messages as a broker stores them: a topic, a tag, keys and RocketMQ's
+// usual properties; every other one has color=red and tag TagA.
+func benchRecords(n int) []record {
+	rs := make([]record, n)
+	for i := range rs {
+		color, tag := "blue", "TagB"
+		if i%2 == 0 {
+			color, tag = "red", "TagA"
+		}
+		rs[i] = record{queueID: 3, queueOffset: int64(i), storeTimeMs: 1700000000000, topic: "orders", tags: tag,
+			keys: "order-42 customer-7",
+			props: props("KEYS", "order-42 customer-7", "TAGS", tag, "UNIQ_KEY", "7F0000010001B4AAC2E5364B4B7A0000",
+				"WAIT", "true", "color", color)}
+	}
+	return rs
+}
+
+var benchBatches = []int{1, 32, 256}
+
+// benchGuest measures one filter call per batch through runtime.Instance.Call, including
+// the copy of the batch into guest memory and the read of the bitmap, as the host does.
+func benchGuest(b *testing.B, spec runtime.Spec, params []byte) {
+	for _, n := range benchBatches {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			in := encodeRecords(benchRecords(n))
+			g := borrow(b, loadModule(b, spec))
+			code, err := g.init(params)
+			require.NoError(b, err)
+			require.Zero(b, code)
+			ptr, err := g.input(in)
+			require.NoError(b, err)
+			ctx := context.Background()
+			fn := g.inst.Function("flowd_filter")
+			mem := g.inst.Memory()
+			stack := make([]uint64, 3)
+			size := uint32(n+7) / 8
+			b.SetBytes(int64(len(in)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if !mem.Write(ptr, in) {
+					b.Fatal("write out of range")
+				}
+				stack[0], stack[1], stack[2] = uint64(ptr), uint64(len(in)), uint64(n)
+				if err := g.inst.Call(ctx, fn, stack); err != nil {
+					b.Fatal(err)
+				}
+				bm, ok := mem.Read(uint32(stack[0]), size)
+				if !ok || int32(stack[0]) < 0 || bm[0]&1 != 1 {
+					b.Fatalf("filter returned %d", int32(stack[0]))
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
+		})
+	}
+}
+
+// benchGo measures filter, a plain Go function over the same encoded batch.
+func benchGo(b *testing.B, filter func(in []byte, n int, bitmap []byte) error) {
+	for _, n := range benchBatches {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			in := encodeRecords(benchRecords(n))
+			bitmap := make([]byte, (n+7)/8)
+			b.SetBytes(int64(len(in)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := filter(in, n, bitmap); err != nil {
+					b.Fatal(err)
+				}
+				if bitmap[0]&1 != 1 {
+					b.Fatal("message 0 dropped")
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
+		})
+	}
+}
+
+var errMalformed = errors.New("malformed batch")
+
+// goRecords decodes the batch as the guests do, calling each with tags and props.
+func goRecords(in []byte, n int, each func(i int, tags, props []byte)) error {
+	le := binary.LittleEndian
+	for i := range n {
+		if len(in) < 4 {
+			return errMalformed
+		}
+		rlen := int(le.Uint32(in))
+		if rlen > len(in)-4 || rlen < 20 {
+			return errMalformed
+		}
+		r := in[4+20 : 4+rlen]
+		in = in[4+rlen:]
+		var fields [5][]byte
+		for f := range fields {
+			w := 2
+			if f >= 3 {
+				w = 4
+			}
+			if len(r) < w {
+				return errMalformed
+			}
+			var l int
+			if w == 2 {
+				l = int(le.Uint16(r))
+			} else {
+				l = int(le.Uint32(r))
+			}
+			if l > len(r)-w {
+				return errMalformed
+			}
+			fields[f] = r[w : w+l]
+			r = r[w+l:]
+		}
+		each(i, fields[1], fields[3])
+	}
+	if len(in) != 0 {
+		return errMalformed
+	}
+	return nil
+}
+
+// goProp is RocketMQ's property lookup in Go.
+func goProp(props, key []byte) ([]byte, bool) {
+	for len(props) > 0 {
+		k, rest, ok := bytes.Cut(props, []byte{1})
+		if !ok {
+			return nil, false
+		}
+		v, next, _ := bytes.Cut(rest, []byte{2})
+		if bytes.Equal(k, key) {
+			return v, true
+		}
+		props = next
+	}
+	return nil, false
+}
+
+func goPropfilter(property, value string) func([]byte, int, []byte) error {
+	p, v := []byte(property), []byte(value)
+	return func(in []byte, n int, bitmap []byte) error {
+		clear(bitmap)
+		return goRecords(in, n, func(i int, _, props []byte) {
+			if got, ok := goProp(props, p); ok && bytes.Equal(got, v) {
+				bitmap[i/8] |= 1 << (i % 8)
+			}
+		})
+	}
+}
+
+func goTagfilter(tags ...string) func([]byte, int, []byte) error {
+	list := make([][]byte, len(tags))
+	for i, t := range tags {
+		list[i] = []byte(t)
+	}
+	return func(in []byte, n int, bitmap []byte) error {
+		clear(bitmap)
+		return goRecords(in, n, func(i int, tag, _ []byte) {
+			for _, t := range list {
+				if len(tag) > 0 && bytes.Equal(tag, t) {
+					bitmap[i/8] |= 1 << (i % 8)
+					return
+				}
+			}
+		})
+	}
+}
+
+func TestGoEquivalentsAgreeWithTheGuests(t *testing.T) {
+	// The benchmarks compare like with like only if the Go filters decide as the guests do.
+	rs := benchRecords(40)
+	rs = append(rs, record{props: "color\x01red"}, record{tags: "TagA", props: props("color", "re")})
+	in := encodeRecords(rs)
+	for _, tc := range []struct {
+		name  string
+		guest *guest
+		goF   func([]byte, int, []byte) error
+	}{
+		{"c-propfilter", cGuest(t, "property", "color", "value", "red"), goPropfilter("color", "red")},
+		{"rust-filter", rustGuest(t, "TagA || TagC"), goTagfilter("TagA", "TagC")},
+	} {
+		want := make([]byte, (len(rs)+7)/8)
+		require.NoError(t, tc.goF(in, len(rs), want))
+		got, code, err := tc.guest.filterRaw(in, int32(len(rs)))
+		require.NoError(t, err)
+		require.Zero(t, code)
+		require.Equal(t, want, got, tc.name)
+		require.Equal(t, errMalformed, tc.goF(in[:len(in)-1], len(rs), want), tc.name)
+	}
+}
+
+// BenchmarkPropfilter: c-propfilter through the runtime and the same filter in Go, per
+// message at batch sizes 1, 32 and 256 (the ns/msg metric).
+func BenchmarkPropfilter(b *testing.B) {
+	b.Run("c", func(b *testing.B) {
+		benchGuest(b, cPropfilter(b), encodeParams("property", "color", "value", "red"))
+	})
+	b.Run("go", func(b *testing.B) { benchGo(b, goPropfilter("color", "red")) })
+}
+
+// BenchmarkTagfilter: rust-filter through the runtime and the same filter in Go.
+func BenchmarkTagfilter(b *testing.B) {
+	b.Run("rust", func(b *testing.B) {
+		benchGuest(b, rustTagfilter(b), encodeParams("tags", "TagA || TagC"))
+	})
+	b.Run("go", func(b *testing.B) { benchGo(b, goTagfilter("TagA", "TagC")) })
 }

@@ -234,6 +234,23 @@ static inline int flowd_records_next(flowd_records *r, flowd_record *rec) {
 }
 
 /*
+ * flowd_find returns the first byte equal to c in [p, end), or end. It reads eight bytes at a
+ * time (properties are scanned for every message, so this is the filter's inner loop).
+ */
+static inline const flowd_u8 *flowd_find(const flowd_u8 *p, const flowd_u8 *end, flowd_u8 c) {
+  const flowd_u64 ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+  const flowd_u64 pattern = ones * c;
+  while (end - p >= 8) {
+    flowd_u64 w = flowd_u64le(p) ^ pattern; /* a zero byte where p[i] == c */
+    flowd_u64 hit = (w - ones) & ~w & highs;
+    if (hit) return p + (__builtin_ctzll(hit) >> 3);
+    p += 8;
+  }
+  while (p < end && *p != c) p++;
+  return p;
+}
+
+/*
  * flowd_props_get finds the property named key in props (RocketMQ's encoding). Returns 1 and
  * sets *value when found, 0 when not. A trailing pair without its 0x02 still counts (the
  * value runs to the end), as RocketMQ's own decoder reads it.
@@ -241,13 +258,11 @@ static inline int flowd_records_next(flowd_records *r, flowd_record *rec) {
 static inline int flowd_props_get(flowd_str props, flowd_str key, flowd_str *value) {
   const flowd_u8 *p = props.ptr, *end = props.ptr + props.len;
   while (p < end) {
-    const flowd_u8 *k = p;
-    while (p < end && *p != 0x01) p++;
-    if (p == end) return 0; /* a name without a value */
-    flowd_str name = {k, (flowd_u32)(p - k)};
-    p++;
-    const flowd_u8 *v = p;
-    while (p < end && *p != 0x02) p++;
+    const flowd_u8 *sep = flowd_find(p, end, 0x01);
+    if (sep == end) return 0; /* a name without a value */
+    flowd_str name = {p, (flowd_u32)(sep - p)};
+    const flowd_u8 *v = sep + 1;
+    p = flowd_find(v, end, 0x02);
     if (flowd_str_eq(name, key)) {
       value->ptr = v;
       value->len = (flowd_u32)(p - v);
