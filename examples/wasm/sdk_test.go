@@ -833,3 +833,183 @@ func BenchmarkTagfilter(b *testing.B) {
 	})
 	b.Run("go", func(b *testing.B) { benchGo(b, goTagfilter("TagA", "TagC")) })
 }
+
+// ---- the SDKs' transform support, through guests built for the test ----
+
+// transformC and transformRust are the same transform written with each SDK: for each
+// message in, none out if its tag is "drop", two if it is "twice", else one; a message out
+// has the topic as its tag and the keys, properties and body of the message in.
+const transformC = `#include "flowd.h"
+FLOWD_GUEST()
+static flowd_out out;
+FLOWD_EXPORT("flowd_transform") flowd_i64 flowd_transform(flowd_i32 ptr, flowd_i32 len, flowd_i32 n) {
+  flowd_records in;
+  if (flowd_records_init(&in, ptr, len, n)) return FLOWD_ERR_INPUT;
+  flowd_out_reset(&out);
+  flowd_record r;
+  int rc;
+  while ((rc = flowd_records_next(&in, &r)) == 1) {
+    if ((rc = flowd_out_begin(&out))) return rc;
+    if (flowd_str_eqz(r.tags, "drop")) continue;
+    int copies = flowd_str_eqz(r.tags, "twice") ? 2 : 1;
+    for (int i = 0; i < copies; i++) {
+      if ((rc = flowd_out_message(&out, r.topic, r.keys, r.props, r.body))) return rc;
+    }
+  }
+  if (rc < 0) return rc;
+  return flowd_pack(out.buf.ptr, out.len);
+}
+`
+
+const transformRust = `#![no_std]
+#[allow(unused_attributes, dead_code)]
+#[path = "SDK"]
+mod flowd;
+
+static mut OUT: flowd::Out = flowd::Out::new();
+
+#[no_mangle]
+pub extern "C" fn flowd_transform(ptr: i32, len: i32, n: i32) -> i64 {
+    unsafe {
+        flowd::transform(&mut OUT, ptr, len, n, |rec, out| {
+            let copies = match rec.tags {
+                b"drop" => 0,
+                b"twice" => 2,
+                _ => 1,
+            };
+            for _ in 0..copies {
+                out.message(rec.topic, rec.keys, rec.props, rec.body)?;
+            }
+            Ok(())
+        })
+    }
+}
+`
+
+// buildTransform builds the test transform with the C or Rust SDK into a temporary
+// directory, or skips when the compiler is missing.
+func buildTransform(t *testing.T, lang string) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	sdk, err := filepath.Abs(filepath.Join("..", "..", "plugins", "sdk"))
+	require.NoError(t, err)
+	out := filepath.Join(dir, "transform.wasm")
+	var cmd *exec.Cmd
+	switch lang {
+	case "c":
+		if _, err := exec.LookPath("clang"); err != nil {
+			t.Skip("clang is not installed: the C SDK's transform support is not tested")
+		}
+		src := filepath.Join(dir, "transform.c")
+		require.NoError(t, os.WriteFile(src, []byte(transformC), 0o644))
+		cmd = exec.Command("clang", "--target=wasm32", "-nostdlib", "-O2", "-mbulk-memory", "-I", filepath.Join(sdk, "c"),
+			"-Wl,--no-entry", "-Wl,--strip-all", "-o", out, src)
+	case "rust":
+		if _, err := os.Stat("/usr/lib/rustlib/wasm32-unknown-unknown"); err != nil {
+			t.Skip("Debian's rustc with libstd-rust-dev-wasm32 is not installed: the Rust SDK's transform support is not tested")
+		}
+		src := filepath.Join(dir, "lib.rs")
+		code := strings.Replace(transformRust, "SDK", filepath.Join(sdk, "rust", "src", "lib.rs"), 1)
+		require.NoError(t, os.WriteFile(src, []byte(code), 0o644))
+		cmd = exec.Command(rustc, "--target", "wasm32-unknown-unknown", "--crate-type", "cdylib", "-O", "-C", "panic=abort",
+			"-C", "strip=symbols", "-C", "lto", "-o", out, src)
+	}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the %s transform: %v\n%s", lang, err, b)
+	}
+	return readWasm(t, out)
+}
+
+// outMessage is one message of a transform's output.
+type outMessage struct{ tags, keys, props, body string }
+
+// decodeTransform decodes a transform's output for n messages in, requiring it to be
+// exactly the bytes given, as the host does.
+func decodeTransform(t *testing.T, b []byte, n int) [][]outMessage {
+	t.Helper()
+	le := binary.LittleEndian
+	take := func(w int) string {
+		require.GreaterOrEqual(t, len(b), w, "output ends early")
+		var l int
+		if w == 2 {
+			l = int(le.Uint16(b))
+		} else {
+			l = int(le.Uint32(b))
+		}
+		require.GreaterOrEqual(t, len(b)-w, l, "output ends early")
+		s := string(b[w : w+l])
+		b = b[w+l:]
+		return s
+	}
+	res := make([][]outMessage, n)
+	for i := range n {
+		require.GreaterOrEqual(t, len(b), 4, "output ends early")
+		count := int(le.Uint32(b))
+		b = b[4:]
+		res[i] = []outMessage{}
+		for range count {
+			m := outMessage{tags: take(2), keys: take(2), props: take(4), body: take(4)}
+			res[i] = append(res[i], m)
+		}
+	}
+	require.Empty(t, b, "bytes left over in the output")
+	return res
+}
+
+func TestSDKTransform(t *testing.T) {
+	for _, lang := range []string{"c", "rust"} {
+		t.Run(lang, func(t *testing.T) {
+			wasm := buildTransform(t, lang)
+			m := loadModule(t, runtime.Spec{
+				Name: lang + "-transform", Wasm: wasm, MaxInstances: 1,
+				ABI: runtime.ABI{Export: "flowd_abi_version", Version: 1},
+				Exports: []runtime.Export{
+					{Name: "flowd_alloc", Params: []api.ValueType{i32}, Results: []api.ValueType{i32}},
+					{Name: "flowd_transform", Params: []api.ValueType{i32, i32, i32}, Results: []api.ValueType{i64}},
+				},
+			})
+			g := borrow(t, m)
+			transform := func(in []byte, n int) ([]byte, int64) {
+				p, err := g.input(in)
+				require.NoError(t, err)
+				r, err := g.call("flowd_transform", uint64(p), uint64(len(in)), uint64(n))
+				require.NoError(t, err, "the guest trapped")
+				if int64(r) < 0 {
+					return nil, int64(r)
+				}
+				out, ok := g.inst.Memory().Read(uint32(r>>32), uint32(r))
+				require.True(t, ok, "output outside guest memory")
+				return bytes.Clone(out), 0
+			}
+			// Growing batches: the input buffer is carved again past the output, so the
+			// output buffer must move, keeping what it holds.
+			for _, size := range []int{0, 10, 1000, 100000, 300000} {
+				rs := []record{
+					{topic: "s", tags: "small", body: "first"}, // written before the buffer moves
+					{topic: "a", tags: "keep", keys: "k1 k2", props: props("x", "1"), body: strings.Repeat("b", size)},
+					{topic: "b", tags: "drop", body: "gone"},
+					{topic: "c", tags: "twice", body: strings.Repeat("c", size/2)},
+					{topic: "", tags: ""},
+				}
+				out, code := transform(encodeRecords(rs), len(rs))
+				require.Zero(t, code)
+				got := decodeTransform(t, out, len(rs))
+				want := [][]outMessage{
+					{{tags: "s", body: "first"}},
+					{{tags: "a", keys: "k1 k2", props: props("x", "1"), body: strings.Repeat("b", size)}},
+					{},
+					{{tags: "c", body: strings.Repeat("c", size/2)}, {tags: "c", body: strings.Repeat("c", size/2)}},
+					{{}},
+				}
+				require.Equal(t, want, got, "body size %d", size)
+			}
+			out, code := transform(nil, 0)
+			require.Zero(t, code)
+			require.Empty(t, out)
+			for _, tc := range malformedBatches() {
+				_, code := transform(tc.in, int(tc.n))
+				require.Equal(t, int64(errInput), code, tc.name)
+			}
+		})
+	}
+}
