@@ -471,7 +471,10 @@ func TestCPropfilterOutOfMemoryIsZeroFromAlloc(t *testing.T) {
 	spec := cPropfilter(t)
 	spec.MemoryLimitPages = 8
 	g := borrow(t, loadModule(t, spec))
-	p, err := g.call("flowd_alloc", 1<<20)
+	p, err := g.call("flowd_alloc", 0)
+	require.NoError(t, err)
+	require.NotZero(t, uint32(p), "flowd_alloc(0) is not out of memory")
+	p, err = g.call("flowd_alloc", 1<<20)
 	require.NoError(t, err, "flowd_alloc past the memory limit must return 0, not trap")
 	require.Zero(t, uint32(p))
 	p, err = g.call("flowd_alloc", 1<<30)
@@ -609,6 +612,9 @@ func TestRustFilterOutOfMemoryIsZeroFromAlloc(t *testing.T) {
 	spec := rustTagfilter(t)
 	spec.MemoryLimitPages = 24
 	g := borrow(t, loadModule(t, spec))
+	p, err := g.call("flowd_alloc", 0)
+	require.NoError(t, err)
+	require.NotZero(t, uint32(p), "flowd_alloc(0) is not out of memory")
 	for _, size := range []uint64{4 << 20, 1 << 30, uint64(uint32(0xffffffff))} {
 		p, err := g.call("flowd_alloc", size)
 		require.NoError(t, err, "flowd_alloc past the memory limit must return 0, not trap")

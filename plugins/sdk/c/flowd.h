@@ -159,6 +159,8 @@ static inline int flowd_buf_reserve(flowd_buf *b, flowd_u32 size) {
   }                                                                     \
   FLOWD_EXPORT("flowd_alloc") flowd_i32 flowd_alloc(flowd_i32 size) {   \
     if (size < 0) return 0;                                             \
+    /* Never 0 for a size of 0 either: 0 means out of memory. */        \
+    if (size == 0) size = 1;                                            \
     if (flowd_buf_reserve(&flowd_input, (flowd_u32)size) != 0) return 0; \
     return (flowd_i32)(unsigned long)flowd_input.ptr;                   \
   }

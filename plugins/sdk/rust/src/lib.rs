@@ -360,7 +360,8 @@ pub extern "C" fn flowd_alloc(size: i32) -> i32 {
     }
     // SAFETY: an instance serves one call at a time; INPUT is only touched here.
     let input = unsafe { &mut INPUT };
-    match input.reserve(size as usize) {
+    // Never 0 for a size of 0 either: 0 means out of memory.
+    match input.reserve((size as usize).max(1)) {
         Ok(()) => input.addr() as i32,
         Err(_) => 0,
     }
