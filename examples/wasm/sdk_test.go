@@ -843,7 +843,8 @@ func BenchmarkTagfilter(b *testing.B) {
 // ---- the SDKs' transform support, through guests built for the test ----
 
 // transformC and transformRust are the same transform written with each SDK: for each
-// message in, none out if its tag is "drop", two if it is "twice", else one; a message out
+// message in, none out if its tag is "drop" or its property "drop" is "yes", two if its tag
+// is "twice", else one; a message out
 // has the topic as its tag and the keys, properties and body of the message in.
 const transformC = `#include "flowd.h"
 FLOWD_GUEST()
@@ -856,7 +857,9 @@ FLOWD_EXPORT("flowd_transform") flowd_i64 flowd_transform(flowd_i32 ptr, flowd_i
   int rc;
   while ((rc = flowd_records_next(&in, &r)) == 1) {
     if ((rc = flowd_out_begin(&out))) return rc;
+    flowd_str drop;
     if (flowd_str_eqz(r.tags, "drop")) continue;
+    if (flowd_props_get(r.props, (flowd_str){(const flowd_u8 *)"drop", 4}, &drop) && flowd_str_eqz(drop, "yes")) continue;
     int copies = flowd_str_eqz(r.tags, "twice") ? 2 : 1;
     for (int i = 0; i < copies; i++) {
       if ((rc = flowd_out_message(&out, r.topic, r.keys, r.props, r.body))) return rc;
@@ -879,6 +882,7 @@ pub extern "C" fn flowd_transform(ptr: i32, len: i32, n: i32) -> i64 {
     unsafe {
         flowd::transform(&mut OUT, ptr, len, n, |rec, out| {
             let copies = match rec.tags {
+                _ if flowd::prop(rec.props, b"drop") == Some(b"yes") => 0,
                 b"drop" => 0,
                 b"twice" => 2,
                 _ => 1,
@@ -996,6 +1000,8 @@ func TestSDKTransform(t *testing.T) {
 					{topic: "b", tags: "drop", body: "gone"},
 					{topic: "c", tags: "twice", body: strings.Repeat("c", size/2)},
 					{topic: "", tags: ""},
+					{topic: "p", props: props("a-long-property-name", strings.Repeat("v", 20), "drop", "yes")},
+					{topic: "q", props: props("drop", "no", "x", "y")},
 				}
 				out, code := transform(encodeRecords(rs), len(rs))
 				require.Zero(t, code)
@@ -1006,6 +1012,8 @@ func TestSDKTransform(t *testing.T) {
 					{},
 					{{tags: "c", body: strings.Repeat("c", size/2)}, {tags: "c", body: strings.Repeat("c", size/2)}},
 					{{}},
+					{},
+					{{tags: "q", props: props("drop", "no", "x", "y")}},
 				}
 				require.Equal(t, want, got, "body size %d", size)
 			}

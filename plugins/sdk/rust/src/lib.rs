@@ -214,15 +214,33 @@ impl<'a> Iterator for Records<'a> {
     }
 }
 
+/// The index of the first byte equal to `c` in `hay`. It reads eight bytes at a time
+/// (properties are scanned for every message, so this is a filter's inner loop).
+pub fn find(hay: &[u8], c: u8) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let pattern = ONES * c as u64;
+    let mut i = 0;
+    while hay.len() - i >= 8 {
+        let w = u64le(&hay[i..]) ^ pattern; // a zero byte where hay[i + k] == c
+        let hit = w.wrapping_sub(ONES) & !w & HIGHS;
+        if hit != 0 {
+            return Some(i + (hit.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    hay[i..].iter().position(|&b| b == c).map(|k| i + k)
+}
+
 /// The value of the property named `key` in `props` (RocketMQ's encoding), if there is one.
 /// A last pair without its 0x02 still counts (its value runs to the end), as RocketMQ's own
 /// decoder reads it.
 pub fn prop<'a>(props: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
     let mut rest = props;
     while !rest.is_empty() {
-        let sep = rest.iter().position(|&b| b == 0x01)?;
+        let sep = find(rest, 0x01)?;
         let (name, after) = (&rest[..sep], &rest[sep + 1..]);
-        let end = after.iter().position(|&b| b == 0x02).unwrap_or(after.len());
+        let end = find(after, 0x02).unwrap_or(after.len());
         if name == key {
             return Some(&after[..end]);
         }
