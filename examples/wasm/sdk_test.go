@@ -896,40 +896,6 @@ pub extern "C" fn flowd_transform(ptr: i32, len: i32, n: i32) -> i64 {
 }
 `
 
-// buildTransform builds the test transform with the C or Rust SDK into a temporary
-// directory, or skips when the compiler is missing.
-func buildTransform(t *testing.T, lang string) []byte {
-	t.Helper()
-	dir := t.TempDir()
-	sdk, err := filepath.Abs(filepath.Join("..", "..", "plugins", "sdk"))
-	require.NoError(t, err)
-	out := filepath.Join(dir, "transform.wasm")
-	var cmd *exec.Cmd
-	switch lang {
-	case "c":
-		if _, err := exec.LookPath("clang"); err != nil {
-			t.Skip("clang is not installed: the C SDK's transform support is not tested")
-		}
-		src := filepath.Join(dir, "transform.c")
-		require.NoError(t, os.WriteFile(src, []byte(transformC), 0o644))
-		cmd = exec.Command("clang", "--target=wasm32", "-nostdlib", "-O2", "-mbulk-memory", "-I", filepath.Join(sdk, "c"),
-			"-Wl,--no-entry", "-Wl,--strip-all", "-o", out, src)
-	case "rust":
-		if _, err := os.Stat("/usr/lib/rustlib/wasm32-unknown-unknown"); err != nil {
-			t.Skip("Debian's rustc with libstd-rust-dev-wasm32 is not installed: the Rust SDK's transform support is not tested")
-		}
-		src := filepath.Join(dir, "lib.rs")
-		code := strings.Replace(transformRust, "SDK", filepath.Join(sdk, "rust", "src", "lib.rs"), 1)
-		require.NoError(t, os.WriteFile(src, []byte(code), 0o644))
-		cmd = exec.Command(rustc, "--target", "wasm32-unknown-unknown", "--crate-type", "cdylib", "-O", "-C", "panic=abort",
-			"-C", "strip=symbols", "-C", "lto", "-o", out, src)
-	}
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the %s transform: %v\n%s", lang, err, b)
-	}
-	return readWasm(t, out)
-}
-
 // outMessage is one message of a transform's output.
 type outMessage struct{ tags, keys, props, body string }
 
@@ -969,7 +935,7 @@ func decodeTransform(t *testing.T, b []byte, n int) [][]outMessage {
 func TestSDKTransform(t *testing.T) {
 	for _, lang := range []string{"c", "rust"} {
 		t.Run(lang, func(t *testing.T) {
-			wasm := buildTransform(t, lang)
+			wasm := buildGuest(t, lang, transformC, transformRust)
 			m := loadModule(t, runtime.Spec{
 				Name: lang + "-transform", Wasm: wasm, MaxInstances: 1,
 				ABI: runtime.ABI{Export: "flowd_abi_version", Version: 1},
@@ -1023,6 +989,240 @@ func TestSDKTransform(t *testing.T) {
 			for _, tc := range malformedBatches() {
 				_, code := transform(tc.in, int(tc.n))
 				require.Equal(t, int64(errInput), code, tc.name)
+			}
+		})
+	}
+}
+
+// ---- the SDKs' allocator support, through guests built for the test ----
+
+// allocateC and allocateRust are the same allocator written with each SDK. Members labelled
+// role=standby get no queue. A queue goes to the first member whose room is the queue's
+// broker, else to its previous owner, else to the members in turn; with no member to take
+// a queue, the guest returns FLOWD_ERR_UNSUPPORTED.
+const allocateC = `#include "flowd.h"
+FLOWD_GUEST()
+static flowd_buf out;
+static int standby(const flowd_member *m) {
+  flowd_str v;
+  return flowd_member_label(m, (flowd_str){(const flowd_u8 *)"role", 4}, &v) && flowd_str_eqz(v, "standby");
+}
+static void member_at(const flowd_assign_input *in, flowd_u32 i, flowd_member *m) {
+  const flowd_u8 *c = in->members;
+  for (flowd_u32 j = 0; j <= i; j++) flowd_member_next(&c, m);
+}
+FLOWD_EXPORT("flowd_allocate") flowd_i64 flowd_allocate(flowd_i32 ptr, flowd_i32 len) {
+  flowd_assign_input in;
+  int rc = flowd_assign_decode(ptr, len, &in);
+  if (rc) return rc;
+  if (flowd_buf_reserve(&out, in.nq * 4u + 1u)) return FLOWD_ERR_NOMEM;
+  flowd_u32 next = 0;
+  const flowd_u8 *qc = in.queues;
+  for (flowd_u32 k = 0; k < in.nq; k++) {
+    flowd_queue q;
+    flowd_member m;
+    flowd_queue_next(&qc, &q);
+    flowd_i32 owner = -1;
+    const flowd_u8 *mc = in.members;
+    for (flowd_u32 i = 0; i < in.nm && owner < 0; i++) {
+      flowd_member_next(&mc, &m);
+      if (!standby(&m) && m.room.len > 0 && flowd_str_eq(m.room, q.broker)) owner = (flowd_i32)i;
+    }
+    flowd_i32 prev = flowd_assign_previous(&in, k);
+    if (owner < 0 && prev >= 0 && (flowd_u32)prev < in.nm) {
+      member_at(&in, (flowd_u32)prev, &m);
+      if (!standby(&m)) owner = prev;
+    }
+    for (flowd_u32 tries = 0; owner < 0 && tries < in.nm; tries++) {
+      flowd_u32 i = next++ % in.nm;
+      member_at(&in, i, &m);
+      if (!standby(&m)) owner = (flowd_i32)i;
+    }
+    if (owner < 0) return FLOWD_ERR_UNSUPPORTED;
+    flowd_put_u32le(out.ptr + 4u * k, (flowd_u32)owner);
+  }
+  return flowd_pack(out.ptr, in.nq * 4u);
+}
+`
+
+const allocateRust = `#![no_std]
+#[allow(unused_attributes, dead_code)]
+#[path = "SDK"]
+mod flowd;
+
+use flowd::{Assignment, Error, Member};
+
+static mut OUT: flowd::Buf = flowd::Buf::new();
+
+fn standby(m: &Member) -> bool {
+    m.label(b"role") == Some(b"standby")
+}
+
+fn assign(a: &Assignment, owners: &mut [i32]) -> Result<(), Error> {
+    let nm = a.nm as usize;
+    let mut next = 0usize;
+    for (k, q) in a.queues().enumerate() {
+        let mut owner = a.members().position(|m| !standby(&m) && !m.room.is_empty() && m.room == q.broker);
+        let prev = a.previous(k);
+        if owner.is_none() && prev >= 0 && (prev as usize) < nm && !standby(&a.members().nth(prev as usize).unwrap()) {
+            owner = Some(prev as usize);
+        }
+        let mut tries = 0;
+        while owner.is_none() && tries < nm {
+            let i = next % nm;
+            next += 1;
+            tries += 1;
+            if !standby(&a.members().nth(i).unwrap()) {
+                owner = Some(i);
+            }
+        }
+        owners[k] = owner.ok_or(Error::Unsupported)? as i32;
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn flowd_allocate(ptr: i32, len: i32) -> i64 {
+    unsafe { flowd::allocate(&mut OUT, ptr, len, assign) }
+}
+`
+
+type queue struct {
+	topic, broker string
+	id            int32
+}
+
+type member struct {
+	id     string
+	weight uint32
+	room   string
+	labels []string // key, value, ...
+}
+
+// encodeAssignment encodes flowd_allocate's input.
+func encodeAssignment(group string, qs []queue, ms []member, previous []int32) []byte {
+	le := binary.LittleEndian
+	str16 := func(b []byte, s string) []byte { return append(le.AppendUint16(b, uint16(len(s))), s...) }
+	b := str16(nil, group)
+	b = le.AppendUint32(b, uint32(len(qs)))
+	for _, q := range qs {
+		b = str16(b, q.topic)
+		b = str16(b, q.broker)
+		b = le.AppendUint32(b, uint32(q.id))
+	}
+	b = le.AppendUint32(b, uint32(len(ms)))
+	for _, m := range ms {
+		b = str16(b, m.id)
+		b = le.AppendUint32(b, m.weight)
+		b = str16(b, m.room)
+		b = le.AppendUint32(b, uint32(len(m.labels)/2))
+		for _, l := range m.labels {
+			b = str16(b, l)
+		}
+	}
+	b = le.AppendUint32(b, uint32(len(previous)))
+	for _, p := range previous {
+		b = le.AppendUint32(b, uint32(p))
+	}
+	return b
+}
+
+// buildGuest builds a guest from C or Rust source against the SDKs into a temporary
+// directory, or skips when the compiler is missing.
+func buildGuest(t *testing.T, lang, cSource, rustSource string) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	sdk, err := filepath.Abs(filepath.Join("..", "..", "plugins", "sdk"))
+	require.NoError(t, err)
+	out := filepath.Join(dir, "guest.wasm")
+	var cmd *exec.Cmd
+	switch lang {
+	case "c":
+		if _, err := exec.LookPath("clang"); err != nil {
+			t.Skip("clang is not installed: the C SDK is not tested beyond c-propfilter")
+		}
+		src := filepath.Join(dir, "guest.c")
+		require.NoError(t, os.WriteFile(src, []byte(cSource), 0o644))
+		cmd = exec.Command("clang", "--target=wasm32", "-nostdlib", "-O2", "-mbulk-memory", "-I", filepath.Join(sdk, "c"),
+			"-Wl,--no-entry", "-Wl,--strip-all", "-o", out, src)
+	case "rust":
+		if _, err := os.Stat("/usr/lib/rustlib/wasm32-unknown-unknown"); err != nil {
+			t.Skip("Debian's rustc with libstd-rust-dev-wasm32 is not installed: the Rust SDK is not tested beyond rust-filter")
+		}
+		src := filepath.Join(dir, "lib.rs")
+		code := strings.Replace(rustSource, "SDK", filepath.Join(sdk, "rust", "src", "lib.rs"), 1)
+		require.NoError(t, os.WriteFile(src, []byte(code), 0o644))
+		cmd = exec.Command(rustc, "--target", "wasm32-unknown-unknown", "--crate-type", "cdylib", "-O", "-C", "panic=abort",
+			"-C", "strip=symbols", "-C", "lto", "-o", out, src)
+	}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the %s guest: %v\n%s", lang, err, b)
+	}
+	return readWasm(t, out)
+}
+
+func TestSDKAllocate(t *testing.T) {
+	ms := []member{
+		{id: "a", weight: 1, room: "r1"},
+		{id: "b", weight: 1, labels: []string{"role", "standby", "zone", "z1"}},
+		{id: "c", weight: 2, labels: []string{"role", "active"}},
+	}
+	qs := []queue{{"t", "r1", 0}, {"t", "x", 1}, {"t", "x", 2}, {"t", "x", 3}, {"u", "x", 0}}
+	for _, lang := range []string{"c", "rust"} {
+		t.Run(lang, func(t *testing.T) {
+			m := loadModule(t, runtime.Spec{
+				Name: lang + "-allocator", Wasm: buildGuest(t, lang, allocateC, allocateRust), MaxInstances: 1,
+				ABI: runtime.ABI{Export: "flowd_abi_version", Version: 1},
+				Exports: []runtime.Export{
+					{Name: "flowd_alloc", Params: []api.ValueType{i32}, Results: []api.ValueType{i32}},
+					{Name: "flowd_allocate", Params: []api.ValueType{i32, i32}, Results: []api.ValueType{i64}},
+				},
+			})
+			g := borrow(t, m)
+			allocate := func(in []byte) ([]int32, int64) {
+				p, err := g.input(in)
+				require.NoError(t, err)
+				r, err := g.call("flowd_allocate", uint64(p), uint64(len(in)))
+				require.NoError(t, err, "the guest trapped")
+				if int64(r) < 0 {
+					return nil, int64(r)
+				}
+				out, ok := g.inst.Memory().Read(uint32(r>>32), uint32(r))
+				require.True(t, ok, "output outside guest memory")
+				require.Zero(t, len(out)%4)
+				owners := make([]int32, len(out)/4)
+				for k := range owners {
+					owners[k] = int32(binary.LittleEndian.Uint32(out[4*k:]))
+				}
+				return owners, 0
+			}
+			for _, tc := range []struct {
+				name   string
+				in     []byte
+				owners []int32
+				code   int64
+			}{
+				// q0 by room; q1 its previous owner; q2's previous owner is standby, q3 has
+				// none and q4's is out of range: in turn, skipping the standby member.
+				{name: "with a previous assignment", in: encodeAssignment("g", qs, ms, []int32{-1, 2, 1, -1, 5}), owners: []int32{0, 2, 0, 2, 0}},
+				{name: "without", in: encodeAssignment("g", qs, ms, nil), owners: []int32{0, 0, 2, 0, 2}},
+				{name: "no queues", in: encodeAssignment("g", nil, ms, nil), owners: []int32{}},
+				{name: "no members", in: encodeAssignment("g", qs, nil, nil), code: -5},
+				{name: "only standby members", in: encodeAssignment("g", qs, ms[1:2], nil), code: -5},
+				{name: "previous of another length", in: encodeAssignment("g", qs, ms, []int32{0}), code: errInput},
+				{name: "truncated", in: encodeAssignment("g", qs, ms, nil)[:30], code: errInput},
+				{name: "bytes left over", in: append(encodeAssignment("g", qs, ms, nil), 0), code: errInput},
+				{name: "label past the input", in: func() []byte {
+					b := encodeAssignment("g", nil, ms[1:2], nil)
+					return b[:len(b)-6]
+				}(), code: errInput},
+				{name: "empty", in: nil, code: errInput},
+			} {
+				owners, code := allocate(tc.in)
+				require.Equal(t, tc.code, code, tc.name)
+				if tc.code == 0 {
+					require.Equal(t, tc.owners, owners, tc.name)
+				}
 			}
 		})
 	}

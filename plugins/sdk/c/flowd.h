@@ -18,6 +18,8 @@
  *     (FLOWD_ERR_INPUT), never a read past the input or a trap.
  *   - flowd_props_get() looks a property up in RocketMQ's encoding; flowd_params_get() looks a
  *     parameter up in flowd_init's input.
+ *   - flowd_assign_decode() checks an allocator's input whole; flowd_queue_next(),
+ *     flowd_member_next(), flowd_member_label() and flowd_assign_previous() walk it.
  *   - flowd_buf_reserve() grows a buffer in guest memory without malloc, for output and for
  *     the copies of parameters a guest keeps.
  *
@@ -381,6 +383,137 @@ static inline int flowd_out_message(flowd_out *o, flowd_str tags, flowd_str keys
   flowd_u8 *c = o->buf.ptr + o->count_at;
   flowd_put_u32le(c, flowd_u32le(c) + 1u);
   return 0;
+}
+
+/* ---- allocator input ---- */
+
+/* One queue of an allocator's input. */
+typedef struct {
+  flowd_str topic;
+  flowd_str broker;
+  flowd_i32 queue_id;
+} flowd_queue;
+
+/* One member of an allocator's input. */
+typedef struct {
+  flowd_str id;
+  flowd_u32 weight; /* 1 when the host knows nothing else */
+  flowd_str room;   /* empty when the host knows nothing else */
+  flowd_u32 nlabels;
+  const flowd_u8 *labels; /* nlabels × (u16 key, u16 value), sorted by key: flowd_member_label */
+} flowd_member;
+
+/*
+ * An allocator's input, checked whole by flowd_assign_decode, so walking it afterwards
+ * (flowd_queue_next, flowd_member_next, flowd_assign_previous) needs no further checks.
+ */
+typedef struct {
+  flowd_str group;
+  flowd_u32 nq;
+  const flowd_u8 *queues; /* walk with flowd_queue_next */
+  flowd_u32 nm;
+  const flowd_u8 *members; /* walk with flowd_member_next */
+  flowd_u32 np;            /* nq, or 0 without a previous assignment */
+  const flowd_u8 *previous;
+} flowd_assign_input;
+
+static inline int flowd_skip(const flowd_u8 **p, const flowd_u8 *end, flowd_u32 n) {
+  if ((flowd_u32)(end - *p) < n) return FLOWD_ERR_INPUT;
+  *p += n;
+  return 0;
+}
+
+/*
+ * flowd_assign_decode checks the whole input of flowd_allocate and fills in. Returns 0 or
+ * FLOWD_ERR_INPUT (a length past the input, np neither 0 nor nq, bytes left over).
+ */
+static inline int flowd_assign_decode(flowd_i32 ptr, flowd_i32 len, flowd_assign_input *in) {
+  if (ptr < 0 || len < 0) return FLOWD_ERR_INPUT;
+  const flowd_u8 *p = (const flowd_u8 *)(unsigned long)(flowd_u32)ptr;
+  const flowd_u8 *end = p + (flowd_u32)len;
+  flowd_str s;
+  if (flowd_take_str(&p, end, 0, &in->group)) return FLOWD_ERR_INPUT;
+  if (flowd_skip(&p, end, 4)) return FLOWD_ERR_INPUT;
+  in->nq = flowd_u32le(p - 4);
+  in->queues = p;
+  for (flowd_u32 i = 0; i < in->nq; i++) {
+    if (flowd_take_str(&p, end, 0, &s) || flowd_take_str(&p, end, 0, &s) || flowd_skip(&p, end, 4)) {
+      return FLOWD_ERR_INPUT;
+    }
+  }
+  if (flowd_skip(&p, end, 4)) return FLOWD_ERR_INPUT;
+  in->nm = flowd_u32le(p - 4);
+  in->members = p;
+  for (flowd_u32 i = 0; i < in->nm; i++) {
+    if (flowd_take_str(&p, end, 0, &s) || flowd_skip(&p, end, 4) || flowd_take_str(&p, end, 0, &s) ||
+        flowd_skip(&p, end, 4)) {
+      return FLOWD_ERR_INPUT;
+    }
+    flowd_u32 nl = flowd_u32le(p - 4);
+    for (flowd_u32 j = 0; j < nl; j++) {
+      if (flowd_take_str(&p, end, 0, &s) || flowd_take_str(&p, end, 0, &s)) return FLOWD_ERR_INPUT;
+    }
+  }
+  if (flowd_skip(&p, end, 4)) return FLOWD_ERR_INPUT;
+  in->np = flowd_u32le(p - 4);
+  if (in->np != 0 && in->np != in->nq) return FLOWD_ERR_INPUT;
+  in->previous = p;
+  if ((flowd_u32)(end - p) / 4u < in->np) return FLOWD_ERR_INPUT;
+  p += in->np * 4u;
+  return p == end ? 0 : FLOWD_ERR_INPUT;
+}
+
+/* flowd_queue_next decodes the queue at *cursor (start at in->queues) and advances. */
+static inline void flowd_queue_next(const flowd_u8 **cursor, flowd_queue *q) {
+  const flowd_u8 *p = *cursor;
+  q->topic = (flowd_str){p + 2, flowd_u16le(p)};
+  p += 2 + q->topic.len;
+  q->broker = (flowd_str){p + 2, flowd_u16le(p)};
+  p += 2 + q->broker.len;
+  q->queue_id = (flowd_i32)flowd_u32le(p);
+  *cursor = p + 4;
+}
+
+/* flowd_member_next decodes the member at *cursor (start at in->members) and advances. */
+static inline void flowd_member_next(const flowd_u8 **cursor, flowd_member *m) {
+  const flowd_u8 *p = *cursor;
+  m->id = (flowd_str){p + 2, flowd_u16le(p)};
+  p += 2 + m->id.len;
+  m->weight = flowd_u32le(p);
+  p += 4;
+  m->room = (flowd_str){p + 2, flowd_u16le(p)};
+  p += 2 + m->room.len;
+  m->nlabels = flowd_u32le(p);
+  p += 4;
+  m->labels = p;
+  for (flowd_u32 j = 0; j < m->nlabels; j++) {
+    p += 2 + flowd_u16le(p);
+    p += 2 + flowd_u16le(p);
+  }
+  *cursor = p;
+}
+
+/* flowd_member_label finds a member's label by key: 1 and *value when found, else 0. */
+static inline int flowd_member_label(const flowd_member *m, flowd_str key, flowd_str *value) {
+  const flowd_u8 *p = m->labels;
+  for (flowd_u32 j = 0; j < m->nlabels; j++) {
+    flowd_str k = {p + 2, flowd_u16le(p)};
+    p += 2 + k.len;
+    flowd_str v = {p + 2, flowd_u16le(p)};
+    p += 2 + v.len;
+    if (flowd_str_eq(k, key)) {
+      *value = v;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* flowd_assign_previous is the previous owner of queue k: a member index, or -1 for none
+ * (also when there is no previous assignment). */
+static inline flowd_i32 flowd_assign_previous(const flowd_assign_input *in, flowd_u32 k) {
+  if (k >= in->np) return -1;
+  return (flowd_i32)flowd_u32le(in->previous + 4u * k);
 }
 
 /* flowd_pack packs a result for flowd_transform and flowd_allocate: (ptr << 32) | len. */

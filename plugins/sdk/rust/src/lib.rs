@@ -25,8 +25,10 @@
 //! - [`prop`] and [`param`] to look a property or a parameter up;
 //! - [`Buf`], a growable buffer in guest memory without an allocator, [`Bitmap`] for a
 //!   filter's result and [`Out`] for a transform's;
-//! - [`filter`] and [`transform`], which run a per-message function over a batch and encode
-//!   the result or the error code.
+//! - [`Assignment`], an allocator's input checked whole, with its queues, members and
+//!   previous owners;
+//! - [`filter`], [`transform`] and [`allocate`], which run the guest's function over a
+//!   call's input and encode the result or the error code.
 //!
 //! Memory: buffers are carved from the end of linear memory with `memory.grow`. A buffer that
 //! is the last one carved grows in place; otherwise a larger one is carved and the old one is
@@ -509,6 +511,157 @@ impl Out {
         let count = u32le(&c[at..]) + 1;
         c[at..].copy_from_slice(&count.to_le_bytes());
         Ok(())
+    }
+}
+
+// ---- allocator ----
+
+/// One queue of an allocator's input.
+#[derive(Clone, Copy, Debug)]
+pub struct Queue<'a> {
+    pub topic: &'a [u8],
+    pub broker: &'a [u8],
+    pub queue_id: i32,
+}
+
+/// One member of an allocator's input.
+#[derive(Clone, Copy, Debug)]
+pub struct Member<'a> {
+    pub id: &'a [u8],
+    /// 1 when the host knows nothing else.
+    pub weight: u32,
+    /// Empty when the host knows nothing else.
+    pub room: &'a [u8],
+    nlabels: u32,
+    labels: &'a [u8],
+}
+
+impl<'a> Member<'a> {
+    /// The member's labels, sorted by key.
+    pub fn labels(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
+        let mut r = Reader { rest: self.labels };
+        // Checked by Assignment::decode.
+        (0..self.nlabels).map(move |_| (r.str16().unwrap_or(&[]), r.str16().unwrap_or(&[])))
+    }
+
+    /// The value of the label `key`, if the member has it.
+    pub fn label(&self, key: &[u8]) -> Option<&'a [u8]> {
+        self.labels().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+}
+
+/// An allocator's input, checked whole by [`Assignment::decode`].
+pub struct Assignment<'a> {
+    pub group: &'a [u8],
+    /// The number of queues.
+    pub nq: u32,
+    queues: &'a [u8],
+    /// The number of members.
+    pub nm: u32,
+    members: &'a [u8],
+    previous: &'a [u8],
+}
+
+impl<'a> Assignment<'a> {
+    /// Checks and splits `flowd_allocate`'s input: [`Error::Input`] for a length past the
+    /// input, a previous assignment of neither 0 nor `nq` entries, or bytes left over.
+    pub fn decode(input: &'a [u8]) -> Result<Assignment<'a>, Error> {
+        let mut r = Reader { rest: input };
+        let group = r.str16()?;
+        let nq = r.u32()?;
+        let start = r.rest;
+        for _ in 0..nq {
+            r.str16()?;
+            r.str16()?;
+            r.u32()?;
+        }
+        let queues = &start[..start.len() - r.rest.len()];
+        let nm = r.u32()?;
+        let start = r.rest;
+        for _ in 0..nm {
+            r.str16()?;
+            r.u32()?;
+            r.str16()?;
+            for _ in 0..r.u32()? {
+                r.str16()?;
+                r.str16()?;
+            }
+        }
+        let members = &start[..start.len() - r.rest.len()];
+        let np = r.u32()?;
+        if np != 0 && np != nq {
+            return Err(Error::Input);
+        }
+        let previous = r.take(np as usize * 4)?;
+        if !r.rest.is_empty() {
+            return Err(Error::Input);
+        }
+        Ok(Assignment { group, nq, queues, nm, members, previous })
+    }
+
+    /// The queues, in the input's order (queue k of the output is the k-th).
+    pub fn queues(&self) -> impl Iterator<Item = Queue<'a>> {
+        let mut r = Reader { rest: self.queues };
+        (0..self.nq).map(move |_| Queue {
+            topic: r.str16().unwrap_or(&[]),
+            broker: r.str16().unwrap_or(&[]),
+            queue_id: r.u32().unwrap_or(0) as i32,
+        })
+    }
+
+    /// The members, in the input's order (sorted by id; a member's index is its position).
+    pub fn members(&self) -> impl Iterator<Item = Member<'a>> {
+        let mut r = Reader { rest: self.members };
+        (0..self.nm).map(move |_| {
+            let id = r.str16().unwrap_or(&[]);
+            let weight = r.u32().unwrap_or(0);
+            let room = r.str16().unwrap_or(&[]);
+            let nlabels = r.u32().unwrap_or(0);
+            let start = r.rest;
+            for _ in 0..nlabels {
+                let _ = r.str16();
+                let _ = r.str16();
+            }
+            let labels = &start[..start.len() - r.rest.len()];
+            Member { id, weight, room, nlabels, labels }
+        })
+    }
+
+    /// The previous owner of queue `k`, a member index, or -1 for none (also when there is
+    /// no previous assignment).
+    pub fn previous(&self, k: usize) -> i32 {
+        match self.previous.get(k * 4..k * 4 + 4) {
+            Some(b) => u32le(b) as i32,
+            None => -1,
+        }
+    }
+}
+
+/// Runs `assign` over `flowd_allocate`'s input and returns what `flowd_allocate` returns:
+/// the packed owners (`assign` fills `owners[k]` with the member index owning queue `k`;
+/// every entry starts at 0), or an error code.
+///
+/// # Safety
+///
+/// As for [`input`]: the arguments of `flowd_allocate`.
+pub unsafe fn allocate<F>(out: &mut Buf, ptr: i32, len: i32, mut assign: F) -> i64
+where
+    F: FnMut(&Assignment, &mut [i32]) -> Result<(), Error>,
+{
+    let mut run = || -> Result<i64, Error> {
+        let a = Assignment::decode(input(ptr, len)?)?;
+        let size = (a.nq as usize).checked_mul(4).filter(|&s| s <= i32::MAX as usize).ok_or(Error::NoMem)?;
+        out.reserve(size.max(1))?;
+        let bytes = out.slice_mut(size);
+        bytes.fill(0);
+        // SAFETY: the buffer's address is a multiple of the page size, so aligned for i32.
+        let owners = core::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut i32, a.nq as usize);
+        assign(&a, owners)?;
+        Ok(pack(out.addr(), size))
+    };
+    match run() {
+        Ok(packed) => packed,
+        Err(e) => e.code() as i64,
     }
 }
 
