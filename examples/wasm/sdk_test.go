@@ -282,8 +282,12 @@ func rebuild(t *testing.T, dir, tool string, args []string, committed string) {
 	got := readWasm(t, out)
 	want := readWasm(t, filepath.Join(dir, committed))
 	if !bytes.Equal(got, want) {
-		t.Fatalf("%s/%s differs from what its build command produces (%d bytes, committed %d): rebuild it with the command in %s/README.md and commit it",
-			dir, committed, len(got), len(want), dir)
+		at := 0
+		for at < min(len(got), len(want)) && got[at] == want[at] {
+			at++
+		}
+		t.Fatalf("%s/%s differs from what its build command produces (%d bytes, committed %d, first difference at byte %d): rebuild it with the command in %s/README.md and commit it",
+			dir, committed, len(got), len(want), at, dir)
 	}
 	for _, s := range []string{"/work/", "/home/", "/root/", "/tmp/", "/usr/", "/build/"} {
 		require.NotContains(t, string(got), s, "the module embeds a path of the machine that built it")
@@ -517,7 +521,7 @@ const (
 
 // rustBuild is the build command of rust-filter/README.md, run in rust-filter/.
 var rustBuild = []string{"--target", "wasm32-unknown-unknown", "--crate-type", "cdylib", "-O", "-C", "panic=abort",
-	"-C", "strip=symbols", "-C", "lto", "-o", "tagfilter.wasm", "lib.rs"}
+	"-C", "strip=symbols", "-C", "lto", "-C", "codegen-units=1", "-o", "tagfilter.wasm", "lib.rs"}
 
 func rustTagfilter(t testing.TB) runtime.Spec {
 	return filterSpec("rust-filter", readWasm(t, filepath.Join(rustDir, "tagfilter.wasm")))
