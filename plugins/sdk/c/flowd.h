@@ -4,8 +4,12 @@
  * A single header with no dependencies: it needs neither libc nor a WASI sysroot, so a guest
  * builds with clang and lld alone:
  *
- *     clang --target=wasm32 -nostdlib -O2 -I plugins/sdk/c \
+ *     clang --target=wasm32 -nostdlib -O2 -mbulk-memory -I plugins/sdk/c \
  *         -Wl,--no-entry -Wl,--strip-all -o guest.wasm guest.c
+ *
+ * -mbulk-memory (or -fno-builtin) is needed: without libc there is no memset or memcpy, and
+ * clang turns the header's clear and copy loops into calls to them unless it may use
+ * memory.fill and memory.copy instead.
  *
  * plugins/ABI.md is the contract; this header implements the parts every guest repeats:
  *

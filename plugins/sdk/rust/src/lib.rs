@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! /usr/bin/rustc --target wasm32-unknown-unknown --crate-type cdylib -O -C panic=abort \
-//!     -C strip=symbols -C lto lib.rs
+//!     -C strip=symbols -C lto -C codegen-units=1 lib.rs
 //! ```
 //!
 //! Use it either way:
