@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -1230,4 +1231,49 @@ func TestSDKAllocate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRustSDKAsCrate builds the Rust SDK as the crate flowd (edition 2021, warnings denied)
+// and a guest that uses it through --extern, as a Cargo build would, and runs the guest.
+func TestRustSDKAsCrate(t *testing.T) {
+	if _, err := os.Stat("/usr/lib/rustlib/wasm32-unknown-unknown"); err != nil {
+		t.Skip("Debian's rustc with libstd-rust-dev-wasm32 is not installed: the Rust SDK is not built as a crate")
+	}
+	dir := t.TempDir()
+	sdk, err := filepath.Abs(filepath.Join("..", "..", "plugins", "sdk", "rust", "src", "lib.rs"))
+	require.NoError(t, err)
+	run := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command(rustc, append([]string{"--edition", "2021", "--target", "wasm32-unknown-unknown", "-O", "-C", "panic=abort"}, args...)...)
+		cmd.Dir = dir
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("rustc %v: %v\n%s", args, err, b)
+		}
+	}
+	run("--crate-type", "rlib", "--crate-name", "flowd", "-D", "warnings", "-o", "libflowd.rlib", sdk)
+	guest := `#![no_std]
+#[no_mangle]
+pub extern "C" fn flowd_filter(ptr: i32, len: i32, n: i32) -> i32 {
+    static mut BITMAP: flowd::Bitmap = flowd::Bitmap::new();
+    unsafe {
+        flowd::filter(&mut *core::ptr::addr_of_mut!(BITMAP), ptr, len, n, |rec| {
+            Ok(flowd::prop(rec.props, b"k").is_some() || flowd::keys(rec.keys).any(|k| k == b"want"))
+        })
+    }
+}
+`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "guest.rs"), []byte(guest), 0o644))
+	run("--crate-type", "cdylib", "-C", "lto", "--extern", "flowd=libflowd.rlib", "-o", "guest.wasm", "guest.rs")
+
+	spec := filterSpec("rust-crate", readWasm(t, filepath.Join(dir, "guest.wasm")))
+	spec.Exports = slices.DeleteFunc(spec.Exports, func(e runtime.Export) bool { return e.Name == "flowd_init" })
+	g := borrow(t, loadModule(t, spec))
+	require.Equal(t, []bool{true, false, true, false, true},
+		g.filter(t, []record{
+			{props: props("a", "1", "k", "")},
+			{props: props("kk", "1")},
+			{keys: "x want y"},
+			{keys: "wanted"},
+			{keys: "want"},
+		}))
 }

@@ -33,7 +33,7 @@ fn trim(mut s: &[u8]) -> &[u8] {
 fn configure(expr: &[u8]) -> Result<(&'static [u8], bool), Error> {
     // The encoded list is never longer than the expression plus one length prefix: each
     // further prefix replaces a "||".
-    let buf = unsafe { &mut TAGS_BUF };
+    let buf = unsafe { &mut *core::ptr::addr_of_mut!(TAGS_BUF) };
     buf.reserve(expr.len() + 2)?;
     let out = buf.slice_mut(expr.len() + 2);
     let (mut at, mut all, mut rest) = (0usize, false, expr);
@@ -102,6 +102,6 @@ pub extern "C" fn flowd_filter(ptr: i32, len: i32, n: i32) -> i32 {
             return Error::Params.code();
         }
         let (tags, all) = (TAGS, ALL);
-        flowd::filter(&mut BITMAP, ptr, len, n, |rec| Ok(all || (!rec.tags.is_empty() && listed(tags, rec.tags))))
+        flowd::filter(&mut *core::ptr::addr_of_mut!(BITMAP), ptr, len, n, |rec| Ok(all || (!rec.tags.is_empty() && listed(tags, rec.tags))))
     }
 }

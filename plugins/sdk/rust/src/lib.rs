@@ -126,6 +126,7 @@ impl<'a> Reader<'a> {
 ///
 /// `ptr` and `len` must be the arguments of a call from the host, which wrote the input
 /// there, and the slice must not outlive the call.
+#[allow(unused_unsafe)] // needed from edition 2024, redundant before
 pub unsafe fn input<'a>(ptr: i32, len: i32) -> Result<&'a [u8], Error> {
     if ptr < 0 || len < 0 {
         return Err(Error::Input);
@@ -133,7 +134,8 @@ pub unsafe fn input<'a>(ptr: i32, len: i32) -> Result<&'a [u8], Error> {
     if len == 0 {
         return Ok(&[]);
     }
-    Ok(core::slice::from_raw_parts(ptr as usize as *const u8, len as usize))
+    // SAFETY: the host wrote len bytes at ptr (the caller's contract).
+    Ok(unsafe { core::slice::from_raw_parts(ptr as usize as *const u8, len as usize) })
 }
 
 // ---- message records (filter and transform input) ----
@@ -361,6 +363,7 @@ impl Buf {
     }
 }
 
+#[cfg(target_arch = "wasm32")]
 static mut INPUT: Buf = Buf::new();
 
 /// The ABI marker export.
@@ -379,7 +382,7 @@ pub extern "C" fn flowd_alloc(size: i32) -> i32 {
         return 0;
     }
     // SAFETY: an instance serves one call at a time; INPUT is only touched here.
-    let input = unsafe { &mut INPUT };
+    let input = unsafe { &mut *core::ptr::addr_of_mut!(INPUT) };
     // Never 0 for a size of 0 either: 0 means out of memory.
     match input.reserve((size as usize).max(1)) {
         Ok(()) => input.addr() as i32,
@@ -432,12 +435,14 @@ impl Bitmap {
 /// # Safety
 ///
 /// As for [`input`]: the arguments of `flowd_filter`.
+#[allow(unused_unsafe)] // needed from edition 2024, redundant before
 pub unsafe fn filter<F>(bitmap: &mut Bitmap, ptr: i32, len: i32, n: i32, mut keep: F) -> i32
 where
     F: FnMut(&Record) -> Result<bool, Error>,
 {
     let mut run = || -> Result<i32, Error> {
-        let records = Records::new(input(ptr, len)?, n)?;
+        // SAFETY: the arguments of flowd_filter (the caller's contract).
+        let records = Records::new(unsafe { input(ptr, len)? }, n)?;
         bitmap.reset(n as usize)?;
         for (i, rec) in records.enumerate() {
             if keep(&rec?)? {
@@ -644,18 +649,20 @@ impl<'a> Assignment<'a> {
 /// # Safety
 ///
 /// As for [`input`]: the arguments of `flowd_allocate`.
+#[allow(unused_unsafe)] // needed from edition 2024, redundant before
 pub unsafe fn allocate<F>(out: &mut Buf, ptr: i32, len: i32, mut assign: F) -> i64
 where
     F: FnMut(&Assignment, &mut [i32]) -> Result<(), Error>,
 {
     let mut run = || -> Result<i64, Error> {
-        let a = Assignment::decode(input(ptr, len)?)?;
+        // SAFETY: the arguments of flowd_allocate (the caller's contract).
+        let a = Assignment::decode(unsafe { input(ptr, len)? })?;
         let size = (a.nq as usize).checked_mul(4).filter(|&s| s <= i32::MAX as usize).ok_or(Error::NoMem)?;
         out.reserve(size.max(1))?;
         let bytes = out.slice_mut(size);
         bytes.fill(0);
         // SAFETY: the buffer's address is a multiple of the page size, so aligned for i32.
-        let owners = core::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut i32, a.nq as usize);
+        let owners = unsafe { core::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut i32, a.nq as usize) };
         assign(&a, owners)?;
         Ok(pack(out.addr(), size))
     };
@@ -677,13 +684,15 @@ pub fn pack(ptr: usize, len: usize) -> i64 {
 /// # Safety
 ///
 /// As for [`input`]: the arguments of `flowd_transform`.
+#[allow(unused_unsafe)] // needed from edition 2024, redundant before
 pub unsafe fn transform<F>(out: &mut Out, ptr: i32, len: i32, n: i32, mut each: F) -> i64
 where
     F: FnMut(&Record, &mut Out) -> Result<(), Error>,
 {
     out.len = 0;
     let mut run = || -> Result<i64, Error> {
-        for rec in Records::new(input(ptr, len)?, n)? {
+        // SAFETY: the arguments of flowd_transform (the caller's contract).
+        for rec in Records::new(unsafe { input(ptr, len)? }, n)? {
             let rec = rec?;
             out.begin()?;
             each(&rec, out)?;
