@@ -20,6 +20,7 @@ import (
 
 	"github.com/flowd-io/flowd/runtime"
 	"github.com/stretchr/testify/require"
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 )
 
@@ -494,17 +495,33 @@ func TestCPropfilterOutOfMemoryIsZeroFromAlloc(t *testing.T) {
 	require.Equal(t, []bool{true}, g.filter(t, []record{{props: props("color", "red")}}))
 }
 
-func TestCPropfilterLoadsUnderTheFilterContract(t *testing.T) {
-	// The host refuses a module whose marker or exports are wrong; the committed one passes,
-	// imports nothing, and exports no more than the ABI names.
-	spec := cPropfilter(t)
+func TestModulesImportNothingAndExportTheFilterABI(t *testing.T) {
 	ctx := context.Background()
-	rt, err := runtime.New(ctx, runtime.Options{})
-	require.NoError(t, err)
-	defer rt.Close(ctx)
-	spec.ABI.Version = 2
-	_, err = rt.Load(ctx, spec)
-	require.ErrorIs(t, err, runtime.ErrABIVersion)
+	for _, spec := range []runtime.Spec{cPropfilter(t), rustTagfilter(t)} {
+		t.Run(spec.Name, func(t *testing.T) {
+			wr := wazero.NewRuntime(ctx)
+			defer wr.Close(ctx)
+			cm, err := wr.CompileModule(ctx, spec.Wasm)
+			require.NoError(t, err)
+			require.Empty(t, cm.ImportedFunctions(), "a plugin that needs no WASI imports nothing")
+			require.Empty(t, cm.ImportedMemories())
+			var names []string
+			for name := range cm.ExportedFunctions() {
+				names = append(names, name)
+			}
+			slices.Sort(names)
+			require.Equal(t, []string{"flowd_abi_version", "flowd_alloc", "flowd_filter", "flowd_init"}, names)
+			require.Contains(t, cm.ExportedMemories(), "memory")
+
+			// The host refuses a module that speaks another ABI version.
+			rt, err := runtime.New(ctx, runtime.Options{})
+			require.NoError(t, err)
+			defer rt.Close(ctx)
+			spec.ABI.Version = 2
+			_, err = rt.Load(ctx, spec)
+			require.ErrorIs(t, err, runtime.ErrABIVersion)
+		})
+	}
 }
 
 func TestCPropfilterRebuildsIdentically(t *testing.T) {
