@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flowd-io/flowd/broker/filter"
 	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/remoting"
 )
@@ -103,6 +104,12 @@ type Config struct {
 	// events past it are dropped and counted (Broker.EventsDropped). Default 4096.
 	EventQueueSize int
 
+	// Filters compiles the subscriptions of pulls into read filters and caches them. TAG
+	// is built in; the daemon registers SQL92 and WASM (filter.SQL92, filter.Batch) on it.
+	// A pull whose expression type has no compiler is answered SUBSCRIPTION_PARSE_FAILED.
+	// Default: filter.NewRegistry(filter.DefaultCacheSize), tag expressions only.
+	Filters *filter.Registry
+
 	// Store configures the commit log and consume queues; see store.Options for defaults.
 	// StoreHost is set from the advertised address when left empty.
 	Store store.Options
@@ -186,6 +193,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Filters == nil {
+		cfg.Filters = filter.NewRegistry(filter.DefaultCacheSize)
 	}
 	if cfg.Store.MaxMessageSize == 0 {
 		// The stored form adds headers, topic and properties to the body.
