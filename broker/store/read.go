@@ -105,13 +105,19 @@ func (s *Store) GetMessage(ctx context.Context, topic string, queueID int32, off
 	if f != nil {
 		match = f.Match
 	}
-	var win filterWindow
+	var win *filterWindow
+	if match != nil {
+		win = s.getWindow()
+		defer s.putWindow(win)
+	}
 	var ferr error // why the read stopped early without a message, if it did
 	n := len(units) / cqUnitSize
 	i := 0 // units below i are decided
 scan:
 	for i < n {
-		win.start(&rd)
+		if win != nil {
+			win.start(&rd)
+		}
 		for ; i < n; i++ {
 			off, size, tc := decodeUnit(units[i*cqUnitSize:])
 			if size <= 0 || int64(size) > S || off < skipBelow {
@@ -119,7 +125,7 @@ scan:
 			}
 			inDisk := maxPhy-off > budget
 			if rd.full(int(size), inDisk) {
-				if len(win.units) == 0 {
+				if win == nil || len(win.ents) == 0 {
 					break scan
 				}
 				break // decide the window first: it may leave room for nothing more
@@ -133,7 +139,11 @@ scan:
 			if match != nil && win.full(int(size)) {
 				break
 			}
-			at, err := rd.get(units, i, off, int(size), inDisk)
+			ahead := min(max(maxMsgs, 1), memBatchCount) - rd.count
+			if win != nil {
+				ahead = win.maxCount - len(win.ents)
+			}
+			at, err := rd.get(units, i, off, int(size), inDisk, ahead)
 			if err != nil {
 				if errors.Is(err, ErrNotFound) {
 					if rd.count == 0 {
@@ -150,25 +160,25 @@ scan:
 				status = Found
 				continue
 			}
-			win.add(i, offset+int64(i), tc, at, int(size), inDisk)
+			win.add(windowEntry{unit: i, at: at, size: int(size), offset: offset + int64(i), tagCode: tc, inDisk: inDisk})
 		}
-		if len(win.units) == 0 {
+		if win == nil || len(win.ents) == 0 {
 			continue
 		}
 		keep, err := win.decide(ctx, match, &rd, topic, queueID)
 		if err != nil {
 			if ctx.Err() == nil && f.OnError == FailOpen {
-				s.log.Warn("message filter failed; delivering its batch (fail-open)", "topic", topic, "queue", queueID, "offset", win.offsets[0], "messages", len(win.units), "err", err)
+				s.log.Warn("message filter failed; delivering its batch (fail-open)", "topic", topic, "queue", queueID, "offset", win.ents[0].offset, "messages", len(win.ents), "err", err)
 				for k := range keep {
 					keep[k] = true
 				}
 			} else {
 				// Hold the queue at the window's first message: nothing of it was decided.
-				i = win.units[0]
+				i = win.ents[0].unit
 				if ctx.Err() != nil {
 					ferr = ctx.Err()
 				} else {
-					ferr = fmt.Errorf("%w: %s/%d at %d: %w", ErrFilterFailed, topic, queueID, win.offsets[0], err)
+					ferr = fmt.Errorf("%w: %s/%d at %d: %w", ErrFilterFailed, topic, queueID, win.ents[0].offset, err)
 				}
 				break scan
 			}
@@ -182,11 +192,12 @@ scan:
 				}
 				continue
 			}
-			if rd.full(win.sizes[k], win.inDisk[k]) {
-				i = win.units[k] // evaluated but not taken: the next read starts here
+			e := win.ents[k]
+			if rd.full(e.size, e.inDisk) {
+				i = e.unit // evaluated but not taken: the next read starts here
 				break scan
 			}
-			rd.accept(win.at[k], win.sizes[k])
+			rd.accept(e.at, e.size)
 			status = Found
 		}
 		if rejected {
@@ -221,15 +232,11 @@ scan:
 // ahead.
 const maxWindowGrowth = 3
 
-// filterWindow is one batch of candidates for Filter.Match: their unit indexes, queue
-// offsets and positions in the batch reader's buffer.
+// filterWindow is one batch of candidates for Filter.Match. Its slices are reused across
+// the windows of a read and, through Store.winPool, across reads.
 type filterWindow struct {
-	units     []int
-	offsets   []int64
-	tags      []int64
-	at, sizes []int
-	inDisk    []bool
-	bytes     int
+	ents  []windowEntry
+	bytes int
 	// limits of this window, from the batch's remaining room and grow
 	maxCount, maxBytes int
 	grow               int
@@ -240,10 +247,32 @@ type filterWindow struct {
 	keep  []bool
 }
 
+// windowEntry is a candidate: its unit index, queue offset, tag code, and position in the
+// batch reader's buffer.
+type windowEntry struct {
+	unit, at, size  int
+	offset, tagCode int64
+	inDisk          bool
+}
+
+func (s *Store) getWindow() *filterWindow {
+	if w, ok := s.winPool.Get().(*filterWindow); ok {
+		return w
+	}
+	return &filterWindow{}
+}
+
+func (s *Store) putWindow(w *filterWindow) {
+	if cap(w.ents) > memBatchCount<<maxWindowGrowth {
+		return // a read with a huge maxMsgs: let it go
+	}
+	w.ents, w.grow = w.ents[:0], 0
+	s.winPool.Put(w)
+}
+
 // start empties the window and sizes it from the room the batch has left.
 func (w *filterWindow) start(rd *batchReader) {
-	w.units, w.offsets, w.tags = w.units[:0], w.offsets[:0], w.tags[:0]
-	w.at, w.sizes, w.inDisk = w.at[:0], w.sizes[:0], w.inDisk[:0]
+	w.ents = w.ents[:0]
 	w.bytes = 0
 	count := min(max(rd.maxMsgs, 1), memBatchCount) - rd.count
 	bytes := memBatchBytes - rd.total
@@ -258,29 +287,24 @@ func (w *filterWindow) start(rd *batchReader) {
 // full reports whether a candidate of size bytes would overfill the window (never when it
 // is empty, so that a message larger than the window is still evaluated).
 func (w *filterWindow) full(size int) bool {
-	return len(w.units) > 0 && (len(w.units) >= w.maxCount || w.bytes+size > w.maxBytes)
+	return len(w.ents) > 0 && (len(w.ents) >= w.maxCount || w.bytes+size > w.maxBytes)
 }
 
-func (w *filterWindow) add(unit int, queueOffset, tagsCode int64, at, size int, inDisk bool) {
-	w.units = append(w.units, unit)
-	w.offsets = append(w.offsets, queueOffset)
-	w.tags = append(w.tags, tagsCode)
-	w.at = append(w.at, at)
-	w.sizes = append(w.sizes, size)
-	w.inDisk = append(w.inDisk, inDisk)
-	w.bytes += size
+func (w *filterWindow) add(e windowEntry) {
+	w.ents = append(w.ents, e)
+	w.bytes += e.size
 }
 
 // decide hands the window to m as one batch. A panic in m is an error of the batch, so a
 // faulty filter fails its reads instead of the broker.
 func (w *filterWindow) decide(ctx context.Context, m BatchFilter, rd *batchReader, topic string, queueID int32) (keep []bool, err error) {
-	n := len(w.units)
+	n := len(w.ents)
 	w.cands = slices.Grow(w.cands[:0], n)[:n]
 	w.keep = slices.Grow(w.keep[:0], n)[:n]
-	for k := range n {
+	for k, e := range w.ents {
 		w.cands[k] = Candidate{
-			Topic: topic, QueueID: queueID, QueueOffset: w.offsets[k], TagsCode: w.tags[k],
-			Stored: rd.buf[w.at[k] : w.at[k]+w.sizes[k] : w.at[k]+w.sizes[k]],
+			Topic: topic, QueueID: queueID, QueueOffset: e.offset, TagsCode: e.tagCode,
+			Stored: rd.buf[e.at : e.at+e.size : e.at+e.size],
 		}
 		w.keep[k] = false
 	}
@@ -344,7 +368,9 @@ func (r *batchReader) full(size int, inDisk bool) bool {
 }
 
 // get reads the message of unit i (at off, size bytes) and returns its position in r.buf.
-func (r *batchReader) get(units []byte, i int, off int64, size int, inDisk bool) (int, error) {
+// A read from the log takes along the messages of up to ahead-1 following units when they
+// are adjacent, since the batch (or the filter window) may take them too.
+func (r *batchReader) get(units []byte, i int, off int64, size int, inDisk bool, ahead int) (int, error) {
 	if off >= r.wStart && off+int64(size) <= r.wEnd {
 		at := r.wAt + int(off-r.wStart)
 		return at, r.check(r.buf[at:at+size], off, size)
@@ -365,7 +391,7 @@ func (r *batchReader) get(units []byte, i int, off int64, size int, inDisk bool)
 	S := r.s.opts.SegmentSize
 	segEnd := off - off%S + S
 	end := off + int64(size)
-	for j := i + 1; j < len(units)/cqUnitSize; j++ {
+	for j := i + 1; j < min(len(units)/cqUnitSize, i+ahead); j++ {
 		o, sz, _ := decodeUnit(units[j*cqUnitSize:])
 		if o != end || sz <= 0 || end+int64(sz) > segEnd || end+int64(sz)-off > int64(budget) {
 			break
