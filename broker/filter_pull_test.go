@@ -293,3 +293,38 @@ func TestSharedFilterUnderConcurrentPullsAndWakeups(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestAFilteredPullThatSkippedMessagesIsStillSuperseded: a parked pull that moved past a
+// rejected arrival is still the one a newer pull of the same client supersedes, and its
+// answer carries the offset past what it rejected.
+func TestAFilteredPullThatSkippedMessagesIsStillSuperseded(t *testing.T) {
+	m := &bodyMatcher{}
+	b := startFilterBroker(t, m, store.FailClosed)
+	c := newRawClient(t, b, nil)
+	c.send("supf", "first", "")
+	require.Eventually(t, func() bool { return b.StoreMax("supf", 0) == 1 }, 5*time.Second, 5*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first := c.pullAsync(ctx, wasmPullHeader("supf", 1, 20*time.Second))
+	require.Eventually(t, func() bool { return b.WaitingPulls() == 1 }, 5*time.Second, time.Millisecond)
+	c.send("supf", "skip", "")
+	require.Eventually(t, func() bool {
+		return slices.Contains(m.evaluated(), 1) && b.WaitingPulls() == 1
+	}, 5*time.Second, time.Millisecond)
+
+	second := c.pullAsync(ctx, wasmPullHeader("supf", 2, 20*time.Second))
+	r := <-first
+	require.NoError(t, r.err)
+	assert.Equal(t, protocol.PullNotFound, r.resp.ResponseCode(), r.resp.Remark)
+	_, next := pulled(t, r.resp)
+	assert.Equal(t, int64(2), next, "past the rejected message")
+
+	require.Eventually(t, func() bool { return b.WaitingPulls() == 1 }, 5*time.Second, time.Millisecond, "the newer pull parks")
+	c.send("supf", "want", "")
+	r = <-second
+	require.NoError(t, r.err)
+	require.Equal(t, protocol.Success, r.resp.ResponseCode(), r.resp.Remark)
+	bodies, next := pulled(t, r.resp)
+	assert.Equal(t, []string{"want"}, bodies)
+	assert.Equal(t, int64(3), next)
+}

@@ -53,7 +53,7 @@ type pollOwner struct {
 type pollWaiter struct {
 	key    pollKey
 	owner  pollOwner // who parked: a newer pull by the same owner of the same queue supersedes this one
-	offset int64
+	offset int64 // guarded by longPoll.mu once parked
 	filter *store.Filter // the dispatcher checks its tag codes only
 	ready  chan struct{} // capacity 1; a send never blocks
 	// superseded is set when the same owner parked a newer pull on the same queue: the client
@@ -108,6 +108,14 @@ func (l *longPoll) supersedeLocked(set map[*pollWaiter]struct{}, owner pollOwner
 			wake(old)
 		}
 	}
+}
+
+// advance moves a parked pull's offset past messages it read and rejected, so that only
+// later arrivals wake it.
+func (l *longPoll) advance(w *pollWaiter, offset int64) {
+	l.mu.Lock()
+	w.offset = offset
+	l.mu.Unlock()
 }
 
 func (l *longPoll) unpark(w *pollWaiter) {

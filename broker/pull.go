@@ -101,8 +101,10 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 	// so the client is answered only for a message that matches (or at its timeout, with
 	// nextBeginOffset past what was rejected).
 	from := h.QueueOffset // where this pull reads: moves only past rejected messages
+	// Once parked, the pull stays registered until it answers: a wake-up that comes while it
+	// reads waits in w.ready, and a newer pull of the same client finds it to supersede.
 	var w *pollWaiter
-	var deadline *time.Timer // set once this pull has parked
+	var deadline *time.Timer // set when this pull parks
 	defer func() {
 		if w != nil {
 			b.poll.unpark(w)
@@ -129,21 +131,21 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		if res.Status == store.OffsetFoundNull {
 			suspend = false
 		}
-		if res.Status == store.NoMatchedMessage && suspend && deadline != nil {
+		if w != nil && w.superseded.Load() {
+			suspend = false // the client moved on: answer now with what is there
+		}
+		if res.Status == store.NoMatchedMessage && suspend && w != nil {
 			// Parked, and what arrived does not match: skip it and keep waiting.
 			from = res.NextBeginOffset
 			res.Release()
-			if w != nil {
-				b.poll.unpark(w)
-				w = nil
-			}
+			b.poll.advance(w, from)
 			continue
 		}
-		if code == protocol.PullNotFound && suspend && deadline == nil && !remoting.Park(ctx) {
+		if code == protocol.PullNotFound && suspend && w == nil && !remoting.Park(ctx) {
 			suspend = false // the connection has all the parked pulls it may have: answer now
 		}
 		if code != protocol.PullNotFound || !suspend {
-			if deadline == nil {
+			if w == nil {
 				b.poll.supersede(h.Topic, h.QueueID, owner) // this pull replaces any the owner parked
 			}
 			return pullResponse(req, code, res)
@@ -151,17 +153,12 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		res.Release()
 		if w == nil {
 			w = b.poll.park(h.Topic, h.QueueID, from, f, owner)
-			if deadline == nil {
-				deadline = time.NewTimer(wait)
-			}
+			deadline = time.NewTimer(wait)
 			continue // the read after parking
 		}
 		b.poll.waiting.Add(1)
 		select {
 		case <-w.ready:
-			if w.superseded.Load() {
-				suspend = false // the client moved on: answer now with what is there
-			}
 		case <-deadline.C:
 			suspend = false // out of time: answer with whatever is there now
 		case <-ctx.Done():
@@ -170,8 +167,6 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 			suspend = false
 		}
 		b.poll.waiting.Add(-1)
-		b.poll.unpark(w)
-		w = nil
 	}
 }
 
