@@ -52,8 +52,8 @@ type pollOwner struct {
 
 type pollWaiter struct {
 	key    pollKey
-	owner  pollOwner // who parked: a newer pull by the same owner of the same queue supersedes this one
-	offset int64 // guarded by longPoll.mu once parked
+	owner  pollOwner     // who parked: a newer pull by the same owner of the same queue supersedes this one
+	offset int64         // guarded by longPoll.mu once parked
 	filter *store.Filter // the dispatcher checks its tag codes only
 	ready  chan struct{} // capacity 1; a send never blocks
 	// superseded is set when the same owner parked a newer pull on the same queue: the client
