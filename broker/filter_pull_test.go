@@ -328,3 +328,43 @@ func TestAFilteredPullThatSkippedMessagesIsStillSuperseded(t *testing.T) {
 	assert.Equal(t, []string{"want"}, bodies)
 	assert.Equal(t, int64(3), next)
 }
+
+// TestArrivalsOfOneDispatchAreEvaluatedInOneCall: a batch of six messages dispatched at
+// once wakes a parked pull, which evaluates them with one filter call, not one per message
+// (and never on the dispatcher).
+func TestArrivalsOfOneDispatchAreEvaluatedInOneCall(t *testing.T) {
+	m := &bodyMatcher{}
+	b := startFilterBroker(t, m, store.FailClosed)
+	c := newRawClient(t, b, nil)
+	c.send("disp", "first", "")
+	require.Eventually(t, func() bool { return b.StoreMax("disp", 0) == 1 }, 5*time.Second, 5*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := c.pullAsync(ctx, wasmPullHeader("disp", 1, 20*time.Second))
+	require.Eventually(t, func() bool { return b.WaitingPulls() == 1 }, 5*time.Second, time.Millisecond)
+	calls := m.calls.Load()
+
+	var msgs []*protocol.Message
+	for i := range 6 {
+		body := fmt.Sprint("skip-", i)
+		if i == 4 {
+			body = "want-4"
+		}
+		msgs = append(msgs, &protocol.Message{Topic: "disp", Body: []byte(body)})
+	}
+	body, err := protocol.EncodeBatch(msgs)
+	require.NoError(t, err)
+	h := &protocol.SendMessageRequestHeader{ProducerGroup: "raw", Topic: "disp", BornTimestamp: time.Now().UnixMilli(), Batch: true}
+	resp, err := c.cl.Invoke(ctx, b.Addr(), protocol.NewRequest(protocol.SendBatchMessage, h.EncodeV2(), body))
+	require.NoError(t, err)
+	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+
+	r := <-done
+	require.NoError(t, r.err)
+	require.Equal(t, protocol.Success, r.resp.ResponseCode(), r.resp.Remark)
+	bodies, next := pulled(t, r.resp)
+	assert.Equal(t, []string{"want-4"}, bodies)
+	assert.Equal(t, int64(7), next)
+	assert.Equal(t, int64(1), m.calls.Load()-calls, "six arrivals, one filter call")
+	assert.Equal(t, []int64{1, 2, 3, 4, 5, 6}, m.evaluated())
+}
