@@ -368,3 +368,18 @@ func TestArrivalsOfOneDispatchAreEvaluatedInOneCall(t *testing.T) {
 	assert.Equal(t, int64(1), m.calls.Load()-calls, "six arrivals, one filter call")
 	assert.Equal(t, []int64{1, 2, 3, 4, 5, 6}, m.evaluated())
 }
+
+func TestPullWithABadExpressionAnswersSubscriptionParseFailed(t *testing.T) {
+	reg := filter.NewRegistry(0)
+	reg.Register(filter.TypeSQL92, filter.SQL92(func(expr string) (filter.Selector, error) {
+		return nil, fmt.Errorf("unexpected end of expression %q", expr)
+	}))
+	b := startBroker(t, func(c *broker.Config) { c.Filters = reg })
+	c := newRawClient(t, b, nil)
+	c.send("bad", "m", "")
+	h := pullHeader("bad", 0, 0, "a >")
+	h.ExpressionType = filter.TypeSQL92
+	resp := c.invoke(context.Background(), protocol.PullMessage, h, nil)
+	assert.Equal(t, protocol.SubscriptionParseFailed, resp.ResponseCode())
+	assert.Contains(t, resp.Remark, "unexpected end of expression")
+}
