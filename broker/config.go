@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flowd-io/flowd/broker/filter"
 	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/remoting"
 )
@@ -123,6 +124,12 @@ type Config struct {
 	// (RocketMQ's transactionCheckMax).
 	TransactionCheckMax int
 
+	// Filters compiles the subscriptions of pulls into read filters and caches them. TAG
+	// is built in; the daemon registers SQL92 and WASM (filter.SQL92, filter.Batch) on it.
+	// A pull whose expression type has no compiler is answered SUBSCRIPTION_PARSE_FAILED.
+	// Default: filter.NewRegistry(filter.DefaultCacheSize), tag expressions only.
+	Filters *filter.Registry
+
 	// Store configures the commit log and consume queues; see store.Options for defaults.
 	// StoreHost is set from the advertised address when left empty.
 	Store store.Options
@@ -221,6 +228,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Filters == nil {
+		cfg.Filters = filter.NewRegistry(filter.DefaultCacheSize)
 	}
 	if cfg.Store.MaxMessageSize == 0 {
 		// The stored form adds headers, topic and properties to the body.

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/broker/filter"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -150,12 +152,13 @@ func TestParseTagExpression(t *testing.T) {
 	assert.Nil(t, protocol.ParseTagExpression("*"))
 	assert.Nil(t, protocol.ParseTagExpression("  "))
 	assert.Equal(t, []string{"a", "b"}, protocol.ParseTagExpression(" a || b ||  || a"))
-	f, err := buildFilter("TAG", "a||b")
+	reg := filter.NewRegistry(0)
+	f, err := reg.Filter(context.Background(), filter.Subscription{ExpressionType: "TAG", Expression: "a||b"})
 	require.NoError(t, err)
 	assert.True(t, f.MatchTagsCode(protocol.TagsCode("b")))
 	assert.False(t, f.MatchTagsCode(protocol.TagsCode("c")))
-	_, err = buildFilter("SQL92", "a > 1")
+	_, err = reg.Filter(context.Background(), filter.Subscription{ExpressionType: "SQL92", Expression: "a > 1"})
 	assert.ErrorContains(t, err, "SQL92")
-	_, err = buildFilter("XPATH", "x")
+	_, err = reg.Filter(context.Background(), filter.Subscription{ExpressionType: "XPATH", Expression: "x"})
 	assert.ErrorContains(t, err, "XPATH")
 }

@@ -15,8 +15,17 @@ import (
 //
 // RocketMQ re-queues a parked request and re-runs it from a scanning thread every few
 // seconds as well as on arrival. Here each parked pull is a goroutine blocked on its waiter's
-// channel; an arrival wakes exactly the waiters of that queue whose filter accepts the
+// channel; an arrival wakes exactly the waiters of that queue whose filter admits the
 // message's tag code, so an idle queue costs nothing and a busy one answers at once.
+//
+// The dispatcher checks tag codes only, never a filter's Match (SQL92, Wasm): it runs under
+// this table's lock on the store's single dispatch goroutine, where one slow Wasm call
+// would hold up every queue's dispatch and every pull's parking. A woken pull instead reads
+// with its full filter on its own goroutine: the arrivals since it parked go to the filter
+// as one batch (wake-ups coalesce in the waiter's one-slot channel), and when none matches
+// the pull moves past them and parks again without answering (processPull). So filters are
+// evaluated per wake-up and window, not per parked pull per message, and a slow filter
+// delays only the pulls that use it.
 type longPoll struct {
 	parked atomic.Int64 // fast path: the dispatcher skips the lock when nobody waits
 	// waiting counts parked pulls that read once more after parking, found nothing and now
@@ -43,9 +52,9 @@ type pollOwner struct {
 
 type pollWaiter struct {
 	key    pollKey
-	owner  pollOwner // who parked: a newer pull by the same owner of the same queue supersedes this one
-	offset int64
-	filter store.Filter
+	owner  pollOwner     // who parked: a newer pull by the same owner of the same queue supersedes this one
+	offset int64         // guarded by longPoll.mu once parked
+	filter *store.Filter // the dispatcher checks its tag codes only
 	ready  chan struct{} // capacity 1; a send never blocks
 	// superseded is set when the same owner parked a newer pull on the same queue: the client
 	// has given up on this one (it timed out, or seeked), so it answers at once.
@@ -63,7 +72,7 @@ func newLongPoll() *longPoll {
 // the zero owner never supersedes anything. A client that gives up on a parked pull and sends
 // another for the same queue would otherwise leave the old one holding a request slot of its
 // connection until the suspend time ends.
-func (l *longPoll) park(topic string, queueID int32, offset int64, f store.Filter, owner pollOwner) *pollWaiter {
+func (l *longPoll) park(topic string, queueID int32, offset int64, f *store.Filter, owner pollOwner) *pollWaiter {
 	w := &pollWaiter{key: pollKey{topic, queueID}, owner: owner, offset: offset, filter: f, ready: make(chan struct{}, 1)}
 	l.mu.Lock()
 	set := l.waiters[w.key]
@@ -101,6 +110,14 @@ func (l *longPoll) supersedeLocked(set map[*pollWaiter]struct{}, owner pollOwner
 	}
 }
 
+// advance moves a parked pull's offset past messages it read and rejected, so that only
+// later arrivals wake it.
+func (l *longPoll) advance(w *pollWaiter, offset int64) {
+	l.mu.Lock()
+	w.offset = offset
+	l.mu.Unlock()
+}
+
 func (l *longPoll) unpark(w *pollWaiter) {
 	l.mu.Lock()
 	set := l.waiters[w.key]
@@ -127,7 +144,7 @@ func (l *longPoll) arrived(ev store.DispatchEvent) {
 		if ev.QueueOffset < w.offset {
 			continue
 		}
-		if w.filter != nil && !w.filter.MatchTagsCode(ev.TagsCode) {
+		if !w.filter.MatchTagsCode(ev.TagsCode) {
 			continue
 		}
 		wake(w)

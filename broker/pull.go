@@ -2,45 +2,15 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
+	"github.com/flowd-io/flowd/broker/filter"
 	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/protocol"
 	"github.com/flowd-io/flowd/remoting"
 )
-
-// tagFilter accepts messages whose consume-queue tag code is one of the subscribed tags'
-// codes. Like RocketMQ it matches codes only: a client re-checks the tag string, since two
-// tags can share a hash.
-type tagFilter struct {
-	codes []int64
-}
-
-func (f *tagFilter) MatchTagsCode(code int64) bool { return slices.Contains(f.codes, code) }
-func (f *tagFilter) MatchMessage([]byte) bool      { return true }
-
-// buildFilter turns a subscription into the store's read filter. A nil filter takes all.
-func buildFilter(expressionType, expr string) (store.Filter, error) {
-	switch strings.ToUpper(expressionType) {
-	case "", "TAG":
-	case "SQL92":
-		return nil, fmt.Errorf("SQL92 filtering is not enabled on this broker (expression %q)", expr)
-	default:
-		return nil, fmt.Errorf("unknown expression type %q", expressionType)
-	}
-	tags := protocol.ParseTagExpression(expr)
-	if tags == nil {
-		return nil, nil
-	}
-	f := &tagFilter{codes: make([]int64, len(tags))}
-	for i, t := range tags {
-		f.codes[i] = protocol.TagsCode(t)
-	}
-	return f, nil
-}
 
 // maxPullMsgs caps a pull's maxMsgNums: well above any batch the store returns (32), low
 // enough that its scan buffer (maxMsgs × 20 bytes) stays small.
@@ -86,12 +56,15 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		return resp
 	}
 
-	var filter store.Filter
+	// The filter is compiled once per subscription version and shared by every pull of it.
+	var f *store.Filter
 	var err error
 	if h.SysFlag&protocol.PullFlagSubscription != 0 {
-		filter, err = buildFilter(h.ExpressionType, h.Subscription)
+		f, err = b.cfg.Filters.Filter(ctx, filter.Subscription{Group: h.ConsumerGroup, Topic: h.Topic,
+			ExpressionType: h.ExpressionType, Expression: h.Subscription, Version: h.SubVersion})
 	} else if sub, ok := b.consumers.subscription(h.ConsumerGroup, h.Topic); ok {
-		filter, err = buildFilter(sub.ExpressionType, sub.Expression)
+		f, err = b.cfg.Filters.Filter(ctx, filter.Subscription{Group: h.ConsumerGroup, Topic: h.Topic,
+			ExpressionType: sub.ExpressionType, Expression: sub.Expression, Version: sub.Version})
 	}
 	if err != nil {
 		return errorResponse(req, protocol.SubscriptionParseFailed, err)
@@ -121,8 +94,17 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 	// Read first: a consumer that is behind finds messages without touching the long-poll
 	// table. Only a pull that finds nothing parks, and then reads once more, so that a message
 	// dispatched between its first read and its parking still wakes it.
+	//
+	// A parked pull is woken by any arrival whose tag code its filter admits (the dispatcher
+	// checks nothing else: see longPoll) and decides on the arrivals itself, with the full
+	// filter, in one read: when they all fail the filter it moves past them and parks again,
+	// so the client is answered only for a message that matches (or at its timeout, with
+	// nextBeginOffset past what was rejected).
+	from := h.QueueOffset // where this pull reads: moves only past rejected messages
+	// Once parked, the pull stays registered until it answers: a wake-up that comes while it
+	// reads waits in w.ready, and a newer pull of the same client finds it to supersede.
 	var w *pollWaiter
-	var deadline *time.Timer // set once this pull has parked
+	var deadline *time.Timer // set when this pull parks
 	defer func() {
 		if w != nil {
 			b.poll.unpark(w)
@@ -132,8 +114,14 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		}
 	}()
 	for {
-		res, err := b.store.GetMessage(ctx, h.Topic, h.QueueID, h.QueueOffset, maxMsgs, maxBytes, filter)
+		res, err := b.store.GetMessage(ctx, h.Topic, h.QueueID, from, maxMsgs, maxBytes, f)
 		if err != nil {
+			if errors.Is(err, store.ErrFilterFailed) {
+				// Fail-closed filter: the consumer retries from its offset after its error
+				// back-off; no other queue waits for this one.
+				b.log.Warn("pull: message filter failed", "group", h.ConsumerGroup, "topic", h.Topic, "queue", h.QueueID, "err", err)
+				return errorResponse(req, protocol.SystemError, err)
+			}
 			return storeErrorResponse(req, err)
 		}
 		code := pullCode(res.Status, h.QueueOffset)
@@ -143,29 +131,34 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		if res.Status == store.OffsetFoundNull {
 			suspend = false
 		}
-		if code == protocol.PullNotFound && suspend && deadline == nil && !remoting.Park(ctx) {
+		if w != nil && w.superseded.Load() {
+			suspend = false // the client moved on: answer now with what is there
+		}
+		if res.Status == store.NoMatchedMessage && suspend && w != nil {
+			// Parked, and what arrived does not match: skip it and keep waiting.
+			from = res.NextBeginOffset
+			res.Release()
+			b.poll.advance(w, from)
+			continue
+		}
+		if code == protocol.PullNotFound && suspend && w == nil && !remoting.Park(ctx) {
 			suspend = false // the connection has all the parked pulls it may have: answer now
 		}
 		if code != protocol.PullNotFound || !suspend {
-			if deadline == nil {
+			if w == nil {
 				b.poll.supersede(h.Topic, h.QueueID, owner) // this pull replaces any the owner parked
 			}
 			return pullResponse(req, code, res)
 		}
 		res.Release()
 		if w == nil {
-			w = b.poll.park(h.Topic, h.QueueID, h.QueueOffset, filter, owner)
-			if deadline == nil {
-				deadline = time.NewTimer(wait)
-			}
+			w = b.poll.park(h.Topic, h.QueueID, from, f, owner)
+			deadline = time.NewTimer(wait)
 			continue // the read after parking
 		}
 		b.poll.waiting.Add(1)
 		select {
 		case <-w.ready:
-			if w.superseded.Load() {
-				suspend = false // the client moved on: answer now with what is there
-			}
 		case <-deadline.C:
 			suspend = false // out of time: answer with whatever is there now
 		case <-ctx.Done():
@@ -174,8 +167,6 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 			suspend = false
 		}
 		b.poll.waiting.Add(-1)
-		b.poll.unpark(w)
-		w = nil
 	}
 }
 

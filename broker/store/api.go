@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -62,23 +64,86 @@ func (s GetStatus) String() string {
 	return "GetStatus(" + strconv.Itoa(int(s)) + ")"
 }
 
-// Filter is the read path's hook: GetMessage returns only messages both methods accept.
+// Filter selects the messages GetMessage returns. A nil *Filter accepts everything.
 //
-// MatchTagsCode sees the consume-queue unit's tag hash and costs nothing to call;
-// MatchMessage sees the exact stored bytes of a message that passed it (decode what you
-// need: StoredProperties finds the property block without allocating). stored must not be
-// kept after MatchMessage returns. A nil Filter accepts everything.
+// A read applies it in two steps. TagsCodes is checked on each consume-queue unit and costs
+// no I/O; only units that pass it are read from the commit log. Match, if set, then sees
+// those candidates' stored bytes in batches: one call per window of candidates (a window
+// holds as many candidates as the batch could still take, and grows while candidates are
+// rejected), never one call per message, so a filter with a fixed cost per call (a Wasm
+// module) pays it once per window.
 //
-// One Filter value is called from several goroutines at once, so implementations must be
-// safe for concurrent use (flowd's are immutable after they are built). A pull builds one
-// Filter and passes it to GetMessage on the pull's goroutine, which calls both methods, one
-// call at a time; while that pull is parked, the broker's long-poll wake-up calls
-// MatchTagsCode on the dispatcher's goroutine (from Options.OnDispatch) for every message
-// dispatched to the queue, which can overlap the pull's own read after parking.
-// MatchTagsCode runs inside the dispatcher, so it must be cheap and never block.
-type Filter interface {
-	MatchTagsCode(tagsCode int64) bool
-	MatchMessage(stored []byte) bool
+// One Filter is shared: the broker compiles a subscription once and every pull of it, on
+// its own goroutine, reads with the same value, while the long-poll wake-up checks
+// MatchTagsCode on the dispatcher's goroutine. A Filter must therefore not change after it
+// is built, and Match must be safe for concurrent use.
+type Filter struct {
+	// TagsCodes, when non-nil, admits only units whose tag code (Java's String.hashCode of
+	// the TAGS property, 0 without tags) is one of them. It is a slice, not a set: a
+	// subscription names a handful of tags, and a scan of a few codes beats a map lookup.
+	TagsCodes []int64
+
+	// Match, when set, decides on the candidates that passed TagsCodes.
+	Match BatchFilter
+
+	// OnError is what a read does when Match returns an error (or panics). The zero value is
+	// FailClosed.
+	OnError FilterErrorPolicy
+}
+
+// MatchTagsCode reports whether a unit with tag code tagsCode can match: it checks
+// TagsCodes only. It never blocks, so the dispatcher may call it.
+func (f *Filter) MatchTagsCode(tagsCode int64) bool {
+	return f == nil || f.TagsCodes == nil || slices.Contains(f.TagsCodes, tagsCode)
+}
+
+// FilterErrorPolicy says what a read does when a filter fails.
+type FilterErrorPolicy int
+
+const (
+	// FailClosed delivers nothing the failed call was asked about: a read that has not
+	// taken a message yet returns an error wrapping ErrFilterFailed and no result, so the
+	// queue stays at its offset until the filter works again; a read that already took
+	// messages from earlier windows returns them, with NextBeginOffset at the first message
+	// of the failed window. Choose it when delivering an unwanted message is worse than
+	// stalling the queue.
+	FailClosed FilterErrorPolicy = iota
+	// FailOpen delivers every candidate of the failed window as if it matched (and logs the
+	// error). Choose it when a consumer re-checks messages itself, or a stalled queue is
+	// worse than an extra message.
+	FailOpen
+)
+
+// String names the policy as configuration spells it.
+func (p FilterErrorPolicy) String() string {
+	switch p {
+	case FailClosed:
+		return "fail-closed"
+	case FailOpen:
+		return "fail-open"
+	}
+	return "FilterErrorPolicy(" + strconv.Itoa(int(p)) + ")"
+}
+
+// BatchFilter decides on a batch of candidate messages at once.
+type BatchFilter interface {
+	// MatchBatch sets keep[i] to true for each msgs[i] that matches; keep has len(msgs)
+	// elements, all false on entry. ctx is the reading pull's: a filter that may be slow
+	// must give up when it is done. Neither msgs nor their Stored bytes may be kept after
+	// MatchBatch returns. An error applies the Filter's OnError policy to the whole batch.
+	MatchBatch(ctx context.Context, msgs []Candidate, keep []bool) error
+}
+
+// Candidate is one message a BatchFilter decides on.
+type Candidate struct {
+	Topic       string
+	QueueID     int32
+	QueueOffset int64
+	// TagsCode is the consume-queue unit's tag code.
+	TagsCode int64
+	// Stored is the message's exact stored bytes (StoredProperties finds its property
+	// block without allocating). Valid only during the MatchBatch call.
+	Stored []byte
 }
 
 // GetResult is what GetMessage read.

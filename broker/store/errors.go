@@ -33,4 +33,8 @@ var (
 	ErrHalfMessage = errors.New("transactional half message")
 	// ErrCorrupt: a store file is damaged in a way recovery cannot repair by cutting.
 	ErrCorrupt = errors.New("store corrupt")
+	// ErrFilterFailed: a read's Filter.Match failed under FailClosed before the read took
+	// any message; the queue stays at the requested offset. The filter's own error is
+	// wrapped too.
+	ErrFilterFailed = errors.New("message filter failed")
 )

@@ -2,10 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,7 +69,7 @@ func waitDispatch(t testing.TB, s *Store) {
 	require.NoError(t, s.waitDispatched(ctx, s.written.Load()))
 }
 
-func get(t testing.TB, s *Store, topic string, qid int32, off int64, maxMsgs, maxBytes int, f Filter) *GetResult {
+func get(t testing.TB, s *Store, topic string, qid int32, off int64, maxMsgs, maxBytes int, f *Filter) *GetResult {
 	t.Helper()
 	r, err := s.GetMessage(context.Background(), topic, qid, off, maxMsgs, maxBytes, f)
 	require.NoError(t, err)
@@ -114,21 +116,49 @@ func checkConsistent(t testing.TB, s *Store) {
 	}
 }
 
-// tagFilter accepts the given tags' codes and, if msg is set, messages msg accepts.
-type tagFilter struct {
-	codes map[int64]bool
-	msg   func([]byte) bool
-}
-
-func tagsOf(tags ...string) *tagFilter {
-	f := &tagFilter{codes: map[int64]bool{}}
+// tagsOf is the filter of a tag subscription.
+func tagsOf(tags ...string) *Filter {
+	f := &Filter{TagsCodes: []int64{}}
 	for _, t := range tags {
-		f.codes[protocol.TagsCode(t)] = true
+		f.TagsCodes = append(f.TagsCodes, protocol.TagsCode(t))
 	}
 	return f
 }
 
-func (f *tagFilter) MatchTagsCode(c int64) bool { return f.codes == nil || f.codes[c] }
-func (f *tagFilter) MatchMessage(b []byte) bool { return f.msg == nil || f.msg(b) }
+var errFilterTest = errors.New("filter unavailable")
+
+// countingFilter is a BatchFilter that keeps the candidates match accepts (all when match
+// is nil) and counts its calls and the candidates it saw.
+type countingFilter struct {
+	match func(Candidate) bool
+	// failOn makes the failOn-th call and every later one fail (0: never); panics makes
+	// them panic instead.
+	failOn   int64
+	panics   bool
+	calls    atomic.Int64
+	seen     atomic.Int64
+	maxBatch atomic.Int64
+}
+
+func (c *countingFilter) MatchBatch(ctx context.Context, msgs []Candidate, keep []bool) error {
+	call := c.calls.Add(1)
+	c.seen.Add(int64(len(msgs)))
+	for {
+		m := c.maxBatch.Load()
+		if int64(len(msgs)) <= m || c.maxBatch.CompareAndSwap(m, int64(len(msgs))) {
+			break
+		}
+	}
+	if c.failOn > 0 && call >= c.failOn {
+		if c.panics {
+			panic("filter bug")
+		}
+		return errFilterTest
+	}
+	for i, m := range msgs {
+		keep[i] = c.match == nil || c.match(m)
+	}
+	return nil
+}
 
 func runtimeGosched() { time.Sleep(time.Millisecond) }

@@ -32,9 +32,17 @@ const (
 // 64 KiB / 8 messages beyond. maxMsgs ≤ 0 reads one message. At most
 // max(16000 bytes, maxMsgs×20) of consume queue is scanned, within one consume-queue file.
 //
-// The error is non-nil only when ctx is done or the store is closed; everything else is a
-// status. Call Release on the result when its Messages are no longer needed.
-func (s *Store) GetMessage(ctx context.Context, topic string, queueID int32, offset int64, maxMsgs, maxBytes int, f Filter) (*GetResult, error) {
+// With f.Match set, the units that pass f's tag codes are read ahead in windows and each
+// window goes to f.Match as one batch (see Filter). NextBeginOffset stays exact: every
+// message below it was evaluated and either returned or rejected, and none at or above it
+// was returned. A window may hold more matches than the batch can take (windows grow while
+// the filter rejects): the read then stops at the first match it cannot take, which the
+// next read evaluates again.
+//
+// The error is non-nil when ctx is done, the store is closed, or f.Match failed under
+// FailClosed before any message was taken (ErrFilterFailed); everything else is a status.
+// Call Release on the result when its Messages are no longer needed.
+func (s *Store) GetMessage(ctx context.Context, topic string, queueID int32, offset int64, maxMsgs, maxBytes int, f *Filter) (*GetResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -93,45 +101,115 @@ func (s *Store) GetMessage(ctx context.Context, topic string, queueID int32, off
 	S := s.opts.SegmentSize
 	status := NoMatchedMessage
 	skipBelow := int64(-1) // units in a removed segment are skipped without reading
+	var match BatchFilter
+	if f != nil {
+		match = f.Match
+	}
+	var win *filterWindow
+	if match != nil {
+		win = s.getWindow()
+		defer s.putWindow(win)
+	}
+	var ferr error // why the read stopped early without a message, if it did
 	n := len(units) / cqUnitSize
-	i := 0
-	for ; i < n; i++ {
-		off, size, tc := decodeUnit(units[i*cqUnitSize:])
-		if size <= 0 || int64(size) > S || off < skipBelow {
-			continue // a hole (zero unit), a damaged unit, or a removed segment
+	i := 0 // units below i are decided
+scan:
+	for i < n {
+		if win != nil {
+			win.start(&rd)
 		}
-		inDisk := maxPhy-off > budget
-		if rd.full(int(size), inDisk) {
-			break
-		}
-		if f != nil && !f.MatchTagsCode(tc) {
-			if rd.count == 0 {
-				status = NoMatchedMessage // the last reason for an empty batch wins, as in RocketMQ
+		for ; i < n; i++ {
+			off, size, tc := decodeUnit(units[i*cqUnitSize:])
+			if size <= 0 || int64(size) > S || off < skipBelow {
+				continue // a hole (zero unit), a damaged unit, or a removed segment
 			}
-			continue
-		}
-		at, err := rd.get(units, i, off, int(size), inDisk)
-		if err != nil {
-			if errors.Is(err, ErrNotFound) {
-				if rd.count == 0 {
-					status = MessageWasRemoving
+			inDisk := maxPhy-off > budget
+			if rd.full(int(size), inDisk) {
+				if win == nil || len(win.ents) == 0 {
+					break scan
 				}
-				skipBelow = off - off%S + S
+				break // decide the window first: it may leave room for nothing more
+			}
+			if !f.MatchTagsCode(tc) {
+				if rd.count == 0 {
+					status = NoMatchedMessage // the last reason for an empty batch wins, as in RocketMQ
+				}
 				continue
 			}
-			s.log.Warn("read message for pull", "topic", topic, "queue", queueID, "offset", offset+int64(i), "err", err)
-			continue
-		}
-		if f != nil && !f.MatchMessage(rd.buf[at:at+int(size):at+int(size)]) {
-			if rd.count == 0 {
-				status = NoMatchedMessage
+			if match != nil && win.full(int(size)) {
+				break
 			}
+			ahead := min(max(maxMsgs, 1), memBatchCount) - rd.count
+			if win != nil {
+				ahead = win.maxCount - len(win.ents)
+			}
+			at, err := rd.get(units, i, off, int(size), inDisk, ahead)
+			if err != nil {
+				if errors.Is(err, ErrNotFound) {
+					if rd.count == 0 {
+						status = MessageWasRemoving
+					}
+					skipBelow = off - off%S + S
+					continue
+				}
+				s.log.Warn("read message for pull", "topic", topic, "queue", queueID, "offset", offset+int64(i), "err", err)
+				continue
+			}
+			if match == nil {
+				rd.accept(at, int(size))
+				status = Found
+				continue
+			}
+			win.add(windowEntry{unit: i, at: at, size: int(size), offset: offset + int64(i), tagCode: tc, inDisk: inDisk})
+		}
+		if win == nil || len(win.ents) == 0 {
 			continue
 		}
-		rd.accept(at, int(size))
-		status = Found
+		keep, err := win.decide(ctx, match, &rd, topic, queueID)
+		if err != nil {
+			if ctx.Err() == nil && f.OnError == FailOpen {
+				s.log.Warn("message filter failed; delivering its batch (fail-open)", "topic", topic, "queue", queueID, "offset", win.ents[0].offset, "messages", len(win.ents), "err", err)
+				for k := range keep {
+					keep[k] = true
+				}
+			} else {
+				// Hold the queue at the window's first message: nothing of it was decided.
+				i = win.ents[0].unit
+				if ctx.Err() != nil {
+					ferr = ctx.Err()
+				} else {
+					ferr = fmt.Errorf("%w: %s/%d at %d: %w", ErrFilterFailed, topic, queueID, win.ents[0].offset, err)
+				}
+				break scan
+			}
+		}
+		rejected := false
+		for k, ok := range keep {
+			if !ok {
+				rejected = true
+				if rd.count == 0 {
+					status = NoMatchedMessage
+				}
+				continue
+			}
+			e := win.ents[k]
+			if rd.full(e.size, e.inDisk) {
+				i = e.unit // evaluated but not taken: the next read starts here
+				break scan
+			}
+			rd.accept(e.at, e.size)
+			status = Found
+		}
+		if rejected {
+			rd.compact(win.bufStart, win.spanStart)
+		}
+		win.grow++
 	}
 	s.putReadBuf(up, ubuf)
+	if ferr != nil && rd.count == 0 {
+		s.putReadBuf(bp, rd.buf)
+		return nil, ferr
+	}
 	r.Status = status
 	r.NextBeginOffset = offset + int64(i)
 	if rd.count > 0 {
@@ -146,6 +224,100 @@ func (s *Store) GetMessage(ctx context.Context, topic string, queueID int32, off
 		s.putReadBuf(bp, rd.buf)
 	}
 	return r, nil
+}
+
+// maxWindowGrowth bounds how far a filter window grows past the room left in the batch
+// (×2 per window that left room): a filter that rejects most messages is then called a few
+// times per read instead of once per batch-sized window, and at most 8 × 256 KiB is read
+// ahead.
+const maxWindowGrowth = 3
+
+// filterWindow is one batch of candidates for Filter.Match. Its slices are reused across
+// the windows of a read and, through Store.winPool, across reads.
+type filterWindow struct {
+	ents  []windowEntry
+	bytes int
+	// limits of this window, from the batch's remaining room and grow
+	maxCount, maxBytes int
+	grow               int
+	// where the batch reader's buffer and spans stood when the window started
+	bufStart, spanStart int
+
+	cands []Candidate
+	keep  []bool
+}
+
+// windowEntry is a candidate: its unit index, queue offset, tag code, and position in the
+// batch reader's buffer.
+type windowEntry struct {
+	unit, at, size  int
+	offset, tagCode int64
+	inDisk          bool
+}
+
+func (s *Store) getWindow() *filterWindow {
+	if w, ok := s.winPool.Get().(*filterWindow); ok {
+		return w
+	}
+	return &filterWindow{}
+}
+
+func (s *Store) putWindow(w *filterWindow) {
+	if cap(w.ents) > memBatchCount<<maxWindowGrowth {
+		return // a read with a huge maxMsgs: let it go
+	}
+	w.ents, w.grow = w.ents[:0], 0
+	s.winPool.Put(w)
+}
+
+// start empties the window and sizes it from the room the batch has left.
+func (w *filterWindow) start(rd *batchReader) {
+	w.ents = w.ents[:0]
+	w.bytes = 0
+	count := min(max(rd.maxMsgs, 1), memBatchCount) - rd.count
+	bytes := memBatchBytes - rd.total
+	if rd.maxBytes > 0 {
+		bytes = min(bytes, rd.maxBytes-rd.total)
+	}
+	g := min(w.grow, maxWindowGrowth)
+	w.maxCount, w.maxBytes = max(count, 1)<<g, max(bytes, 1)<<g
+	w.bufStart, w.spanStart = len(rd.buf), len(rd.spans)
+}
+
+// full reports whether a candidate of size bytes would overfill the window (never when it
+// is empty, so that a message larger than the window is still evaluated).
+func (w *filterWindow) full(size int) bool {
+	return len(w.ents) > 0 && (len(w.ents) >= w.maxCount || w.bytes+size > w.maxBytes)
+}
+
+func (w *filterWindow) add(e windowEntry) {
+	w.ents = append(w.ents, e)
+	w.bytes += e.size
+}
+
+// decide hands the window to m as one batch. A panic in m is an error of the batch, so a
+// faulty filter fails its reads instead of the broker.
+func (w *filterWindow) decide(ctx context.Context, m BatchFilter, rd *batchReader, topic string, queueID int32) (keep []bool, err error) {
+	n := len(w.ents)
+	w.cands = slices.Grow(w.cands[:0], n)[:n]
+	w.keep = slices.Grow(w.keep[:0], n)[:n]
+	for k, e := range w.ents {
+		w.cands[k] = Candidate{
+			Topic: topic, QueueID: queueID, QueueOffset: e.offset, TagsCode: e.tagCode,
+			Stored: rd.buf[e.at : e.at+e.size : e.at+e.size],
+		}
+		w.keep[k] = false
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			keep, err = w.keep, fmt.Errorf("message filter panicked: %v", p)
+		}
+		clear(w.cands) // drop the references to the buffer
+	}()
+	if err := m.MatchBatch(ctx, w.cands, w.keep); err != nil {
+		return w.keep, err
+	}
+	return w.keep, nil
 }
 
 func (s *Store) getReadBuf() *[]byte {
@@ -196,7 +368,9 @@ func (r *batchReader) full(size int, inDisk bool) bool {
 }
 
 // get reads the message of unit i (at off, size bytes) and returns its position in r.buf.
-func (r *batchReader) get(units []byte, i int, off int64, size int, inDisk bool) (int, error) {
+// A read from the log takes along the messages of up to ahead-1 following units when they
+// are adjacent, since the batch (or the filter window) may take them too.
+func (r *batchReader) get(units []byte, i int, off int64, size int, inDisk bool, ahead int) (int, error) {
 	if off >= r.wStart && off+int64(size) <= r.wEnd {
 		at := r.wAt + int(off-r.wStart)
 		return at, r.check(r.buf[at:at+size], off, size)
@@ -217,7 +391,7 @@ func (r *batchReader) get(units []byte, i int, off int64, size int, inDisk bool)
 	S := r.s.opts.SegmentSize
 	segEnd := off - off%S + S
 	end := off + int64(size)
-	for j := i + 1; j < len(units)/cqUnitSize; j++ {
+	for j := i + 1; j < min(len(units)/cqUnitSize, i+ahead); j++ {
 		o, sz, _ := decodeUnit(units[j*cqUnitSize:])
 		if o != end || sz <= 0 || end+int64(sz) > segEnd || end+int64(sz)-off > int64(budget) {
 			break
@@ -239,6 +413,21 @@ func (r *batchReader) check(b []byte, off int64, size int) error {
 		return fmt.Errorf("consume queue unit (offset %d, size %d) does not match the commit log", off, size)
 	}
 	return nil
+}
+
+// compact drops what the buffer holds past bufStart except the spans from spanStart on
+// (the messages a filter window accepted), so that rejected candidates do not pile up in
+// the buffer over the windows of one read.
+func (r *batchReader) compact(bufStart, spanStart int) {
+	w := bufStart
+	for k := spanStart; k < len(r.spans); k++ {
+		sp := r.spans[k]
+		n := copy(r.buf[w:], r.buf[sp[0]:sp[1]])
+		r.spans[k] = [2]int{w, w + n}
+		w += n
+	}
+	r.buf = r.buf[:w]
+	r.wStart, r.wEnd, r.wAt = 0, 0, 0
 }
 
 // accept adds the message at r.buf[at:at+size] to the batch. Positions, not slices, are

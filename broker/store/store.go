@@ -84,6 +84,7 @@ type Store struct {
 
 	encPool  sync.Pool // *[]byte encode buffers
 	readPool sync.Pool // *[]byte GetMessage buffers
+	winPool  sync.Pool // *filterWindow of GetMessage with a batch filter
 
 	recovery RecoveryReport
 }

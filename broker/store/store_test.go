@@ -240,26 +240,28 @@ func TestScanLimitAndFilters(t *testing.T) {
 	assert.Equal(t, "99", string(ms[0].Body))
 	assert.Equal(t, int64(800), g.NextBeginOffset)
 
-	// The full-message hook sees the stored bytes.
+	// The message filter sees the stored bytes of the units that pass the tag codes, a
+	// window at a time: the first window is what the batch can take (5), and each window
+	// that leaves room doubles (10, 4×4, 2×8, 1×8).
 	f := tagsOf("skip", "want")
-	var calls int
-	f.msg = func(b []byte) bool {
-		calls++
-		props, err := StoredProperties(b)
+	cf := &countingFilter{match: func(c Candidate) bool {
+		props, err := StoredProperties(c.Stored)
 		require.NoError(t, err)
 		v, _ := findProperty(props, protocol.PropertyUniqueKey)
 		return strings.HasSuffix(string(v), "7")
-	}
+	}}
+	f.Match = cf
 	g = get(t, s, "T", 0, 0, 5, 0, f)
 	ms = decodeAll(t, g)
 	require.Len(t, ms, 5)
 	for i, m := range ms {
 		assert.Equal(t, fmt.Sprint(i*10+7), string(m.Body))
 	}
-	assert.Equal(t, int64(48), g.NextBeginOffset)
-	assert.Equal(t, 48, calls)
+	assert.Equal(t, int64(55), g.NextBeginOffset, "48..54 were evaluated in the last window and rejected")
+	assert.Equal(t, int64(5), cf.calls.Load())
+	assert.Equal(t, int64(55), cf.seen.Load())
 
-	f.msg = func([]byte) bool { return false }
+	f.Match = &countingFilter{match: func(Candidate) bool { return false }}
 	g = get(t, s, "T", 0, 990, 32, 0, f)
 	assert.Equal(t, NoMatchedMessage, g.Status)
 	assert.Equal(t, int64(1000), g.NextBeginOffset)

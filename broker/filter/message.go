@@ -1,0 +1,183 @@
+package filter
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// Message is a candidate message as a BatchMatcher sees it. Its byte slices alias the
+// store's read buffer: they are valid only during the Match call and must not be changed.
+type Message struct {
+	Topic          string
+	QueueID        int32
+	QueueOffset    int64
+	StoreTimestamp int64 // Unix milliseconds
+	Tags           string
+	Keys           string
+	// Properties is the raw property block, RocketMQ-encoded: key\x01value\x02 repeated.
+	Properties []byte
+	// Body is the body as stored: zlib-compressed when Compressed.
+	Body       []byte
+	Compressed bool
+}
+
+// BatchMatcher decides on a batch of messages at once (a Wasm filter module does one call
+// per batch). It must be safe for concurrent use: one matcher serves every pull of its
+// subscription.
+type BatchMatcher interface {
+	// Match sets keep[i] for each msgs[i] that matches; keep has len(msgs) elements, all
+	// false on entry. It must give up when ctx is done. An error applies the policy the
+	// matcher was registered with (see Batch) to the whole batch.
+	Match(ctx context.Context, msgs []Message, keep []bool) error
+}
+
+// MatcherFunc resolves a subscription to its matcher: for WASM, the daemon parses the
+// expression (a module name@version and its parameters) and returns the deployed module's
+// matcher. An error is answered to the pull as SUBSCRIPTION_PARSE_FAILED; wrap
+// ErrUnavailable when the module is not deployed.
+type MatcherFunc func(ctx context.Context, sub Subscription) (BatchMatcher, error)
+
+// Batch is the compiler of an expression type whose messages are decided by BatchMatchers
+// (WASM). onError is what a read does when a matcher fails: store.FailClosed holds the
+// queue until it works again, store.FailOpen delivers the batch.
+func Batch(resolve MatcherFunc, onError store.FilterErrorPolicy) Compiler {
+	return CompilerFunc(func(ctx context.Context, sub Subscription) (*store.Filter, error) {
+		m, err := resolve(ctx, sub)
+		if err != nil {
+			return nil, err
+		}
+		if m == nil {
+			return nil, fmt.Errorf("no matcher for expression %q", sub.Expression)
+		}
+		return &store.Filter{Match: batchAdapter{m}, OnError: onError}, nil
+	})
+}
+
+// batchAdapter decodes the store's candidates into Messages for a BatchMatcher.
+type batchAdapter struct{ m BatchMatcher }
+
+func (a batchAdapter) MatchBatch(ctx context.Context, cands []store.Candidate, keep []bool) error {
+	msgs := make([]Message, len(cands))
+	for i, c := range cands {
+		if err := decodeCandidate(c, &msgs[i]); err != nil {
+			return err
+		}
+	}
+	return a.m.Match(ctx, msgs, keep)
+}
+
+// decodeCandidate fills m from a stored message without copying its bytes (only Tags and
+// Keys become strings).
+func decodeCandidate(c store.Candidate, m *Message) error {
+	b := c.Stored
+	bad := func(what string) error {
+		return fmt.Errorf("decode %s/%d at %d for filtering: %s: %w", c.Topic, c.QueueID, c.QueueOffset, what, protocol.ErrMalformedMessage)
+	}
+	if len(b) < protocol.StoredBornHostAt {
+		return bad("too short")
+	}
+	sysFlag := int32(binary.BigEndian.Uint32(b[protocol.StoredSysFlagAt:]))
+	p := protocol.StoreTimestampAt(sysFlag)
+	storeHost := 8
+	if sysFlag&protocol.MsgFlagStoreHostV6 != 0 {
+		storeHost = 20
+	}
+	if p+8+storeHost+4+8+4 > len(b) {
+		return bad("truncated header")
+	}
+	m.StoreTimestamp = int64(binary.BigEndian.Uint64(b[p:]))
+	p += 8 + storeHost + 4 + 8 // STOREHOST, RECONSUMETIMES, PREPARED_TX_OFFSET
+	bodyLen := int(int32(binary.BigEndian.Uint32(b[p:])))
+	p += 4
+	if bodyLen < 0 || p+bodyLen+1 > len(b) {
+		return bad("BODYLEN overruns the message")
+	}
+	m.Body = b[p : p+bodyLen : p+bodyLen]
+	p += bodyLen
+	p += 1 + int(b[p]) // TOPICLEN, TOPIC
+	if p+2 > len(b) {
+		return bad("TOPICLEN overruns the message")
+	}
+	propLen := int(binary.BigEndian.Uint16(b[p:]))
+	p += 2
+	if p+propLen > len(b) {
+		return bad("PROPLEN overruns the message")
+	}
+	m.Properties = b[p : p+propLen : p+propLen]
+	m.Topic, m.QueueID, m.QueueOffset = c.Topic, c.QueueID, c.QueueOffset
+	m.Compressed = sysFlag&protocol.MsgFlagCompressed != 0
+	if v, ok := property(m.Properties, protocol.PropertyTags); ok {
+		m.Tags = string(v)
+	}
+	if v, ok := property(m.Properties, protocol.PropertyKeys); ok {
+		m.Keys = string(v)
+	}
+	return nil
+}
+
+// property returns the value of key in a raw property block.
+func property(props []byte, key string) ([]byte, bool) {
+	for len(props) > 0 {
+		pair := props
+		if i := bytes.IndexByte(props, protocol.PropertySeparator); i >= 0 {
+			pair, props = props[:i], props[i+1:]
+		} else {
+			props = nil
+		}
+		if len(pair) > len(key) && pair[len(key)] == protocol.NameValueSeparator && string(pair[:len(key)]) == key {
+			return pair[len(key)+1:], true
+		}
+	}
+	return nil, false
+}
+
+// Selector is a compiled SQL92 expression over message properties. The broker/filter/sql92
+// package's *Selector is one.
+type Selector interface {
+	// Match evaluates the expression; get returns a property's value and whether the
+	// message has it. It must be safe for concurrent use.
+	Match(get func(key string) (string, bool)) bool
+}
+
+// SQL92 is the compiler of SQL92 expressions (RocketMQ's MessageSelector.bySql) from a
+// parser, e.g.
+//
+//	reg.Register(filter.TypeSQL92, filter.SQL92(func(e string) (filter.Selector, error) {
+//		return sql92.Compile(e)
+//	}))
+//
+// A message matches when the selector accepts its properties (TAGS and KEYS included).
+// Evaluation cannot fail, so no error policy applies.
+func SQL92(compile func(expr string) (Selector, error)) Compiler {
+	return CompilerFunc(func(_ context.Context, sub Subscription) (*store.Filter, error) {
+		sel, err := compile(sub.Expression)
+		if err != nil {
+			return nil, err
+		}
+		if sel == nil {
+			return nil, fmt.Errorf("SQL92 expression %q compiled to nothing", sub.Expression)
+		}
+		return &store.Filter{Match: sqlAdapter{sel}}, nil
+	})
+}
+
+type sqlAdapter struct{ sel Selector }
+
+func (a sqlAdapter) MatchBatch(_ context.Context, cands []store.Candidate, keep []bool) error {
+	for i, c := range cands {
+		props, err := store.StoredProperties(c.Stored)
+		if err != nil {
+			return fmt.Errorf("properties of %s/%d at %d: %w", c.Topic, c.QueueID, c.QueueOffset, err)
+		}
+		keep[i] = a.sel.Match(func(key string) (string, bool) {
+			v, ok := property(props, key)
+			return string(v), ok
+		})
+	}
+	return nil
+}
