@@ -174,6 +174,7 @@ func (d *dispatcher) add(m *msgInfo) error {
 		p.first = m.queueOffset
 	}
 	p.buf = appendUnit(p.buf, m.phys, m.size, tc)
+	d.s.index.add(m)
 	d.count++
 	if d.notify {
 		d.events = append(d.events, DispatchEvent{
@@ -205,6 +206,9 @@ func (d *dispatcher) commit(upTo int64) error {
 		d.free = append(d.free, p)
 	}
 	d.order = d.order[:0]
+	if err := d.s.index.commit(); err != nil {
+		return err
+	}
 	// Units are readable now (writeUnits published each queue's max). The callbacks run
 	// before dispatched moves, so that whoever waits for dispatched (Close, DeleteTopic,
 	// tests) also knows the callbacks for it have run.

@@ -82,6 +82,8 @@ type Store struct {
 	stop        chan struct{}
 	wg          sync.WaitGroup
 
+	index *keyIndex // nil with Options.DisableIndex; see index.go
+
 	encPool  sync.Pool // *[]byte encode buffers
 	readPool sync.Pool // *[]byte GetMessage buffers
 
@@ -224,6 +226,8 @@ func (s *Store) closeFiles() error {
 	}
 	s.cqs = map[string]map[int32]*consumeQueue{}
 	s.cqMu.Unlock()
+	// A clean Close writes the index's slot table, so the next Open need not rebuild it.
+	errs = append(errs, s.index.close(s.closed && s.writeFailure() == nil))
 	s.cpMu.Lock()
 	if s.cp != nil {
 		errs = append(errs, s.cp.Close())
