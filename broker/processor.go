@@ -42,6 +42,8 @@ func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protoco
 		return b.processLockOwners(req)
 	case protocol.ViewMessageByID:
 		return b.processViewMessage(req)
+	case protocol.QueryMessage:
+		return b.processQueryMessage(req)
 	}
 	return b.serveCommon(req)
 }
