@@ -78,7 +78,8 @@
 // Every CleanInterval the oldest segments (never the active one, nor one not yet flushed and
 // dispatched) are deleted when their last write is older than Retention, or while the volume
 // is fuller than MaxDiskUsage. Consume-queue files whose units all point into deleted
-// segments follow, and queue min offsets move forward. Pulls of removed data answer
+// segments follow, and so do key-index files whose last message lies below the log's first
+// segment; queue min offsets move forward. Pulls of removed data answer
 // OFFSET_TOO_SMALL or MESSAGE_WAS_REMOVING.
 //
 // # Rationale

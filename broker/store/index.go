@@ -265,13 +265,13 @@ func openIndex(s *Store, crash bool) (*keyIndex, error) {
 	b := make([]byte, indexCPSize)
 	n, err := cp.ReadAt(b, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
-		x.close(false)
+		x.close()
 		return nil, fmt.Errorf("read index checkpoint: %w", err)
 	}
 	cpStart, cpCount, cpOK := decodeIndexCP(b[:n])
 	ents, err := x.fs.ReadDir(x.dir)
 	if err != nil {
-		x.close(false)
+		x.close()
 		return nil, fmt.Errorf("list index: %w", err)
 	}
 	for _, e := range ents {
@@ -286,30 +286,30 @@ func openIndex(s *Store, crash bool) (*keyIndex, error) {
 		if crash && (!cpOK || start > cpStart) {
 			// Never covered by an index checkpoint: nothing in it is known durable.
 			if err := x.fs.Remove(path); err != nil {
-				x.close(false)
+				x.close()
 				return nil, fmt.Errorf("remove index file %s: %w", path, err)
 			}
 			continue
 		}
 		f, err := x.fs.OpenFile(path, os.O_RDWR, 0)
 		if err != nil {
-			x.close(false)
+			x.close()
 			return nil, fmt.Errorf("open index file %s: %w", path, err)
 		}
 		xf := &indexFile{start: start, path: path, f: f}
 		x.files = append(x.files, xf)
 		fi, err := f.Stat()
 		if err != nil {
-			x.close(false)
+			x.close()
 			return nil, fmt.Errorf("stat index file %s: %w", path, err)
 		}
 		if fi.Size() != x.fileSize() {
-			x.close(false)
+			x.close()
 			return nil, fmt.Errorf("index file %s has %d bytes, expected %d (were IndexSlots or IndexEntries changed?): %w", path, fi.Size(), x.fileSize(), ErrCorrupt)
 		}
 		var hb [indexHeaderSize]byte
 		if _, err := f.ReadAt(hb[:], 0); err != nil {
-			x.close(false)
+			x.close()
 			return nil, fmt.Errorf("read index file %s: %w", path, err)
 		}
 		xf.hdr = decodeIndexHeader(hb[:])
@@ -317,7 +317,7 @@ func openIndex(s *Store, crash bool) (*keyIndex, error) {
 			xf.hdr.count = min(xf.hdr.count, cpCount)
 		}
 		if xf.hdr.count < 1 || xf.hdr.count > x.entries {
-			x.close(false)
+			x.close()
 			return nil, fmt.Errorf("index file %s has entry count %d of %d: %w", path, xf.hdr.count, x.entries, ErrCorrupt)
 		}
 	}
@@ -325,13 +325,13 @@ func openIndex(s *Store, crash bool) (*keyIndex, error) {
 		x.synced.start, x.synced.count = cpStart, cpCount
 	}
 	if err := x.dropEmptyTail(); err != nil {
-		x.close(false)
+		x.close()
 		return nil, err
 	}
 	if len(x.files) > 0 {
 		last := x.files[len(x.files)-1]
 		if err := x.activate(last, crash); err != nil {
-			x.close(false)
+			x.close()
 			return nil, err
 		}
 		x.lastPhys = last.hdr.endPhy
@@ -702,9 +702,31 @@ func (x *keyIndex) deleteBelow(minOffset int64) error {
 	return nil
 }
 
-// close writes the active file's slot table (when writeOut: the store stopped cleanly, so
-// the next Open reads it instead of rebuilding it) and closes every file.
-func (x *keyIndex) close(writeOut bool) error {
+// writeOut writes the active file's slot table and fsyncs it, at a clean Close, so that the
+// next Open reads the table instead of rebuilding it from the entries. The store removes its
+// abort marker (which makes the next Open trust the table) only after this succeeded.
+func (x *keyIndex) writeOut() error {
+	if x == nil {
+		return nil
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	n := len(x.files)
+	if n == 0 || x.files[n-1].slots == nil {
+		return nil
+	}
+	last := x.files[n-1]
+	if err := x.writeSlots(last); err != nil {
+		return err
+	}
+	if err := last.f.Sync(); err != nil {
+		return fmt.Errorf("fsync index file %s: %w", last.path, err)
+	}
+	return nil
+}
+
+// close closes every file.
+func (x *keyIndex) close() error {
 	if x == nil {
 		return nil
 	}
@@ -713,14 +735,6 @@ func (x *keyIndex) close(writeOut bool) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var errs []error
-	if n := len(x.files); writeOut && n > 0 && x.files[n-1].slots != nil {
-		last := x.files[n-1]
-		if err := x.writeSlots(last); err != nil {
-			errs = append(errs, err)
-		} else if err := last.f.Sync(); err != nil {
-			errs = append(errs, fmt.Errorf("fsync index file %s: %w", last.path, err))
-		}
-	}
 	for _, f := range x.files {
 		if err := f.f.Close(); err != nil {
 			errs = append(errs, err)

@@ -47,7 +47,7 @@ func BenchmarkDispatchIndex(b *testing.B) {
 			var elapsed time.Duration
 			for range b.N {
 				if indexed {
-					s.index.close(false)
+					s.index.close()
 					require.NoError(b, os.RemoveAll(filepath.Join(s.dir, indexDirName)))
 					x, err := openIndex(s, false)
 					require.NoError(b, err)
@@ -69,7 +69,7 @@ func BenchmarkDispatchIndex(b *testing.B) {
 				r, err := s.QueryMessages("BenchTopic", "order-4242", false, 1, 0, math.MaxInt64)
 				require.NoError(b, err)
 				require.Len(b, r.Messages, 1)
-				s.index.close(false)
+				s.index.close()
 				s.index = nil
 			}
 		})

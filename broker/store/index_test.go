@@ -372,3 +372,24 @@ func TestIndexDisabled(t *testing.T) {
 	_, err := os.Stat(filepath.Join(dir, indexDirName))
 	assert.True(t, os.IsNotExist(err))
 }
+
+// TestIndexSlotWriteFailureAtCloseKeepsTheAbortMarker: a clean Open trusts the slot table
+// Close wrote, so Close must not declare the stop clean when writing it failed.
+func TestIndexSlotWriteFailureAtCloseKeepsTheAbortMarker(t *testing.T) {
+	dir := t.TempDir()
+	ffs := vfs.NewFaultFS(nil)
+	o := indexOptions()
+	o.FS = ffs
+	s := openT(t, dir, o)
+	putKeyed(t, s, "T", "m0", "k", "")
+	waitDispatch(t, s)
+	ffs.Match(func(name string) bool { return name == filepath.Join(dir, indexDirName, offsetName(0)) })
+	ffs.ShortWrites(1)
+	require.Error(t, s.Close())
+
+	o.FS = nil
+	s = openT(t, dir, o)
+	defer s.Close()
+	assert.False(t, s.Stats().Recovery.Clean)
+	assert.Equal(t, []string{"m0"}, query(t, s, "T", "k", false, 8))
+}

@@ -188,6 +188,10 @@ func (s *Store) Close() error {
 		if err := s.checkpoint(); err != nil {
 			errs = append(errs, err)
 		}
+		// Before the abort marker goes: a clean Open reads the index's slot table back.
+		if err := s.index.writeOut(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	// A store that failed keeps its abort marker: the next Open must validate and cut.
 	if !failed && len(errs) == 0 {
@@ -226,8 +230,7 @@ func (s *Store) closeFiles() error {
 	}
 	s.cqs = map[string]map[int32]*consumeQueue{}
 	s.cqMu.Unlock()
-	// A clean Close writes the index's slot table, so the next Open need not rebuild it.
-	errs = append(errs, s.index.close(s.closed && s.writeFailure() == nil))
+	errs = append(errs, s.index.close())
 	s.cpMu.Lock()
 	if s.cp != nil {
 		errs = append(errs, s.cp.Close())
