@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -32,9 +33,9 @@ type MessageQuery struct {
 
 // QueryMessages returns the stored messages a query matches, oldest first; none is not an
 // error. It fails with ErrBadTopic for an invalid topic name and ErrBadQuery for a bad
-// query. Bodies are as stored, compressed or not.
-func (b *Broker) QueryMessages(q MessageQuery) ([]*protocol.MessageExt, error) {
-	res, err := b.queryStore(q)
+// query, and with ctx's error when it is done. Bodies are as stored, compressed or not.
+func (b *Broker) QueryMessages(ctx context.Context, q MessageQuery) ([]*protocol.MessageExt, error) {
+	res, err := b.queryStore(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -49,11 +50,11 @@ func (b *Broker) QueryMessages(q MessageQuery) ([]*protocol.MessageExt, error) {
 	return out, nil
 }
 
-func (b *Broker) queryStore(q MessageQuery) (*store.QueryResult, error) {
+func (b *Broker) queryStore(ctx context.Context, q MessageQuery) (*store.QueryResult, error) {
 	if err := ValidateTopic(q.Topic); err != nil {
 		return nil, fmt.Errorf("query: %w", err)
 	}
-	res, err := b.store.QueryMessages(q.Topic, q.Key, q.Unique, q.MaxNum, max(q.Begin, 0), q.End)
+	res, err := b.store.QueryMessages(ctx, q.Topic, q.Key, q.Unique, q.MaxNum, max(q.Begin, 0), q.End)
 	if errors.Is(err, store.ErrBadTopic) {
 		return nil, fmt.Errorf("query %q: %w", q.Topic, ErrBadTopic)
 	}
@@ -66,7 +67,7 @@ func (b *Broker) queryStore(q MessageQuery) (*store.QueryResult, error) {
 // QUERY_NOT_FOUND when there are none. As in RocketMQ, the response header says how far
 // the index reaches (indexLastUpdateTimestamp, indexLastUpdatePhyoffset). Unlike RocketMQ,
 // the broker checks each message's key itself, so hash collisions never reach the client.
-func (b *Broker) processQueryMessage(req *protocol.Command) *protocol.Command {
+func (b *Broker) processQueryMessage(ctx context.Context, req *protocol.Command) *protocol.Command {
 	var h protocol.QueryMessageRequestHeader
 	if err := req.DecodeHeader(&h); err != nil {
 		return errorResponse(req, protocol.InvalidParameter, err)
@@ -82,11 +83,11 @@ func (b *Broker) processQueryMessage(req *protocol.Command) *protocol.Command {
 	case h.BeginTimestamp > h.EndTimestamp:
 		return protocol.NewResponse(req, protocol.InvalidParameter, fmt.Sprintf("beginTimestamp %d is after endTimestamp %d", h.BeginTimestamp, h.EndTimestamp))
 	}
-	res, err := b.queryStore(MessageQuery{Topic: h.Topic, Key: h.Key, Unique: h.Unique, MaxNum: int(h.MaxNum), Begin: h.BeginTimestamp, End: h.EndTimestamp})
+	res, err := b.queryStore(ctx, MessageQuery{Topic: h.Topic, Key: h.Key, Unique: h.Unique, MaxNum: int(h.MaxNum), Begin: h.BeginTimestamp, End: h.EndTimestamp})
 	switch {
 	case errors.Is(err, ErrBadQuery), errors.Is(err, ErrBadTopic):
 		return errorResponse(req, protocol.InvalidParameter, err)
-	case errors.Is(err, store.ErrClosed):
+	case errors.Is(err, store.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return errorResponse(req, protocol.ServiceNotAvailable, err)
 	case err != nil:
 		return errorResponse(req, protocol.SystemError, err)

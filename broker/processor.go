@@ -43,7 +43,7 @@ func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protoco
 	case protocol.ViewMessageByID:
 		return b.processViewMessage(req)
 	case protocol.QueryMessage:
-		return b.processQueryMessage(req)
+		return b.processQueryMessage(ctx, req)
 	}
 	return b.serveCommon(req)
 }

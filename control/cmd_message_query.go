@@ -42,7 +42,7 @@ type MessageQueryReply struct {
 	Messages []MessageReply `json:"messages"`
 }
 
-func (s *Service) messageQuery(_ context.Context, data []byte) (any, error) {
+func (s *Service) messageQuery(ctx context.Context, data []byte) (any, error) {
 	var req MessageQueryRequest
 	if err := decode(data, &req); err != nil {
 		return nil, err
@@ -77,7 +77,7 @@ func (s *Service) messageQuery(_ context.Context, data []byte) (any, error) {
 	if _, ok := s.b.Topic(req.Topic); !ok {
 		return nil, &cmdError{code: CodeNotFound, msg: fmt.Sprintf("topic %q: %s", req.Topic, broker.ErrNotFound)}
 	}
-	ms, err := s.b.QueryMessages(broker.MessageQuery{Topic: req.Topic, Key: req.Key, Unique: req.Unique, MaxNum: maxNum, Begin: begin, End: end})
+	ms, err := s.b.QueryMessages(ctx, broker.MessageQuery{Topic: req.Topic, Key: req.Key, Unique: req.Unique, MaxNum: maxNum, Begin: begin, End: end})
 	if errors.Is(err, broker.ErrBadQuery) {
 		return nil, badRequest("%s", err)
 	}

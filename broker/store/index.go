@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -283,8 +284,9 @@ func openIndex(s *Store, crash bool) (*keyIndex, error) {
 			continue
 		}
 		path := filepath.Join(x.dir, e.Name())
-		if crash && (!cpOK || start > cpStart) {
-			// Never covered by an index checkpoint: nothing in it is known durable.
+		if crash && (!cpOK || start > cpStart || (start == cpStart && cpCount <= 1)) {
+			// No entry of it is covered by an index checkpoint: nothing in it is known
+			// durable, not even its size.
 			if err := x.fs.Remove(path); err != nil {
 				x.close()
 				return nil, fmt.Errorf("remove index file %s: %w", path, err)
@@ -580,7 +582,13 @@ func (x *keyIndex) activeFile(phys int64) (*indexFile, error) {
 			}
 		}
 	}
-	path := filepath.Join(x.dir, offsetName(phys))
+	// Named after its first message, unless a message with more keys than a file holds
+	// already gave a file that name.
+	name := phys
+	if n := len(x.files); n > 0 {
+		name = max(name, x.files[n-1].start+1)
+	}
+	path := filepath.Join(x.dir, offsetName(name))
 	f, err := x.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("create index file %s: %w", path, err)
@@ -593,7 +601,7 @@ func (x *keyIndex) activeFile(phys int64) (*indexFile, error) {
 		f.Close()
 		return nil, fmt.Errorf("sync %s: %w", x.dir, err)
 	}
-	xf := &indexFile{start: phys, path: path, f: f, hdr: indexHeader{count: 1}}
+	xf := &indexFile{start: name, path: path, f: f, hdr: indexHeader{count: 1}}
 	xf.newSlots(x.slots, false)
 	x.files = append(x.files, xf)
 	return xf, nil
@@ -818,9 +826,10 @@ type QueryResult struct {
 // [begin, end] (Unix ms, inclusive) are returned, at most maxNum (capped at
 // MaxQueryMessages) and at most 8 MiB of them (at least one), the newest when more match.
 //
-// An empty topic or key, maxNum < 1 or begin > end fails with ErrBadQuery, an invalid topic
-// name with ErrBadTopic. With Options.DisableIndex the result is always empty.
-func (s *Store) QueryMessages(topic, key string, unique bool, maxNum int, begin, end int64) (*QueryResult, error) {
+// An empty key, maxNum < 1 (for a key query) or begin > end fails with ErrBadQuery, an
+// invalid topic name with ErrBadTopic, a done ctx with its error. With Options.DisableIndex
+// the result is always empty.
+func (s *Store) QueryMessages(ctx context.Context, topic, key string, unique bool, maxNum int, begin, end int64) (*QueryResult, error) {
 	switch {
 	case !validTopic(topic):
 		return nil, fmt.Errorf("query %q: %w", topic, ErrBadTopic)
@@ -856,6 +865,9 @@ func (s *Store) QueryMessages(topic, key string, unique bool, maxNum int, begin,
 	for _, off := range offs {
 		if len(res.Messages) >= maxNum {
 			break
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("query %q: %w", topic, err)
 		}
 		if dead.buried([]byte(topic), off) {
 			continue // the topic was deleted since; this is the old topic's message

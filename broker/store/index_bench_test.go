@@ -66,7 +66,7 @@ func BenchmarkDispatchIndex(b *testing.B) {
 			}
 			b.ReportMetric(float64(elapsed.Nanoseconds())/float64(b.N*n), "ns/msg")
 			if indexed {
-				r, err := s.QueryMessages("BenchTopic", "order-4242", false, 1, 0, math.MaxInt64)
+				r, err := s.QueryMessages(context.Background(), "BenchTopic", "order-4242", false, 1, 0, math.MaxInt64)
 				require.NoError(b, err)
 				require.Len(b, r.Messages, 1)
 				s.index.close()
@@ -97,7 +97,7 @@ func BenchmarkQueryMessages(b *testing.B) {
 	b.Run("unique", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := range b.N {
-			r, err := s.QueryMessages("BenchTopic", fmt.Sprintf("U-%d", (i*7919)%n), true, 1, 0, math.MaxInt64)
+			r, err := s.QueryMessages(context.Background(), "BenchTopic", fmt.Sprintf("U-%d", (i*7919)%n), true, 1, 0, math.MaxInt64)
 			if err != nil || len(r.Messages) != 1 {
 				b.Fatal(err)
 			}
@@ -106,7 +106,7 @@ func BenchmarkQueryMessages(b *testing.B) {
 	b.Run("key-32-of-100", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := range b.N {
-			r, err := s.QueryMessages("BenchTopic", fmt.Sprintf("customer-%d", i%1000), false, 32, 0, math.MaxInt64)
+			r, err := s.QueryMessages(context.Background(), "BenchTopic", fmt.Sprintf("customer-%d", i%1000), false, 32, 0, math.MaxInt64)
 			if err != nil || len(r.Messages) != 32 {
 				b.Fatal(err, len(r.Messages))
 			}
