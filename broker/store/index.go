@@ -293,6 +293,23 @@ func openIndex(s *Store, crash bool) (*keyIndex, error) {
 			}
 			continue
 		}
+		fi, err := x.fs.Stat(path)
+		if err != nil {
+			x.close()
+			return nil, fmt.Errorf("stat index file %s: %w", path, err)
+		}
+		if fi.Size() != x.fileSize() {
+			// IndexSlots or IndexEntries changed: the file cannot be read with these sizes.
+			// The index is derived data, so it goes rather than keeping the store closed;
+			// its messages can no longer be looked up by key.
+			s.log.Warn("removing index file of another size (were IndexSlots or IndexEntries changed?)",
+				"file", path, "size", fi.Size(), "expected", x.fileSize())
+			if err := x.fs.Remove(path); err != nil {
+				x.close()
+				return nil, fmt.Errorf("remove index file %s: %w", path, err)
+			}
+			continue
+		}
 		f, err := x.fs.OpenFile(path, os.O_RDWR, 0)
 		if err != nil {
 			x.close()
@@ -300,15 +317,6 @@ func openIndex(s *Store, crash bool) (*keyIndex, error) {
 		}
 		xf := &indexFile{start: start, path: path, f: f}
 		x.files = append(x.files, xf)
-		fi, err := f.Stat()
-		if err != nil {
-			x.close()
-			return nil, fmt.Errorf("stat index file %s: %w", path, err)
-		}
-		if fi.Size() != x.fileSize() {
-			x.close()
-			return nil, fmt.Errorf("index file %s has %d bytes, expected %d (were IndexSlots or IndexEntries changed?): %w", path, fi.Size(), x.fileSize(), ErrCorrupt)
-		}
 		var hb [indexHeaderSize]byte
 		if _, err := f.ReadAt(hb[:], 0); err != nil {
 			x.close()

@@ -488,3 +488,20 @@ func TestIndexMessageWithMoreKeysThanAFileHolds(t *testing.T) {
 	defer s.Close()
 	assert.Equal(t, []string{"m0", "m1"}, query(t, s, "T", "c", false, 8))
 }
+
+// TestIndexSizesChanged: index files of other sizes cannot be read; they are dropped
+// instead of keeping the store from opening.
+func TestIndexSizesChanged(t *testing.T) {
+	dir := t.TempDir()
+	o := indexOptions()
+	s := openT(t, dir, o)
+	putKeyed(t, s, "T", "old", "k", "")
+	require.NoError(t, s.Close())
+	o.IndexEntries = 500
+	s = openT(t, dir, o)
+	defer s.Close()
+	assert.Empty(t, query(t, s, "T", "k", false, 8))
+	putKeyed(t, s, "T", "new", "k", "")
+	waitDispatch(t, s)
+	assert.Equal(t, []string{"new"}, query(t, s, "T", "k", false, 8))
+}
