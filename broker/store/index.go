@@ -782,7 +782,7 @@ func (x *keyIndex) lookup(hash int32, begin, end int64) (offs []int64, lastTs, l
 		if h.count <= 1 || h.beginTs > end {
 			continue
 		}
-		if h.endTs < begin {
+		if h.endTs+999 < begin { // +999: recovery may have rounded endTs down to the second
 			break // older files are older still
 		}
 		var idx int32
