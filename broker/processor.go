@@ -44,6 +44,8 @@ func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protoco
 		return b.processEndTransaction(ctx, req)
 	case protocol.ViewMessageByID:
 		return b.processViewMessage(req)
+	case protocol.QueryMessage:
+		return b.processQueryMessage(ctx, req)
 	}
 	return b.serveCommon(req)
 }

@@ -138,6 +138,7 @@ func commands() []command {
 		{"group", "describe", (*Service).groupDescribe},
 		{"group", "reset_offset", (*Service).groupResetOffset},
 		{"message", "get", (*Service).messageGet},
+		{"message", "query", (*Service).messageQuery},
 		{"broker", "status", (*Service).brokerStatus},
 	}
 }

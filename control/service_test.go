@@ -234,6 +234,7 @@ func TestDiscoveryFindsOneFlowdServicePerNode(t *testing.T) {
 		"flowd.ctl.v1.local.group.describe":     "true",
 		"flowd.ctl.v1.local.group.reset_offset": "false",
 		"flowd.ctl.v1.local.message.get":        "true",
+		"flowd.ctl.v1.local.message.query":      "true",
 		"flowd.ctl.v1.local.broker.status":      "true",
 	}, subjects, "every command and nothing else (no stubs for commands not built)")
 	assert.Equal(t, "flowd.ctl.v1.local.topic.list", e.svc.Subject("topic.list"))

@@ -35,6 +35,7 @@ const (
 var requestCodeNames = map[RequestCode]string{
 	SendMessage:              "SEND_MESSAGE",
 	PullMessage:              "PULL_MESSAGE",
+	QueryMessage:             "QUERY_MESSAGE",
 	QueryConsumerOffset:      "QUERY_CONSUMER_OFFSET",
 	UpdateConsumerOffset:     "UPDATE_CONSUMER_OFFSET",
 	UpdateAndCreateTopic:     "UPDATE_AND_CREATE_TOPIC",

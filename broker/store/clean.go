@@ -96,7 +96,10 @@ func (s *Store) clean() error {
 	if err := s.fs.SyncDir(s.clDir); err != nil {
 		return fmt.Errorf("sync %s: %w", s.clDir, err)
 	}
-	return s.cleanQueues(newMin)
+	if err := s.cleanQueues(newMin); err != nil {
+		return err
+	}
+	return s.index.deleteBelow(newMin)
 }
 
 // cleanQueues deletes consume-queue files whose every unit points below clMin (never a

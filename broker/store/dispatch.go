@@ -156,6 +156,9 @@ func (d *dispatcher) add(m *msgInfo) error {
 	}
 	p := d.pend[q]
 	if p != nil && p.first+int64(len(p.buf)/cqUnitSize) != m.queueOffset {
+		if err := d.s.index.commit(); err != nil { // keys before units, as in commit
+			return err
+		}
 		if err := d.writeOne(p); err != nil {
 			return err
 		}
@@ -174,6 +177,7 @@ func (d *dispatcher) add(m *msgInfo) error {
 		p.first = m.queueOffset
 	}
 	p.buf = appendUnit(p.buf, m.phys, m.size, tc)
+	d.s.index.add(m)
 	d.count++
 	if d.notify {
 		d.events = append(d.events, DispatchEvent{
@@ -196,6 +200,10 @@ func (d *dispatcher) writeOne(p *pendingUnits) error {
 
 // commit writes the pending units, publishes dispatched = upTo and notifies.
 func (d *dispatcher) commit(upTo int64) error {
+	// Index first: whoever sees a queue's new max offset can also look its messages up by key.
+	if err := d.s.index.commit(); err != nil {
+		return err
+	}
 	for _, p := range d.order {
 		if err := d.writeOne(p); err != nil {
 			return err

@@ -12,6 +12,9 @@
 //	<dir>/commitlog/<offset:020d>    segments of Options.SegmentSize bytes
 //	<dir>/consumequeue/<topic>/<queueId>/<firstUnit×20:020d>
 //	                                 files of Options.ConsumeQueueUnits 20-byte units
+//	<dir>/index/<firstOffset:020d>   key index files (RocketMQ's IndexFile layout; see index.go),
+//	                                 named after the commit-log offset of their first message
+//	<dir>/index/checkpoint           how many entries of the last index file are durable
 //
 // Messages are stored in the v1 stored layout of package protocol, which is also the body of
 // a pull response: reads hand back the stored bytes untouched. A message never spans
@@ -23,8 +26,9 @@
 // # Dispatch
 //
 // One goroutine reads the commit log between the dispatched and the written offsets, parses
-// each message and appends a unit (commit-log offset, size, tags code) to its consume queue,
-// then calls Options.OnDispatch. A unit is only ever written after its message's bytes are
+// each message, adds its keys to the key index and appends a unit (commit-log offset, size,
+// tags code) to its consume queue, then calls Options.OnDispatch. A batch's keys are written
+// before its units, so a message a reader can pull can also be found by key. A unit is only ever written after its message's bytes are
 // in the page cache, and a queue's max offset is published only after its units are written,
 // so a reader never sees a unit whose message it cannot read. Queue offsets are handed out by
 // the writer; the dispatcher writes each unit at the queue offset stamped in its message,
@@ -74,7 +78,8 @@
 // Every CleanInterval the oldest segments (never the active one, nor one not yet flushed and
 // dispatched) are deleted when their last write is older than Retention, or while the volume
 // is fuller than MaxDiskUsage. Consume-queue files whose units all point into deleted
-// segments follow, and queue min offsets move forward. Pulls of removed data answer
+// segments follow, and so do key-index files whose last message lies below the log's first
+// segment; queue min offsets move forward. Pulls of removed data answer
 // OFFSET_TOO_SMALL or MESSAGE_WAS_REMOVING.
 //
 // # Rationale

@@ -156,6 +156,10 @@ func (s *Store) checkpoint() error {
 			return s.fail(err)
 		}
 	}
+	// The index is durable for every message below qOff too, before the record says so.
+	if err := s.index.sync(); err != nil {
+		return s.fail(err)
+	}
 	rec := checkpointRecord{logOffset: s.flushed.Load(), logTime: s.flushedAt.Load(), queueOffset: qOff, queueTime: qAt}
 	if _, err := s.cp.WriteAt(rec.encode(), 0); err != nil {
 		return s.fail(fmt.Errorf("write checkpoint: %w", err))

@@ -56,6 +56,20 @@ type Options struct {
 	// Default: 300 000 (a 5.72 MiB file).
 	ConsumeQueueUnits int
 
+	// IndexSlots is the number of hash slots of one key-index file (4 bytes each).
+	// Default: 5 000 000, RocketMQ's maxHashSlotNum. The active file's slot table is also
+	// held in memory (20 MB by default).
+	IndexSlots int
+
+	// IndexEntries is the number of 20-byte entries of one key-index file; entry 0 is never
+	// used, so a file indexes IndexEntries-1 keys before the next one starts. Default:
+	// 20 000 000, RocketMQ's maxIndexNum (with the default slots, a 420 MB sparse file).
+	IndexEntries int
+
+	// DisableIndex turns the key index off: no index files, and QueryMessages finds nothing.
+	// Default: false (indexed).
+	DisableIndex bool
+
 	// FlushMode chooses asynchronous or synchronous (group-commit) flushing. Default:
 	// FlushAsync.
 	FlushMode FlushMode
@@ -131,6 +145,8 @@ const (
 	blankMin = 8
 	// minSegmentSize keeps tests with tiny segments meaningful.
 	minSegmentSize = 4096
+	// maxIndexCount keeps slot values and entry indexes within int32, as the file stores them.
+	maxIndexCount = 1<<31 - 1
 )
 
 // withDefaults returns o with every zero field replaced by its default, or an error for a
@@ -150,6 +166,18 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ConsumeQueueUnits < 1 {
 		return o, fmt.Errorf("store options: ConsumeQueueUnits %d is below 1", o.ConsumeQueueUnits)
+	}
+	if o.IndexSlots == 0 {
+		o.IndexSlots = defaultIndexSlots
+	}
+	if o.IndexEntries == 0 {
+		o.IndexEntries = defaultIndexEntries
+	}
+	if o.IndexSlots < 1 || o.IndexSlots > maxIndexCount {
+		return o, fmt.Errorf("store options: IndexSlots %d is not within 1..%d", o.IndexSlots, maxIndexCount)
+	}
+	if o.IndexEntries < 2 || o.IndexEntries > maxIndexCount {
+		return o, fmt.Errorf("store options: IndexEntries %d is not within 2..%d", o.IndexEntries, maxIndexCount)
 	}
 	if o.FlushMode != FlushAsync && o.FlushMode != FlushSync {
 		return o, fmt.Errorf("store options: unknown %v", o.FlushMode)

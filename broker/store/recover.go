@@ -36,6 +36,11 @@ func (s *Store) recover() error {
 	if s.dead, err = s.loadTombstones(); err != nil {
 		return err
 	}
+	if !s.opts.DisableIndex {
+		if s.index, err = openIndex(s, crash); err != nil {
+			return err
+		}
+	}
 
 	S := s.opts.SegmentSize
 	var end int64
@@ -77,12 +82,19 @@ func (s *Store) recover() error {
 			idx = min(idx, segIndex(redispatchFrom))
 		}
 		rep.ValidatedFrom = s.segs[idx].start
+		// Re-dispatch re-indexes what follows redispatchFrom.
+		if err := s.index.truncate(redispatchFrom); err != nil {
+			return err
+		}
 		end, err = s.scanLog(idx, redispatchFrom, crash, &rep)
 		if err != nil {
 			return err
 		}
 	}
 	rep.End = end
+	if err := s.index.truncate(end); err != nil { // the log may have lost what the index holds
+		return err
+	}
 
 	// Consume queues: drop units past the recovered end, then align min offsets with the
 	// commit log's first segment.

@@ -82,6 +82,8 @@ type Store struct {
 	stop        chan struct{}
 	wg          sync.WaitGroup
 
+	index *keyIndex // nil with Options.DisableIndex; see index.go
+
 	encPool  sync.Pool // *[]byte encode buffers
 	readPool sync.Pool // *[]byte GetMessage buffers
 	winPool  sync.Pool // *filterWindow of GetMessage with a batch filter
@@ -187,6 +189,10 @@ func (s *Store) Close() error {
 		if err := s.checkpoint(); err != nil {
 			errs = append(errs, err)
 		}
+		// Before the abort marker goes: a clean Open reads the index's slot table back.
+		if err := s.index.writeOut(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	// A store that failed keeps its abort marker: the next Open must validate and cut.
 	if !failed && len(errs) == 0 {
@@ -225,6 +231,7 @@ func (s *Store) closeFiles() error {
 	}
 	s.cqs = map[string]map[int32]*consumeQueue{}
 	s.cqMu.Unlock()
+	errs = append(errs, s.index.close())
 	s.cpMu.Lock()
 	if s.cp != nil {
 		errs = append(errs, s.cp.Close())
