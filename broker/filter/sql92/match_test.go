@@ -88,7 +88,7 @@ var matchCases = []matchCase{
 	{"a > 5", props("a", "6"), true},
 	{"a > 5", props("a", "5"), false},
 	{"a > 5", props("a", "-7"), false},
-	{"a > 5", props("a", "5.5"), false},       // Integer.parseInt fails
+	{"a > 5", props("a", "5.5"), false},        // Integer.parseInt fails
 	{"a > 5", props("a", "3000000000"), false}, // beyond int
 	{"a > 5.0", props("a", "5.5"), true},
 	{"a > 5.0", props("a", "3000000000"), true},
