@@ -48,7 +48,8 @@
 //     5.5, 5., .5, 5.5E10 or 5E10; it must be finite and, as RocketMQ insists, not zero
 //     (0.0 is refused: write 0). Negative numbers are unary minus applied to a literal.
 //   - Whitespace is space, tab, CR, LF and form feed; -- starts a comment to the end of the
-//     line and /* */ encloses one.
+//     line (or of the expression) and /* */ encloses one. RocketMQ reads -- with no line
+//     break after it as two minus signs; write "- -3" for a double negation.
 //
 // Checks made at compile time (each a SyntaxError, as RocketMQ refuses them):
 //   - AND, OR, NOT and the whole selector need booleans: a comparison, TRUE, FALSE, NULL,
@@ -101,8 +102,8 @@
 //   - A string and TRUE/FALSE: "true" in any case is TRUE, anything else FALSE.
 //   - Numbers widen Integer → Long → Double. Doubles order as Java's Double.compare: -0.0
 //     is below 0.0 and NaN above everything (so "NaN" > 1.0 is TRUE).
-//   - A boolean against a number compares as unequal (and as "less" for ordering). A
-//     boolean on the left of a string is an error.
+//   - A boolean and a number are never equal. A boolean on the left of a string is an
+//     error; a string on the left of a boolean is read with Boolean.valueOf.
 //
 // Evaluation errors: when a conversion fails (`a = 5` with a = "abc"), RocketMQ's
 // evaluator throws and the broker drops the message from the result, whatever the

@@ -263,6 +263,13 @@ var matchCases = []matchCase{
 	{"a = 1 -- a comment at the end", props("a", "1"), true},
 	{"/* lead */ a = /* mid */ 1 /* trail */", props("a", "1"), true},
 	{"a='x'AND(b=1)", props("a", "x", "b", "1"), true},
+	// more conversions
+	{"c >= c", props("c", "3000000000"), true},
+	{"b <> 1e3", props("b", "\u0665"), false}, // Double.valueOf refuses non-ASCII digits
+	{"c <= 2147483648", props("c", "5"), true},
+	{"b <= 10L", props("b", "1.5"), false},
+	{"a <= 2147483648 = b", props("a", "\u0665", "b", "abc"), false},
+	{"+a IS NOT NULL", props("a", "\u0665"), true},
 }
 
 func TestMatch(t *testing.T) {
