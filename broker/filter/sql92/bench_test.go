@@ -133,3 +133,35 @@ func TestLookupEncoded(t *testing.T) {
 		t.Fatal("found a missing key")
 	}
 }
+
+// BenchmarkEval isolates the evaluator: property lookups are a switch, not a map.
+func BenchmarkEval(b *testing.B) {
+	get := func(k string) (string, bool) {
+		switch k {
+		case "a":
+			return "7", true
+		case "region":
+			return "us", true
+		}
+		return "", false
+	}
+	for _, expr := range []string{
+		"a > 5 AND region IN ('eu','us')",
+		"region = 'us' AND a <> 3",
+		"a BETWEEN 1 AND 10 OR region IS NULL",
+	} {
+		sel, err := Compile(expr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(expr, func(b *testing.B) {
+			n := 0
+			for b.Loop() {
+				if sel.Match(get) {
+					n++
+				}
+			}
+			sink = n
+		})
+	}
+}

@@ -95,11 +95,13 @@
 // Conversions, when the two sides of a comparison differ in type (RocketMQ's rules):
 //   - Two strings: = and <> compare them as strings; < <= > >= parse both as Doubles.
 //   - A string and an Integer literal: the string is parsed as a Java int (optional sign,
-//     digits, no spaces, no fraction, 32-bit range); with a Long, as a Java long; with a
+//     decimal digits, Unicode ones included, no spaces, no fraction, 32-bit range); with
+//     a Long, as a Java long; with a
 //     Double, as Double.valueOf does (surrounding spaces trimmed, exponents, NaN,
 //     Infinity, hex floats, an f/d suffix). So `a > 5` fails on "5.5" and on "3000000000"
 //     where `a > 5.0` does not.
-//   - A string and TRUE/FALSE: "true" in any case is TRUE, anything else FALSE.
+//   - A string with TRUE or FALSE on its right: "true" in any case reads as TRUE, anything
+//     else as FALSE (Boolean.valueOf).
 //   - Numbers widen Integer → Long → Double. Doubles order as Java's Double.compare: -0.0
 //     is below 0.0 and NaN above everything (so "NaN" > 1.0 is TRUE).
 //   - A boolean and a number are never equal. A boolean on the left of a string is an

@@ -46,11 +46,50 @@ func (v val) isTrue() bool  { return v.k == kBool && v.n != 0 }
 
 type getter = func(key string) (string, bool)
 
-// node is one operator of a compiled selector. eval returns the value and false when
-// evaluation failed the way a Java exception fails RocketMQ's: the whole selector is then
-// not matched, whatever the enclosing operators are.
+// tri is the result of a boolean operator: RocketMQ's TRUE, FALSE and NULL, and triErr for
+// an evaluation that failed the way a Java exception fails RocketMQ's: the whole selector
+// is then not matched, whatever the enclosing operators are.
+type tri uint8
+
+const (
+	triFalse tri = iota
+	triTrue
+	triNull
+	triErr
+)
+
+func triOf(b bool) tri {
+	if b {
+		return triTrue
+	}
+	return triFalse
+}
+
+// value turns a boolean result into a value, for a boolean used as an operand of =, <>,
+// IS NULL or CONTAINS.
+func (t tri) value() (val, bool) {
+	switch t {
+	case triTrue:
+		return vTrue, true
+	case triFalse:
+		return vFalse, true
+	case triNull:
+		return vNull, true
+	}
+	return vNull, false
+}
+
+// node is one operand or operator of a compiled selector; eval returns its value, and false
+// when evaluation failed (triErr).
 type node interface {
 	eval(get getter) (val, bool)
+}
+
+// boolNode is a node that yields a boolean: the operators, TRUE, FALSE, NULL, and a
+// property read as a boolean. test is its fast path, used wherever a boolean is wanted.
+type boolNode interface {
+	node
+	test(get getter) tri
 }
 
 type propNode struct{ name string }
@@ -63,9 +102,20 @@ func (n *propNode) eval(get getter) (val, bool) {
 	return val{k: kString, s: s}, true
 }
 
+// constNode is a literal. TRUE, FALSE and NULL are boolean expressions too.
 type constNode struct{ v val }
 
 func (n *constNode) eval(getter) (val, bool) { return n.v, true }
+
+func (n *constNode) test(getter) tri {
+	switch n.v.k {
+	case kBool:
+		return triOf(n.v.n != 0)
+	case kNull:
+		return triNull
+	}
+	return triFalse // not reached: the parser lets only TRUE, FALSE and NULL be tested
+}
 
 // negNode is unary minus. A property value is a string, which RocketMQ does not negate: the
 // result is NULL.
@@ -91,68 +141,66 @@ func (n *negNode) eval(get getter) (val, bool) {
 // property is missing, otherwise FALSE, since a property value is never a Java Boolean.
 type castNode struct{ x *propNode }
 
-func (n *castNode) eval(get getter) (val, bool) {
-	v, ok := n.x.eval(get)
-	if !ok || v.k == kNull || v.k == kBool {
-		return v, ok
+func (n *castNode) eval(get getter) (val, bool) { return n.test(get).value() }
+
+func (n *castNode) test(get getter) tri {
+	if _, ok := get(n.x.name); !ok {
+		return triNull
 	}
-	return vFalse, true
+	return triFalse
 }
 
-type notNode struct{ x node }
+type notNode struct{ x boolNode }
 
-func (n *notNode) eval(get getter) (val, bool) {
-	v, ok := n.x.eval(get)
-	if !ok || v.k != kBool {
-		return v, ok
+func (n *notNode) eval(get getter) (val, bool) { return n.test(get).value() }
+
+func (n *notNode) test(get getter) tri {
+	switch t := n.x.test(get); t {
+	case triTrue:
+		return triFalse
+	case triFalse:
+		return triTrue
+	default:
+		return t
 	}
-	return boolVal(v.n == 0), true
 }
 
-type andNode struct{ l, r node }
+type andNode struct{ l, r boolNode }
 
-func (n *andNode) eval(get getter) (val, bool) {
-	lv, ok := n.l.eval(get)
-	if !ok {
-		return lv, false
+func (n *andNode) eval(get getter) (val, bool) { return n.test(get).value() }
+
+func (n *andNode) test(get getter) tri {
+	l := n.l.test(get)
+	if l == triFalse || l == triErr {
+		return l
 	}
-	if lv.isFalse() {
-		return vFalse, true
+	r := n.r.test(get)
+	if r == triFalse || r == triErr {
+		return r
 	}
-	rv, ok := n.r.eval(get)
-	if !ok {
-		return rv, false
+	if l == triNull || r == triNull {
+		return triNull
 	}
-	if rv.isFalse() {
-		return vFalse, true
-	}
-	if lv.k == kNull || rv.k == kNull {
-		return vNull, true
-	}
-	return vTrue, true
+	return triTrue
 }
 
-type orNode struct{ l, r node }
+type orNode struct{ l, r boolNode }
 
-func (n *orNode) eval(get getter) (val, bool) {
-	lv, ok := n.l.eval(get)
-	if !ok {
-		return lv, false
+func (n *orNode) eval(get getter) (val, bool) { return n.test(get).value() }
+
+func (n *orNode) test(get getter) tri {
+	l := n.l.test(get)
+	if l == triTrue || l == triErr {
+		return l
 	}
-	if lv.isTrue() {
-		return vTrue, true
+	r := n.r.test(get)
+	if r == triTrue || r == triErr {
+		return r
 	}
-	rv, ok := n.r.eval(get)
-	if !ok {
-		return rv, false
+	if l == triNull || r == triNull {
+		return triNull
 	}
-	if rv.isTrue() {
-		return vTrue, true
-	}
-	if lv.k == kNull || rv.k == kNull {
-		return vNull, true
-	}
-	return vFalse, true
+	return triFalse
 }
 
 // eqNode is `=`, `<>` (not), `IS NULL` and `IS NOT NULL` (isNull, r is the NULL constant).
@@ -163,45 +211,67 @@ type eqNode struct {
 	isNull bool
 }
 
-func (n *eqNode) eval(get getter) (val, bool) {
+func (n *eqNode) eval(get getter) (val, bool) { return n.test(get).value() }
+
+func (n *eqNode) test(get getter) tri {
 	lv, ok := n.l.eval(get)
 	if !ok {
-		return lv, false
+		return triErr
 	}
 	rv, ok := n.r.eval(get)
 	if !ok {
-		return rv, false
+		return triErr
 	}
-	v, ok := equal(lv, rv)
+	return negateIf(equal(lv, rv), n.not)
+}
+
+func negateIf(t tri, not bool) tri {
+	if not && t <= triTrue {
+		return t ^ 1
+	}
+	return t
+}
+
+// propEqConst is eqNode for the common `prop = literal` and `prop <> literal`.
+type propEqConst struct {
+	name string
+	c    val
+	not  bool
+}
+
+func (n *propEqConst) eval(get getter) (val, bool) { return n.test(get).value() }
+
+func (n *propEqConst) test(get getter) tri {
+	s, ok := get(n.name)
 	if !ok {
-		return v, false
+		return triNull
 	}
-	if n.not && v.k == kBool {
-		v = boolVal(v.n == 0)
+	if n.c.k == kString {
+		return triOf((s == n.c.s) != n.not)
 	}
-	return v, true
+	return negateIf(equal(val{k: kString, s: s}, n.c), n.not)
 }
 
 // equal is RocketMQ's `=`: NULL when only the left side is NULL, FALSE when only the right
 // is, TRUE when both are; otherwise the values are compared after RocketMQ's conversions.
-func equal(lv, rv val) (val, bool) {
+func equal(lv, rv val) tri {
 	if (lv.k == kNull) != (rv.k == kNull) {
 		if lv.k == kNull {
-			return vNull, true
+			return triNull
 		}
-		return vFalse, true
+		return triFalse
 	}
 	if lv.k == kNull {
-		return vTrue, true
+		return triTrue
 	}
 	if lv.k == kString && rv.k == kString {
-		return boolVal(lv.s == rv.s), true
+		return triOf(lv.s == rv.s)
 	}
 	c, ok := compare(lv, rv)
 	if !ok {
-		return vNull, false
+		return triErr
 	}
-	return boolVal(c == 0), true
+	return triOf(c == 0)
 }
 
 type cmpOp uint8
@@ -232,40 +302,63 @@ type ordNode struct {
 	l, r node
 }
 
-func (n *ordNode) eval(get getter) (val, bool) {
+func (n *ordNode) eval(get getter) (val, bool) { return n.test(get).value() }
+
+func (n *ordNode) test(get getter) tri {
 	lv, ok := n.l.eval(get)
 	if !ok {
-		return lv, false
+		return triErr
 	}
 	return order(n.op, lv, n.r, get)
+}
+
+// propOrdConst is ordNode for the common `prop > number` and its siblings.
+type propOrdConst struct {
+	name string
+	op   cmpOp
+	c    val
+}
+
+func (n *propOrdConst) eval(get getter) (val, bool) { return n.test(get).value() }
+
+func (n *propOrdConst) test(get getter) tri {
+	s, ok := get(n.name)
+	if !ok {
+		return triNull
+	}
+	c, ok := compare(val{k: kString, s: s}, n.c)
+	if !ok {
+		return triErr
+	}
+	return triOf(n.op.holds(c))
 }
 
 // order is RocketMQ's `>`, `>=`, `<`, `<=` with the left side already evaluated: NULL if
 // either side is NULL (the right side is not evaluated when the left is NULL); two strings
 // are both converted to Double; other mixes are converted as in compare.
-func order(op cmpOp, lv val, r node, get getter) (val, bool) {
+func order(op cmpOp, lv val, r node, get getter) tri {
 	if lv.k == kNull {
-		return vNull, true
+		return triNull
 	}
 	rv, ok := r.eval(get)
 	if !ok {
-		return rv, false
+		return triErr
 	}
 	if rv.k == kNull {
-		return vNull, true
+		return triNull
 	}
 	var c int
 	if lv.k == kString && rv.k == kString {
 		lf, ok1 := parseJavaDouble(lv.s)
 		rf, ok2 := parseJavaDouble(rv.s)
 		if !ok1 || !ok2 {
-			return vNull, false
+			return triErr
 		}
 		c = compareDouble(lf, rf)
 	} else if c, ok = compare(lv, rv); !ok {
-		return vNull, false
+		return triErr
 	}
-	return boolVal(op.holds(c)), true
+	return triOf(op.holds(c))
 }
 
 // betweenNode is `x BETWEEN lo AND hi`, which RocketMQ evaluates as
@@ -276,37 +369,39 @@ type betweenNode struct {
 	not       bool
 }
 
-func (n *betweenNode) eval(get getter) (val, bool) {
+func (n *betweenNode) eval(get getter) (val, bool) { return n.test(get).value() }
+
+func (n *betweenNode) test(get getter) tri {
 	xv, ok := n.x.eval(get)
 	if !ok {
-		return xv, false
+		return triErr
 	}
 	if n.not {
-		a, ok := order(opLt, xv, n.lo, get)
-		if !ok || a.isTrue() {
-			return a, ok
+		a := order(opLt, xv, n.lo, get)
+		if a == triTrue || a == triErr {
+			return a
 		}
-		b, ok := order(opGt, xv, n.hi, get)
-		if !ok || b.isTrue() {
-			return b, ok
+		b := order(opGt, xv, n.hi, get)
+		if b == triTrue || b == triErr {
+			return b
 		}
-		if a.k == kNull || b.k == kNull {
-			return vNull, true
+		if a == triNull || b == triNull {
+			return triNull
 		}
-		return vFalse, true
+		return triFalse
 	}
-	a, ok := order(opGe, xv, n.lo, get)
-	if !ok || a.isFalse() {
-		return a, ok
+	a := order(opGe, xv, n.lo, get)
+	if a == triFalse || a == triErr {
+		return a
 	}
-	b, ok := order(opLe, xv, n.hi, get)
-	if !ok || b.isFalse() {
-		return b, ok
+	b := order(opLe, xv, n.hi, get)
+	if b == triFalse || b == triErr {
+		return b
 	}
-	if a.k == kNull || b.k == kNull {
-		return vNull, true
+	if a == triNull || b == triNull {
+		return triNull
 	}
-	return vTrue, true
+	return triTrue
 }
 
 // inNode is `prop [NOT] IN ('a', …)`: NULL when the property is missing, so NOT IN does not
@@ -318,10 +413,12 @@ type inNode struct {
 	not  bool
 }
 
-func (n *inNode) eval(get getter) (val, bool) {
+func (n *inNode) eval(get getter) (val, bool) { return n.test(get).value() }
+
+func (n *inNode) test(get getter) tri {
 	s, ok := get(n.x.name)
 	if !ok {
-		return vNull, true
+		return triNull
 	}
 	found := false
 	if n.set != nil {
@@ -334,7 +431,7 @@ func (n *inNode) eval(get getter) (val, bool) {
 			}
 		}
 	}
-	return boolVal(found != n.not), true
+	return triOf(found != n.not)
 }
 
 type strOp uint8
@@ -357,16 +454,18 @@ type strOpNode struct {
 	not    bool
 }
 
-func (n *strOpNode) eval(get getter) (val, bool) {
+func (n *strOpNode) eval(get getter) (val, bool) { return n.test(get).value() }
+
+func (n *strOpNode) test(get getter) tri {
 	if n.search == "" {
-		return vFalse, true
+		return triFalse
 	}
 	v, ok := n.x.eval(get)
 	if !ok {
-		return v, false
+		return triErr
 	}
 	if v.k != kString {
-		return vFalse, true
+		return triFalse
 	}
 	var found bool
 	switch n.op {
@@ -377,7 +476,7 @@ func (n *strOpNode) eval(get getter) (val, bool) {
 	default:
 		found = strings.HasSuffix(v.s, n.search)
 	}
-	return boolVal(found != n.not), true
+	return triOf(found != n.not)
 }
 
 func cmpInt(a, b int64) int {

@@ -22,9 +22,9 @@ func level(n node) int {
 		return lvlOr
 	case *andNode:
 		return lvlAnd
-	case *eqNode:
+	case *eqNode, *propEqConst:
 		return lvlEquality
-	case *ordNode, *betweenNode, *inNode, *strOpNode:
+	case *ordNode, *propOrdConst, *betweenNode, *inNode, *strOpNode:
 		return lvlComparison
 	case *notNode, *negNode:
 		return lvlUnary
@@ -85,6 +85,20 @@ func format(b *strings.Builder, n node) {
 			}
 			formatAt(b, n.r, lvlComparison)
 		}
+	case *propEqConst:
+		b.WriteString(n.name)
+		if n.not {
+			b.WriteString(" <> ")
+		} else {
+			b.WriteString(" = ")
+		}
+		formatConst(b, n.c)
+	case *propOrdConst:
+		b.WriteString(n.name)
+		b.WriteByte(' ')
+		b.WriteString(cmpSymbols[n.op])
+		b.WriteByte(' ')
+		formatConst(b, n.c)
 	case *ordNode:
 		formatAt(b, n.l, lvlComparison)
 		b.WriteByte(' ')

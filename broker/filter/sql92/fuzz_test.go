@@ -15,6 +15,10 @@ func propertyNames(n node, into map[string]bool) {
 		into[n.x.name] = true
 	case *inNode:
 		into[n.x.name] = true
+	case *propEqConst:
+		into[n.name] = true
+	case *propOrdConst:
+		into[n.name] = true
 	case *negNode:
 		propertyNames(n.x, into)
 	case *notNode:

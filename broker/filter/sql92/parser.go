@@ -53,7 +53,7 @@ func (p *parser) expect(k tokKind, what string) (token, error) {
 	return t, p.advance()
 }
 
-func (p *parser) parseSelector() (node, error) {
+func (p *parser) parseSelector() (boolNode, error) {
 	if err := p.advance(); err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func (p *parser) parseSelector() (node, error) {
 
 // asBool is where a boolean is required (operands of AND, OR, NOT, and the whole
 // selector): a property is read as a boolean; a number, a string or a negation is refused.
-func (p *parser) asBool(e expr) (node, error) {
+func (p *parser) asBool(e expr) (boolNode, error) {
 	switch n := e.n.(type) {
 	case *propNode:
 		return &castNode{x: n}, nil
@@ -82,8 +82,7 @@ func (p *parser) asBool(e expr) (node, error) {
 		if n.v.k == kNull || n.v.k == kBool {
 			return n, nil
 		}
-	case *negNode:
-	default:
+	case boolNode:
 		return n, nil
 	}
 	return nil, p.errorf(e.pos, "%s is not a boolean expression", formatString(e.n))
@@ -176,6 +175,11 @@ func (p *parser) parseEquality() (expr, error) {
 			if lok && rok && lc.v.k == kBool && rc.v.k != kBool {
 				return expr{}, p.errorf(left.pos, "%s cannot be compared with %s", formatString(lc), formatString(rc))
 			}
+			prop, lp := left.n.(*propNode)
+			if lp && rok {
+				left = expr{&propEqConst{name: prop.name, c: rc.v, not: not}, left.pos}
+				continue
+			}
 			left = expr{&eqNode{l: left.n, r: right.n, not: not}, left.pos}
 		case tIs:
 			if err := p.advance(); err != nil {
@@ -250,6 +254,11 @@ func (p *parser) parseComparison() (expr, error) {
 			}
 			if err := p.checkOrderOperand(right); err != nil {
 				return expr{}, err
+			}
+			prop, lp := left.n.(*propNode)
+			if c, rc := right.n.(*constNode); lp && rc {
+				left = expr{&propOrdConst{name: prop.name, op: op, c: c.v}, left.pos}
+				continue
 			}
 			left = expr{&ordNode{op: op, l: left.n, r: right.n}, left.pos}
 		case tContains, tStartsWith, tEndsWith:

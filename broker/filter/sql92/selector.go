@@ -61,7 +61,7 @@ func excerpt(expr string, pos int) string {
 // Selector is a compiled SQL92 selector. It is immutable and safe for concurrent use by any
 // number of goroutines.
 type Selector struct {
-	root node
+	root boolNode
 }
 
 // Compile parses expr and checks it the way RocketMQ's broker does when a consumer
@@ -84,8 +84,7 @@ func Compile(expr string) (*Selector, error) {
 // NULL (unknown) result and an evaluation error (a property that does not parse as the
 // number it is compared with) both leave the message out, as RocketMQ's broker does.
 func (s *Selector) Match(get func(key string) (string, bool)) bool {
-	v, ok := s.root.eval(get)
-	return ok && v.k == kBool && v.n != 0
+	return s.root.test(get) == triTrue
 }
 
 // String returns the selector in canonical form: keywords upper case, single spaces, and
