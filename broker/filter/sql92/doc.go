@@ -4,9 +4,9 @@
 //
 // The aim is that a message matches here exactly when it would match on a RocketMQ broker
 // (4.9, and 5.x with its CONTAINS/STARTSWITH/ENDSWITH operators), and that an expression
-// RocketMQ refuses is refused here too. The rules below follow RocketMQ's
-// filter module (SelectorParser.jj, ComparisonExpression, LogicExpression,
-// UnaryExpression) and its broker (ExpressionMessageFilter).
+// RocketMQ refuses is refused here too. The rules below follow RocketMQ's filter module
+// (SelectorParser.jj, ComparisonExpression, LogicExpression, UnaryExpression) and its
+// broker (ExpressionMessageFilter); TestOracle checks them against that module itself.
 //
 // # Use
 //
@@ -95,11 +95,10 @@
 // Conversions, when the two sides of a comparison differ in type (RocketMQ's rules):
 //   - Two strings: = and <> compare them as strings; < <= > >= parse both as Doubles.
 //   - A string and an Integer literal: the string is parsed as a Java int (optional sign,
-//     decimal digits, Unicode ones included, no spaces, no fraction, 32-bit range); with
-//     a Long, as a Java long; with a
-//     Double, as Double.valueOf does (surrounding spaces trimmed, exponents, NaN,
-//     Infinity, hex floats, an f/d suffix). So `a > 5` fails on "5.5" and on "3000000000"
-//     where `a > 5.0` does not.
+//     decimal digits, Unicode ones included, no spaces, no fraction, 32-bit range); with a
+//     Long, as a Java long; with a Double, as Double.valueOf does (surrounding spaces
+//     trimmed, exponents, NaN, Infinity, hex floats, an f/d suffix). So `a > 5` fails on
+//     "5.5" and on "3000000000" where `a > 5.0` does not.
 //   - A string with TRUE or FALSE on its right: "true" in any case reads as TRUE, anything
 //     else as FALSE (Boolean.valueOf).
 //   - Numbers widen Integer → Long → Double. Doubles order as Java's Double.compare: -0.0

@@ -19,7 +19,7 @@ const (
 	kString // a property value or a string literal
 )
 
-// val is one evaluated value, held by value so evaluation does not allocate. n holds a
+// val is one operand's value, held by value so evaluation does not allocate. n holds a
 // bool (0/1), an Integer or a Long; f a Double; s a String.
 type val struct {
 	k kind
@@ -34,15 +34,6 @@ var (
 	vFalse = val{k: kBool}
 )
 
-func boolVal(b bool) val {
-	if b {
-		return vTrue
-	}
-	return vFalse
-}
-
-func (v val) isFalse() bool { return v.k == kBool && v.n == 0 }
-func (v val) isTrue() bool  { return v.k == kBool && v.n != 0 }
 
 type getter = func(key string) (string, bool)
 
