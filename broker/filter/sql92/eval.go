@@ -34,7 +34,6 @@ var (
 	vFalse = val{k: kBool}
 )
 
-
 type getter = func(key string) (string, bool)
 
 // tri is the result of a boolean operator: RocketMQ's TRUE, FALSE and NULL, and triErr for
