@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flowd-io/flowd/broker/filter"
+	"github.com/flowd-io/flowd/broker/filter/sql92"
 	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/remoting"
 )
@@ -125,10 +126,17 @@ type Config struct {
 	TransactionCheckMax int
 
 	// Filters compiles the subscriptions of pulls into read filters and caches them. TAG
-	// is built in; the daemon registers SQL92 and WASM (filter.SQL92, filter.Batch) on it.
-	// A pull whose expression type has no compiler is answered SUBSCRIPTION_PARSE_FAILED.
-	// Default: filter.NewRegistry(filter.DefaultCacheSize), tag expressions only.
+	// is built in; SQL92 is registered unless DisableSQL92 is set; the daemon registers
+	// WASM (filter.Batch) on it. A pull whose expression type has no compiler is answered
+	// SUBSCRIPTION_PARSE_FAILED. Default: filter.NewRegistry(filter.DefaultCacheSize) with
+	// TAG and SQL92.
 	Filters *filter.Registry
+
+	// DisableSQL92 turns SQL92 property filters (MessageSelector.bySql) off: such
+	// subscriptions are answered SUBSCRIPTION_PARSE_FAILED. RocketMQ has them off unless
+	// enablePropertyFilter is set; flowd has them on, since they cost nothing unless used.
+	// Applies to the default Filters only.
+	DisableSQL92 bool
 
 	// Store configures the commit log and consume queues; see store.Options for defaults.
 	// StoreHost is set from the advertised address when left empty.
@@ -231,6 +239,11 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.Filters == nil {
 		cfg.Filters = filter.NewRegistry(filter.DefaultCacheSize)
+		if !cfg.DisableSQL92 {
+			cfg.Filters.Register(filter.TypeSQL92, filter.SQL92(func(expr string) (filter.Selector, error) {
+				return sql92.Compile(expr)
+			}))
+		}
 	}
 	if cfg.Store.MaxMessageSize == 0 {
 		// The stored form adds headers, topic and properties to the body.

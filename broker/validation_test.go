@@ -230,7 +230,7 @@ func TestPullHostileHeaders(t *testing.T) {
 		{"empty group", map[string]string{"consumerGroup": ""}, protocol.InvalidParameter, "bad consumer group"},
 		{"bad group", map[string]string{"consumerGroup": "a\nb"}, protocol.InvalidParameter, "bad consumer group"},
 		{"unknown expression type", map[string]string{"sysFlag": "4", "subscription": "*", "expressionType": "XPATH"}, protocol.SubscriptionParseFailed, "XPATH"},
-		{"SQL92 without a compiler", map[string]string{"sysFlag": "4", "subscription": "a > 1", "expressionType": "SQL92"}, protocol.SubscriptionParseFailed, "SQL92 filtering is not enabled"},
+		{"SQL92 that does not parse", map[string]string{"sysFlag": "4", "subscription": "a > AND", "expressionType": "SQL92"}, protocol.SubscriptionParseFailed, `"AND" at 4`},
 		{"WASM without a compiler", map[string]string{"sysFlag": "4", "subscription": "f@1", "expressionType": "wasm"}, protocol.SubscriptionParseFailed, "WASM filtering is not enabled"},
 		{"negative commit offset with the commit flag", map[string]string{"sysFlag": "1", "commitOffset": "-7"}, protocol.Success, ""},
 		{"garbage number", map[string]string{"queueOffset": "0x10"}, protocol.InvalidParameter, "queueOffset"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -619,4 +620,32 @@ func TestStartHonoursItsContext(t *testing.T) {
 	require.NoError(t, c2.Subscribe("start-ctx", "*"))
 	require.NoError(t, c2.Start(context.Background()), "the failed start left no registration behind")
 	require.NoError(t, c2.Close(context.Background()))
+}
+
+// A SQL92 selector is evaluated by the broker on the messages' properties: only matching
+// messages reach the consumer.
+func TestSQLSelectorTakesMatchingMessagesOnly(t *testing.T) {
+	b := startBroker(t, nil)
+	createTopic(t, b, "sqlsel", 2)
+	p := newProducer(t, b)
+	produce(t, p, "sqlsel", "m", 40, func(i int, m *producer.Message) {
+		m.Properties = map[string]string{"n": strconv.Itoa(i)}
+		if i%4 == 0 {
+			m.Tags = "even4"
+		}
+	})
+
+	c := newConsumer(t, b, "sqlsel-group", consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
+	require.NoError(t, c.SubscribeSelector("sqlsel", consumer.SQLSelector("n >= 20 AND TAGS = 'even4'")))
+	require.NoError(t, c.Start(context.Background()))
+	got := pollN(t, c, 5, wait)
+	var ns []int
+	for _, m := range got {
+		n, err := strconv.Atoi(m.Properties["n"])
+		require.NoError(t, err)
+		ns = append(ns, n)
+	}
+	slices.Sort(ns)
+	assert.Equal(t, []int{20, 24, 28, 32, 36}, ns)
+	assert.Empty(t, pollFor(t, c, 200*time.Millisecond), "nothing else matches")
 }

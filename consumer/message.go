@@ -94,8 +94,8 @@ func convert(mq MessageQueue, ext *protocol.MessageExt, d *protocol.Decompressor
 // Selector chooses which messages of a topic a subscription takes. The broker filters by it;
 // for tag selectors the consumer checks again, since the broker compares only tag hashes.
 //
-// TagSelector is the only built-in selector; SQL92 and Wasm filters implement the same
-// interface with their own Type.
+// TagSelector and SQLSelector are built in; a Wasm filter implements the same interface
+// with its own Type.
 type Selector interface {
 	// Type is the expression type sent to the broker: "TAG", "SQL92", ….
 	Type() string
@@ -112,6 +112,19 @@ func (TagSelector) Type() string { return protocol.ExpressionTag }
 
 // Expression is the tag expression.
 func (s TagSelector) Expression() string { return string(s) }
+
+// SQLSelector selects messages by a SQL92 expression over their properties (RocketMQ's
+// MessageSelector.bySql), e.g. "region IN ('eu','us') AND amount > 100". TAGS and KEYS are
+// properties like any other. The broker evaluates it; a broker that does not support it, or
+// an expression that does not parse, fails the pull with SUBSCRIPTION_PARSE_FAILED and a
+// remark pointing at the position.
+type SQLSelector string
+
+// Type is protocol.ExpressionSQL92.
+func (SQLSelector) Type() string { return protocol.ExpressionSQL92 }
+
+// Expression is the SQL92 expression.
+func (s SQLSelector) Expression() string { return string(s) }
 
 // subscription is one topic subscription.
 type subscription struct {
