@@ -21,14 +21,14 @@ func TestJSONFilterExample(t *testing.T) {
 	f := NewFilter(load(t, rt, m, wasm))
 
 	bodies := map[string]bool{
-		`{"amount": 150}`:                     true,
-		`{"amount":100}`:                      false,
+		`{"amount": 150}`:                      true,
+		`{"amount":100}`:                       false,
 		`{"id": "x", "amount" : 100.5, "q":1}`: true,
-		`{"amount": -500}`:                    false,
-		`{"total": 500}`:                      false,
-		`not json`:                            false,
-		``:                                    false,
-		`{"amount": "lots"}`:                  false,
+		`{"amount": -500}`:                     false,
+		`{"total": 500}`:                       false,
+		`not json`:                             false,
+		``:                                     false,
+		`{"amount": "lots"}`:                   false,
 	}
 	var msgs []Message
 	var want []bool

@@ -175,7 +175,7 @@ func wsection(id byte, content []byte) []byte {
 func wasmModule(imports []wimport, funcs []wfunc) []byte {
 	var types, imps, fidx, exps, codes [][]byte
 	for _, im := range imports {
-		types = append(types, append(append(append([]byte{0x60}, wvec(bytesOf(im.params)...)...), wvec(bytesOf(im.results)...)...)))
+		types = append(types, append(append([]byte{0x60}, wvec(bytesOf(im.params)...)...), wvec(bytesOf(im.results)...)...))
 		imps = append(imps, append(append(wname(im.module), wname(im.name)...), append([]byte{0x00}, leb(uint32(len(types)-1))...)...))
 	}
 	for i, f := range funcs {

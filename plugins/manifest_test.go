@@ -49,7 +49,7 @@ func TestParseManifestRefusesUnknownFieldsNamingThem(t *testing.T) {
 		}
 		_, err := ParseManifest([]byte(doc))
 		require.ErrorIs(t, err, ErrManifest, field)
-		name := field[1:strings.Index(field[1:], `"`)+1]
+		name := field[1 : strings.Index(field[1:], `"`)+1]
 		if strings.Contains(field, "{") {
 			inner := field[strings.Index(field, "{")+2:]
 			name = inner[:strings.Index(inner, `"`)]
