@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -223,3 +224,8 @@ func tinyFilter() []wfunc {
 		{name: ExportFilter, params: []byte{vI32, vI32, vI32}, results: []byte{vI32}, body: i32Const(0)},
 	}
 }
+
+const (
+	testTimeout  = 30 * time.Second
+	pollInterval = 5 * time.Millisecond
+)
