@@ -16,5 +16,6 @@
 // allocates little keeps a Go guest small, since its garbage collector may not run between
 // calls.
 //
-// Everything but this comment is built for GOOS=wasip1 only.
+// Only the exports (exports_wasip1.go) are built for GOOS=wasip1 alone; the rest builds
+// anywhere, so plugins type-check with go vet ./... on the host.
 package flowd
