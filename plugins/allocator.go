@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -210,6 +211,10 @@ type AllocatorStrategy struct {
 	// Member describes a member to the plugin (weight, room, labels); nil: weight 1, no
 	// room, no labels. It must be deterministic: every member of the group calls it.
 	Member func(id string) Member
+	// Fallback allocates instead of the plugin once it failed open (the manifest's policy
+	// is fail_open and a call faulted). Nil: the error is returned, and the consumer keeps
+	// its current assignment.
+	Fallback allocate.Strategy
 }
 
 // Name is "WASM-" followed by the active version's "name@version": members of a group
@@ -242,6 +247,9 @@ func (s *AllocatorStrategy) Allocate(ctx context.Context, req allocate.Request) 
 	}
 	in.Previous = previousOwners(req)
 	owners, err := s.Allocator.Allocate(ctx, &in, nil)
+	if err != nil && s.Fallback != nil && errors.Is(err, runtime.ErrPolicyOpen) {
+		return s.Fallback.Allocate(ctx, req)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("allocate group %q with plugin %s: %w", req.Group, s.Allocator.Version(), err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/consumer/allocate"
 	"github.com/flowd-io/flowd/protocol"
 	"github.com/flowd-io/flowd/runtime"
 )
@@ -213,4 +214,20 @@ func TestCallingAPluginAsAnotherKindFails(t *testing.T) {
 	keep := []bool{true}
 	require.NoError(t, NewFilter(slot).Match(context.Background(), []Message{{Topic: "t"}}, keep))
 	require.False(t, keep[0], "the hand-assembled filter keeps nothing")
+}
+
+func TestAllocatorStrategyFallsBackWhenFailedOpen(t *testing.T) {
+	a := NewAllocator(badSlot(t, KindAllocator, "trap", OnFaultFailOpen, nil))
+	s := &AllocatorStrategy{Allocator: a, Fallback: allocate.Averagely()}
+	req := allocate.Request{Group: "g", ClientID: "b", ClientIDs: []string{"a", "b"}, Queues: allocInput(4, 0).Queues}
+	got, err := s.Allocate(context.Background(), req)
+	require.NoError(t, err)
+	want, err := allocate.Averagely().Allocate(context.Background(), req)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	// Without a fallback the fault is the caller's to see.
+	s.Fallback = nil
+	_, err = s.Allocate(context.Background(), req)
+	require.ErrorIs(t, err, runtime.ErrPolicyOpen)
 }
