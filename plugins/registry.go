@@ -29,7 +29,8 @@ type Registry struct {
 type plugin struct {
 	kind   Kind
 	slot   runtime.Slot
-	active string // version, "" when none
+	active string    // version, "" when none
+	man    *Manifest // of the active version
 }
 
 // Info is one deployed version.
@@ -151,7 +152,7 @@ func (r *Registry) activate(ctx context.Context, name, version string, record bo
 			return fmt.Errorf("activate plugin %s: %w", m.ID(), err)
 		}
 	}
-	p.active = version
+	p.active, p.man = version, m
 	if err := p.slot.Swap(ctx, mod); err != nil {
 		return fmt.Errorf("activate plugin %s: %w", m.ID(), err)
 	}
@@ -206,6 +207,17 @@ func (r *Registry) ActiveVersion(name string) string {
 		return p.active
 	}
 	return ""
+}
+
+// ActiveManifest returns the manifest of name's active version, or nil. The read path
+// asks it whether a filter wants message bodies (WantsBody) before decompressing them.
+func (r *Registry) ActiveManifest(name string) *Manifest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.plugins[name]; p != nil {
+		return p.man
+	}
+	return nil
 }
 
 func (r *Registry) slot(name string, kind Kind) (*runtime.Slot, error) {

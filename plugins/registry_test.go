@@ -57,6 +57,9 @@ func TestRegistryDeployActivateSwapAndRestart(t *testing.T) {
 	require.NoError(t, f.Match(ctx, []Message{order("150")}, keep))
 	require.False(t, keep[0], "v2: 150 <= 200, the same Filter follows the swap")
 	require.Equal(t, "2.0.0", reg.ActiveVersion("big-orders"))
+	require.Equal(t, "200", reg.ActiveManifest("big-orders").Parameters["threshold"])
+	require.True(t, reg.ActiveManifest("big-orders").WantsBody)
+	require.Nil(t, reg.ActiveManifest("nothing"))
 
 	require.ErrorIs(t, reg.Remove(ctx, "big-orders", "2.0.0"), ErrActive)
 	require.NoError(t, reg.Remove(ctx, "big-orders", "1.0.0"))
