@@ -1,0 +1,276 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/flowd-io/flowd/runtime"
+)
+
+// Registry holds the deployed plugins: every version in a [Store], and the active version
+// of each plugin loaded in a [runtime.Slot], so that activating another version swaps it
+// without failing a call. It survives restarts: [NewRegistry] loads the recorded active
+// versions again, checking their checksums. A Registry is safe for concurrent use.
+//
+// A plugin name has one kind: every version of "big-orders" is a filter.
+type Registry struct {
+	rt    *runtime.Runtime
+	store Store
+	log   *slog.Logger
+
+	mu      sync.Mutex // serialises Deploy, Activate, Remove and Close
+	plugins map[string]*plugin
+	closed  bool
+}
+
+type plugin struct {
+	kind   Kind
+	slot   runtime.Slot
+	active string    // version, "" when none
+	man    *Manifest // of the active version
+}
+
+// Info is one deployed version.
+type Info struct {
+	Manifest *Manifest
+	Active   bool
+}
+
+// NewRegistry returns a Registry on store, loading the active version of every plugin into
+// rt. A version that fails to load (its module is gone, fails its checksum or its
+// self-test) is logged and left inactive: the plugin refuses calls until a version is
+// activated. logger may be nil.
+func NewRegistry(ctx context.Context, rt *runtime.Runtime, store Store, logger *slog.Logger) (*Registry, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Registry{rt: rt, store: store, log: logger, plugins: map[string]*plugin{}}
+	all, err := store.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("plugin registry: %w", err)
+	}
+	for _, m := range all {
+		if p := r.plugins[m.Name]; p == nil {
+			r.plugins[m.Name] = &plugin{kind: m.Kind}
+		}
+	}
+	active, err := store.Active(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("plugin registry: %w", err)
+	}
+	for name, version := range active {
+		if err := r.activate(ctx, name, version, false); err != nil {
+			logger.LogAttrs(ctx, slog.LevelError, "plugin not activated at start",
+				slog.String("plugin", name), slog.String("version", version), slog.Any("err", err))
+		}
+	}
+	return r, nil
+}
+
+// Deploy validates and stores a plugin version without activating it: the manifest, the
+// module's checksum, and a trial load (imports, exports, ABI marker, flowd_init with the
+// parameters, self-test), so that a version that would fail never reaches the store.
+// Deploying the same version again with the same module is a no-op; with another module
+// it fails with [ErrExists]. A version of another kind than the plugin's earlier versions
+// fails with [ErrKind].
+func (r *Registry) Deploy(ctx context.Context, m *Manifest, wasm []byte) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	if err := checkSum(m, wasm); err != nil {
+		return fmt.Errorf("deploy plugin %s: %w", m.ID(), err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return fmt.Errorf("deploy plugin %s: registry: %w", m.ID(), runtime.ErrClosed)
+	}
+	if p := r.plugins[m.Name]; p != nil && p.kind != m.Kind {
+		return fmt.Errorf("deploy plugin %s: a %s, but %s is a %s: %w", m.ID(), m.Kind, m.Name, p.kind, ErrKind)
+	}
+	old, _, err := r.store.Get(ctx, m.Name, m.Version)
+	switch {
+	case err == nil && old.SHA256 == m.SHA256:
+		return nil
+	case err == nil:
+		return fmt.Errorf("deploy plugin %s: deployed with sha256 %s: %w", m.ID(), old.SHA256, ErrExists)
+	case !errors.Is(err, ErrNotFound):
+		return fmt.Errorf("deploy plugin %s: %w", m.ID(), err)
+	}
+	mod, err := r.rt.Load(ctx, m.Spec(wasm))
+	if err != nil {
+		return fmt.Errorf("deploy plugin %s: %w", m.ID(), err)
+	}
+	if err := mod.Close(ctx); err != nil {
+		return fmt.Errorf("deploy plugin %s: close the trial load: %w", m.ID(), err)
+	}
+	if err := r.store.Put(ctx, m, wasm); err != nil {
+		return fmt.Errorf("deploy plugin %s: %w", m.ID(), err)
+	}
+	if r.plugins[m.Name] == nil {
+		r.plugins[m.Name] = &plugin{kind: m.Kind}
+	}
+	r.log.LogAttrs(ctx, slog.LevelInfo, "plugin deployed", slog.String("plugin", m.Name), slog.String("version", m.Version), slog.String("kind", string(m.Kind)))
+	return nil
+}
+
+// Activate makes version the active version of name: it loads it from the store (checking
+// the checksum), records it as active, and swaps it in: calls in flight finish on the old
+// version, new calls go to the new one. If loading fails the old version stays active.
+func (r *Registry) Activate(ctx context.Context, name, version string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return fmt.Errorf("activate plugin %s@%s: registry: %w", name, version, runtime.ErrClosed)
+	}
+	return r.activate(ctx, name, version, true)
+}
+
+func (r *Registry) activate(ctx context.Context, name, version string, record bool) error {
+	m, wasm, err := r.store.Get(ctx, name, version)
+	if err != nil {
+		return fmt.Errorf("activate plugin %s@%s: %w", name, version, err)
+	}
+	p := r.plugins[name]
+	if p == nil {
+		p = &plugin{kind: m.Kind}
+		r.plugins[name] = p
+	}
+	if p.kind != m.Kind {
+		return fmt.Errorf("activate plugin %s: a %s, but %s is a %s: %w", m.ID(), m.Kind, name, p.kind, ErrKind)
+	}
+	mod, err := r.rt.Load(ctx, m.Spec(wasm))
+	if err != nil {
+		return fmt.Errorf("activate plugin %s: %w", m.ID(), err)
+	}
+	if record {
+		if err := r.store.SetActive(ctx, name, version); err != nil {
+			_ = mod.Close(ctx)
+			return fmt.Errorf("activate plugin %s: %w", m.ID(), err)
+		}
+	}
+	p.active, p.man = version, m
+	if err := p.slot.Swap(ctx, mod); err != nil {
+		return fmt.Errorf("activate plugin %s: %w", m.ID(), err)
+	}
+	r.log.LogAttrs(ctx, slog.LevelInfo, "plugin activated", slog.String("plugin", name), slog.String("version", version))
+	return nil
+}
+
+// Remove deletes a version that is not active ([ErrActive] otherwise).
+func (r *Registry) Remove(ctx context.Context, name, version string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.plugins[name]; p != nil && p.active == version {
+		return fmt.Errorf("remove plugin %s@%s: %w", name, version, ErrActive)
+	}
+	if _, _, err := r.store.Get(ctx, name, version); errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("remove plugin %s@%s: %w", name, version, err)
+	}
+	if err := r.store.Delete(ctx, name, version); err != nil {
+		return err
+	}
+	r.log.LogAttrs(ctx, slog.LevelInfo, "plugin removed", slog.String("plugin", name), slog.String("version", version))
+	return nil
+}
+
+// List returns every deployed version, sorted by name and version string.
+func (r *Registry) List(ctx context.Context) ([]Info, error) {
+	all, err := r.store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Info, len(all))
+	for i, m := range all {
+		p := r.plugins[m.Name]
+		out[i] = Info{Manifest: m, Active: p != nil && p.active == m.Version}
+	}
+	return out, nil
+}
+
+// Get returns the manifest of a deployed version, or an error wrapping [ErrNotFound].
+func (r *Registry) Get(ctx context.Context, name, version string) (*Manifest, error) {
+	m, _, err := r.store.Get(ctx, name, version)
+	return m, err
+}
+
+// ActiveVersion returns the active version of name, or "".
+func (r *Registry) ActiveVersion(name string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.plugins[name]; p != nil {
+		return p.active
+	}
+	return ""
+}
+
+// ActiveManifest returns the manifest of name's active version, or nil. The read path
+// asks it whether a filter wants message bodies (WantsBody) before decompressing them.
+func (r *Registry) ActiveManifest(name string) *Manifest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.plugins[name]; p != nil {
+		return p.man
+	}
+	return nil
+}
+
+func (r *Registry) slot(name string, kind Kind) (*runtime.Slot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.plugins[name]
+	if p == nil {
+		return nil, fmt.Errorf("plugin %s: %w", name, ErrNotFound)
+	}
+	if p.kind != kind {
+		return nil, fmt.Errorf("plugin %s is a %s, not a %s: %w", name, p.kind, kind, ErrKind)
+	}
+	return &p.slot, nil
+}
+
+// Filter returns the filter plugin name, following its active version.
+func (r *Registry) Filter(name string) (*Filter, error) {
+	s, err := r.slot(name, KindFilter)
+	if err != nil {
+		return nil, err
+	}
+	return NewFilter(s), nil
+}
+
+// Allocator returns the allocator plugin name, following its active version.
+func (r *Registry) Allocator(name string) (*Allocator, error) {
+	s, err := r.slot(name, KindAllocator)
+	if err != nil {
+		return nil, err
+	}
+	return NewAllocator(s), nil
+}
+
+// Transform returns the transform plugin name, following its active version.
+func (r *Registry) Transform(name string) (*Transform, error) {
+	s, err := r.slot(name, KindTransform)
+	if err != nil {
+		return nil, err
+	}
+	return NewTransform(s), nil
+}
+
+// Close closes every active version, waiting (until ctx is done) for calls in flight. The
+// runtime is the caller's to close.
+func (r *Registry) Close(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	var errs []error
+	for _, p := range r.plugins {
+		if err := p.slot.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
