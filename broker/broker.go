@@ -169,10 +169,10 @@ func (b *Broker) Start() error {
 		b.goServe(b.nsServer, b.nsLn)
 	}
 	b.goLoop(func(ctx context.Context) { b.offsets.run(ctx, b.cfg.OffsetFlushInterval) })
-	b.goLoop(b.expireLoop)
-	b.goLoop(b.tableFlushLoop)
-	b.goLoop(b.sweepLoop)
-	b.goLoop(b.txnCheckLoop)
+	b.goEvery(min(b.cfg.ClientExpiry/4, 5*time.Second), b.expire)
+	b.goEvery(b.cfg.TableFlushInterval, b.flushTables) // Shutdown writes them once more
+	b.goEvery(min(max(b.cfg.GroupRetention/4, 10*time.Millisecond), time.Minute), b.sweepGroups)
+	b.goEvery(b.cfg.TransactionCheckInterval, b.checkTransactions)
 	for level := range b.delays {
 		b.goLoop(func(ctx context.Context) { b.scheduleLoop(ctx, level) })
 	}
@@ -195,6 +195,22 @@ func (b *Broker) goLoop(fn func(ctx context.Context)) {
 		defer b.wg.Done()
 		fn(b.ctx)
 	}()
+}
+
+// goEvery runs fn every interval until Shutdown.
+func (b *Broker) goEvery(interval time.Duration, fn func(ctx context.Context, now time.Time)) {
+	b.goLoop(func(ctx context.Context) {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				fn(ctx, now)
+			}
+		}
+	})
 }
 
 // Addr is the broker's advertised address.
@@ -269,55 +285,22 @@ func (b *Broker) closeListeners() {
 	}
 }
 
-// expireLoop removes members that went silent.
-func (b *Broker) expireLoop(ctx context.Context) {
-	interval := min(b.cfg.ClientExpiry/4, 5*time.Second)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			b.membersChanged(b.consumers.expire(now.Add(-b.cfg.ClientExpiry)))
-			b.producers.expire(now.Add(-b.cfg.ClientExpiry))
-			for _, group := range b.locks.sweep(now) {
-				b.rebalance.changed(group)
-			}
-		}
+// expire removes members that went silent and drops expired queue locks.
+func (b *Broker) expire(_ context.Context, now time.Time) {
+	b.membersChanged(b.consumers.expire(now.Add(-b.cfg.ClientExpiry)))
+	b.producers.expire(now.Add(-b.cfg.ClientExpiry))
+	for _, group := range b.locks.sweep(now) {
+		b.rebalance.changed(group)
 	}
 }
 
-// tableFlushLoop writes the topic and group files when implicit creations changed them.
-func (b *Broker) tableFlushLoop(ctx context.Context) {
-	t := time.NewTicker(b.cfg.TableFlushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return // Shutdown writes them once more
-		case <-t.C:
-			if err := b.topics.flushIfDirty(); err != nil {
-				b.log.Error("topic table write failed", "err", err)
-			}
-			if err := b.groups.flushIfDirty(); err != nil {
-				b.log.Error("group table write failed", "err", err)
-			}
-		}
+// flushTables writes the topic and group files when implicit creations changed them.
+func (b *Broker) flushTables(context.Context, time.Time) {
+	if err := b.topics.flushIfDirty(); err != nil {
+		b.log.Error("topic table write failed", "err", err)
 	}
-}
-
-// sweepLoop forgets idle groups (see Config.GroupRetention).
-func (b *Broker) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(min(max(b.cfg.GroupRetention/4, 10*time.Millisecond), time.Minute))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			b.sweepGroups(ctx, now)
-		}
+	if err := b.groups.flushIfDirty(); err != nil {
+		b.log.Error("group table write failed", "err", err)
 	}
 }
 

@@ -375,21 +375,6 @@ func (b *Broker) commitHalf(ctx context.Context, req *protocol.Command, hm *half
 	return nil
 }
 
-// txnCheckLoop checks back the half messages without an outcome every
-// TransactionCheckInterval.
-func (b *Broker) txnCheckLoop(ctx context.Context) {
-	t := time.NewTicker(b.cfg.TransactionCheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			b.checkTransactions(ctx, now)
-		}
-	}
-}
-
 // checkTransactions sends a check-back for every due half message, or discards those that
 // were checked TransactionCheckMax times.
 func (b *Broker) checkTransactions(ctx context.Context, now time.Time) {

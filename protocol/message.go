@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -295,6 +296,23 @@ func propertiesLen(props map[string]string) int {
 		n += len(k) + len(v) + 2
 	}
 	return n
+}
+
+// FindProperty returns the value of key in a raw property block (key\x01value\x02…, as
+// stored), without decoding the block.
+func FindProperty(props []byte, key string) ([]byte, bool) {
+	for len(props) > 0 {
+		pair := props
+		if i := bytes.IndexByte(props, PropertySeparator); i >= 0 {
+			pair, props = props[:i], props[i+1:]
+		} else {
+			props = nil
+		}
+		if len(pair) > len(key) && pair[len(key)] == NameValueSeparator && string(pair[:len(key)]) == key {
+			return pair[len(key)+1:], true
+		}
+	}
+	return nil, false
 }
 
 // EncodeProperties is AppendProperties to a new slice, as a string.

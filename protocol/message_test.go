@@ -540,3 +540,20 @@ func TestTagsCode(t *testing.T) {
 		})
 	}
 }
+
+func TestFindProperty(t *testing.T) {
+	props := []byte(AppendProperties(nil, map[string]string{"TAGS": "a", "KEYS": "k1 k2", "TA": "x", "empty": ""}))
+	for _, tc := range []struct {
+		key, want string
+		ok        bool
+	}{
+		{"TAGS", "a", true}, {"KEYS", "k1 k2", true}, {"TA", "x", true}, {"empty", "", true},
+		{"T", "", false}, {"TAGSX", "", false}, {"missing", "", false},
+	} {
+		v, ok := FindProperty(props, tc.key)
+		require.Equal(t, tc.ok, ok, tc.key)
+		require.Equal(t, tc.want, string(v), tc.key)
+	}
+	_, ok := FindProperty(nil, "TAGS")
+	require.False(t, ok)
+}

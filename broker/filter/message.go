@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -111,29 +110,13 @@ func decodeCandidate(c store.Candidate, m *Message) error {
 	m.Properties = b[p : p+propLen : p+propLen]
 	m.Topic, m.QueueID, m.QueueOffset = c.Topic, c.QueueID, c.QueueOffset
 	m.Compressed = sysFlag&protocol.MsgFlagCompressed != 0
-	if v, ok := property(m.Properties, protocol.PropertyTags); ok {
+	if v, ok := protocol.FindProperty(m.Properties, protocol.PropertyTags); ok {
 		m.Tags = string(v)
 	}
-	if v, ok := property(m.Properties, protocol.PropertyKeys); ok {
+	if v, ok := protocol.FindProperty(m.Properties, protocol.PropertyKeys); ok {
 		m.Keys = string(v)
 	}
 	return nil
-}
-
-// property returns the value of key in a raw property block.
-func property(props []byte, key string) ([]byte, bool) {
-	for len(props) > 0 {
-		pair := props
-		if i := bytes.IndexByte(props, protocol.PropertySeparator); i >= 0 {
-			pair, props = props[:i], props[i+1:]
-		} else {
-			props = nil
-		}
-		if len(pair) > len(key) && pair[len(key)] == protocol.NameValueSeparator && string(pair[:len(key)]) == key {
-			return pair[len(key)+1:], true
-		}
-	}
-	return nil, false
 }
 
 // Selector is a compiled SQL92 expression over message properties. The broker/filter/sql92
@@ -175,7 +158,7 @@ func (a sqlAdapter) MatchBatch(_ context.Context, cands []store.Candidate, keep 
 			return fmt.Errorf("properties of %s/%d at %d: %w", c.Topic, c.QueueID, c.QueueOffset, err)
 		}
 		keep[i] = a.sel.Match(func(key string) (string, bool) {
-			v, ok := property(props, key)
+			v, ok := protocol.FindProperty(props, key)
 			return string(v), ok
 		})
 	}

@@ -265,7 +265,7 @@ func (propertyFilter) MatchBatch(_ context.Context, msgs []Candidate, keep []boo
 		if err != nil {
 			return err
 		}
-		v, ok := findProperty(props, protocol.PropertyTags)
+		v, ok := protocol.FindProperty(props, protocol.PropertyTags)
 		keep[i] = ok && string(v) == "TagA"
 	}
 	return nil

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -91,22 +90,6 @@ func hostLen(sysFlag, v6 int32) int {
 	return 8
 }
 
-// findProperty returns the value of key in a key\x01value\x02 property block.
-func findProperty(props []byte, key string) ([]byte, bool) {
-	for len(props) > 0 {
-		pair := props
-		if i := bytes.IndexByte(props, protocol.PropertySeparator); i >= 0 {
-			pair, props = props[:i], props[i+1:]
-		} else {
-			props = nil
-		}
-		if len(pair) > len(key) && pair[len(key)] == protocol.NameValueSeparator && string(pair[:len(key)]) == key {
-			return pair[len(key)+1:], true
-		}
-	}
-	return nil, false
-}
-
 // StoredProperties returns the raw property block (key\x01value\x02…) of a stored message,
 // aliasing stored, for filters that look at a property or two without decoding the message.
 func StoredProperties(stored []byte) ([]byte, error) {
@@ -150,7 +133,7 @@ func (d *dispatcher) add(m *msgInfo) error {
 		return err
 	}
 	var tc int64
-	tags, hasTags := findProperty(m.props, protocol.PropertyTags)
+	tags, hasTags := protocol.FindProperty(m.props, protocol.PropertyTags)
 	if hasTags {
 		tc = protocol.TagsCode(string(tags))
 	}

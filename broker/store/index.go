@@ -520,10 +520,10 @@ func (x *keyIndex) add(m *msgInfo) {
 		return
 	}
 	x.lastPhys = m.phys
-	if uniq, ok := findProperty(m.props, protocol.PropertyUniqueKey); ok && len(uniq) > 0 {
+	if uniq, ok := protocol.FindProperty(m.props, protocol.PropertyUniqueKey); ok && len(uniq) > 0 {
 		x.pend = append(x.pend, pendingKey{hash: indexHash(m.topic, uniq), phys: m.phys, ts: m.storeTs})
 	}
-	if keys, ok := findProperty(m.props, protocol.PropertyKeys); ok {
+	if keys, ok := protocol.FindProperty(m.props, protocol.PropertyKeys); ok {
 		for k := range bytes.FieldsSeq(keys) {
 			x.pend = append(x.pend, pendingKey{hash: indexHash(m.topic, k), phys: m.phys, ts: m.storeTs})
 		}
@@ -907,10 +907,10 @@ func matchesQuery(b []byte, off int64, topic, key string, unique bool, begin, en
 		return false
 	}
 	if unique {
-		v, ok := findProperty(m.props, protocol.PropertyUniqueKey)
+		v, ok := protocol.FindProperty(m.props, protocol.PropertyUniqueKey)
 		return ok && string(v) == key
 	}
-	keys, ok := findProperty(m.props, protocol.PropertyKeys)
+	keys, ok := protocol.FindProperty(m.props, protocol.PropertyKeys)
 	if !ok {
 		return false
 	}

@@ -247,7 +247,7 @@ func TestScanLimitAndFilters(t *testing.T) {
 	cf := &countingFilter{match: func(c Candidate) bool {
 		props, err := StoredProperties(c.Stored)
 		require.NoError(t, err)
-		v, _ := findProperty(props, protocol.PropertyUniqueKey)
+		v, _ := protocol.FindProperty(props, protocol.PropertyUniqueKey)
 		return strings.HasSuffix(string(v), "7")
 	}}
 	f.Match = cf
