@@ -22,6 +22,7 @@ func (l *LitePull) rebalanceLoop() {
 		defer renew.Stop()
 		renewC = renew.C
 	}
+	l.renewTick = renewC
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
