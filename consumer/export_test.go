@@ -69,3 +69,9 @@ func (l *LitePull) Settling() bool {
 	defer l.mu.Unlock()
 	return l.settling
 }
+
+// HeartbeatForTest sends a heartbeat now.
+func (l *LitePull) HeartbeatForTest(ctx context.Context) error { return l.cl.SendHeartbeat(ctx) }
+
+// Rebalances returns how many rebalances ran.
+func (l *LitePull) Rebalances() uint64 { return l.rebalances.Load() }

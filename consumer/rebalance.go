@@ -143,6 +143,7 @@ func (l *LitePull) rebalance(ctx context.Context) {
 	l.mu.Unlock()
 	l.retryHandovers(ctx)
 	l.acquire(ctx)
+	l.rebalances.Add(1)
 }
 
 const (
