@@ -217,3 +217,37 @@ func TestAllocatorRunsOncePerGroupChange(t *testing.T) {
 	}
 	assert.Equal(t, calls, s.groupCalls.Load(), "unchanged inputs: the group assignment is not computed again")
 }
+
+// TestLocksRenewedWhileTheStrategyRuns: a strategy that takes long (a Wasm allocator near its
+// timeout) does not keep the member from renewing the locks it holds.
+func TestLocksRenewedWhileTheStrategyRuns(t *testing.T) {
+	const lease = 3 * time.Second
+	b := startBroker(t, func(c *broker.Config) { c.LockLease = lease })
+	topic := uniqueName(t)
+	queues := createTopic(t, b, topic, 2)
+	group := topic + "-group"
+	gate := newGated(allocate.Averagely())
+	opts := []consumer.Option{consumer.WithRebalanceInterval(time.Hour), consumer.WithLockLease(lease), consumer.WithLockRenewInterval(50 * time.Millisecond)}
+	slow := newConsumer(t, b, group, append(opts, consumer.WithAllocateStrategy(gate), consumer.WithAllocateTimeout(time.Minute))...)
+	require.NoError(t, slow.Subscribe(topic, "*"))
+	require.NoError(t, slow.Start(context.Background()))
+	require.Eventually(t, func() bool { return len(slow.ActiveQueues()) == len(queues) && !slow.Settling() }, wait, 5*time.Millisecond)
+
+	gate.armed.Store(true)
+	other := newConsumer(t, b, group, opts...)
+	require.NoError(t, other.Subscribe(topic, "*"))
+	require.NoError(t, other.Start(context.Background())) // the join makes the slow member allocate
+	select {
+	case <-gate.entered:
+	case <-time.After(wait):
+		t.Fatal("the slow member did not allocate")
+	}
+	before := slow.LockValidUntil(queues[0])
+	require.False(t, before.IsZero())
+	require.Eventually(t, func() bool { return slow.LockValidUntil(queues[0]).After(before) }, wait, 5*time.Millisecond,
+		"the held locks are renewed while the strategy runs")
+	close(gate.open)
+	require.Eventually(t, func() bool {
+		return owns(groupShares(t, allocate.Averagely(), queues, slow, other), slow, other)
+	}, wait, 5*time.Millisecond)
+}
