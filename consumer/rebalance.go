@@ -102,6 +102,7 @@ func (l *LitePull) rebalance(ctx context.Context) {
 	for _, mq := range assigned {
 		topicSet[mq.Topic] = true
 	}
+	maps.DeleteFunc(l.allocMemo, func(topic string, _ allocMemo) bool { return !topicSet[topic] })
 	fromTables, settled, changed := false, true, false
 	for _, topic := range slices.Sorted(maps.Keys(topicSet)) {
 		var desired []MessageQueue
