@@ -251,3 +251,39 @@ func TestLocksRenewedWhileTheStrategyRuns(t *testing.T) {
 		return owns(groupShares(t, allocate.Averagely(), queues, slow, other), slow, other)
 	}, wait, 5*time.Millisecond)
 }
+
+// TestAllocatorVersionChangeWhileRunning: a member's allocator changes identity while it runs
+// (a Wasm allocator's new version is activated on one member only): it tells the brokers
+// before allocating with it, and the group falls back to averagely until the other member
+// has the same version too.
+func TestAllocatorVersionChangeWhileRunning(t *testing.T) {
+	b := startBroker(t, nil)
+	topic := uniqueName(t)
+	queues := createTopic(t, b, topic, 5)
+	group := topic + "-group"
+	alg := &reversed{name: "WASM-reverse"}
+	var versions [2]atomic.Value
+	var cs []*consumer.LitePull
+	for i := range 2 {
+		versions[i].Store("WASM-reverse@1")
+		s := allocate.WithIdentity(alg, func() string { return versions[i].Load().(string) })
+		// No periodic heartbeat: the member must report the change itself.
+		c := newConsumer(t, b, group, consumer.WithAllocateStrategy(s), consumer.WithRebalanceInterval(time.Hour), consumer.WithHeartbeatInterval(time.Hour))
+		require.NoError(t, c.Subscribe(topic, "*"))
+		require.NoError(t, c.Start(context.Background()))
+		cs = append(cs, c)
+	}
+	shared := groupShares(t, alg, queues, cs...)
+	fallback := groupShares(t, allocate.Averagely(), queues, cs...)
+	require.NotEqual(t, fallback, shared)
+	require.Eventually(t, func() bool { return owns(shared, cs...) }, wait, 5*time.Millisecond)
+
+	versions[0].Store("WASM-reverse@2")
+	cs[0].Hooks().NotifyConsumerIDsChanged()
+	require.Eventually(t, func() bool { return owns(fallback, cs...) }, wait, 5*time.Millisecond,
+		"both members fall back while their versions differ")
+	versions[1].Store("WASM-reverse@2")
+	cs[1].Hooks().NotifyConsumerIDsChanged()
+	require.Eventually(t, func() bool { return owns(shared, cs...) }, wait, 5*time.Millisecond,
+		"back to the allocator once both run the new version")
+}
