@@ -339,6 +339,9 @@ type MemberInfo struct {
 	RemoteAddr string
 	// LastHeartbeat is when the member last heartbeated.
 	LastHeartbeat time.Time
+	// Allocator is the allocation strategy identity the member reported in its heartbeat
+	// (flowd consumers); empty for clients that report none.
+	Allocator string
 }
 
 // GroupTopic is a group's position in one topic.
@@ -383,7 +386,7 @@ func (b *Broker) DescribeGroup(name string) (GroupInfo, error) {
 		known = true
 		info.ConsumeType, info.MessageModel, info.ConsumeFromWhere = g.consumeType, g.messageModel, g.consumeFromWhere
 		for id, m := range g.members {
-			mi := MemberInfo{ClientID: id, LastHeartbeat: m.lastSeen}
+			mi := MemberInfo{ClientID: id, LastHeartbeat: m.lastSeen, Allocator: m.allocator}
 			if m.conn != nil {
 				mi.RemoteAddr = m.conn.RemoteAddr().String()
 			}

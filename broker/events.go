@@ -39,6 +39,12 @@ const (
 	// was dropped. Topic and QueueID are its real ones, Group its producer group, Offset its
 	// offset in the half topic, Reason why.
 	TransactionDiscarded
+	// AllocatorMismatch: the members of a group that report their allocation strategy
+	// (flowd consumers) started reporting different ones, the set of different ones changed,
+	// or they agree again (Reason "agreed"). Allocators holds each reporting member's
+	// strategy identity. It comes once per change, not per heartbeat. While members
+	// disagree, flowd consumers all allocate with the built-in averagely strategy.
+	AllocatorMismatch
 )
 
 func (t EventType) String() string {
@@ -65,6 +71,8 @@ func (t EventType) String() string {
 		return "store.failed"
 	case TransactionDiscarded:
 		return "transaction.discarded"
+	case AllocatorMismatch:
+		return "group.allocator_mismatch"
 	}
 	return "event." + strconv.Itoa(int(t))
 }
@@ -97,6 +105,9 @@ type Event struct {
 	Allocation map[string][]protocol.MessageQueue
 	// Offsets is an OffsetReset's new offset of each queue of Topic.
 	Offsets map[int32]int64
+	// Allocators is an AllocatorMismatch group's members (client id) and the allocator
+	// identity each reported.
+	Allocators map[string]string
 }
 
 // eventBus numbers broker events and hands them to subscribers.

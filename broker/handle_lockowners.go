@@ -12,6 +12,8 @@ import (
 // processLockOwners answers GET_LOCK_OWNERS, a flowd extension: who holds the locks of a
 // group's queues of one topic. flowd's consumers lock every queue they read, so this is the
 // group's current assignment as one table every member reads alike; they allocate from it.
+// The answer also carries each member's reported allocator, so that members agree on the
+// strategy they allocate with.
 func (b *Broker) processLockOwners(req *protocol.Command) *protocol.Command {
 	var body protocol.LockOwnersRequestBody
 	if err := protocol.UnmarshalBody(req.Body, &body); err != nil {
@@ -35,7 +37,7 @@ func (b *Broker) processLockOwners(req *protocol.Command) *protocol.Command {
 	for _, mqs := range owners {
 		slices.SortFunc(mqs, protocol.MessageQueue.Compare)
 	}
-	out, err := protocol.MarshalBody(&protocol.LockOwnersResponseBody{Owners: owners})
+	out, err := protocol.MarshalBody(&protocol.LockOwnersResponseBody{Owners: owners, Allocators: b.consumers.allocators(body.ConsumerGroup)})
 	if err != nil {
 		return errorResponse(req, protocol.SystemError, err)
 	}

@@ -51,8 +51,14 @@ func (b *Broker) processHeartbeat(c *remoting.Conn, req *protocol.Command) *prot
 		for _, sd := range cd.SubscriptionDataSet {
 			subs = append(subs, Subscription{Topic: sd.Topic, Expression: sd.SubString, ExpressionType: sd.ExpressionType, Tags: sd.TagsSet, Codes: sd.CodeSet, Version: sd.SubVersion})
 		}
-		if b.consumers.heartbeat(cd.GroupName, hb.ClientID, c, cd.ConsumeType, cd.MessageModel, cd.ConsumeFromWhere, subs, now) {
+		joined, allocatorChanged := b.consumers.heartbeat(cd.GroupName, hb.ClientID, c, cd.ConsumeType, cd.MessageModel, cd.ConsumeFromWhere, cd.Allocator, subs, now)
+		switch {
+		case joined:
 			b.log.Debug("consumer joined", "group", cd.GroupName, "client", hb.ClientID, "remote", c.RemoteAddr().String())
+			changes = append(changes, memberChange{group: cd.GroupName, clientID: hb.ClientID, joined: true})
+		case allocatorChanged:
+			// The members allocate by what the group reports: have them read it again.
+			b.log.Info("consumer changed its allocator", "group", cd.GroupName, "client", hb.ClientID, "allocator", cd.Allocator)
 			changes = append(changes, memberChange{group: cd.GroupName, clientID: hb.ClientID, joined: true})
 		}
 	}

@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +26,9 @@ type member struct {
 	clientID string
 	conn     *remoting.Conn
 	lastSeen time.Time // last heartbeat; see consumerManager.seen for other requests
+	// allocator is the allocation strategy identity the member's heartbeat reported
+	// (protocol.ConsumerData.Allocator); "" for a client that reports none.
+	allocator string
 }
 
 // consumerGroup is the live state of one group: its members and what they subscribe to.
@@ -34,6 +39,10 @@ type consumerGroup struct {
 	consumeFromWhere string
 	subs             map[string]Subscription
 	members          map[string]*member
+	// allocators is the sorted, distinct allocator identities reported when the group last
+	// disagreed, joined by "\n"; "" while the reporting members agree. An AllocatorMismatch
+	// event goes out when it changes.
+	allocators string
 }
 
 // consumerManager tracks the members of every consumer group.
@@ -51,6 +60,7 @@ type consumerGroup struct {
 // Lock order: mu, then seenMu, then the event bus.
 type consumerManager struct {
 	events *eventBus
+	log    *slog.Logger
 
 	mu     sync.Mutex
 	groups map[string]*consumerGroup
@@ -61,8 +71,8 @@ type consumerManager struct {
 	seen   map[*remoting.Conn]*atomic.Int64
 }
 
-func newConsumerManager(events *eventBus) *consumerManager {
-	return &consumerManager{events: events, groups: map[string]*consumerGroup{}, seen: map[*remoting.Conn]*atomic.Int64{}}
+func newConsumerManager(events *eventBus, log *slog.Logger) *consumerManager {
+	return &consumerManager{events: events, log: log, groups: map[string]*consumerGroup{}, seen: map[*remoting.Conn]*atomic.Int64{}}
 }
 
 // memberChange is one join or leave, reported after the manager's lock is released.
@@ -91,7 +101,10 @@ func (m *consumerManager) touch(conn *remoting.Conn, now time.Time) {
 }
 
 // heartbeat registers or refreshes a member and its subscriptions, and reports a join.
-func (m *consumerManager) heartbeat(name, clientID string, conn *remoting.Conn, consumeType, model, from string, subs []Subscription, now time.Time) (joined bool) {
+// allocator is the strategy identity the member reported ("" when none).
+// allocatorChanged reports that the member's allocator changed: the group is to be told, so
+// that its members read the new identities and agree on their strategy.
+func (m *consumerManager) heartbeat(name, clientID string, conn *remoting.Conn, consumeType, model, from, allocator string, subs []Subscription, now time.Time) (joined, allocatorChanged bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if conn != nil {
@@ -117,12 +130,63 @@ func (m *consumerManager) heartbeat(name, clientID string, conn *remoting.Conn, 
 	}
 	mem := g.members[clientID]
 	if mem == nil {
-		g.members[clientID] = &member{clientID: clientID, conn: conn, lastSeen: now}
+		g.members[clientID] = &member{clientID: clientID, conn: conn, lastSeen: now, allocator: allocator}
 		m.emitLocked(memberChange{group: name, clientID: clientID, joined: true})
-		return true
+		m.checkAllocatorsLocked(g)
+		return true, false
 	}
 	mem.conn, mem.lastSeen = conn, now
-	return false
+	if mem.allocator != allocator {
+		mem.allocator = allocator
+		m.checkAllocatorsLocked(g)
+		return false, true
+	}
+	return false, false
+}
+
+// checkAllocatorsLocked compares the allocators g's members reported and emits an
+// AllocatorMismatch event when the group starts disagreeing, disagrees differently, or
+// agrees again. Members that reported none (RocketMQ clients) are left out: they do not say.
+func (m *consumerManager) checkAllocatorsLocked(g *consumerGroup) {
+	reported := map[string]string{}
+	var distinct []string
+	for id, mem := range g.members {
+		if mem.allocator != "" {
+			reported[id] = mem.allocator
+			distinct = append(distinct, mem.allocator)
+		}
+	}
+	slices.Sort(distinct)
+	distinct = slices.Compact(distinct)
+	key := ""
+	if len(distinct) > 1 {
+		key = strings.Join(distinct, "\n")
+	}
+	if key == g.allocators {
+		return
+	}
+	g.allocators = key
+	reason := "members run different allocators"
+	if key == "" {
+		reason = "agreed"
+		m.log.Info("consumer group members agree on their allocator again", "group", g.name, "allocators", distinct)
+	} else {
+		m.log.Warn("consumer group members run different allocators: they all fall back to the built-in averagely strategy until they agree", "group", g.name, "allocators", reported)
+	}
+	m.events.emit(Event{Type: AllocatorMismatch, Group: g.name, Reason: reason, Allocators: reported})
+}
+
+// allocators returns the allocator identity each member of the group reported ("" for none).
+func (m *consumerManager) allocators(name string) map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]string{}
+	if g := m.groups[name]; g != nil {
+		for id, mem := range g.members {
+			out[id] = mem.allocator
+		}
+	}
+	return out
 }
 
 func (m *consumerManager) unregister(name, clientID string) []memberChange {
@@ -183,6 +247,9 @@ func (m *consumerManager) removeLocked(g *consumerGroup, clientID, reason string
 	}
 	ch := memberChange{group: g.name, clientID: clientID, reason: reason}
 	m.emitLocked(ch)
+	if len(g.members) > 0 {
+		m.checkAllocatorsLocked(g)
+	}
 	return ch
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/flowd-io/flowd/consumer/allocate"
 	"github.com/flowd-io/flowd/internal/client"
@@ -64,31 +66,162 @@ func (l *LitePull) allocate(ctx context.Context, topic string) (mine []MessageQu
 		return nil, false, true, true
 	}
 	var prev map[string][]MessageQueue
+	var allocators map[string]string
 	known := false
 	if l.cfg.handoverLocks { // allocate runs for subscriptions only: locked mode
-		if prev, known, err = l.lockOwners(ctx, topic, r.BrokerAddrs()); err != nil {
+		if prev, allocators, known, err = l.lockOwners(ctx, topic, r.BrokerAddrs()); err != nil {
 			if ctx.Err() == nil {
 				l.log.Warn("rebalance: no lock table", "topic", topic, "err", err)
 			}
 			return nil, false, false, false
 		}
 	}
+	strategy, stale := l.agree(me, cids, allocators)
+	if stale {
+		// The brokers still have the allocator we reported before ours changed (a Wasm
+		// allocator's new version became active): tell them, then read again, so that the
+		// others see the change before we act on it.
+		l.mu.Lock()
+		l.needHeartbeat = true
+		l.mu.Unlock()
+		return nil, false, false, false
+	}
 	req := allocate.Request{Group: l.group, ClientID: me, Queues: queues, ClientIDs: cids, Previous: prev}
-	mine, err = l.cfg.strategy.Allocate(ctx, req)
+	shares, err := l.groupShares(ctx, topic, strategy, req)
 	if err != nil {
-		l.log.Error("rebalance: allocation failed", "topic", topic, "strategy", l.cfg.strategy.Name(), "err", err)
+		if ctx.Err() == nil {
+			l.log.Error("rebalance: allocation failed", "topic", topic, "strategy", strategy.Name(), "err", err)
+		}
 		return nil, false, true, false
 	}
-	slices.SortFunc(mine, MessageQueue.Compare)
-	mine = slices.Compact(mine)
-	settled = !known || l.isFixedPoint(ctx, req, prev)
+	mine = slices.Clone(shares[me])
+	settled = !known || isFixedPoint(req, shares, prev)
 	return mine, known, settled, true
 }
 
-// isFixedPoint reports whether the strategy, given the lock table owners as the previous
-// assignment, gives every member exactly the queues it holds: then no member will move
-// anything, whenever it reads the table.
-func (l *LitePull) isFixedPoint(ctx context.Context, req allocate.Request, owners map[string][]MessageQueue) bool {
+// allocStatus is what a consumer last learnt of its group's allocators, for its running info.
+type allocStatus struct {
+	inUse    string // the identity of the strategy allocating
+	mismatch string // the members' differing identities, "client=identity" joined by ", "; "" while they agree
+}
+
+// agree picks the strategy to allocate with from the allocator identity each member reported
+// (allocators, from the lock-table answer; nil when the brokers do not report them). While
+// the members that report one disagree, every flowd member picks allocate.Averagely: each
+// reads the same answer, so each comes to the same conclusion, and the group never splits
+// between two algorithms. stale reports that the brokers have another identity for this
+// member than its strategy's now: it must heartbeat before allocating.
+func (l *LitePull) agree(me string, cids []string, allocators map[string]string) (s allocate.Strategy, stale bool) {
+	s = l.cfg.strategy
+	mine := allocate.Identity(s)
+	var differ []string
+	if allocators != nil {
+		if got, ok := allocators[me]; ok && got != mine {
+			return s, true
+		}
+		for _, cid := range cids {
+			if id := allocators[cid]; id != "" && id != mine {
+				differ = append(differ, cid+"="+id)
+			}
+		}
+	}
+	status := allocStatus{inUse: mine}
+	if len(differ) > 0 {
+		s = allocate.Averagely()
+		status = allocStatus{inUse: allocate.Identity(s), mismatch: strings.Join(append(differ, me+"="+mine), ", ")}
+	}
+	l.mu.Lock()
+	old := l.alloc
+	l.alloc = status
+	l.mu.Unlock()
+	switch {
+	case status.mismatch != "" && status.mismatch != old.mismatch:
+		l.log.Warn("group members run different allocators: allocating with the built-in one until they agree", "allocator", mine, "fallback", status.inUse, "members", status.mismatch)
+	case status.mismatch == "" && old.mismatch != "":
+		l.log.Info("group members agree on their allocator again", "allocator", mine)
+	}
+	return s, false
+}
+
+// allocMemo is the group assignment last computed for a topic, and the inputs it came from.
+type allocMemo struct {
+	key    string
+	shares map[string][]MessageQueue
+}
+
+// groupShares returns every member's share of req's queues, computed by s. Strategies are
+// deterministic, so the result is kept per topic and computed again only when an input
+// changes: a Wasm allocator then runs once per change of the group, not at every rebalance.
+//
+// The computation is bounded by the allocate timeout, and runs on a goroutine of its own
+// while this one, the rebalance goroutine, keeps renewing the held locks: a slow allocator
+// must not let them lapse.
+func (l *LitePull) groupShares(ctx context.Context, topic string, s allocate.Strategy, req allocate.Request) (map[string][]MessageQueue, error) {
+	key := memoKey(allocate.Identity(s), req)
+	if m, ok := l.allocMemo[topic]; ok && m.key == key {
+		return m.shares, nil
+	}
+	actx, cancel := context.WithTimeout(ctx, l.cfg.allocateTimeout)
+	defer cancel()
+	type result struct {
+		shares map[string][]MessageQueue
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		shares, err := allocate.Group(actx, s, req)
+		done <- result{shares, err}
+	}()
+	for {
+		select {
+		case r := <-done:
+			if r.err != nil {
+				return nil, fmt.Errorf("allocate %q with %s: %w", topic, s.Name(), r.err)
+			}
+			if l.allocMemo == nil {
+				l.allocMemo = map[string]allocMemo{}
+			}
+			l.allocMemo[topic] = allocMemo{key: key, shares: r.shares}
+			return r.shares, nil
+		case <-l.renewTick:
+			l.renewLocks(ctx)
+		case <-actx.Done():
+			// A strategy that ignores its context is left to finish on its own; its result
+			// goes nowhere.
+			return nil, fmt.Errorf("allocate %q with %s: %w", topic, s.Name(), actx.Err())
+		}
+	}
+}
+
+// memoKey encodes a strategy identity and the inputs of an allocation, but the asking member.
+func memoKey(identity string, req allocate.Request) string {
+	var b strings.Builder
+	b.WriteString(identity)
+	b.WriteByte(0)
+	for _, q := range req.Queues {
+		fmt.Fprintf(&b, "%s\x00%s\x00%d\x00", q.Topic, q.BrokerName, q.QueueID)
+	}
+	b.WriteByte(1)
+	for _, id := range req.ClientIDs {
+		b.WriteString(id)
+		b.WriteByte(0)
+	}
+	b.WriteByte(1)
+	for _, id := range slices.Sorted(maps.Keys(req.Previous)) {
+		b.WriteString(id)
+		b.WriteByte(0)
+		for _, q := range req.Previous[id] {
+			fmt.Fprintf(&b, "%s\x00%s\x00%d\x00", q.Topic, q.BrokerName, q.QueueID)
+		}
+		b.WriteByte(1)
+	}
+	return b.String()
+}
+
+// isFixedPoint reports whether shares, the strategy's assignment given the lock table owners
+// as the previous one, gives every member exactly the queues it holds: then no member will
+// move anything, whenever it reads the table.
+func isFixedPoint(req allocate.Request, shares, owners map[string][]MessageQueue) bool {
 	inTopic := make(map[MessageQueue]bool, len(req.Queues))
 	for _, mq := range req.Queues {
 		inTopic[mq] = true
@@ -107,12 +240,7 @@ func (l *LitePull) isFixedPoint(ctx context.Context, req allocate.Request, owner
 	}
 	assigned := 0
 	for _, cid := range req.ClientIDs {
-		req.ClientID = cid
-		share, err := l.cfg.strategy.Allocate(ctx, req)
-		if err != nil {
-			return false
-		}
-		slices.SortFunc(share, MessageQueue.Compare)
+		share := shares[cid]
 		have := slices.DeleteFunc(slices.Clone(owners[cid]), func(mq MessageQueue) bool { return !inTopic[mq] })
 		if !slices.Equal(share, have) {
 			return false
@@ -125,32 +253,42 @@ func (l *LitePull) isFixedPoint(ctx context.Context, req allocate.Request, owner
 // lockOwners reads the group's lock table for topic from its brokers (GET_LOCK_OWNERS): for
 // each client id, the queues it holds. known is false when a broker does not know the request
 // (a RocketMQ broker): no member then gets a previous assignment from it.
-func (l *LitePull) lockOwners(ctx context.Context, topic string, addrs []string) (owners map[string][]MessageQueue, known bool, err error) {
+// allocators is the allocator identity each member reported, merged over the brokers; nil
+// when no broker reported them (an older flowd broker).
+func (l *LitePull) lockOwners(ctx context.Context, topic string, addrs []string) (owners map[string][]MessageQueue, allocators map[string]string, known bool, err error) {
 	body, err := protocol.MarshalBody(&protocol.LockOwnersRequestBody{ConsumerGroup: l.group, Topic: topic})
 	if err != nil {
-		return nil, false, fmt.Errorf("lock owners of %q: %w", topic, err)
+		return nil, nil, false, fmt.Errorf("lock owners of %q: %w", topic, err)
 	}
 	owners = map[string][]MessageQueue{}
 	for _, addr := range addrs {
 		resp, err := l.cl.InvokeOK(ctx, addr, protocol.NewRequest(protocol.GetLockOwners, nil, body))
 		if client.IsCode(err, protocol.RequestCodeNotSupported) {
-			return nil, false, nil
+			return nil, nil, false, nil
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("lock owners of %q on %s: %w", topic, addr, err)
+			return nil, nil, false, fmt.Errorf("lock owners of %q on %s: %w", topic, addr, err)
 		}
 		var out protocol.LockOwnersResponseBody
 		if err := protocol.UnmarshalBody(resp.Body, &out); err != nil {
-			return nil, false, fmt.Errorf("lock owners of %q from %s: %w", topic, addr, err)
+			return nil, nil, false, fmt.Errorf("lock owners of %q from %s: %w", topic, addr, err)
 		}
 		for cid, mqs := range out.Owners {
 			owners[cid] = append(owners[cid], mqs...)
+		}
+		for cid, id := range out.Allocators {
+			if allocators == nil {
+				allocators = map[string]string{}
+			}
+			if id != "" || allocators[cid] == "" {
+				allocators[cid] = id
+			}
 		}
 	}
 	for _, mqs := range owners {
 		slices.SortFunc(mqs, MessageQueue.Compare)
 	}
-	return owners, true, nil
+	return owners, allocators, true, nil
 }
 
 // consumerIDs asks the brokers, in turn, for the group's members, sorted.

@@ -69,3 +69,20 @@ func (l *LitePull) Settling() bool {
 	defer l.mu.Unlock()
 	return l.settling
 }
+
+// HeartbeatForTest sends a heartbeat now.
+func (l *LitePull) HeartbeatForTest(ctx context.Context) error { return l.cl.SendHeartbeat(ctx) }
+
+// Rebalances returns how many rebalances ran.
+func (l *LitePull) Rebalances() uint64 { return l.rebalances.Load() }
+
+// LockValidUntil returns until when the consumer trusts its lock of mq (zero when it holds
+// none).
+func (l *LitePull) LockValidUntil(mq MessageQueue) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q, ok := l.queues[mq]; ok && q.locked {
+		return q.lockValidUntil
+	}
+	return time.Time{}
+}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/flowd-io/flowd/consumer/allocate"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -23,6 +24,10 @@ func (h *hooks) ConsumerData() protocol.ConsumerData {
 		MessageModel:        l.cfg.model.String(),
 		ConsumeFromWhere:    l.cfg.consumeFrom.String(),
 		SubscriptionDataSet: []protocol.SubscriptionData{},
+	}
+	if l.cfg.model == Clustering {
+		// Broadcasting members do not allocate: they have nothing to agree on.
+		cd.Allocator = allocate.Identity(l.cfg.strategy)
 	}
 	for _, t := range slices.Sorted(maps.Keys(l.subs)) {
 		cd.SubscriptionDataSet = append(cd.SubscriptionDataSet, l.subs[t].data())
@@ -73,6 +78,9 @@ func (h *hooks) RunningInfo() *protocol.ConsumerRunningInfo {
 			"messageModel":                   l.cfg.model.String(),
 			"consumeFromWhere":               l.cfg.consumeFrom.String(),
 			"allocateMessageQueueStrategy":   l.cfg.strategy.Name(),
+			"allocator":                      allocate.Identity(l.cfg.strategy),
+			"allocatorInUse":                 l.alloc.inUse,
+			"allocatorMismatch":              l.alloc.mismatch,
 			"handoverLocks":                  strconv.FormatBool(l.lockedMode()),
 			"pullBatchSize":                  strconv.Itoa(l.cfg.pullBatchSize),
 			"autoCommit":                     strconv.FormatBool(l.cfg.autoCommit),

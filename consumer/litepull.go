@@ -73,6 +73,13 @@ type LitePull struct {
 	handover       map[MessageQueue]handover // dropped queues whose commit failed: commit, then unlock
 	revoking       map[MessageQueue]*queue   // detached queues the revoke function is being told of
 	parked         map[MessageQueue]int      // long-polling pulls in flight, by queue (see pullTask)
+	alloc          allocStatus               // the group's agreement on its allocator, as last read
+
+	rebalances atomic.Uint64 // rebalances done, for tests to wait on
+
+	// Owned by the rebalance goroutine.
+	renewTick <-chan time.Time     // the lock-renewal ticker, served while a strategy runs
+	allocMemo map[string]allocMemo // by topic: the last group assignment computed
 }
 
 type subMode int

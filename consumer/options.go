@@ -45,6 +45,9 @@ const (
 	// DefaultLockRetryInterval is how often a queue waiting for its previous owner to release
 	// it is tried again.
 	DefaultLockRetryInterval = 500 * time.Millisecond
+	// DefaultAllocateTimeout bounds one computation of the group's assignment by the
+	// allocation strategy (a flowd setting: RocketMQ's strategies are plain Java calls).
+	DefaultAllocateTimeout = 10 * time.Second
 )
 
 // MessageModel says how a group's members share a topic.
@@ -117,6 +120,7 @@ type config struct {
 	brokerFlowDelay   time.Duration
 	pullErrorDelay    time.Duration
 	rebalanceInterval time.Duration
+	allocateTimeout   time.Duration
 
 	handoverLocks    bool
 	handoverLocksSet bool
@@ -151,6 +155,7 @@ func defaultConfig() config {
 		brokerFlowDelay:   DefaultBrokerFlowControlDelay,
 		pullErrorDelay:    DefaultPullErrorDelay,
 		rebalanceInterval: DefaultRebalanceInterval,
+		allocateTimeout:   DefaultAllocateTimeout,
 		lockLease:         DefaultLockLease,
 		lockRetry:         DefaultLockRetryInterval,
 		maxBodySize:       protocol.MaxFrameSize,
@@ -301,6 +306,16 @@ func WithMessageModel(m MessageModel) Option {
 // strategy. Without hand-over locks (broadcasting, or WithHandoverLocks(false)), or against a
 // broker that does not know the request, Previous is nil and sticky strategies fall back to
 // their inner strategy.
+//
+// Each member reports its strategy's identity (allocate.Identity) in its heartbeat, and reads
+// every member's from the same lock-table answer. While the members disagree (one runs
+// another version of a Wasm allocator, say), every member allocates with allocate.Averagely
+// instead, so the group never splits between two algorithms, until they agree again. The
+// consumer's running info shows the identities and the strategy in use. A Wasm allocator
+// (plugins.AllocatorStrategy) is used like any other strategy; wrap it with
+// allocate.WithIdentity to report its module's digest too. The strategy computes the whole
+// group's assignment once per change of its inputs (allocate.GroupStrategy saves the call
+// per member), bounded by WithAllocateTimeout; held locks are renewed meanwhile.
 func WithAllocateStrategy(s allocate.Strategy) Option {
 	return func(c *config) error {
 		if s == nil {
@@ -492,6 +507,16 @@ func WithRebalanceInterval(d time.Duration) Option {
 	return func(c *config) error {
 		c.rebalanceInterval = d
 		return positive("rebalance interval", d)
+	}
+}
+
+// WithAllocateTimeout bounds one computation of the group's assignment by the allocation
+// strategy: a Wasm allocator that runs longer is cancelled, and the consumer keeps its current
+// assignment until the next rebalance. Default 10 s.
+func WithAllocateTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		c.allocateTimeout = d
+		return positive("allocate timeout", d)
 	}
 }
 

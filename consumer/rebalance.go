@@ -22,6 +22,7 @@ func (l *LitePull) rebalanceLoop() {
 		defer renew.Stop()
 		renewC = renew.C
 	}
+	l.renewTick = renewC
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
@@ -101,6 +102,7 @@ func (l *LitePull) rebalance(ctx context.Context) {
 	for _, mq := range assigned {
 		topicSet[mq.Topic] = true
 	}
+	maps.DeleteFunc(l.allocMemo, func(topic string, _ allocMemo) bool { return !topicSet[topic] })
 	fromTables, settled, changed := false, true, false
 	for _, topic := range slices.Sorted(maps.Keys(topicSet)) {
 		var desired []MessageQueue
@@ -142,6 +144,7 @@ func (l *LitePull) rebalance(ctx context.Context) {
 	l.mu.Unlock()
 	l.retryHandovers(ctx)
 	l.acquire(ctx)
+	l.rebalances.Add(1)
 }
 
 const (

@@ -145,6 +145,8 @@ type EventData struct {
 	Offsets []OffsetCommit `json:"offsets,omitempty"`
 	// Allocation of group.rebalanced: each member's client id and the queues it holds.
 	Allocation map[string][]protocol.MessageQueue `json:"allocation,omitempty"`
+	// Allocators of group.allocator_mismatch: each member's client id and allocator identity.
+	Allocators map[string]string `json:"allocators,omitempty"`
 
 	// Version and NATS (the server's client URL) of broker.started.
 	Version string `json:"version,omitempty"`
@@ -510,7 +512,7 @@ func (p *Publisher) brokerMsg(e broker.Event) *nats.Msg {
 	d := EventData{
 		Cluster: e.Cluster, Broker: e.Broker, Seq: e.Seq, Time: e.Time,
 		Topic: e.Topic, Queues: e.Queues, Group: e.Group, ClientID: e.ClientID, Reason: e.Reason,
-		Allocation: e.Allocation,
+		Allocation: e.Allocation, Allocators: e.Allocators,
 	}
 	for q, off := range e.Offsets { // offset.reset
 		d.Offsets = append(d.Offsets, OffsetCommit{Topic: e.Topic, QueueID: q, Offset: off, Seq: e.Seq})

@@ -157,6 +157,12 @@ type ConsumerData struct {
 	ConsumeFromWhere    string             `json:"consumeFromWhere"`
 	SubscriptionDataSet []SubscriptionData `json:"subscriptionDataSet"`
 	UnitMode            bool               `json:"unitMode"`
+	// Allocator is a flowd extension: the identity of the allocation strategy the member
+	// runs (allocate.Identity: a built-in's name, or a Wasm allocator's name, version and
+	// module digest), so that the broker can tell the group whether its members agree. It is
+	// left out when empty, and RocketMQ brokers ignore it (fastjson skips unknown fields), as
+	// flowd's broker takes a heartbeat without it (a RocketMQ client's) as "not reported".
+	Allocator string `json:"flowdAllocator,omitempty"`
 }
 
 // Expression types of a subscription.

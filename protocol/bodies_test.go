@@ -262,3 +262,46 @@ func TestConsumerRunningInfo(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"properties":{},"subscriptionSet":[],"mqTable":{},"statusTable":{},"jstack":""}`, string(b))
 }
+
+// TestHeartbeatAllocatorExtension: flowd consumers report their allocator in an extra
+// consumer-data field, which is left out when empty (so a heartbeat without it is byte for
+// byte what it was), and heartbeats of clients that do not know it decode with it empty.
+func TestHeartbeatAllocatorExtension(t *testing.T) {
+	hb := &HeartbeatData{ClientID: "c", ConsumerDataSet: []ConsumerData{{GroupName: "g", Allocator: "WASM-sticky@1.0.0+sha256:ab"}}}
+	b, err := hb.Encode()
+	require.NoError(t, err)
+	var raw struct {
+		ConsumerDataSet []map[string]any `json:"consumerDataSet"`
+	}
+	require.NoError(t, json.Unmarshal(b, &raw))
+	require.Equal(t, "WASM-sticky@1.0.0+sha256:ab", raw.ConsumerDataSet[0]["flowdAllocator"])
+	got, err := DecodeHeartbeatData(b)
+	require.NoError(t, err)
+	require.Equal(t, hb.ConsumerDataSet[0].Allocator, got.ConsumerDataSet[0].Allocator)
+
+	hb.ConsumerDataSet[0].Allocator = ""
+	b, err = hb.Encode()
+	require.NoError(t, err)
+	require.NotContains(t, string(b), "flowdAllocator", "left out when empty")
+
+	// A rocketmq-client-go heartbeat (no such field) decodes as "not reported".
+	goClient := `{"clientID":"10.0.0.7@1#1","producerDataSet":[],"consumerDataSet":[{"groupName":"cg","consumeType":"CONSUME_ACTIVELY",` +
+		`"messageModel":"CLUSTERING","consumeFromWhere":"CONSUME_FROM_LAST_OFFSET","subscriptionDataSet":[],"unitMode":false}]}`
+	got, err = DecodeHeartbeatData([]byte(goClient))
+	require.NoError(t, err)
+	require.Len(t, got.ConsumerDataSet, 1)
+	require.Empty(t, got.ConsumerDataSet[0].Allocator)
+}
+
+// TestLockOwnersAllocators: the lock-owners answer carries each member's allocator, and an
+// answer without them (an older flowd broker) decodes with none.
+func TestLockOwnersAllocators(t *testing.T) {
+	b, err := MarshalBody(&LockOwnersResponseBody{Owners: map[string][]MessageQueue{}, Allocators: map[string]string{"a": "AVG", "b": ""}})
+	require.NoError(t, err)
+	var got LockOwnersResponseBody
+	require.NoError(t, UnmarshalBody(b, &got))
+	require.Equal(t, map[string]string{"a": "AVG", "b": ""}, got.Allocators)
+	var old LockOwnersResponseBody
+	require.NoError(t, UnmarshalBody([]byte(`{"owners":{}}`), &old))
+	require.Nil(t, old.Allocators)
+}

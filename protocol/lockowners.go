@@ -23,6 +23,13 @@ type LockOwnersRequestBody struct {
 // LockOwnersResponseBody answers GET_LOCK_OWNERS: for each client id that holds locks of the
 // group's queues of the topic, those queues, sorted. Locks whose lease ran out are left out.
 // A group with no lock answers an empty (non-null) table.
+//
+// Allocators maps each member of the group the broker knows to the allocator identity its
+// heartbeat reported ([ConsumerData.Allocator]), "" for a member that reported none (a
+// RocketMQ client). Members read it before allocating: while they disagree, every flowd
+// member falls back to the same built-in strategy, so that the group never splits between
+// two algorithms. It is absent from an older flowd broker's answer.
 type LockOwnersResponseBody struct {
-	Owners map[string][]MessageQueue `json:"owners"`
+	Owners     map[string][]MessageQueue `json:"owners"`
+	Allocators map[string]string         `json:"allocators,omitempty"`
 }
