@@ -58,6 +58,15 @@ func (a *Allocator) Version() string {
 	return m.Name() + "@" + m.Version()
 }
 
+// SHA256 is the active module's sha256 ("" when none is active).
+func (a *Allocator) SHA256() string {
+	m := a.slot.Active()
+	if m == nil {
+		return ""
+	}
+	return m.SHA256()
+}
+
 // Allocate computes the whole group's assignment: owners[k] is the index in in.Members of
 // the member owning in.Queues[k]. The result is appended to owners[:0] (pass the previous
 // result to reuse it). The guest's output is checked before it is returned: one owner per
@@ -226,15 +235,32 @@ func (s *AllocatorStrategy) Name() string { return "WASM-" + s.Allocator.Version
 // becomes the plugin's previous assignment (queues and clients no longer present are
 // ignored; a queue listed under two clients goes to the first in id order).
 func (s *AllocatorStrategy) Allocate(ctx context.Context, req allocate.Request) ([]protocol.MessageQueue, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	index, err := allocate.Validate(req)
 	if err != nil {
 		return nil, err
 	}
 	if index < 0 {
 		return []protocol.MessageQueue{}, nil
+	}
+	shares, err := s.AllocateGroup(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return shares[req.ClientID], nil
+}
+
+// AllocateGroup runs the plugin once and returns every member's share
+// ([allocate.GroupStrategy]): the plugin computes the whole group's assignment anyway.
+func (s *AllocatorStrategy) AllocateGroup(ctx context.Context, req allocate.Request) (map[string][]protocol.MessageQueue, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	check := req // Validate checks one member's request; the group call has none
+	if len(req.ClientIDs) > 0 {
+		check.ClientID = req.ClientIDs[0]
+	}
+	if _, err := allocate.Validate(check); err != nil {
+		return nil, err
 	}
 	in := AllocInput{Group: req.Group, Queues: req.Queues, Members: make([]Member, len(req.ClientIDs))}
 	for i, id := range req.ClientIDs {
@@ -248,18 +274,27 @@ func (s *AllocatorStrategy) Allocate(ctx context.Context, req allocate.Request) 
 	in.Previous = previousOwners(req)
 	owners, err := s.Allocator.Allocate(ctx, &in, nil)
 	if err != nil && s.Fallback != nil && errors.Is(err, runtime.ErrPolicyOpen) {
-		return s.Fallback.Allocate(ctx, req)
+		return allocate.Group(ctx, s.Fallback, req)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("allocate group %q with plugin %s: %w", req.Group, s.Allocator.Version(), err)
 	}
-	out := []protocol.MessageQueue{}
-	for k, o := range owners {
-		if int(o) == index {
-			out = append(out, req.Queues[k])
-		}
+	shares := make(map[string][]protocol.MessageQueue, len(req.ClientIDs))
+	for _, id := range req.ClientIDs {
+		shares[id] = []protocol.MessageQueue{}
 	}
-	return out, nil
+	for k, o := range owners {
+		id := req.ClientIDs[o]
+		shares[id] = append(shares[id], req.Queues[k])
+	}
+	return shares, nil
+}
+
+// Identity is Name plus the active module's sha256: two builds published under one version
+// are different algorithms, and members of a group must not mix them
+// ([allocate.Identifier]).
+func (s *AllocatorStrategy) Identity() string {
+	return s.Name() + "#" + s.Allocator.SHA256()
 }
 
 // previousOwners maps req.Previous onto req's queues and members, or nil when it is empty.
@@ -292,4 +327,7 @@ func compareQueue(a, b protocol.MessageQueue) int {
 	return a.QueueID - b.QueueID
 }
 
-var _ allocate.Strategy = (*AllocatorStrategy)(nil)
+var (
+	_ allocate.GroupStrategy = (*AllocatorStrategy)(nil)
+	_ allocate.Identifier    = (*AllocatorStrategy)(nil)
+)

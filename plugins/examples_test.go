@@ -2,6 +2,8 @@ package plugins
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -136,17 +138,26 @@ func TestAveragelyExampleEqualsNative(t *testing.T) {
 			if len(want) > 0 {
 				require.Equal(t, want, got, "input %d member %d", i, mi)
 			}
-			if i%100 == 0 { // and through the allocate.Strategy adapter
+			if i%100 == 0 { // and through the allocate.Strategy adapter, one member and all
 				viaStrategy, err := strat.Allocate(ctx, req)
 				require.NoError(t, err)
 				require.Equal(t, len(want), len(viaStrategy))
 				if len(want) > 0 {
 					require.Equal(t, want, viaStrategy)
 				}
+				group, err := allocate.Group(ctx, strat, req)
+				require.NoError(t, err)
+				require.Equal(t, len(want), len(group[id]))
+				if len(want) > 0 {
+					require.Equal(t, want, group[id])
+				}
 			}
 		}
 	}
 	require.Equal(t, "WASM-avg@1.0.0", strat.Name())
+	sum := sha256.Sum256(wasm)
+	require.Equal(t, "WASM-avg@1.0.0#"+hex.EncodeToString(sum[:]), allocate.Identity(strat),
+		"members tell two builds of one version apart")
 }
 
 func TestStickyExampleKeepsPreviousOwners(t *testing.T) {

@@ -34,13 +34,12 @@ func (r *Runtime) Load(ctx context.Context, spec Spec) (*Module, error) {
 		head := spec.Wasm[:min(len(spec.Wasm), 8)]
 		return nil, fmt.Errorf("load module %s: not a WebAssembly binary (starts with %x, want %x): %w", name, head, wasmHeader, ErrInvalidModule)
 	}
-	if spec.SHA256 != "" {
-		sum := sha256.Sum256(spec.Wasm)
-		got := hex.EncodeToString(sum[:])
-		if !strings.EqualFold(got, spec.SHA256) {
-			return nil, fmt.Errorf("load module %s: sha256 is %s, expected %s: %w", name, got, spec.SHA256, ErrChecksum)
-		}
+	sum := sha256.Sum256(spec.Wasm)
+	got := hex.EncodeToString(sum[:])
+	if spec.SHA256 != "" && !strings.EqualFold(got, spec.SHA256) {
+		return nil, fmt.Errorf("load module %s: sha256 is %s, expected %s: %w", name, got, spec.SHA256, ErrChecksum)
 	}
+	spec.SHA256 = got // what the module is, whether or not the caller said
 	r.mu.Lock()
 	closed := r.closed
 	r.mu.Unlock()

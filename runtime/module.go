@@ -114,6 +114,10 @@ func (m *Module) Name() string { return m.spec.Name }
 // Version is Spec.Version.
 func (m *Module) Version() string { return m.spec.Version }
 
+// SHA256 is the hex SHA-256 of the module's bytes: two loads with the same name and version
+// but different code tell apart by it.
+func (m *Module) SHA256() string { return m.spec.SHA256 }
+
 // State is where the module stands.
 func (m *Module) State() State { return State(m.state.Load()) }
 
