@@ -381,6 +381,9 @@ type rateSample struct {
 // rateWindow is how far back consumeRates looks.
 const rateWindow = time.Minute
 
+// maxRateSamples bounds the samples kept per group.
+const maxRateSamples = 64
+
 // rate records sum for group at now and returns the rate since the oldest sample within
 // rateWindow (0 for the first sample, or when offsets moved back).
 func (r *consumeRates) rate(group string, sum int64, now time.Time) float64 {
@@ -400,6 +403,9 @@ func (r *consumeRates) rate(group string, sum int64, now time.Time) float64 {
 		i++ // the base is the newest sample at least a window old, else the oldest
 	}
 	ss = append(ss[i:], rateSample{at: now, sum: sum})
+	if len(ss) > maxRateSamples { // a tool polling very often: a coarser base is as good
+		ss = ss[len(ss)-maxRateSamples:]
+	}
 	r.samples[group] = ss
 	base := ss[0]
 	dt := now.Sub(base.at).Seconds()
