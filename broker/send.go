@@ -30,7 +30,7 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	if err != nil {
 		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("properties: %w", err))
 	}
-	props = b.stampStored(c, h.ProducerGroup, props) // CLUSTER, as Java's broker stamps every message
+	props = b.stampStored(c, h.ProducerGroup, props)                 // CLUSTER, as Java's broker stamps every message
 	if err := checkTransactionType(h.Topic, h.SysFlag); err != nil { // before it creates a topic
 		return errorResponse(req, protocol.MessageIllegal, err)
 	}
