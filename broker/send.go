@@ -30,7 +30,8 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	if err != nil {
 		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("properties: %w", err))
 	}
-	props = b.stampStored(c, h.ProducerGroup, props)                 // CLUSTER, as Java's broker stamps every message
+	// CLUSTER on every message, as Java's broker stamps it (request-reply needs it).
+	props = b.stampStored(c, h.ProducerGroup, props)
 	if err := checkTransactionType(h.Topic, h.SysFlag); err != nil { // before it creates a topic
 		return errorResponse(req, protocol.MessageIllegal, err)
 	}
