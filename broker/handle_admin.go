@@ -269,10 +269,7 @@ func (b *Broker) processPutGroup(req *protocol.Command) *protocol.Command {
 		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("group %q: retryQueueNums %d and retryMaxTimes %d must not be negative", sg.GroupName, sg.RetryQueueNums, sg.RetryMaxTimes))
 	}
 	g := GroupConfig{Name: sg.GroupName, ConsumeEnable: sg.ConsumeEnable, RetryQueueNums: sg.RetryQueueNums, RetryMaxTimes: sg.RetryMaxTimes}
-	if err := b.groups.put(g, time.Now(), b.events); err != nil {
-		if errors.Is(err, ErrLimit) {
-			return errorResponse(req, protocol.SystemError, err)
-		}
+	if err := b.groups.put(g, time.Now(), b.events); err != nil { // ErrLimit: the table is full
 		return errorResponse(req, protocol.SystemError, err)
 	}
 	b.log.Info("subscription group updated", "group", g.Name)
