@@ -44,6 +44,9 @@ type Broker struct {
 	poll      *longPoll
 	events    *eventBus
 
+	// consumeRate derives GET_CONSUME_STATS's consumeTps (handle_admin.go).
+	consumeRate consumeRates
+
 	ln, nsLn net.Listener
 	server   *remoting.Server
 	nsServer *remoting.Server
@@ -147,6 +150,9 @@ func (b *Broker) createSystemTopics() error {
 		if _, _, err := b.topics.createIfAbsent(tc); err != nil {
 			return err
 		}
+	}
+	if _, _, err := b.topics.createIfAbsent(b.replyTopicConfig()); err != nil {
+		return err
 	}
 	tc := TopicConfig{Name: ScheduleTopic, ReadQueueNums: len(b.delays), WriteQueueNums: len(b.delays), Perm: protocol.PermRead | protocol.PermWrite}
 	if cur, ok := b.topics.get(ScheduleTopic); !ok || cur.ReadQueueNums != len(b.delays) {

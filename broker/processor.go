@@ -46,6 +46,26 @@ func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protoco
 		return b.processViewMessage(req)
 	case protocol.QueryMessage:
 		return b.processQueryMessage(ctx, req)
+	case protocol.SendReplyMessage, protocol.SendReplyMessageV2:
+		return b.processSendReply(ctx, c, req)
+	case protocol.GetTopicStatsInfo:
+		return b.processTopicStats(req)
+	case protocol.GetConsumeStats:
+		return b.processConsumeStats(req)
+	case protocol.GetConsumerConnectionList:
+		return b.processConsumerConnectionList(req)
+	case protocol.GetBrokerRuntimeInfo:
+		return b.processRuntimeInfo(req)
+	case protocol.GetAllTopicConfig:
+		return b.processAllTopicConfig(req)
+	case protocol.GetAllSubscriptionGroupConfig:
+		return b.processAllGroupConfig(req)
+	case protocol.UpdateAndCreateSubscriptionGroup:
+		return b.processPutGroup(req)
+	case protocol.DeleteSubscriptionGroup:
+		return b.processDeleteGroup(req)
+	case protocol.InvokeBrokerToResetOffset:
+		return b.processInvokeReset(ctx, req)
 	}
 	return b.serveCommon(req)
 }
@@ -55,7 +75,8 @@ func (b *Broker) serveNamesrv(_ context.Context, _ *remoting.Conn, req *protocol
 	return b.serveCommon(req)
 }
 
-// serveCommon answers what both listeners answer: routes and topic administration.
+// serveCommon answers what both listeners answer: routes, topic administration and the
+// name-server inspection requests (cluster info, topic lists).
 func (b *Broker) serveCommon(req *protocol.Command) *protocol.Command {
 	switch req.RequestCode() {
 	case protocol.GetRouteInfoByTopic:
@@ -64,6 +85,12 @@ func (b *Broker) serveCommon(req *protocol.Command) *protocol.Command {
 		return b.processCreateTopic(req)
 	case protocol.DeleteTopicInBroker, protocol.DeleteTopicInNamesrv:
 		return b.processDeleteTopic(req)
+	case protocol.GetBrokerClusterInfo:
+		return b.processClusterInfo(req)
+	case protocol.GetAllTopicListFromNamesrv:
+		return b.processAllTopicList(req)
+	case protocol.GetTopicsByCluster:
+		return b.processTopicsByCluster(req)
 	}
 	return protocol.NewResponse(req, protocol.RequestCodeNotSupported, fmt.Sprintf("request code %d (%s) is not supported", req.Code, req.RequestCode()))
 }

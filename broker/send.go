@@ -30,6 +30,8 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	if err != nil {
 		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("properties: %w", err))
 	}
+	// CLUSTER on every message, as Java's broker stamps it (request-reply needs it).
+	props = b.stampStored(c, h.ProducerGroup, props)
 	if err := checkTransactionType(h.Topic, h.SysFlag); err != nil { // before it creates a topic
 		return errorResponse(req, protocol.MessageIllegal, err)
 	}
@@ -148,10 +150,7 @@ func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *pro
 			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch message %d: transactional messages cannot be batched (topic %q)", i, base.Topic))
 		}
 		m := *base
-		m.Flag, m.Properties, m.Body = e.Flag, e.Properties, e.Body
-		if m.Properties == nil {
-			m.Properties = map[string]string{}
-		}
+		m.Flag, m.Properties, m.Body = e.Flag, b.stampStored(nil, "", e.Properties), e.Body
 		ms[i] = &m
 	}
 	res, err := b.store.PutBatch(ctx, ms)

@@ -196,6 +196,7 @@ type prepared struct {
 	body     []byte
 	sysFlag  int32
 	batch    bool
+	reply    bool // sent with SEND_REPLY_MESSAGE_V2 (Reply)
 }
 
 // prepare validates msg and encodes its properties, compressing the body when it is large
@@ -538,6 +539,9 @@ func (p *Producer) request(ctx context.Context, mq MessageQueue, pm *prepared) (
 	code := protocol.SendMessageV2
 	if pm.batch {
 		code, h.Properties, h.Flag = protocol.SendBatchMessage, "", 0
+	}
+	if pm.reply {
+		code = protocol.SendReplyMessageV2
 	}
 	return addr, protocol.NewRequest(code, h.EncodeV2(), pm.body), nil
 }

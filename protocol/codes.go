@@ -60,6 +60,22 @@ var requestCodeNames = map[RequestCode]string{
 	SendMessageV2:            "SEND_MESSAGE_V2",
 	SendBatchMessage:         "SEND_BATCH_MESSAGE",
 	GetLockOwners:            "FLOWD_GET_LOCK_OWNERS",
+
+	GetAllTopicConfig:                "GET_ALL_TOPIC_CONFIG",
+	GetBrokerRuntimeInfo:             "GET_BROKER_RUNTIME_INFO",
+	GetBrokerClusterInfo:             "GET_BROKER_CLUSTER_INFO",
+	UpdateAndCreateSubscriptionGroup: "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP",
+	GetAllSubscriptionGroupConfig:    "GET_ALL_SUBSCRIPTIONGROUP_CONFIG",
+	GetTopicStatsInfo:                "GET_TOPIC_STATS_INFO",
+	GetConsumerConnectionList:        "GET_CONSUMER_CONNECTION_LIST",
+	GetAllTopicListFromNamesrv:       "GET_ALL_TOPIC_LIST_FROM_NAMESERVER",
+	DeleteSubscriptionGroup:          "DELETE_SUBSCRIPTIONGROUP",
+	GetConsumeStats:                  "GET_CONSUME_STATS",
+	InvokeBrokerToResetOffset:        "INVOKE_BROKER_TO_RESET_OFFSET",
+	GetTopicsByCluster:               "GET_TOPICS_BY_CLUSTER",
+	SendReplyMessage:                 "SEND_REPLY_MESSAGE",
+	SendReplyMessageV2:               "SEND_REPLY_MESSAGE_V2",
+	PushReplyMessageToClient:         "PUSH_REPLY_MESSAGE_TO_CLIENT",
 }
 
 func (c RequestCode) String() string {
@@ -119,6 +135,7 @@ var responseCodeNames = map[ResponseCode]string{
 	SubscriptionParseFailed:   "SUBSCRIPTION_PARSE_FAILED",
 	SubscriptionNotExist:      "SUBSCRIPTION_NOT_EXIST",
 	SubscriptionGroupNotExist: "SUBSCRIPTION_GROUP_NOT_EXIST",
+	ConsumerNotOnline:         "CONSUMER_NOT_ONLINE",
 	InvalidParameter:          "INVALID_PARAMETER",
 	FlowControl:               "FLOW_CONTROL",
 }

@@ -133,6 +133,9 @@ type Client struct {
 	started   bool
 	closed    bool
 
+	// replies are the request-reply calls waiting (ExpectReply), by correlation id.
+	replies map[string]chan *protocol.MessageExt
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -178,6 +181,7 @@ func New(opts Options) (*Client, error) {
 		consumers: map[string]Consumer{},
 		producers: map[string]struct{}{},
 		checkers:  map[string]TransactionChecker{},
+		replies:   map[string]chan *protocol.MessageExt{},
 	}
 	c.log = opts.Logger.With("client", c.id)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -516,6 +520,8 @@ func (c *Client) serve(_ context.Context, conn *remoting.Conn, req *protocol.Com
 	case protocol.CheckTransactionState:
 		c.checkTransaction(conn, req)
 		return nil
+	case protocol.PushReplyMessageToClient:
+		return c.pushReply(conn, req)
 	case protocol.NotifyConsumerIDsChanged:
 		var h protocol.NotifyConsumerIDsChangedRequestHeader
 		if err := req.DecodeHeader(&h); err != nil {
