@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/broker/store/vfs"
 	"github.com/flowd-io/flowd/protocol"
 	"github.com/flowd-io/flowd/remoting"
 )
@@ -441,4 +443,36 @@ func TestCommittedTransactionHonoursItsDelayLevel(t *testing.T) {
 	msgs := c.pullAll("tx")
 	require.Len(t, msgs, 1)
 	assert.Equal(t, "delayed", string(msgs[0].Body))
+}
+
+// A power cut (the fault-injecting file system drops every unsynced write) loses nothing of
+// the half-message table that a producer was told about in sync flush mode: the pending half
+// message is pending again after recovery, and the committed one is not.
+func TestPendingTransactionsSurviveAPowerCut(t *testing.T) {
+	dir := t.TempDir()
+	ffs := vfs.NewFaultFS(nil)
+	ffs.TrackUnsynced()
+	b := openBroker(t, dir, func(cfg *broker.Config) {
+		cfg.Store.FS = ffs
+		cfg.Store.FlushMode = store.FlushSync
+		txnConfig(time.Hour, time.Hour, 15)(cfg)
+	})
+	c := newTxnClient(t, b, "tx-producers")
+	c.createTopic("tx", 1)
+	committed := c.sendHalf("tx", "committed")
+	c.sendHalf("tx", "pending")
+	require.Equal(t, protocol.Success, c.end(committed, protocol.MsgTransactionCommit).ResponseCode())
+	require.Eventually(t, func() bool { return b.StoreMax("tx", 0) == 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, ffs.Crash())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = b.Shutdown(ctx) // fails: the file system is gone
+
+	b2 := openBroker(t, dir, txnConfig(time.Hour, time.Hour, 15))
+	t.Cleanup(func() { _ = b2.Shutdown(context.Background()) })
+	assert.Equal(t, 1, b2.PendingTransactions(), "the pending half message is pending again")
+	require.Eventually(t, func() bool { return b2.StoreMax("tx", 0) == 1 }, 5*time.Second, time.Millisecond)
+	msgs := newTxnClient(t, b2, "tx-producers").pullAll("tx")
+	require.Len(t, msgs, 1, "the commit is stored once")
+	assert.Equal(t, "committed", string(msgs[0].Body))
 }
