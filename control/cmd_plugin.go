@@ -1,0 +1,216 @@
+package control
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/flowd-io/flowd/plugins"
+	"github.com/flowd-io/flowd/runtime"
+)
+
+// Plugin event names, published by Publisher.Plugin on flowd.evt.<cluster>.plugin.<event>
+// with the plugin's name as ce-subject.
+const (
+	// EventPluginDeployed: a plugin version was stored (plugin.deploy, or a file in the
+	// daemon's plugin directory). Payload: plugin, pluginVersion, kind.
+	EventPluginDeployed = "plugin.deployed"
+	// EventPluginActivated: a version became the plugin's active one. Payload: plugin,
+	// pluginVersion, kind.
+	EventPluginActivated = "plugin.activated"
+	// EventPluginFailed: a fault stopped the plugin's active version (its policy failed it
+	// open or closed); it stays stopped until a version is activated. Payload: plugin,
+	// pluginVersion, reason.
+	EventPluginFailed = "plugin.failed"
+	// EventPluginRemoved: a version was deleted. Payload: plugin, pluginVersion.
+	EventPluginRemoved = "plugin.removed"
+)
+
+// PluginEvent is a change of the plugin registry, for ServiceConfig.PluginEvents and
+// Publisher.Plugin.
+type PluginEvent struct {
+	Type    string // one of the EventPlugin names
+	Name    string
+	Version string
+	Kind    string // "filter", "allocator" or "transform"; empty when unknown
+	Reason  string // what failed, for plugin.failed
+}
+
+// PluginView is one deployed version in plugin.list.
+type PluginView struct {
+	Manifest *plugins.Manifest `json:"manifest"`
+	Active   bool              `json:"active"`
+}
+
+// PluginDeployRequest is the request of plugin.deploy. The module travels in the request,
+// so it is bounded by the NATS server's max_payload (1 MiB by default: a module of about
+// 750 KB once base64-encoded).
+type PluginDeployRequest struct {
+	// Manifest is the version's manifest (plugins.Manifest), as a JSON object.
+	Manifest json.RawMessage `json:"manifest"`
+	// Module is the WebAssembly module, standard base64.
+	Module string `json:"module"`
+	// Activate makes the version active once it is deployed.
+	Activate bool `json:"activate,omitempty"`
+}
+
+// PluginVersionRequest is the request of plugin.activate and plugin.remove.
+type PluginVersionRequest struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// PluginReply is the reply of plugin.deploy, plugin.activate and plugin.remove.
+type PluginReply struct {
+	Origin
+	Plugin PluginView `json:"plugin"`
+}
+
+// PluginListRequest is the request of plugin.list; Name, when set, lists one plugin.
+type PluginListRequest struct {
+	Name string `json:"name,omitempty"`
+}
+
+// PluginListReply is the reply of plugin.list, sorted by name and version.
+type PluginListReply struct {
+	Origin
+	Plugins []PluginView `json:"plugins"`
+}
+
+// pluginEvent tells ServiceConfig.PluginEvents, if set.
+func (s *Service) pluginEvent(e PluginEvent) {
+	if s.cfg.PluginEvents != nil {
+		s.cfg.PluginEvents(e)
+	}
+}
+
+func (s *Service) pluginDeploy(ctx context.Context, data []byte) (any, error) {
+	var req PluginDeployRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Manifest) == 0 || string(req.Manifest) == "null" {
+		return nil, badField("manifest", "required")
+	}
+	m, err := plugins.ParseManifest(req.Manifest)
+	if err != nil {
+		return nil, manifestError(err)
+	}
+	if req.Module == "" {
+		return nil, badField("module", "required (the module, base64)")
+	}
+	wasm, err := base64.StdEncoding.DecodeString(req.Module)
+	if err != nil {
+		return nil, badField("module", "not standard base64: %s", err)
+	}
+	if err := s.cfg.Plugins.Deploy(ctx, m, wasm); err != nil {
+		return nil, pluginError(err, "module")
+	}
+	s.pluginEvent(PluginEvent{Type: EventPluginDeployed, Name: m.Name, Version: m.Version, Kind: string(m.Kind)})
+	if req.Activate {
+		if err := s.cfg.Plugins.Activate(ctx, m.Name, m.Version); err != nil {
+			return nil, pluginError(err, "module")
+		}
+		s.pluginEvent(PluginEvent{Type: EventPluginActivated, Name: m.Name, Version: m.Version, Kind: string(m.Kind)})
+	}
+	return PluginReply{Origin: s.origin(), Plugin: PluginView{Manifest: m, Active: s.cfg.Plugins.ActiveVersion(m.Name) == m.Version}}, nil
+}
+
+func (s *Service) pluginActivate(ctx context.Context, data []byte) (any, error) {
+	req, err := decodeVersion(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Plugins.Activate(ctx, req.Name, req.Version); err != nil {
+		return nil, pluginError(err, "version")
+	}
+	m := s.cfg.Plugins.ActiveManifest(req.Name)
+	kind := ""
+	if m != nil {
+		kind = string(m.Kind)
+	}
+	s.pluginEvent(PluginEvent{Type: EventPluginActivated, Name: req.Name, Version: req.Version, Kind: kind})
+	return PluginReply{Origin: s.origin(), Plugin: PluginView{Manifest: m, Active: true}}, nil
+}
+
+func (s *Service) pluginRemove(ctx context.Context, data []byte) (any, error) {
+	req, err := decodeVersion(data)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.cfg.Plugins.Get(ctx, req.Name, req.Version)
+	if err != nil {
+		return nil, pluginError(err, "version")
+	}
+	if err := s.cfg.Plugins.Remove(ctx, req.Name, req.Version); err != nil {
+		return nil, pluginError(err, "version")
+	}
+	s.pluginEvent(PluginEvent{Type: EventPluginRemoved, Name: req.Name, Version: req.Version, Kind: string(m.Kind)})
+	return PluginReply{Origin: s.origin(), Plugin: PluginView{Manifest: m}}, nil
+}
+
+func (s *Service) pluginList(ctx context.Context, data []byte) (any, error) {
+	var req PluginListRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	all, err := s.cfg.Plugins.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := PluginListReply{Origin: s.origin(), Plugins: []PluginView{}}
+	for _, in := range all {
+		if req.Name == "" || in.Manifest.Name == req.Name {
+			out.Plugins = append(out.Plugins, PluginView{Manifest: in.Manifest, Active: in.Active})
+		}
+	}
+	return out, nil
+}
+
+func decodeVersion(data []byte) (PluginVersionRequest, error) {
+	var req PluginVersionRequest
+	if err := decode(data, &req); err != nil {
+		return req, err
+	}
+	if req.Name == "" {
+		return req, badField("name", "required")
+	}
+	if req.Version == "" {
+		return req, badField("version", "required")
+	}
+	return req, nil
+}
+
+// manifestError is a 400 naming the manifest field at fault: ParseManifest's errors read
+// "invalid plugin manifest: <field>: <detail>" for a bad value.
+func manifestError(err error) error {
+	msg := err.Error()
+	rest, ok := strings.CutPrefix(msg, plugins.ErrManifest.Error()+": ")
+	if field, detail, found := strings.Cut(rest, ": "); ok && found && !strings.ContainsAny(field, " \"") {
+		return badField("manifest."+field, "%s", detail)
+	}
+	return badField("manifest", "%s", msg)
+}
+
+// pluginError maps a registry error to a reply; field names the request field that a bad
+// module or version concerns.
+func pluginError(err error, field string) error {
+	switch {
+	case errors.Is(err, plugins.ErrNotFound):
+		return &cmdError{code: CodeNotFound, msg: err.Error()}
+	case errors.Is(err, plugins.ErrExists), errors.Is(err, plugins.ErrActive):
+		return &cmdError{code: CodeConflict, msg: err.Error()}
+	case errors.Is(err, plugins.ErrManifest):
+		return manifestError(err)
+	case errors.Is(err, plugins.ErrKind):
+		return badField("manifest.kind", "%s", err)
+	case errors.Is(err, runtime.ErrChecksum):
+		return badField(field, "%s", err)
+	case errors.Is(err, runtime.ErrInvalidModule), errors.Is(err, runtime.ErrImport), errors.Is(err, runtime.ErrExport),
+		errors.Is(err, runtime.ErrABIVersion), errors.Is(err, runtime.ErrSelfTest):
+		return badField(field, "%s", err)
+	}
+	return &cmdError{code: CodeInternal, msg: err.Error()}
+}
