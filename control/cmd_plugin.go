@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/flowd-io/flowd/plugins"
@@ -188,15 +189,24 @@ func decodeVersion(data []byte) (PluginVersionRequest, error) {
 func manifestError(err error) error {
 	msg := err.Error()
 	rest, ok := strings.CutPrefix(msg, plugins.ErrManifest.Error()+": ")
-	if field, detail, found := strings.Cut(rest, ": "); ok && found && !strings.ContainsAny(field, " \"") {
+	if !ok {
+		return badField("manifest", "%s", msg)
+	}
+	if name, found := strings.CutPrefix(rest, "json: unknown field "); found {
+		if f, err := strconv.Unquote(name); err == nil {
+			return badField("manifest."+f, "unknown field")
+		}
+	}
+	if field, detail, found := strings.Cut(rest, ": "); found && field != "json" && !strings.ContainsAny(field, " \"") {
 		return badField("manifest."+field, "%s", detail)
 	}
-	return badField("manifest", "%s", msg)
+	return badField("manifest", "%s", rest)
 }
 
 // pluginError maps a registry error to a reply; field names the request field that a bad
 // module or version concerns.
 func pluginError(err error, field string) error {
+	var guest *plugins.GuestError
 	switch {
 	case errors.Is(err, plugins.ErrNotFound):
 		return &cmdError{code: CodeNotFound, msg: err.Error()}
@@ -206,7 +216,9 @@ func pluginError(err error, field string) error {
 		return manifestError(err)
 	case errors.Is(err, plugins.ErrKind):
 		return badField("manifest.kind", "%s", err)
-	case errors.Is(err, runtime.ErrChecksum):
+	case errors.As(err, &guest) && int32(guest.Code) == plugins.CodeParams:
+		return badField("manifest.parameters", "%s", err)
+	case errors.Is(err, runtime.ErrChecksum), errors.Is(err, plugins.ErrGuest):
 		return badField(field, "%s", err)
 	case errors.Is(err, runtime.ErrInvalidModule), errors.Is(err, runtime.ErrImport), errors.Is(err, runtime.ErrExport),
 		errors.Is(err, runtime.ErrABIVersion), errors.Is(err, runtime.ErrSelfTest):
