@@ -5,8 +5,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowd-io/flowd/plugins"
 	"github.com/flowd-io/flowd/runtime"
@@ -45,14 +48,24 @@ type PluginView struct {
 	Active   bool              `json:"active"`
 }
 
-// PluginDeployRequest is the request of plugin.deploy. The module travels in the request,
-// so it is bounded by the NATS server's max_payload (1 MiB by default: a module of about
-// 750 KB once base64-encoded).
+// PluginBucket is the JetStream object store bucket plugin.deploy reads a module from when
+// the request names an object instead of carrying the module.
+const PluginBucket = "FLOWD_PLUGINS"
+
+// MaxPluginObject bounds a module read from PluginBucket.
+const MaxPluginObject = 256 << 20
+
+// PluginDeployRequest is the request of plugin.deploy: the manifest and either the module
+// itself or the name of an object in the bucket FLOWD_PLUGINS holding it. A module in the
+// request is bounded by the NATS server's max_payload (1 MiB by default: a module of about
+// 750 KB once base64-encoded); larger ones go through the bucket.
 type PluginDeployRequest struct {
 	// Manifest is the version's manifest (plugins.Manifest), as a JSON object.
 	Manifest json.RawMessage `json:"manifest"`
 	// Module is the WebAssembly module, standard base64.
-	Module string `json:"module"`
+	Module string `json:"module,omitempty"`
+	// Object names the object of PluginBucket holding the module.
+	Object string `json:"object,omitempty"`
 	// Activate makes the version active once it is deployed.
 	Activate bool `json:"activate,omitempty"`
 }
@@ -99,15 +112,12 @@ func (s *Service) pluginDeploy(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, manifestError(err)
 	}
-	if req.Module == "" {
-		return nil, badField("module", "required (the module, base64)")
-	}
-	wasm, err := base64.StdEncoding.DecodeString(req.Module)
+	wasm, field, err := s.pluginModule(ctx, &req)
 	if err != nil {
-		return nil, badField("module", "not standard base64: %s", err)
+		return nil, err
 	}
 	if err := s.cfg.Plugins.Deploy(ctx, m, wasm); err != nil {
-		return nil, pluginError(err, "module")
+		return nil, pluginError(err, field)
 	}
 	s.pluginEvent(PluginEvent{Type: EventPluginDeployed, Name: m.Name, Version: m.Version, Kind: string(m.Kind)})
 	if req.Activate {
@@ -117,6 +127,48 @@ func (s *Service) pluginDeploy(ctx context.Context, data []byte) (any, error) {
 		s.pluginEvent(PluginEvent{Type: EventPluginActivated, Name: m.Name, Version: m.Version, Kind: string(m.Kind)})
 	}
 	return PluginReply{Origin: s.origin(), Plugin: PluginView{Manifest: m, Active: s.cfg.Plugins.ActiveVersion(m.Name) == m.Version}}, nil
+}
+
+// pluginModule returns the module of a deploy request and the field it came from.
+func (s *Service) pluginModule(ctx context.Context, req *PluginDeployRequest) ([]byte, string, error) {
+	switch {
+	case req.Module != "" && req.Object != "":
+		return nil, "", badField("object", "give module or object, not both")
+	case req.Module != "":
+		wasm, err := base64.StdEncoding.DecodeString(req.Module)
+		if err != nil {
+			return nil, "", badField("module", "not standard base64: %s", err)
+		}
+		return wasm, "module", nil
+	case req.Object == "":
+		return nil, "", badField("module", "required (the module, base64; or object, naming it in the bucket %s)", PluginBucket)
+	}
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return nil, "", fmt.Errorf("plugin object %s: %w", req.Object, err)
+	}
+	bucket, err := js.ObjectStore(ctx, PluginBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, "", badField("object", "the bucket %s does not exist", PluginBucket)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("plugin object %s: bucket %s: %w", req.Object, PluginBucket, err)
+	}
+	info, err := bucket.GetInfo(ctx, req.Object)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, "", badField("object", "no object %q in the bucket %s", req.Object, PluginBucket)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("plugin object %s: %w", req.Object, err)
+	}
+	if info.Size > MaxPluginObject {
+		return nil, "", badField("object", "%q is %d bytes, over the limit of %d", req.Object, info.Size, MaxPluginObject)
+	}
+	wasm, err := bucket.GetBytes(ctx, req.Object)
+	if err != nil {
+		return nil, "", fmt.Errorf("plugin object %s: %w", req.Object, err)
+	}
+	return wasm, "object", nil
 }
 
 func (s *Service) pluginActivate(ctx context.Context, data []byte) (any, error) {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -283,6 +284,21 @@ func TestServeDeploysWasmFiltersAndSwapsThemWithoutRestart(t *testing.T) {
 	bad(map[string]any{"module": module}, "manifest")
 	// The subscription keeps working after refused deploys.
 	assert.Equal(t, "2.0.0", d.active("region"))
+
+	// A module too large for a request goes through the object store bucket FLOWD_PLUGINS.
+	bad(map[string]any{"manifest": withVersion("3.0.0"), "object": "region-3"}, "object") // no bucket yet
+	js, err := jetstream.New(d.nc)
+	require.NoError(t, err)
+	bucket, err := js.CreateObjectStore(context.Background(), jetstream.ObjectStoreConfig{Bucket: control.PluginBucket})
+	require.NoError(t, err)
+	_, err = bucket.PutBytes(context.Background(), "region-3", wasm)
+	require.NoError(t, err)
+	bad(map[string]any{"manifest": withVersion("3.0.0"), "object": "nosuch"}, "object")
+	bad(map[string]any{"manifest": withVersion("3.0.0"), "object": "region-3", "module": module}, "object")
+	var dep control.PluginReply
+	d.ok("plugin.deploy", map[string]any{"manifest": withVersion("3.0.0"), "object": "region-3", "activate": true}, &dep)
+	assert.True(t, dep.Plugin.Active)
+	assert.Equal(t, "3.0.0", d.active("region"))
 }
 
 // badguest builds plugins/testdata/badguest, a filter that traps on a batch mentioning
