@@ -225,3 +225,52 @@ func TestFaultPolicies(t *testing.T) {
 		})
 	}
 }
+
+// bodyCandidate is a stored message with only a body, zlib-compressed when compressed.
+func bodyCandidate(t testing.TB, body string, compressed bool) store.Candidate {
+	t.Helper()
+	m := &protocol.MessageExt{StoreTimestamp: 1700000000000,
+		BornHost: netip.MustParseAddrPort("10.0.0.1:1"), StoreHost: netip.MustParseAddrPort("10.0.0.2:10911")}
+	m.Topic, m.Body = "orders", []byte(body)
+	if compressed {
+		b, err := protocol.CompressBody(m.Body, 6)
+		require.NoError(t, err)
+		m.Body, m.SysFlag = b, protocol.MsgFlagCompressed
+	}
+	b, err := protocol.AppendStored(nil, m)
+	require.NoError(t, err)
+	return store.Candidate{Topic: "orders", Stored: b}
+}
+
+// A filter that wants bodies gets them decompressed; one that does not never sees them.
+// The guest traps when its input mentions "boom", which only a decompressed body does.
+func TestBodiesOnlyWhenWantedAndDecompressed(t *testing.T) {
+	wasm, err := badguest()
+	require.NoError(t, err)
+	rt, err := runtime.New(context.Background(), runtime.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close(context.Background())) })
+	reg := newRegistryOn(t, rt)
+	limits := plugins.Limits{MemoryPages: 128, MaxInstances: 1}
+	params := map[string]string{"mode": "trap"}
+	deploy(t, reg, plugins.Manifest{Name: "reader", Version: "1.0.0", Limits: limits, Parameters: params, WantsBody: true}, wasm, true)
+	deploy(t, reg, plugins.Manifest{Name: "blind", Version: "1.0.0", Limits: limits, Parameters: params}, wasm, true)
+	filters := filter.NewRegistry(0)
+	filters.Register(filter.TypeWasm, wasmfilter.Compiler(reg, wasmfilter.Options{}))
+	compile := func(name string) *store.Filter {
+		f, err := filters.Filter(context.Background(), filter.Subscription{Group: name, Topic: "orders", ExpressionType: "WASM", Expression: name})
+		require.NoError(t, err)
+		return f
+	}
+
+	keep := make([]bool, 1)
+	blind := compile("blind")
+	require.NoError(t, blind.Match.MatchBatch(context.Background(), []store.Candidate{bodyCandidate(t, "boom", false)}, keep), "no body, no boom")
+	assert.True(t, keep[0])
+
+	reader := compile("reader")
+	require.NoError(t, reader.Match.MatchBatch(context.Background(), []store.Candidate{bodyCandidate(t, "quiet", true)}, keep))
+	assert.True(t, keep[0])
+	err = reader.Match.MatchBatch(context.Background(), []store.Candidate{bodyCandidate(t, "boom boom boom", true)}, keep)
+	assert.ErrorIs(t, err, runtime.ErrTrap, "the guest saw the decompressed body")
+}
