@@ -299,6 +299,21 @@ func TestServeDeploysWasmFiltersAndSwapsThemWithoutRestart(t *testing.T) {
 	d.ok("plugin.deploy", map[string]any{"manifest": withVersion("3.0.0"), "object": "region-3", "activate": true}, &dep)
 	assert.True(t, dep.Plugin.Active)
 	assert.Equal(t, "3.0.0", d.active("region"))
+
+	// A changed file in the plugin directory deploys the manifest's new version; a broken
+	// one is logged with its name and changes nothing.
+	d.drop("broken", map[string]any{"name": "broken", "kind": "filter", "version": "1.0.0", "abi": 1}, wasm)
+	require.Eventually(t, func() bool {
+		return strings.Contains(d.logs.String(), "plugin file not deployed") && strings.Contains(d.logs.String(), "broken.wasm")
+	}, wait, 20*time.Millisecond, "flowd_init refuses a filter without parameters: %s", d.logs.String())
+	d.drop("region", map[string]any{"name": "region", "kind": "filter", "version": "4.0.0", "abi": 1,
+		"parameters": map[string]string{"property": "region", "value": "eu"}}, wasm)
+	require.Eventually(t, func() bool { return d.active("region") == "4.0.0" }, wait, 20*time.Millisecond, "logs: %s", d.logs.String())
+	var all control.PluginListReply
+	d.ok("plugin.list", nil, &all)
+	for _, p := range all.Plugins {
+		assert.Equal(t, "region", p.Manifest.Name, "nothing of the broken pair was stored")
+	}
 }
 
 // badguest builds plugins/testdata/badguest, a filter that traps on a batch mentioning
