@@ -25,6 +25,8 @@ import (
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/control"
 	"github.com/flowd-io/flowd/producer"
+	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
 )
 
 // wait bounds what happens at once on a healthy machine.
@@ -39,6 +41,7 @@ func (s wasmSelector) Expression() string { return string(s) }
 // daemon is a flowd serve running in the test, on free loopback ports.
 type daemon struct {
 	t         *testing.T
+	broker    string
 	namesrv   string
 	pluginDir string
 	nc        *nats.Conn
@@ -65,14 +68,14 @@ func startDaemon(t *testing.T) *daemon {
 			t.Error("flowd did not stop")
 		}
 	})
-	re := regexp.MustCompile(`namesrv=(127\.0\.0\.1:\d+) nats=(nats://127\.0\.0\.1:\d+)`)
+	re := regexp.MustCompile(`broker=(127\.0\.0\.1:\d+) namesrv=(127\.0\.0\.1:\d+) nats=(nats://127\.0\.0\.1:\d+)`)
 	var m []string
 	require.Eventually(t, func() bool {
 		m = re.FindStringSubmatch(d.logs.String())
 		return m != nil
 	}, wait, 10*time.Millisecond, "flowd logs its addresses: %s", d.logs.String())
-	d.namesrv = m[1]
-	nc, err := nats.Connect(m[2])
+	d.broker, d.namesrv = m[1], m[2]
+	nc, err := nats.Connect(m[3])
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	d.nc = nc
@@ -284,6 +287,24 @@ func TestServeDeploysWasmFiltersAndSwapsThemWithoutRestart(t *testing.T) {
 	bad(map[string]any{"module": module}, "manifest")
 	// The subscription keeps working after refused deploys.
 	assert.Equal(t, "2.0.0", d.active("region"))
+
+	// Subscriptions the WASM compiler refuses are answered SUBSCRIPTION_PARSE_FAILED, naming
+	// what is wrong.
+	cl := remoting.NewClient(remoting.ClientOptions{})
+	defer cl.Close()
+	for expr, want := range map[string]string{
+		"nosuch":           `"nosuch"`,
+		"region?value=us":  "per-subscription parameters are not supported",
+		"region@1.0.0":     "region@1.0.0 is not active",
+		"region@2.0.0?x=1": "per-subscription parameters",
+	} {
+		resp, err := cl.Invoke(context.Background(), d.broker, protocol.NewRequestWith(protocol.PullMessage, &protocol.PullMessageRequestHeader{
+			ConsumerGroup: "raw", Topic: "orders", MaxMsgNums: 8, SysFlag: protocol.PullFlagSubscription,
+			Subscription: expr, ExpressionType: "WASM"}, nil))
+		require.NoError(t, err)
+		assert.Equal(t, protocol.SubscriptionParseFailed, resp.ResponseCode(), expr)
+		assert.Contains(t, resp.Remark, want, expr)
+	}
 
 	// A module too large for a request goes through the object store bucket FLOWD_PLUGINS.
 	bad(map[string]any{"manifest": withVersion("3.0.0"), "object": "region-3"}, "object") // no bucket yet
