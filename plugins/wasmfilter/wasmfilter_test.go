@@ -23,6 +23,9 @@ import (
 	"github.com/flowd-io/flowd/runtime"
 )
 
+// wait bounds what happens at once on a healthy machine.
+const wait = 15 * time.Second
+
 func newRegistry(t testing.TB) *plugins.Registry {
 	t.Helper()
 	rt, err := runtime.New(context.Background(), runtime.Options{})
@@ -273,4 +276,72 @@ func TestBodiesOnlyWhenWantedAndDecompressed(t *testing.T) {
 	assert.True(t, keep[0])
 	err = reader.Match.MatchBatch(context.Background(), []store.Candidate{bodyCandidate(t, "boom boom boom", true)}, keep)
 	assert.ErrorIs(t, err, runtime.ErrTrap, "the guest saw the decompressed body")
+}
+
+// gatedStore holds up Get of the plugin "slow" until release closes, as a slow disk or a
+// long trial load would hold up a deploy.
+type gatedStore struct {
+	plugins.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *gatedStore) Get(ctx context.Context, name, version string) (*plugins.Manifest, []byte, error) {
+	if name == "slow" {
+		s.entered <- struct{}{}
+		<-s.release
+	}
+	return s.Store.Get(ctx, name, version)
+}
+
+// A deploy in progress holds the registry, but not the read path: pulls through a
+// compiled Wasm filter, and new subscriptions, go on meanwhile.
+func TestDeployDoesNotHoldUpFiltering(t *testing.T) {
+	ctx := context.Background()
+	rt, err := runtime.New(ctx, runtime.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close(ctx)) })
+	dir, err := plugins.NewDirStore(filepath.Join(t.TempDir(), "plugins"))
+	require.NoError(t, err)
+	st := &gatedStore{Store: dir, entered: make(chan struct{}), release: make(chan struct{})}
+	reg, err := plugins.NewRegistry(ctx, rt, st, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, reg.Close(ctx)) })
+	release := sync.OnceFunc(func() { close(st.release) })
+	t.Cleanup(release) // before Close, should the test fail with the deploy held up
+	wasm := propfilter(t)
+	params := map[string]string{"property": "region", "value": "eu"}
+	deploy(t, reg, plugins.Manifest{Name: "region", Version: "1.0.0", Parameters: params}, wasm, true)
+	filters := filter.NewRegistry(0)
+	filters.Register(filter.TypeWasm, wasmfilter.Compiler(reg, wasmfilter.Options{}))
+	f, err := filters.Filter(ctx, filter.Subscription{Group: "g", Topic: "orders", ExpressionType: "WASM", Expression: "region"})
+	require.NoError(t, err)
+
+	deployed := make(chan error, 1)
+	go func() {
+		m := plugins.Manifest{Name: "slow", Version: "1.0.0", Kind: plugins.KindFilter, ABI: plugins.ABIVersion, Parameters: params}
+		sum := sha256.Sum256(wasm)
+		m.SHA256 = hex.EncodeToString(sum[:])
+		deployed <- reg.Deploy(ctx, &m, wasm)
+	}()
+	<-st.entered // the deploy holds the registry now
+	done := make(chan error, 1)
+	go func() {
+		keep, err := match(t, f, "eu", "us")
+		if err == nil && (!keep[0] || keep[1]) {
+			err = assert.AnError
+		}
+		if err == nil {
+			_, err = filters.Filter(ctx, filter.Subscription{Group: "h", Topic: "orders", ExpressionType: "WASM", Expression: "region"})
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(wait):
+		t.Fatal("filtering waited for a deploy")
+	}
+	release()
+	require.NoError(t, <-deployed)
 }
