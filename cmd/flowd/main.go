@@ -102,6 +102,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	if *pluginDir != "" {
+		if err := os.MkdirAll(*pluginDir, 0o755); err != nil {
+			return fmt.Errorf("serve: --plugin-dir: %w", err)
+		}
+	}
 	// The plugin registry outlives the broker: pulls through Wasm filters run until the
 	// broker has shut down.
 	ph, err := openPlugins(ctx, cfg.DataDir, log)
@@ -134,6 +139,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	var watch sync.WaitGroup
 	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
 	if *pluginDir != "" {
 		watch.Go(func() { ph.watchDir(wctx, *pluginDir, *pluginPoll) })
 	}

@@ -91,8 +91,10 @@ func (h *pluginHost) close(ctx context.Context) error {
 // until ctx is done: a module <name>.wasm next to its manifest <name>.json. A manifest
 // without "sha256" gets the module's. A changed pair is deployed again (a new version, from
 // the manifest; the same version with another module is refused, since versions are
-// immutable). Errors are logged with the file's name and retried only once a file changes;
-// they never stop the daemon. Removing the files leaves the plugin deployed.
+// immutable). A pair whose version is deployed already is skipped, so a restart does not
+// re-activate it over a version activated since. Errors are logged with the file's name and
+// retried only once a file changes; they never stop the daemon. Removing the files leaves
+// the plugin deployed.
 func (h *pluginHost) watchDir(ctx context.Context, dir string, interval time.Duration) {
 	seen := map[string]string{} // <name> → the state of its two files last handled
 	t := time.NewTicker(interval)
@@ -160,13 +162,15 @@ func (h *pluginHost) deployFiles(ctx context.Context, mod, man string) error {
 	if err != nil {
 		return fmt.Errorf("manifest %s: %w", man, err)
 	}
+	// A version deployed already (the files were seen before a restart) is left alone: the
+	// operator may have activated another one since, and a restart must not undo that.
+	if old, err := h.reg.Get(ctx, m.Name, m.Version); err == nil && old.SHA256 == m.SHA256 {
+		return nil
+	}
 	if err := h.reg.Deploy(ctx, m, wasm); err != nil {
 		return err
 	}
 	h.emit(control.PluginEvent{Type: control.EventPluginDeployed, Name: m.Name, Version: m.Version, Kind: string(m.Kind)})
-	if h.reg.ActiveVersion(m.Name) == m.Version {
-		return nil
-	}
 	if err := h.reg.Activate(ctx, m.Name, m.Version); err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,20 +47,22 @@ type daemon struct {
 	pluginDir string
 	nc        *nats.Conn
 	logs      *syncBuffer
+	stop      func()
 }
 
-func startDaemon(t *testing.T) *daemon {
+func startDaemon(t *testing.T) *daemon { return startDaemonIn(t, t.TempDir()) }
+
+// startDaemonIn runs flowd with its data and plugin directories under dir.
+func startDaemonIn(t *testing.T, dir string) *daemon {
 	t.Helper()
-	dir := t.TempDir()
 	d := &daemon{t: t, pluginDir: filepath.Join(dir, "drop"), logs: &syncBuffer{}}
-	require.NoError(t, os.Mkdir(d.pluginDir, 0o755))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0", "--namesrv-listen", "127.0.0.1:0",
 			"--nats-listen", "127.0.0.1:0", "--plugin-dir", d.pluginDir, "--plugin-poll", "50ms"}, d.logs, d.logs)
 	}()
-	t.Cleanup(func() {
+	d.stop = sync.OnceFunc(func() {
 		cancel()
 		select {
 		case err := <-done:
@@ -68,6 +71,7 @@ func startDaemon(t *testing.T) *daemon {
 			t.Error("flowd did not stop")
 		}
 	})
+	t.Cleanup(d.stop)
 	re := regexp.MustCompile(`broker=(127\.0\.0\.1:\d+) namesrv=(127\.0\.0\.1:\d+) nats=(nats://127\.0\.0\.1:\d+)`)
 	var m []string
 	require.Eventually(t, func() bool {
@@ -394,4 +398,27 @@ func TestServeTrappingFilterFailsClosedAlone(t *testing.T) {
 	eu := map[string]bool{}
 	pollUntil(t, healthy, func(m *consumer.Message) { eu[string(m.Body)] = true }, func() bool { return len(eu) == 5 })
 	assert.Equal(t, map[string]bool{"eu-a-0": true, "eu-a-2": true, "eu-boom": true, "eu-b-0": true, "eu-b-2": true}, eu)
+}
+
+// After a restart the plugin directory's files, deployed already, do not re-activate their
+// version over one activated since over NATS.
+func TestServeRestartKeepsTheActiveVersion(t *testing.T) {
+	dir := t.TempDir()
+	d := startDaemonIn(t, dir)
+	wasm := propfilter(t)
+	d.drop("region", map[string]any{"name": "region", "kind": "filter", "version": "1.0.0", "abi": 1,
+		"parameters": map[string]string{"property": "region", "value": "eu"}}, wasm)
+	require.Eventually(t, func() bool { return d.active("region") == "1.0.0" }, wait, 20*time.Millisecond, "logs: %s", d.logs.String())
+	man := map[string]any{"name": "region", "kind": "filter", "version": "2.0.0", "abi": 1,
+		"parameters": map[string]string{"property": "region", "value": "us"}, "sha256": sha(wasm)}
+	d.ok("plugin.deploy", map[string]any{"manifest": man, "module": base64.StdEncoding.EncodeToString(wasm), "activate": true}, nil)
+	d.stop()
+
+	d = startDaemonIn(t, dir)
+	assert.Equal(t, "2.0.0", d.active("region"), "the registry keeps the active version")
+	// The directory is scanned in name order: once zz-last is active, region.* was seen.
+	d.drop("zz-last", map[string]any{"name": "zz-last", "kind": "filter", "version": "1.0.0", "abi": 1,
+		"parameters": map[string]string{"property": "region", "value": "eu"}}, wasm)
+	require.Eventually(t, func() bool { return d.active("zz-last") == "1.0.0" }, wait, 20*time.Millisecond, "logs: %s", d.logs.String())
+	assert.Equal(t, "2.0.0", d.active("region"))
 }
