@@ -161,6 +161,12 @@ type EventData struct {
 	Dropped       uint64 `json:"dropped,omitempty"`
 	DroppedTotal  uint64 `json:"droppedTotal,omitempty"`
 	BrokerDropped uint64 `json:"brokerDropped,omitempty"`
+
+	// Plugin, PluginVersion and Kind of the plugin events (plugin.deployed, .activated,
+	// .failed, .removed); Reason carries a failure's error.
+	Plugin        string `json:"plugin,omitempty"`
+	PluginVersion string `json:"pluginVersion,omitempty"`
+	Kind          string `json:"kind,omitempty"`
 }
 
 // OffsetCommit is one queue's committed offset in an offset.committed event.
@@ -285,6 +291,20 @@ func (p *Publisher) Stopping() {
 		LastSeq: p.lastSeq, Published: p.published.Load(),
 		DroppedTotal: p.dropped.Load(), BrokerDropped: p.b.EventsDropped(),
 	}))
+}
+
+// Plugin publishes a plugin event (EventPluginDeployed, …) with the plugin's name as
+// ce-subject. It never blocks on NATS: while the connection is down the event waits in the
+// buffer like a broker event.
+func (p *Publisher) Plugin(e PluginEvent) {
+	d := EventData{Plugin: e.Name, PluginVersion: e.Version, Kind: e.Kind, Reason: e.Reason}
+	d.Cluster, d.Broker, d.Time = p.cfg.Cluster, p.cfg.Node, time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.emitLocked(p.message(e.Type, p.boot+"."+strings.ReplaceAll(e.Type, ".", "-")+"."+nuid.Next(), e.Name, 0, d))
 }
 
 // Close stops following the broker, publishes what is left (coalesced commits, and the

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/plugins"
 )
 
 // ServiceName is the name of the command service: `nats req '$SRV.PING.flowd' ”` finds
@@ -71,6 +72,15 @@ type ServiceConfig struct {
 
 	// Logger receives the service's logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// Plugins is the registry the plugin commands (plugin.deploy, plugin.list,
+	// plugin.activate, plugin.remove) work on. Default nil: those commands are not served.
+	Plugins *plugins.Registry
+
+	// PluginEvents, when set, is told of every deploy, activation and removal the plugin
+	// commands make (the daemon publishes them with Publisher.Plugin). It must not block.
+	// Default nil.
+	PluginEvents func(PluginEvent)
 }
 
 func (c ServiceConfig) withDefaults(b *broker.Broker) ServiceConfig {
@@ -140,11 +150,29 @@ func commands() []command {
 		{"message", "get", (*Service).messageGet},
 		{"message", "query", (*Service).messageQuery},
 		{"broker", "status", (*Service).brokerStatus},
+		{"plugin", "deploy", (*Service).pluginDeploy},
+		{"plugin", "list", (*Service).pluginList},
+		{"plugin", "activate", (*Service).pluginActivate},
+		{"plugin", "remove", (*Service).pluginRemove},
 	}
 }
 
-// Commands returns the name ("noun.verb") of every command the service serves, in the order
-// they are registered. Their subjects are SubjectPrefix.<cluster>.<noun>.<verb>.
+// served is the commands a service with cfg registers: the plugin commands only with a
+// registry.
+func served(cfg ServiceConfig) []command {
+	var out []command
+	for _, c := range commands() {
+		if c.noun == "plugin" && cfg.Plugins == nil {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// Commands returns the name ("noun.verb") of every command the service can serve, in the
+// order they are registered; the plugin commands are served only when
+// ServiceConfig.Plugins is set. Their subjects are SubjectPrefix.<cluster>.<noun>.<verb>.
 func Commands() []string {
 	var out []string
 	for _, c := range commands() {
@@ -186,7 +214,7 @@ func StartService(ctx context.Context, nc *nats.Conn, b *broker.Broker, cfg Serv
 	if !validToken(cfg.Cluster) {
 		return nil, fmt.Errorf("start control service: cluster %q must be one subject token (no '.', '*', '>' or spaces)", cfg.Cluster)
 	}
-	cmds := commands()
+	cmds := served(cfg)
 	disabled, err := disabledSet(cfg.Disabled, cmds)
 	if err != nil {
 		return nil, fmt.Errorf("start control service: %w", err)
@@ -203,7 +231,7 @@ func StartService(ctx context.Context, nc *nats.Conn, b *broker.Broker, cfg Serv
 	s.svc, err = micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     ServiceVersion,
-		Description: "flowd control plane: topics, groups, offsets, messages, status",
+		Description: "flowd control plane: topics, groups, offsets, messages, status, plugins",
 		Metadata:    map[string]string{"cluster": cfg.Cluster, "node": cfg.Node},
 		StatsHandler: func(ep *micro.Endpoint) any {
 			if ep.Name != s.statsEndpoint {

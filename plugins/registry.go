@@ -21,7 +21,12 @@ type Registry struct {
 	store Store
 	log   *slog.Logger
 
-	mu      sync.Mutex // serialises Deploy, Activate, Remove and Close
+	mu sync.Mutex // serialises Deploy, Activate, Remove and Close
+	// vmu guards the plugins map and each plugin's active and man for the lookups of the
+	// read path (ActiveVersion, ActiveManifest, Filter, …). Writers hold mu as well, and
+	// hold vmu only for the assignment, never across a load: a deploy compiling a module
+	// for a second must not hold up every pull through a Wasm filter.
+	vmu     sync.RWMutex
 	plugins map[string]*plugin
 	closed  bool
 }
@@ -110,9 +115,11 @@ func (r *Registry) Deploy(ctx context.Context, m *Manifest, wasm []byte) error {
 	if err := r.store.Put(ctx, m, wasm); err != nil {
 		return fmt.Errorf("deploy plugin %s: %w", m.ID(), err)
 	}
+	r.vmu.Lock()
 	if r.plugins[m.Name] == nil {
 		r.plugins[m.Name] = &plugin{kind: m.Kind}
 	}
+	r.vmu.Unlock()
 	r.log.LogAttrs(ctx, slog.LevelInfo, "plugin deployed", slog.String("plugin", m.Name), slog.String("version", m.Version), slog.String("kind", string(m.Kind)))
 	return nil
 }
@@ -134,11 +141,13 @@ func (r *Registry) activate(ctx context.Context, name, version string, record bo
 	if err != nil {
 		return fmt.Errorf("activate plugin %s@%s: %w", name, version, err)
 	}
+	r.vmu.Lock()
 	p := r.plugins[name]
 	if p == nil {
 		p = &plugin{kind: m.Kind}
 		r.plugins[name] = p
 	}
+	r.vmu.Unlock()
 	if p.kind != m.Kind {
 		return fmt.Errorf("activate plugin %s: a %s, but %s is a %s: %w", m.ID(), m.Kind, name, p.kind, ErrKind)
 	}
@@ -152,7 +161,9 @@ func (r *Registry) activate(ctx context.Context, name, version string, record bo
 			return fmt.Errorf("activate plugin %s: %w", m.ID(), err)
 		}
 	}
+	r.vmu.Lock()
 	p.active, p.man = version, m
+	r.vmu.Unlock()
 	if err := p.slot.Swap(ctx, mod); err != nil {
 		return fmt.Errorf("activate plugin %s: %w", m.ID(), err)
 	}
@@ -201,8 +212,8 @@ func (r *Registry) Get(ctx context.Context, name, version string) (*Manifest, er
 
 // ActiveVersion returns the active version of name, or "".
 func (r *Registry) ActiveVersion(name string) string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.vmu.RLock()
+	defer r.vmu.RUnlock()
 	if p := r.plugins[name]; p != nil {
 		return p.active
 	}
@@ -212,8 +223,8 @@ func (r *Registry) ActiveVersion(name string) string {
 // ActiveManifest returns the manifest of name's active version, or nil. The read path
 // asks it whether a filter wants message bodies (WantsBody) before decompressing them.
 func (r *Registry) ActiveManifest(name string) *Manifest {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.vmu.RLock()
+	defer r.vmu.RUnlock()
 	if p := r.plugins[name]; p != nil {
 		return p.man
 	}
@@ -221,8 +232,8 @@ func (r *Registry) ActiveManifest(name string) *Manifest {
 }
 
 func (r *Registry) slot(name string, kind Kind) (*runtime.Slot, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.vmu.RLock()
+	defer r.vmu.RUnlock()
 	p := r.plugins[name]
 	if p == nil {
 		return nil, fmt.Errorf("plugin %s: %w", name, ErrNotFound)

@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -82,6 +83,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.BrokerName, "broker-name", "broker-a", "broker name announced in routes")
 	fs.StringVar(&cfg.AdvertisedAddr, "advertise", "", "address put into routes (default: the listen address)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	pluginDir := fs.String("plugin-dir", "", "directory watched for Wasm plugins to deploy and activate: <name>.wasm with its manifest <name>.json (default: none)")
+	pluginPoll := fs.Duration("plugin-poll", time.Second, "how often --plugin-dir is scanned for new or changed plugins")
 	natsFlags := addNATSFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -99,33 +102,60 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	b, err := broker.New(cfg)
+	if *pluginDir != "" {
+		if err := os.MkdirAll(*pluginDir, 0o755); err != nil {
+			return fmt.Errorf("serve: --plugin-dir: %w", err)
+		}
+	}
+	// The plugin registry outlives the broker: pulls through Wasm filters run until the
+	// broker has shut down.
+	ph, err := openPlugins(ctx, cfg.DataDir, log)
 	if err != nil {
 		return err
+	}
+	cfg.Filters = ph.filters
+	closePlugins := func() error {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return ph.close(cctx)
+	}
+	b, err := broker.New(cfg)
+	if err != nil {
+		return errors.Join(err, closePlugins())
 	}
 	// NATS comes up before the broker serves, so that no event of the start is missed.
 	var cp *controlPlane
 	if natsFlags.enabled {
-		cp, err = startControlPlane(ctx, natsFlags, cfg, b, log)
+		cp, err = startControlPlane(ctx, natsFlags, cfg, b, ph, log)
 		if err != nil {
-			return errors.Join(err, b.Shutdown(context.Background()))
+			return errors.Join(err, b.Shutdown(context.Background()), closePlugins())
 		}
 	}
 	if err := b.Start(); err != nil {
-		return errors.Join(err, b.Shutdown(context.Background()), cp.close(context.Background()))
+		return errors.Join(err, b.Shutdown(context.Background()), cp.close(context.Background()), closePlugins())
 	}
 	if err := cp.started(ctx, b); err != nil {
-		return errors.Join(err, b.Shutdown(context.Background()), cp.close(context.Background()))
+		return errors.Join(err, b.Shutdown(context.Background()), cp.close(context.Background()), closePlugins())
 	}
-	log.Info("flowd serving", "version", version, "broker", b.Addr(), "namesrv", b.NamesrvAddr(), "nats", cp.url(), "data", cfg.DataDir)
+	var watch sync.WaitGroup
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	if *pluginDir != "" {
+		watch.Go(func() { ph.watchDir(wctx, *pluginDir, *pluginPoll) })
+	}
+	log.Info("flowd serving", "version", version, "broker", b.Addr(), "namesrv", b.NamesrvAddr(), "nats", cp.url(), "data", cfg.DataDir, "plugin_dir", *pluginDir)
 	<-ctx.Done()
 	log.Info("flowd stopping")
+	stopWatch()
+	watch.Wait()
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The "stopping" event goes out first, the broker's last events (members leaving as
 	// connections close) follow while it shuts down, then the publisher and NATS drain.
 	serr := cp.stopping()
-	return errors.Join(serr, b.Shutdown(sctx), cp.close(sctx))
+	berr := b.Shutdown(sctx)
+	ph.setSink(nil)
+	return errors.Join(serr, berr, cp.close(sctx), ph.close(sctx))
 }
 
 // natsFlags are serve's NATS options.
@@ -168,7 +198,7 @@ type controlPlane struct {
 	cfg control.ServiceConfig
 }
 
-func startControlPlane(ctx context.Context, f *natsFlags, cfg broker.Config, b *broker.Broker, log *slog.Logger) (*controlPlane, error) {
+func startControlPlane(ctx context.Context, f *natsFlags, cfg broker.Config, b *broker.Broker, ph *pluginHost, log *slog.Logger) (*controlPlane, error) {
 	nc := f.nats
 	nc.Logger = log
 	nc.StoreDir = filepath.Join(cfg.DataDir, "nats")
@@ -200,7 +230,8 @@ func startControlPlane(ctx context.Context, f *natsFlags, cfg broker.Config, b *
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("serve: %w", err), n.Close(context.Background()))
 	}
-	sc := control.ServiceConfig{Cluster: cfg.Cluster, Node: cfg.BrokerName, Logger: log}
+	ph.setSink(pub.Plugin)
+	sc := control.ServiceConfig{Cluster: cfg.Cluster, Node: cfg.BrokerName, Logger: log, Plugins: ph.reg, PluginEvents: pub.Plugin}
 	for _, d := range strings.Split(f.disable, ",") {
 		if d = strings.TrimSpace(d); d != "" {
 			sc.Disabled = append(sc.Disabled, d)

@@ -1,0 +1,280 @@
+package control
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowd-io/flowd/plugins"
+	"github.com/flowd-io/flowd/runtime"
+)
+
+// Plugin event names, published by Publisher.Plugin on flowd.evt.<cluster>.plugin.<event>
+// with the plugin's name as ce-subject.
+const (
+	// EventPluginDeployed: a plugin version was stored (plugin.deploy, or a file in the
+	// daemon's plugin directory). Payload: plugin, pluginVersion, kind.
+	EventPluginDeployed = "plugin.deployed"
+	// EventPluginActivated: a version became the plugin's active one. Payload: plugin,
+	// pluginVersion, kind.
+	EventPluginActivated = "plugin.activated"
+	// EventPluginFailed: a fault stopped the plugin's active version (its policy failed it
+	// open or closed); it stays stopped until a version is activated. Payload: plugin,
+	// pluginVersion, reason.
+	EventPluginFailed = "plugin.failed"
+	// EventPluginRemoved: a version was deleted. Payload: plugin, pluginVersion.
+	EventPluginRemoved = "plugin.removed"
+)
+
+// PluginEvent is a change of the plugin registry, for ServiceConfig.PluginEvents and
+// Publisher.Plugin.
+type PluginEvent struct {
+	Type    string // one of the EventPlugin names
+	Name    string
+	Version string
+	Kind    string // "filter", "allocator" or "transform"; empty when unknown
+	Reason  string // what failed, for plugin.failed
+}
+
+// PluginView is one deployed version in plugin.list.
+type PluginView struct {
+	Manifest *plugins.Manifest `json:"manifest"`
+	Active   bool              `json:"active"`
+}
+
+// PluginBucket is the JetStream object store bucket plugin.deploy reads a module from when
+// the request names an object instead of carrying the module.
+const PluginBucket = "FLOWD_PLUGINS"
+
+// MaxPluginObject bounds a module read from PluginBucket.
+const MaxPluginObject = 256 << 20
+
+// PluginDeployRequest is the request of plugin.deploy: the manifest and either the module
+// itself or the name of an object in the bucket FLOWD_PLUGINS holding it. A module in the
+// request is bounded by the NATS server's max_payload (1 MiB by default: a module of about
+// 750 KB once base64-encoded); larger ones go through the bucket.
+type PluginDeployRequest struct {
+	// Manifest is the version's manifest (plugins.Manifest), as a JSON object.
+	Manifest json.RawMessage `json:"manifest"`
+	// Module is the WebAssembly module, standard base64.
+	Module string `json:"module,omitempty"`
+	// Object names the object of PluginBucket holding the module.
+	Object string `json:"object,omitempty"`
+	// Activate makes the version active once it is deployed.
+	Activate bool `json:"activate,omitempty"`
+}
+
+// PluginVersionRequest is the request of plugin.activate and plugin.remove.
+type PluginVersionRequest struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// PluginReply is the reply of plugin.deploy, plugin.activate and plugin.remove.
+type PluginReply struct {
+	Origin
+	Plugin PluginView `json:"plugin"`
+}
+
+// PluginListRequest is the request of plugin.list; Name, when set, lists one plugin.
+type PluginListRequest struct {
+	Name string `json:"name,omitempty"`
+}
+
+// PluginListReply is the reply of plugin.list, sorted by name and version.
+type PluginListReply struct {
+	Origin
+	Plugins []PluginView `json:"plugins"`
+}
+
+// pluginEvent tells ServiceConfig.PluginEvents, if set.
+func (s *Service) pluginEvent(e PluginEvent) {
+	if s.cfg.PluginEvents != nil {
+		s.cfg.PluginEvents(e)
+	}
+}
+
+func (s *Service) pluginDeploy(ctx context.Context, data []byte) (any, error) {
+	var req PluginDeployRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Manifest) == 0 || string(req.Manifest) == "null" {
+		return nil, badField("manifest", "required")
+	}
+	m, err := plugins.ParseManifest(req.Manifest)
+	if err != nil {
+		return nil, manifestError(err)
+	}
+	wasm, field, err := s.pluginModule(ctx, &req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Plugins.Deploy(ctx, m, wasm); err != nil {
+		return nil, pluginError(err, field)
+	}
+	s.pluginEvent(PluginEvent{Type: EventPluginDeployed, Name: m.Name, Version: m.Version, Kind: string(m.Kind)})
+	if req.Activate {
+		if err := s.cfg.Plugins.Activate(ctx, m.Name, m.Version); err != nil {
+			return nil, pluginError(err, "module")
+		}
+		s.pluginEvent(PluginEvent{Type: EventPluginActivated, Name: m.Name, Version: m.Version, Kind: string(m.Kind)})
+	}
+	return PluginReply{Origin: s.origin(), Plugin: PluginView{Manifest: m, Active: s.cfg.Plugins.ActiveVersion(m.Name) == m.Version}}, nil
+}
+
+// pluginModule returns the module of a deploy request and the field it came from.
+func (s *Service) pluginModule(ctx context.Context, req *PluginDeployRequest) ([]byte, string, error) {
+	switch {
+	case req.Module != "" && req.Object != "":
+		return nil, "", badField("object", "give module or object, not both")
+	case req.Module != "":
+		wasm, err := base64.StdEncoding.DecodeString(req.Module)
+		if err != nil {
+			return nil, "", badField("module", "not standard base64: %s", err)
+		}
+		return wasm, "module", nil
+	case req.Object == "":
+		return nil, "", badField("module", "required (the module, base64; or object, naming it in the bucket %s)", PluginBucket)
+	}
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return nil, "", fmt.Errorf("plugin object %s: %w", req.Object, err)
+	}
+	bucket, err := js.ObjectStore(ctx, PluginBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, "", badField("object", "the bucket %s does not exist", PluginBucket)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("plugin object %s: bucket %s: %w", req.Object, PluginBucket, err)
+	}
+	info, err := bucket.GetInfo(ctx, req.Object)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, "", badField("object", "no object %q in the bucket %s", req.Object, PluginBucket)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("plugin object %s: %w", req.Object, err)
+	}
+	if info.Size > MaxPluginObject {
+		return nil, "", badField("object", "%q is %d bytes, over the limit of %d", req.Object, info.Size, MaxPluginObject)
+	}
+	wasm, err := bucket.GetBytes(ctx, req.Object)
+	if err != nil {
+		return nil, "", fmt.Errorf("plugin object %s: %w", req.Object, err)
+	}
+	return wasm, "object", nil
+}
+
+func (s *Service) pluginActivate(ctx context.Context, data []byte) (any, error) {
+	req, err := decodeVersion(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Plugins.Activate(ctx, req.Name, req.Version); err != nil {
+		return nil, pluginError(err, "version")
+	}
+	m := s.cfg.Plugins.ActiveManifest(req.Name)
+	kind := ""
+	if m != nil {
+		kind = string(m.Kind)
+	}
+	s.pluginEvent(PluginEvent{Type: EventPluginActivated, Name: req.Name, Version: req.Version, Kind: kind})
+	return PluginReply{Origin: s.origin(), Plugin: PluginView{Manifest: m, Active: true}}, nil
+}
+
+func (s *Service) pluginRemove(ctx context.Context, data []byte) (any, error) {
+	req, err := decodeVersion(data)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.cfg.Plugins.Get(ctx, req.Name, req.Version)
+	if err != nil {
+		return nil, pluginError(err, "version")
+	}
+	if err := s.cfg.Plugins.Remove(ctx, req.Name, req.Version); err != nil {
+		return nil, pluginError(err, "version")
+	}
+	s.pluginEvent(PluginEvent{Type: EventPluginRemoved, Name: req.Name, Version: req.Version, Kind: string(m.Kind)})
+	return PluginReply{Origin: s.origin(), Plugin: PluginView{Manifest: m}}, nil
+}
+
+func (s *Service) pluginList(ctx context.Context, data []byte) (any, error) {
+	var req PluginListRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	all, err := s.cfg.Plugins.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := PluginListReply{Origin: s.origin(), Plugins: []PluginView{}}
+	for _, in := range all {
+		if req.Name == "" || in.Manifest.Name == req.Name {
+			out.Plugins = append(out.Plugins, PluginView{Manifest: in.Manifest, Active: in.Active})
+		}
+	}
+	return out, nil
+}
+
+func decodeVersion(data []byte) (PluginVersionRequest, error) {
+	var req PluginVersionRequest
+	if err := decode(data, &req); err != nil {
+		return req, err
+	}
+	if req.Name == "" {
+		return req, badField("name", "required")
+	}
+	if req.Version == "" {
+		return req, badField("version", "required")
+	}
+	return req, nil
+}
+
+// manifestError is a 400 naming the manifest field at fault: ParseManifest's errors read
+// "invalid plugin manifest: <field>: <detail>" for a bad value.
+func manifestError(err error) error {
+	msg := err.Error()
+	rest, ok := strings.CutPrefix(msg, plugins.ErrManifest.Error()+": ")
+	if !ok {
+		return badField("manifest", "%s", msg)
+	}
+	if name, found := strings.CutPrefix(rest, "json: unknown field "); found {
+		if f, err := strconv.Unquote(name); err == nil {
+			return badField("manifest."+f, "unknown field")
+		}
+	}
+	if field, detail, found := strings.Cut(rest, ": "); found && field != "json" && !strings.ContainsAny(field, " \"") {
+		return badField("manifest."+field, "%s", detail)
+	}
+	return badField("manifest", "%s", rest)
+}
+
+// pluginError maps a registry error to a reply; field names the request field that a bad
+// module or version concerns.
+func pluginError(err error, field string) error {
+	var guest *plugins.GuestError
+	switch {
+	case errors.Is(err, plugins.ErrNotFound):
+		return &cmdError{code: CodeNotFound, msg: err.Error()}
+	case errors.Is(err, plugins.ErrExists), errors.Is(err, plugins.ErrActive):
+		return &cmdError{code: CodeConflict, msg: err.Error()}
+	case errors.Is(err, plugins.ErrManifest):
+		return manifestError(err)
+	case errors.Is(err, plugins.ErrKind):
+		return badField("manifest.kind", "%s", err)
+	case errors.As(err, &guest) && int32(guest.Code) == plugins.CodeParams:
+		return badField("manifest.parameters", "%s", err)
+	case errors.Is(err, runtime.ErrChecksum), errors.Is(err, plugins.ErrGuest):
+		return badField(field, "%s", err)
+	case errors.Is(err, runtime.ErrInvalidModule), errors.Is(err, runtime.ErrImport), errors.Is(err, runtime.ErrExport),
+		errors.Is(err, runtime.ErrABIVersion), errors.Is(err, runtime.ErrSelfTest):
+		return badField(field, "%s", err)
+	}
+	return &cmdError{code: CodeInternal, msg: err.Error()}
+}
