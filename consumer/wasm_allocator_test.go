@@ -49,8 +49,9 @@ func wasmSticky(t *testing.T) (allocate.Strategy, string) {
 	require.NoError(t, slot.Swap(context.Background(), mod))
 	t.Cleanup(func() { _ = slot.Close(context.Background()) })
 	s := &plugins.AllocatorStrategy{Allocator: plugins.NewAllocator(slot)}
-	identity := s.Name() + "+sha256:" + m.SHA256
-	return allocate.WithIdentity(s, func() string { return identity }), identity
+	identity := allocate.Identity(s)
+	require.Equal(t, "WASM-sticky@1.0.0#"+m.SHA256, identity, "the strategy names its build")
+	return s, identity
 }
 
 // TestWasmAllocatorSharedByTheGroup: three members allocate with the go-sticky Wasm example
@@ -92,7 +93,7 @@ func TestWasmAllocatorSharedByTheGroup(t *testing.T) {
 	}, wait, 5*time.Millisecond, "the group reads every queue once with the Wasm allocator")
 	props := cs[0].Hooks().RunningInfo().Properties
 	assert.Equal(t, identity, props["allocator"])
-	assert.Contains(t, props["allocator"], "WASM-sticky@1.0.0+sha256:")
+	assert.Contains(t, props["allocator"], "WASM-sticky@1.0.0#")
 
 	odd := newConsumer(t, b, group, consumer.WithRebalanceInterval(time.Hour)) // built-in averagely
 	require.NoError(t, odd.Subscribe(topic, "*"))
