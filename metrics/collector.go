@@ -124,7 +124,8 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	// does not move to "~other" because of traffic elsewhere. DescribeGroup (which walks the
 	// offset table) runs for labelled groups only, which bounds a scrape's cost too.
 	otherMembers, queueSeries := 0, 0
-	for i, g := range c.b.Groups() {
+	groups := c.b.Groups()
+	for i, g := range groups {
 		if i >= c.opts.MaxGroups {
 			otherMembers += g.Members
 			continue
@@ -145,7 +146,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	if otherMembers > 0 || len(c.b.Groups()) > c.opts.MaxGroups {
+	if len(groups) > c.opts.MaxGroups {
 		gauge(ch, descMembers, float64(otherMembers), OtherLabel)
 	}
 }

@@ -67,8 +67,9 @@ type Metrics struct {
 	opts Options
 	reg  *prometheus.Registry
 
-	topics     sync.Map // topic name → *topicCounters
+	topics     sync.Map // topic name → *topicCounters; entries are never removed
 	topicCount atomic.Int64
+	newTopic   sync.Mutex // serialises creating entries, so the cap is exact
 	other      topicCounters
 
 	pullImmediate, pullParked prometheus.Observer
@@ -110,6 +111,7 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 var _ broker.Observer = (*Metrics)(nil)
 
 // topic returns the counters of topic, creating them while fewer than MaxTopics exist.
+// A known topic costs one sync.Map load; an unknown one past the cap one atomic load.
 func (m *Metrics) topic(name string) *topicCounters {
 	if c, ok := m.topics.Load(name); ok {
 		return c.(*topicCounters)
@@ -117,14 +119,18 @@ func (m *Metrics) topic(name string) *topicCounters {
 	if m.topicCount.Load() >= int64(m.opts.MaxTopics) {
 		return &m.other
 	}
-	c, loaded := m.topics.LoadOrStore(name, new(topicCounters))
-	if !loaded && m.topicCount.Add(1) > int64(m.opts.MaxTopics) {
-		// Lost a race at the cap: this topic's first messages still count, as "other".
-		m.topics.Delete(name)
-		m.topicCount.Add(-1)
+	m.newTopic.Lock()
+	defer m.newTopic.Unlock()
+	if c, ok := m.topics.Load(name); ok {
+		return c.(*topicCounters)
+	}
+	if m.topicCount.Load() >= int64(m.opts.MaxTopics) {
 		return &m.other
 	}
-	return c.(*topicCounters)
+	c := new(topicCounters)
+	m.topics.Store(name, c)
+	m.topicCount.Add(1)
+	return c
 }
 
 // MessagesIn implements broker.Observer.

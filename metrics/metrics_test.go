@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -291,4 +292,30 @@ func TestPluginAndPublisherCollectors(t *testing.T) {
 	problems, err := testutil.GatherAndLint(m.Registry())
 	require.NoError(t, err)
 	assert.Empty(t, problems)
+}
+
+// Topics first seen concurrently respect the cap exactly, and no message is lost.
+func TestTopicCapHoldsUnderConcurrentFirstSends(t *testing.T) {
+	m := metrics.New(metrics.Options{MaxTopics: 5, DisableRuntimeMetrics: true})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				m.MessagesIn(fmt.Sprintf("t%d", (g*50+i)%20), 1, 1)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, 6, testutil.CollectAndCount(m.Registry(), "flowd_messages_in_total"), "5 topics and ~other")
+	mfs, err := m.Registry().Gather()
+	require.NoError(t, err)
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == "flowd_messages_in_total" {
+			for _, s := range mf.GetMetric() {
+				total += s.GetCounter().GetValue()
+			}
+		}
+	}
+	assert.Equal(t, 400.0, total)
 }
