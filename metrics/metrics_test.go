@@ -169,6 +169,8 @@ func TestReadyzFailsWhenTheStoreFails(t *testing.T) {
 	assert.NotContains(t, body, "broker:", "the broker still serves")
 	writable, _ = value(t, m.Registry(), "flowd_store_writable")
 	assert.Equal(t, 0.0, writable)
+	_, counted := value(t, m.Registry(), "flowd_messages_in_total", "topic", "doomed")
+	assert.False(t, counted, "a send the store refused is not counted")
 	code, _ = get(t, srv, "/healthz")
 	assert.Equal(t, http.StatusOK, code, "the process is alive")
 }
@@ -318,4 +320,22 @@ func TestTopicCapHoldsUnderConcurrentFirstSends(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 400.0, total)
+}
+
+// A batch counts each of its messages and their bodies; a send the store refuses counts
+// nothing.
+func TestBatchSendsCountEachMessage(t *testing.T) {
+	m := metrics.New(metrics.Options{DisableRuntimeMetrics: true})
+	b := startBroker(t, m, nil)
+	createTopic(t, b, "batched", 1)
+	p := newProducer(t, b)
+	_, err := p.SendBatch(context.Background(),
+		&producer.Message{Topic: "batched", Body: []byte("one")},
+		&producer.Message{Topic: "batched", Body: []byte("three")},
+		&producer.Message{Topic: "batched", Body: []byte("sixsix")})
+	require.NoError(t, err)
+	n, _ := value(t, m.Registry(), "flowd_messages_in_total", "topic", "batched")
+	assert.Equal(t, 3.0, n)
+	bytes, _ := value(t, m.Registry(), "flowd_message_bytes_in_total", "topic", "batched")
+	assert.Equal(t, float64(len("one")+len("three")+len("sixsix")), bytes)
 }
