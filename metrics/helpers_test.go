@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -196,5 +195,3 @@ func serveMetrics(t testing.TB, m *metrics.Metrics, checks ...metrics.Check) *ht
 	t.Cleanup(srv.Close)
 	return srv
 }
-
-var _ = http.StatusOK
