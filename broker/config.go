@@ -149,6 +149,27 @@ type Config struct {
 
 	// Logger receives the broker's logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// Observer is told of every stored send and every answered pull, for metrics. It is
+	// called on the request's goroutine, so it must be cheap and must not block. Default
+	// nil: no calls, and no clock reads for it.
+	Observer Observer
+}
+
+// Observer counts traffic on the broker's hot paths (the metrics package implements it).
+// Everything else the broker knows is read at scrape time through Status, Groups,
+// DescribeGroup and the store's Stats, so only what no snapshot can reconstruct comes
+// through here. Implementations must be safe for concurrent use and should not allocate.
+type Observer interface {
+	// MessagesIn reports n messages with bodies totalling bytes stored in topic by one send
+	// (one message, or a batch). Sends that fail to store are not reported.
+	MessagesIn(topic string, n, bytes int)
+	// MessagesOut reports n messages totalling bytes (stored size) returned by one pull of
+	// topic. Pulls that return nothing are not reported.
+	MessagesOut(topic string, n, bytes int)
+	// PullLatency reports how long a pull took from its decoded header to its answer;
+	// parked says whether it long-polled (its time is then mostly waiting).
+	PullLatency(d time.Duration, parked bool)
 }
 
 // DefaultDelayLevels is RocketMQ's messageDelayLevel.

@@ -41,3 +41,12 @@ func (b *Broker) StoreStats() store.Stats { return b.store.Stats() }
 func (b *Broker) StoreMax(topic string, queueID int32) int64 {
 	return b.store.MaxOffset(topic, queueID)
 }
+
+// Connections returns the number of open client connections to the broker listener (the
+// name service's are not counted); 0 before Start.
+func (b *Broker) Connections() int {
+	if b.server == nil {
+		return 0
+	}
+	return b.server.ConnCount()
+}

@@ -70,6 +70,11 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		return errorResponse(req, protocol.SubscriptionParseFailed, err)
 	}
 
+	var began time.Time
+	if b.cfg.Observer != nil {
+		began = time.Now()
+	}
+
 	if h.SysFlag&protocol.PullFlagCommitOffset != 0 && h.CommitOffset >= 0 {
 		b.commitPulled(c, h.ConsumerGroup, h.Topic, h.QueueID, h.CommitOffset)
 	}
@@ -147,6 +152,12 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		if code != protocol.PullNotFound || !suspend {
 			if w == nil {
 				b.poll.supersede(h.Topic, h.QueueID, owner) // this pull replaces any the owner parked
+			}
+			if o := b.cfg.Observer; o != nil {
+				if len(res.Messages) > 0 {
+					o.MessagesOut(h.Topic, len(res.Messages), res.TotalBytes)
+				}
+				o.PullLatency(time.Since(began), w != nil)
 			}
 			return pullResponse(req, code, res)
 		}

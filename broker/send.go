@@ -104,6 +104,9 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	if err != nil && !storedUnflushed(err, res.MsgID != "") {
 		return storeErrorResponse(req, err)
 	}
+	if o := b.cfg.Observer; o != nil {
+		o.MessagesIn(m.Topic, 1, len(m.Body))
+	}
 	resp := storedResponse(req, err)
 	(&protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset}).EncodeTo(resp.ExtFields)
 	return resp
@@ -156,6 +159,13 @@ func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *pro
 	res, err := b.store.PutBatch(ctx, ms)
 	if err != nil && !storedUnflushed(err, len(res) == len(ms)) {
 		return storeErrorResponse(req, err)
+	}
+	if o := b.cfg.Observer; o != nil {
+		n := 0
+		for _, m := range ms {
+			n += len(m.Body)
+		}
+		o.MessagesIn(base.Topic, len(ms), n)
 	}
 	ids := make([]string, len(res))
 	for i, r := range res {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/flowd-io/flowd/runtime"
@@ -208,6 +210,31 @@ func (r *Registry) List(ctx context.Context) ([]Info, error) {
 func (r *Registry) Get(ctx context.Context, name, version string) (*Manifest, error) {
 	m, _, err := r.store.Get(ctx, name, version)
 	return m, err
+}
+
+// PluginStats are the runtime counters of a plugin's active version.
+type PluginStats struct {
+	Name, Version string
+	Kind          Kind
+	runtime.Stats
+}
+
+// Stats returns the counters of every plugin's active version, sorted by name; plugins
+// without an active version are left out. The counters are the loaded module's, so they
+// start again from zero when another version is activated. Metrics read it at scrape time.
+func (r *Registry) Stats() []PluginStats {
+	r.vmu.RLock()
+	defer r.vmu.RUnlock()
+	out := make([]PluginStats, 0, len(r.plugins))
+	for name, p := range r.plugins {
+		m := p.slot.Active()
+		if p.active == "" || m == nil {
+			continue
+		}
+		out = append(out, PluginStats{Name: name, Version: p.active, Kind: p.kind, Stats: m.Stats()})
+	}
+	slices.SortFunc(out, func(a, b PluginStats) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // ActiveVersion returns the active version of name, or "".

@@ -275,6 +275,13 @@ func (s *Server) startConn(nc net.Conn) {
 	go c.run()
 }
 
+// ConnCount returns the number of open connections, for metrics.
+func (s *Server) ConnCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
 // connClosed is the Conns' close callback: the user's, then forgetting the Conn, so that
 // Shutdown returns only after every OnConnClose has run.
 func (s *Server) connClosed(c *Conn) {
