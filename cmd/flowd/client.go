@@ -274,7 +274,7 @@ func messageCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "message", Short: "Look up messages of a running daemon by id or key"}
 	o.addFlags(cmd)
 	get := &cobra.Command{
-		Use: "get MSG_ID", Short: "Show one message by its id (offsetMsgId or UNIQ_KEY)", Args: cobra.ExactArgs(1),
+		Use: "get MSG_ID", Short: "Show one message by its offset message id (the second id flowd produce prints)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return call(cmd, o, "message.get", control.MessageRef{MsgID: args[0]}, func(w io.Writer, r *control.MessageReply) { printMessage(w, r) })
 		},

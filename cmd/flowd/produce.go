@@ -30,8 +30,9 @@ func produceCommand() *cobra.Command {
 		Short: "Send messages: the arguments, or each line of --file or standard input",
 		Long: `Send messages to TOPIC through the name service (--namesrv). Each BODY argument is one
 message; without arguments each line of --file (or of standard input) is one. A progress bar
-is drawn on standard error for a file larger than 1 MiB. The message ids are printed, one a
-line, unless --quiet.`,
+is drawn on standard error for a file larger than 1 MiB. Each message's ids are printed, one
+message a line, unless --quiet: its message id (UNIQ_KEY, for "flowd message query --unique")
+and its offset message id (for "flowd message get").`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -66,7 +67,7 @@ line, unless --quiet.`,
 				}
 				sent++
 				if !quiet {
-					fmt.Fprintln(out, res.MsgID)
+					fmt.Fprintln(out, res.MsgID, res.OffsetMsgID)
 				}
 				return nil
 			}
@@ -117,7 +118,7 @@ line, unless --quiet.`,
 	fs.StringVar(&keys, "keys", "", "comma-separated message keys (indexed: see \"flowd message query\")")
 	fs.StringArrayVarP(&props, "property", "p", nil, "user property key=value (repeatable)")
 	fs.StringVar(&group, "group", "flowd-cli-producer", "producer group")
-	fs.BoolVarP(&quiet, "quiet", "q", false, "do not print message ids")
+	fs.BoolVarP(&quiet, "quiet", "q", false, "do not print the message ids")
 	return cmd
 }
 
