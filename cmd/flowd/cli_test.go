@@ -169,7 +169,8 @@ func TestCLIAgainstARunningDaemon(t *testing.T) {
 func TestSecondDaemonOnTheSameDataDirIsRefused(t *testing.T) {
 	d := startServed(t, "")
 	var logs bytes.Buffer
-	err := run(context.Background(), []string{"serve", "--data-dir", d.dataDir, "--listen", "127.0.0.1:0",
+	// No command means serve, with serve's flags.
+	err := run(context.Background(), []string{"--data-dir", d.dataDir, "--listen", "127.0.0.1:0",
 		"--namesrv-listen", "off", "--nats=false"}, &logs, &logs)
 	require.ErrorIs(t, err, errDataDirInUse)
 	assert.Contains(t, err.Error(), "locked by another flowd")
