@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"time"
 
@@ -171,16 +172,38 @@ func Decode(raw []byte) (Config, error) {
 		if errors.Is(err, io.EOF) {
 			return cfg, nil // an empty file: all defaults
 		}
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			msgs := make([]string, len(te.Errors))
+			for i, m := range te.Errors {
+				msgs[i] = unknownField.ReplaceAllString(m, "unknown key \"$1\"")
+			}
+			return cfg, invalid(msgs)
+		}
 		return cfg, fmt.Errorf("%w: %s", ErrInvalid, strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	return cfg, nil
 }
 
+// unknownField matches yaml's report of a key that is no setting.
+var unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
+
+// invalid is ErrInvalid with one message, or with several, one a line.
+func invalid(msgs []string) error {
+	switch len(msgs) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%w: %s", ErrInvalid, msgs[0])
+	}
+	return fmt.Errorf("%w:\n  %s", ErrInvalid, strings.Join(msgs, "\n  "))
+}
+
 // Validate checks values that decode but cannot work.
 func (c Config) Validate() error {
-	var errs []error
+	var msgs []string
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, key, fmt.Sprintf(format, args...)))
+		msgs = append(msgs, key+": "+fmt.Sprintf(format, args...))
 	}
 	if c.DataDir == "" {
 		bad("data_dir", "must not be empty")
@@ -214,7 +237,7 @@ func (c Config) Validate() error {
 			bad(fmt.Sprintf("nats.users[%d]", i), "needs name, password and role admin or read")
 		}
 	}
-	return errors.Join(errs...)
+	return invalid(msgs)
 }
 
 // LogLevel parses Log.Level.

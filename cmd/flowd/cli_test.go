@@ -256,3 +256,17 @@ func TestServeReloadsOnSIGHUP(t *testing.T) {
 	d.stop()
 	assert.Contains(t, d.logs.String(), "level=DEBUG")
 }
+
+// Every command answers --help, and completion scripts are generated.
+func TestHelpAndCompletion(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"topic", "create", "--help"}, {"group", "reset", "--help"},
+		{"message", "query", "--help"}, {"plugin", "deploy", "--help"}, {"produce", "--help"}, {"consume", "--help"},
+		{"config", "validate", "--help"}, {"bench", "--help"}, {"help", "topic"}} {
+		var out bytes.Buffer
+		require.NoError(t, run(context.Background(), args, &out, &out), "%v", args)
+		assert.Contains(t, strings.ToLower(out.String()), "usage", "%v", args)
+	}
+	out, err := cli(t, "", "completion", "bash")
+	require.NoError(t, err)
+	assert.Contains(t, out, "bash completion")
+}

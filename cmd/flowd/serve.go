@@ -113,11 +113,11 @@ func flagNames(err error) error {
 	msg := err.Error()
 	def := config.Default()
 	for _, st := range config.Settings(&def) {
-		if st.Flag != "" && strings.Contains(msg, st.Key+":") {
-			msg = strings.ReplaceAll(msg, st.Key+":", st.Key+" (--"+st.Flag+"):")
+		if st.Flag != "" {
+			msg = strings.ReplaceAll(msg, " "+st.Key+": ", " "+st.Key+" (--"+st.Flag+"): ")
 		}
 	}
-	return fmt.Errorf("%w: %s", config.ErrInvalid, strings.TrimPrefix(msg, config.ErrInvalid.Error()+": "))
+	return fmt.Errorf("%w%s", config.ErrInvalid, strings.TrimPrefix(msg, config.ErrInvalid.Error()))
 }
 
 // brokerConfig maps the daemon configuration onto the broker's.
