@@ -81,7 +81,7 @@ type NATS struct {
 	TLSKey    string   `yaml:"tls_key" env:"FLOWD_NATS_TLS_KEY" flag:"nats-tls-key" doc:"key of tls_cert"`
 	TLSCA     string   `yaml:"tls_ca" env:"FLOWD_NATS_TLS_CA" flag:"nats-tls-ca" doc:"CA certificates to verify the servers of urls"`
 	Events    Events   `yaml:"events" doc:"events published on flowd.evt.<cluster>.>"`
-	Disabled  []string `yaml:"disabled_commands" env:"FLOWD_NATS_DISABLE" flag:"nats-disable" doc:"commands not served (\"topic.delete\", \"group.*\"); they answer 403 (env and flag: comma-separated)"`
+	Disabled  []string `yaml:"disabled_commands" env:"FLOWD_NATS_DISABLE" flag:"nats-disable" reload:"true" doc:"commands not served (\"topic.delete\", \"group.*\"); they answer 403 (env and flag: comma-separated)"`
 }
 
 // User is an embedded NATS server user.

@@ -30,8 +30,8 @@ type served struct {
 	stop            func()
 }
 
-// startServed runs `flowd serve --config FILE` on free ports with the given extra YAML and
-// waits until it logs its addresses.
+// startServed runs `flowd serve --config FILE` on free ports with the given extra YAML
+// (appended after the nats section's listen key) and waits until it logs its addresses.
 func startServed(t *testing.T, extraYAML string, args ...string) *served {
 	t.Helper()
 	dir := t.TempDir()
@@ -235,26 +235,50 @@ func TestServeSettingPrecedence(t *testing.T) {
 	assert.Equal(t, config.Default().Listen, cfg.Listen)
 }
 
-// SIGHUP applies a new log level and reports a change that needs a restart.
+// SIGHUP applies a new log level and list of disabled commands, and reports a change that
+// needs a restart.
 func TestServeReloadsOnSIGHUP(t *testing.T) {
-	d := startServed(t, "log:\n  level: info\n")
+	d := startServed(t, "log:\n  level: info\n", "--nats-disable", "topic.list")
 	require.NotContains(t, d.logs.String(), "level=DEBUG")
+	_, err := cli(t, "", "topic", "list", "--nats", d.nats)
+	require.ErrorContains(t, err, "403")
+
 	cfgFile := filepath.Join(filepath.Dir(d.dataDir), "flowd.yaml")
 	raw, err := os.ReadFile(cfgFile)
 	require.NoError(t, err)
 	updated := strings.Replace(string(raw), "level: info", "level: debug", 1) + "limits:\n  max_groups: 5\n"
 	require.NoError(t, os.WriteFile(cfgFile, []byte(updated), 0o600))
+	// The flag stays in force over the file: a reload re-reads the file under the same flags.
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
 	require.Eventually(t, func() bool {
 		return strings.Contains(d.logs.String(), "reload: applied")
 	}, 10*time.Second, 10*time.Millisecond, d.logs.String())
 	assert.Contains(t, d.logs.String(), "settings=limits.max_groups")
 	assert.Contains(t, d.logs.String(), "settings=log.level")
-	// The new level is in force: a debug line reaches the log.
 	_, err = cli(t, "", "topic", "list", "--nats", d.nats)
-	require.NoError(t, err)
+	require.ErrorContains(t, err, "403", "--nats-disable still applies")
 	d.stop()
-	assert.Contains(t, d.logs.String(), "level=DEBUG")
+	assert.Contains(t, d.logs.String(), "level=DEBUG", "the new level is in force")
+}
+
+func TestServeReloadsDisabledCommands(t *testing.T) {
+	// The extra YAML continues the nats section startServed writes last.
+	d := startServed(t, "  disabled_commands: [topic.list]\n")
+	_, err := cli(t, "", "topic", "list", "--nats", d.nats)
+	require.ErrorContains(t, err, "403")
+	cfgFile := filepath.Join(filepath.Dir(d.dataDir), "flowd.yaml")
+	raw, err := os.ReadFile(cfgFile)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfgFile, []byte(strings.Replace(string(raw), "[topic.list]", "[topic.delete]", 1)), 0o600))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.Eventually(t, func() bool {
+		return strings.Contains(d.logs.String(), "settings=nats.disabled_commands")
+	}, 10*time.Second, 10*time.Millisecond, d.logs.String())
+	out, err := cli(t, "", "topic", "list", "--nats", d.nats)
+	require.NoError(t, err)
+	assert.Contains(t, out, "TOPIC")
+	_, err = cli(t, "", "topic", "delete", "x", "--nats", d.nats)
+	require.ErrorContains(t, err, "403")
 }
 
 // Every command answers --help, and completion scripts are generated.

@@ -87,6 +87,32 @@ func (c *controlPlane) started(ctx context.Context, b *broker.Broker) error {
 	return nil
 }
 
+// setDisabled restarts the command service with another list of disabled commands. A list
+// the service refuses (an unknown command) leaves the old one serving. Commands arriving
+// during the switch get no responder.
+func (c *controlPlane) setDisabled(ctx context.Context, b *broker.Broker, disabled []string) error {
+	if c == nil || c.svc == nil {
+		return nil
+	}
+	if err := c.svc.Stop(); err != nil {
+		return fmt.Errorf("stop command service: %w", err)
+	}
+	next := c.cfg
+	next.Disabled = disabled
+	svc, err := control.StartService(ctx, c.n.Conn(), b, next)
+	if err != nil {
+		old, oerr := control.StartService(ctx, c.n.Conn(), b, c.cfg)
+		if oerr != nil {
+			c.svc = nil
+			return errors.Join(err, fmt.Errorf("restart command service: %w", oerr))
+		}
+		c.svc = old
+		return err
+	}
+	c.svc, c.cfg = svc, next
+	return nil
+}
+
 // stopping announces the stop and stops taking commands before the broker shuts down.
 func (c *controlPlane) stopping() error {
 	if c == nil {

@@ -70,8 +70,8 @@ With no command, flowd serves (as "flowd serve"): on the embedded defaults when 
 
 Settings come from the --config file, then FLOWD_* environment variables, then the flags
 below, each overriding the one before ("flowd config defaults" lists every setting with its
-variable and flag). SIGHUP re-reads the file: log.level and the plugins settings apply at
-once; other changes are logged as needing a restart.`,
+variable and flag). SIGHUP re-reads the file: log.level, the plugins settings and
+nats.disabled_commands apply at once; other changes are logged as needing a restart.`,
 		Args: cobra.NoArgs,
 	}
 	sv2 := &serveCmd{}

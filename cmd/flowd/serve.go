@@ -225,7 +225,7 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 		case <-ctx.Done():
 			running = false
 		case <-hup:
-			c = reloadConfig(ctx, c, reload, &level, w, log)
+			c = reloadConfig(ctx, c, reload, &level, w, func(d []string) error { return cp.setDisabled(ctx, b, d) }, log)
 		}
 	}
 	log.Info("flowd stopping")
@@ -243,7 +243,8 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 // reloadConfig re-reads the configuration on SIGHUP, applies the settings that can change
 // while running and logs the others as needing a restart. A configuration that does not load
 // changes nothing.
-func reloadConfig(ctx context.Context, old config.Config, s *serveCmd, level *slog.LevelVar, w *dirWatcher, log *slog.Logger) config.Config {
+func reloadConfig(ctx context.Context, old config.Config, s *serveCmd, level *slog.LevelVar, w *dirWatcher,
+	setDisabled func([]string) error, log *slog.Logger) config.Config {
 	if s == nil {
 		return old
 	}
@@ -257,6 +258,9 @@ func reloadConfig(ctx context.Context, old config.Config, s *serveCmd, level *sl
 		log.Info("reload: no setting changed")
 		return old
 	}
+	// Settings that need a restart keep their running values, so that the next reload
+	// reports them again.
+	next := old
 	var applied, restart []string
 	pluginsChanged := false
 	for _, st := range changed {
@@ -264,14 +268,22 @@ func reloadConfig(ctx context.Context, old config.Config, s *serveCmd, level *sl
 			restart = append(restart, st.Key)
 			continue
 		}
-		applied = append(applied, st.Key)
 		switch st.Key {
 		case "log.level":
 			lv, _ := c.LogLevel()
 			level.Set(lv)
+			next.Log.Level = c.Log.Level
 		case "plugins.dir", "plugins.poll":
 			pluginsChanged = true
+			next.Plugins = c.Plugins
+		case "nats.disabled_commands":
+			if err := setDisabled(c.NATS.Disabled); err != nil {
+				log.Error("reload: nats.disabled_commands not applied", "err", err)
+				continue
+			}
+			next.NATS.Disabled = c.NATS.Disabled
 		}
+		applied = append(applied, st.Key)
 	}
 	if pluginsChanged {
 		if c.Plugins.Dir != "" {
@@ -284,11 +296,6 @@ func reloadConfig(ctx context.Context, old config.Config, s *serveCmd, level *sl
 	if len(restart) > 0 {
 		log.Warn("reload: settings changed that take effect after a restart", "settings", strings.Join(restart, ","))
 	}
-	// Settings that need a restart keep their running values, so that the next reload
-	// reports them again.
-	next := old
-	next.Log.Level = c.Log.Level
-	next.Plugins = c.Plugins
 	log.Info("reload: applied", "settings", strings.Join(applied, ","))
 	return next
 }
