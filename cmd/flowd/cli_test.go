@@ -294,3 +294,55 @@ func TestHelpAndCompletion(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, out, "bash completion")
 }
+
+func TestPluginCommandsDeployActivateListRemove(t *testing.T) {
+	d := startServed(t, "")
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "propfilter.wasm")
+	require.NoError(t, os.WriteFile(mod, propfilter(t), 0o600))
+	manifest := func(version string) string {
+		p := filepath.Join(dir, version+".json")
+		require.NoError(t, os.WriteFile(p, []byte(`{"name":"region","kind":"filter","version":"`+version+
+			`","abi":1,"parameters":{"property":"region","value":"eu"}}`), 0o600))
+		return p
+	}
+	ctl := []string{"--nats", d.nats}
+	out, err := cli(t, "", append([]string{"plugin", "deploy", mod, manifest("1.0.0"), "--activate"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^region\s+1\.0\.0\s+filter\s+true$`, out)
+	_, err = cli(t, "", append([]string{"plugin", "deploy", mod, manifest("2.0.0")}, ctl...)...)
+	require.NoError(t, err)
+	out, err = cli(t, "", append([]string{"plugin", "activate", "region", "2.0.0"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^region\s+2\.0\.0\s+filter\s+true$`, out)
+	out, err = cli(t, "", append([]string{"plugin", "remove", "region", "1.0.0"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^region\s+1\.0\.0\s+filter\s+false$`, out)
+	out, err = cli(t, "", append([]string{"plugin", "list"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^NAME\s+VERSION\s+KIND\s+ACTIVE\nregion\s+2\.0\.0\s+filter\s+true\n$`, out)
+	_, err = cli(t, "", append([]string{"plugin", "remove", "region", "2.0.0"}, ctl...)...)
+	require.ErrorContains(t, err, "409", "the active version cannot be removed")
+}
+
+// produce --file reads one message per line, with properties; consume --output json shows them.
+func TestProduceFromAFileWithProperties(t *testing.T) {
+	d := startServed(t, "")
+	file := filepath.Join(t.TempDir(), "in.txt")
+	require.NoError(t, os.WriteFile(file, []byte("a\n\nb\n"), 0o600))
+	out, err := cli(t, "", "produce", "lines", "--namesrv", d.namesrv, "--file", file, "-p", "region=eu", "-p", "n=1", "--quiet")
+	require.NoError(t, err)
+	assert.Empty(t, out)
+	_, err = cli(t, "", "produce", "lines", "--namesrv", d.namesrv, "-p", "broken")
+	require.ErrorContains(t, err, `--property "broken"`)
+	out, err = cli(t, "", "consume", "lines", "--namesrv", d.namesrv, "--from", "first", "--max", "2", "-o", "json", "--sql", "region = 'eu'")
+	require.NoError(t, err)
+	var bodies []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m consumedMessage
+		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
+		assert.Equal(t, "eu", m.Properties["region"])
+		bodies = append(bodies, m.Body)
+	}
+	assert.ElementsMatch(t, []string{"a", "b"}, bodies, "the empty line is skipped")
+}
