@@ -217,11 +217,30 @@ func (c Config) Validate() error {
 	if c.Store.Flush != "async" && c.Store.Flush != "sync" {
 		bad("store.flush", "%q is neither async nor sync", c.Store.Flush)
 	}
-	if c.Store.Retention < 0 {
-		bad("store.retention", "must not be negative")
+	// Zero means "the default" to the packages configured below, so a zero here would be
+	// silently replaced: it is refused instead.
+	positive := func(key string, v int64) {
+		if v <= 0 {
+			bad(key, "must be positive, not %d", v)
+		}
 	}
-	if c.Limits.MaxMessageSize < 0 || c.Limits.MaxGroups < 0 || c.Limits.MaxInFlight < 0 || c.Limits.MaxParked < 0 {
-		bad("limits", "max_message_size, max_groups, max_in_flight and max_parked must not be negative")
+	positive("store.retention", int64(c.Store.Retention))
+	positive("store.segment_size", int64(c.Store.SegmentSize))
+	if c.Store.MaxDiskUsage == 0 || c.Store.MaxDiskUsage > 1 {
+		bad("store.max_disk_usage", "must be in (0, 1], or negative to disable the rule, not %g", c.Store.MaxDiskUsage)
+	}
+	positive("limits.max_message_size", int64(c.Limits.MaxMessageSize))
+	positive("limits.max_groups", int64(c.Limits.MaxGroups))
+	positive("limits.max_in_flight", int64(c.Limits.MaxInFlight))
+	positive("limits.max_parked", int64(c.Limits.MaxParked))
+	if c.Limits.MaxConnections == 0 {
+		bad("limits.max_connections", "must be positive, or negative for no cap")
+	}
+	positive("nats.events.max_age", int64(c.NATS.Events.MaxAge))
+	positive("nats.events.max_bytes", int64(c.NATS.Events.MaxBytes))
+	positive("nats.events.buffer", int64(c.NATS.Events.Buffer))
+	if c.NATS.Events.OffsetInterval == 0 {
+		bad("nats.events.offset_interval", "must be positive, or negative for one event per commit")
 	}
 	if _, err := c.LogLevel(); err != nil {
 		bad("log.level", "%q is not debug, info, warn or error", c.Log.Level)

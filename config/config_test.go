@@ -74,6 +74,22 @@ func TestValidateNamesTheSetting(t *testing.T) {
 	require.ErrorIs(t, err, config.ErrInvalid)
 	assert.Contains(t, err.Error(), "store.flush")
 	assert.Contains(t, err.Error(), "log.format")
+
+	// A zero would silently become the broker's default: it is refused.
+	c = config.Default()
+	c.Store.Retention = 0
+	c.Limits.MaxGroups = 0
+	c.Store.MaxDiskUsage = 0
+	err = c.Validate()
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), "store.retention: must be positive")
+	assert.Contains(t, err.Error(), "limits.max_groups: must be positive")
+	assert.Contains(t, err.Error(), "store.max_disk_usage")
+	c = config.Default()
+	c.Limits.MaxConnections = -1
+	c.Store.MaxDiskUsage = -1
+	c.NATS.Events.OffsetInterval = -1
+	assert.NoError(t, c.Validate(), "negative means no cap, no disk rule, one event per commit")
 }
 
 func TestLoadAppliesEnvironmentOverTheFile(t *testing.T) {

@@ -347,7 +347,7 @@ func pluginCommand() *cobra.Command {
 			return call(cmd, o, "plugin.list", req, func(w io.Writer, r *control.PluginListReply) { printPlugins(w, r.Plugins...) })
 		},
 	}
-	version := func(verb, short string) *cobra.Command {
+	versionCmd := func(verb, short string) *cobra.Command {
 		return &cobra.Command{
 			Use: verb + " NAME VERSION", Short: short, Args: cobra.ExactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -356,6 +356,7 @@ func pluginCommand() *cobra.Command {
 			},
 		}
 	}
-	cmd.AddCommand(deploy, list, version("activate", "Make a deployed version the active one"), version("remove", "Delete a deployed version that is not active"))
+	cmd.AddCommand(deploy, list, versionCmd("activate", "Make a deployed version the active one"),
+		versionCmd("remove", "Delete a deployed version that is not active"))
 	return cmd
 }
