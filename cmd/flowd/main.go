@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -37,12 +38,33 @@ func main() {
 // run executes one flowd command line; main and the tests call it.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root := newRoot(stdout, stderr)
-	root.SetArgs(args)
+	root.SetArgs(longFlags(root, args))
 	err := root.ExecuteContext(ctx)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
 	return err
+}
+
+// longFlags rewrites the single-dash long flags of serve ("-data-dir x"), which flowd's
+// serve accepted before its command line moved to cobra, into their double-dash form.
+func longFlags(root *cobra.Command, args []string) []string {
+	if len(args) > 0 && args[0] != "serve" && !strings.HasPrefix(args[0], "-") {
+		return args
+	}
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		if a == "--" {
+			copy(out[i:], args[i:])
+			break
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "-"), "=")
+		if len(a) > 2 && a[0] == '-' && a[1] != '-' && len(name) > 1 && root.Flags().Lookup(name) != nil {
+			out[i] = "-" + a
+		}
+	}
+	return out
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
