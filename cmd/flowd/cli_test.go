@@ -1,0 +1,360 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/config"
+	"github.com/flowd-io/flowd/control"
+)
+
+// served is a flowd serve running in the test process.
+type served struct {
+	logs            *syncBuffer
+	broker, namesrv string
+	nats            string
+	dataDir         string
+	stop            func()
+}
+
+// startServed runs `flowd serve --config FILE` on free ports with the given extra YAML
+// (appended after the nats section's listen key) and waits until it logs its addresses.
+func startServed(t *testing.T, extraYAML string, args ...string) *served {
+	t.Helper()
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "flowd.yaml")
+	yaml := fmt.Sprintf("data_dir: %s\nlisten:\n  broker: 127.0.0.1:0\n  namesrv: 127.0.0.1:0\nnats:\n  listen: 127.0.0.1:0\n%s", filepath.Join(dir, "data"), extraYAML)
+	require.NoError(t, os.WriteFile(cfgFile, []byte(yaml), 0o600))
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &served{logs: &syncBuffer{}, dataDir: filepath.Join(dir, "data")}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"serve", "--config", cfgFile}, args...), d.logs, d.logs)
+	}()
+	// Text or JSON log lines.
+	re := regexp.MustCompile(`broker"?[=:]"?(127\.0\.0\.1:\d+)"?[ ,]"?namesrv"?[=:]"?(127\.0\.0\.1:\d+)"?[ ,]"?nats"?[=:]"?(nats://127\.0\.0\.1:\d+)`)
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			return true
+		default:
+		}
+		return re.MatchString(d.logs.String())
+	}, 15*time.Second, 10*time.Millisecond, "flowd logs its addresses: %s", d.logs.String())
+	m := re.FindStringSubmatch(d.logs.String())
+	require.NotNil(t, m, "flowd did not start: %s", d.logs.String())
+	d.broker, d.namesrv, d.nats = m[1], m[2], m[3]
+	d.stop = func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("flowd did not stop")
+		}
+	}
+	t.Cleanup(func() {
+		if ctx.Err() == nil {
+			d.stop()
+		}
+	})
+	return d
+}
+
+// cli runs one flowd command line and returns its standard output.
+func cli(t *testing.T, stdin string, args ...string) (string, error) {
+	t.Helper()
+	root := newRoot(nil, nil)
+	var out, errs bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errs)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+func TestCLIAgainstARunningDaemon(t *testing.T) {
+	d := startServed(t, "cluster: e2e\nlog:\n  format: json\n")
+	assert.Contains(t, d.logs.String(), `"msg":"flowd serving"`, "log.format json from the file")
+	ctl := []string{"--nats", d.nats, "--cluster", "e2e"}
+
+	out, err := cli(t, "", append([]string{"topic", "create", "orders", "--queues", "2"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `orders\s+2\s+2\s+rw\s+false\s+user`, out)
+
+	out, err = cli(t, "", append([]string{"topic", "list"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^TOPIC\s+READ\s+WRITE`, out)
+	assert.Regexp(t, `(?m)^orders\s+2\s+2`, out)
+
+	out, err = cli(t, "", "produce", "orders", "--namesrv", d.namesrv, "--keys", "k1", "--tag", "red")
+	require.NoError(t, err)
+	require.Empty(t, out, "no input, no message")
+	out, err = cli(t, "one\ntwo\nthree\n", "produce", "orders", "--namesrv", d.namesrv, "--keys", "k1", "--tag", "red")
+	require.NoError(t, err)
+	var ids, offsetIDs []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		require.Len(t, f, 2, "a message id and an offset message id per message: %q", out)
+		ids, offsetIDs = append(ids, f[0]), append(offsetIDs, f[1])
+	}
+	require.Len(t, ids, 3, "one message per line of input: %q", out)
+
+	// The consume queues are written behind the commit log: wait until they show all three.
+	var desc control.TopicDescribeReply
+	require.Eventually(t, func() bool {
+		out, err = cli(t, "", append([]string{"topic", "describe", "orders", "--json"}, ctl...)...)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal([]byte(out), &desc), out)
+		return desc.Messages == 3
+	}, 10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, "e2e", desc.Cluster)
+	out, err = cli(t, "", append([]string{"topic", "describe", "orders"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^messages\s+3$`, out)
+	assert.Regexp(t, `(?m)^QUEUE\s+MIN OFFSET\s+MAX OFFSET$`, out)
+
+	out, err = cli(t, "", "consume", "orders", "--namesrv", d.namesrv, "--from", "first", "--max", "3", "--group", "tail", "--tag", "red")
+	require.NoError(t, err)
+	lines := strings.Fields(out)
+	assert.ElementsMatch(t, []string{"one", "two", "three"}, lines)
+
+	out, err = cli(t, "", "consume", "orders", "--namesrv", d.namesrv, "--from", "first", "--max", "1", "--output", "json", "--sql", "TAGS = 'red'")
+	require.NoError(t, err)
+	var msg consumedMessage
+	require.NoError(t, json.Unmarshal([]byte(out), &msg), out)
+	assert.Equal(t, "orders", msg.Topic)
+	assert.Contains(t, ids, msg.MsgID)
+
+	out, err = cli(t, "", append([]string{"group", "describe", "tail"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^TOPIC\s+QUEUE\s+COMMITTED\s+MAX OFFSET\s+LAG\s+OWNER$`, out)
+
+	out, err = cli(t, "", append([]string{"group", "list"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^GROUP\s+CONFIGURED\s+MEMBERS\s+LAG\s+TOPICS`, out)
+	assert.Regexp(t, `(?m)^tail\s+\S+\s+\d+\s+0\s+\S*orders`, out, "the tailing group committed all three")
+
+	out, err = cli(t, "", append([]string{"message", "get", offsetIDs[0]}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^topic\s+orders$`, out)
+	assert.Regexp(t, `(?m)^body\s+"one"$`, out)
+
+	out, err = cli(t, "", append([]string{"message", "query", "orders", "k1"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Equal(t, 4, strings.Count(out, "\n"), "a header and three messages: %s", out)
+
+	_, err = cli(t, "", append([]string{"topic", "describe", "nope"}, ctl...)...)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "404")
+}
+
+func TestSecondDaemonOnTheSameDataDirIsRefused(t *testing.T) {
+	d := startServed(t, "")
+	var logs bytes.Buffer
+	// No command means serve, with serve's flags.
+	err := run(context.Background(), []string{"--data-dir", d.dataDir, "--listen", "127.0.0.1:0",
+		"--namesrv-listen", "off", "--nats=false"}, &logs, &logs)
+	require.ErrorIs(t, err, errDataDirInUse)
+	assert.Contains(t, err.Error(), "locked by another flowd")
+	assert.Contains(t, err.Error(), d.dataDir)
+}
+
+func TestClientCommandWithoutDaemonSaysSo(t *testing.T) {
+	// A NATS URL nothing listens on: the port of a listener just closed.
+	d := startServed(t, "")
+	url := d.nats
+	d.stop()
+	_, err := cli(t, "", "topic", "list", "--nats", url, "--timeout", "2s")
+	require.ErrorIs(t, err, errNoDaemon)
+	assert.Contains(t, err.Error(), "no flowd answers on "+url+": is `flowd serve` running?")
+}
+
+func TestConfigDefaultsAndValidate(t *testing.T) {
+	out, err := cli(t, "", "config", "defaults")
+	require.NoError(t, err)
+	cfg, err := config.Decode([]byte(out))
+	require.NoError(t, err)
+	assert.Equal(t, config.Default(), cfg)
+
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	require.NoError(t, os.WriteFile(good, []byte(out), 0o600))
+	var stdout bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"config", "validate", good}, &stdout, &stdout))
+	assert.Contains(t, stdout.String(), "ok")
+
+	bad := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("cluster: x\nlimits:\n  max_grops: 3\nlog:\n  level: loud\n"), 0o600))
+	err = run(context.Background(), []string{"config", "validate", bad}, &stdout, &stdout)
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), "line 3")
+	assert.Contains(t, err.Error(), "max_grops")
+
+	bad2 := filepath.Join(dir, "bad2.yaml")
+	require.NoError(t, os.WriteFile(bad2, []byte("log:\n  level: loud\n"), 0o600))
+	err = run(context.Background(), []string{"config", "validate", bad2}, &stdout, &stdout)
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), "log.level")
+}
+
+// Flags beat FLOWD_* variables, which beat the file, which beats the defaults.
+func TestServeSettingPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "flowd.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("cluster: fromfile\nbroker_name: fromfile\ndata_dir: fromfile\n"), 0o600))
+	t.Setenv("FLOWD_BROKER_NAME", "fromenv")
+	t.Setenv("FLOWD_DATA_DIR", "fromenv")
+	serve := &cobra.Command{Use: "serve"}
+	sv := &serveCmd{}
+	sv.addFlags(serve)
+	require.NoError(t, serve.Flags().Parse([]string{"--config", file, "--data-dir", "fromflag", "--nats=false"}))
+	cfg, err := sv.load()
+	require.NoError(t, err)
+	assert.Equal(t, "fromfile", cfg.Cluster)
+	assert.Equal(t, "fromenv", cfg.BrokerName)
+	assert.Equal(t, "fromflag", cfg.DataDir)
+	assert.False(t, cfg.NATS.Enabled)
+	assert.Equal(t, config.Default().Listen, cfg.Listen)
+}
+
+// The single-dash long flags serve took before still work.
+func TestSingleDashServeFlags(t *testing.T) {
+	root := newRoot(nil, nil)
+	assert.Equal(t, []string{"serve", "--data-dir", "d", "--nats=false", "-c", "f", "--", "-x"},
+		longFlags(root, []string{"serve", "-data-dir", "d", "-nats=false", "-c", "f", "--", "-x"}))
+	assert.Equal(t, []string{"--listen", "a"}, longFlags(root, []string{"-listen", "a"}))
+	assert.Equal(t, []string{"bench", "-size", "3"}, longFlags(root, []string{"bench", "-size", "3"}), "bench parses its own")
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"serve", "-log-level", "loud"}, &out, &out)
+	require.ErrorContains(t, err, `(--log-level): "loud"`)
+}
+
+// SIGHUP applies a new log level and list of disabled commands, and reports a change that
+// needs a restart.
+func TestServeReloadsOnSIGHUP(t *testing.T) {
+	d := startServed(t, "log:\n  level: info\n", "--nats-disable", "topic.list")
+	require.NotContains(t, d.logs.String(), "level=DEBUG")
+	_, err := cli(t, "", "topic", "list", "--nats", d.nats)
+	require.ErrorContains(t, err, "403")
+
+	cfgFile := filepath.Join(filepath.Dir(d.dataDir), "flowd.yaml")
+	raw, err := os.ReadFile(cfgFile)
+	require.NoError(t, err)
+	updated := strings.Replace(string(raw), "level: info", "level: debug", 1) + "limits:\n  max_groups: 5\n"
+	require.NoError(t, os.WriteFile(cfgFile, []byte(updated), 0o600))
+	// The flag stays in force over the file: a reload re-reads the file under the same flags.
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.Eventually(t, func() bool {
+		return strings.Contains(d.logs.String(), "reload: applied")
+	}, 10*time.Second, 10*time.Millisecond, d.logs.String())
+	assert.Contains(t, d.logs.String(), "settings=limits.max_groups")
+	assert.Contains(t, d.logs.String(), "settings=log.level")
+	_, err = cli(t, "", "topic", "list", "--nats", d.nats)
+	require.ErrorContains(t, err, "403", "--nats-disable still applies")
+	d.stop()
+	assert.Contains(t, d.logs.String(), "level=DEBUG", "the new level is in force")
+}
+
+func TestServeReloadsDisabledCommands(t *testing.T) {
+	// The extra YAML continues the nats section startServed writes last.
+	d := startServed(t, "  disabled_commands: [topic.list]\n")
+	_, err := cli(t, "", "topic", "list", "--nats", d.nats)
+	require.ErrorContains(t, err, "403")
+	cfgFile := filepath.Join(filepath.Dir(d.dataDir), "flowd.yaml")
+	raw, err := os.ReadFile(cfgFile)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfgFile, []byte(strings.Replace(string(raw), "[topic.list]", "[topic.delete]", 1)), 0o600))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.Eventually(t, func() bool {
+		return strings.Contains(d.logs.String(), "settings=nats.disabled_commands")
+	}, 10*time.Second, 10*time.Millisecond, d.logs.String())
+	out, err := cli(t, "", "topic", "list", "--nats", d.nats)
+	require.NoError(t, err)
+	assert.Contains(t, out, "TOPIC")
+	_, err = cli(t, "", "topic", "delete", "x", "--nats", d.nats)
+	require.ErrorContains(t, err, "403")
+}
+
+// Every command answers --help, and completion scripts are generated.
+func TestHelpAndCompletion(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"topic", "create", "--help"}, {"group", "reset", "--help"},
+		{"message", "query", "--help"}, {"plugin", "deploy", "--help"}, {"produce", "--help"}, {"consume", "--help"},
+		{"config", "validate", "--help"}, {"bench", "--help"}, {"help", "topic"}} {
+		var out bytes.Buffer
+		require.NoError(t, run(context.Background(), args, &out, &out), "%v", args)
+		assert.Contains(t, strings.ToLower(out.String()), "usage", "%v", args)
+	}
+	out, err := cli(t, "", "completion", "bash")
+	require.NoError(t, err)
+	assert.Contains(t, out, "bash completion")
+}
+
+func TestPluginCommandsDeployActivateListRemove(t *testing.T) {
+	d := startServed(t, "")
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "propfilter.wasm")
+	require.NoError(t, os.WriteFile(mod, propfilter(t), 0o600))
+	manifest := func(version string) string {
+		p := filepath.Join(dir, version+".json")
+		require.NoError(t, os.WriteFile(p, []byte(`{"name":"region","kind":"filter","version":"`+version+
+			`","abi":1,"parameters":{"property":"region","value":"eu"}}`), 0o600))
+		return p
+	}
+	ctl := []string{"--nats", d.nats}
+	out, err := cli(t, "", append([]string{"plugin", "deploy", mod, manifest("1.0.0"), "--activate"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^region\s+1\.0\.0\s+filter\s+true$`, out)
+	_, err = cli(t, "", append([]string{"plugin", "deploy", mod, manifest("2.0.0")}, ctl...)...)
+	require.NoError(t, err)
+	out, err = cli(t, "", append([]string{"plugin", "activate", "region", "2.0.0"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^region\s+2\.0\.0\s+filter\s+true$`, out)
+	out, err = cli(t, "", append([]string{"plugin", "remove", "region", "1.0.0"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^region\s+1\.0\.0\s+filter\s+false$`, out)
+	out, err = cli(t, "", append([]string{"plugin", "list"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^NAME\s+VERSION\s+KIND\s+ACTIVE\nregion\s+2\.0\.0\s+filter\s+true\n$`, out)
+	_, err = cli(t, "", append([]string{"plugin", "remove", "region", "2.0.0"}, ctl...)...)
+	require.ErrorContains(t, err, "409", "the active version cannot be removed")
+}
+
+// produce --file reads one message per line, with properties; consume --output json shows them.
+func TestProduceFromAFileWithProperties(t *testing.T) {
+	d := startServed(t, "")
+	file := filepath.Join(t.TempDir(), "in.txt")
+	require.NoError(t, os.WriteFile(file, []byte("a\n\nb\n"), 0o600))
+	out, err := cli(t, "", "produce", "lines", "--namesrv", d.namesrv, "--file", file, "-p", "region=eu", "-p", "n=1", "--quiet")
+	require.NoError(t, err)
+	assert.Empty(t, out)
+	_, err = cli(t, "", "produce", "lines", "--namesrv", d.namesrv, "-p", "broken")
+	require.ErrorContains(t, err, `--property "broken"`)
+	out, err = cli(t, "", "consume", "lines", "--namesrv", d.namesrv, "--from", "first", "--max", "2", "-o", "json", "--sql", "region = 'eu'")
+	require.NoError(t, err)
+	var bodies []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m consumedMessage
+		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
+		assert.Equal(t, "eu", m.Properties["region"])
+		bodies = append(bodies, m.Body)
+	}
+	assert.ElementsMatch(t, []string{"a", "b"}, bodies, "the empty line is skipped")
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/flowd-io/flowd/consumer"
+	"github.com/flowd-io/flowd/producer"
+)
+
+// progressOver is the input size from which produce draws a progress bar on standard error.
+const progressOver = 1 << 20
+
+func produceCommand() *cobra.Command {
+	var namesrv, file, tag, keys, group string
+	var props []string
+	var quiet bool
+	cmd := &cobra.Command{
+		Use:   "produce TOPIC [BODY...]",
+		Short: "Send messages: the arguments, or each line of --file or standard input",
+		Long: `Send messages to TOPIC through the name service (--namesrv). Each BODY argument is one
+message; without arguments each line of --file (or of standard input) is one. A progress bar
+is drawn on standard error for a file larger than 1 MiB. Each message's ids are printed, one
+message a line, unless --quiet: its message id (UNIQ_KEY, for "flowd message query --unique")
+and its offset message id (for "flowd message get").`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			properties := map[string]string{}
+			for _, p := range props {
+				k, v, ok := strings.Cut(p, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("produce: --property %q: want key=value", p)
+				}
+				properties[k] = v
+			}
+			var keyList []string
+			for _, k := range strings.Split(keys, ",") {
+				if k = strings.TrimSpace(k); k != "" {
+					keyList = append(keyList, k)
+				}
+			}
+			p, err := producer.New(group, producer.WithNameServers(namesrv), producer.WithLogger(quietLogger(cmd.ErrOrStderr())))
+			if err != nil {
+				return fmt.Errorf("produce: %w", err)
+			}
+			if err := p.Start(ctx); err != nil {
+				return fmt.Errorf("produce: name service %s: %w", namesrv, err)
+			}
+			defer p.Close(context.Background())
+			out := cmd.OutOrStdout()
+			sent := 0
+			send := func(body []byte) error {
+				res, err := p.Send(ctx, &producer.Message{Topic: args[0], Tags: tag, Keys: keyList, Properties: properties, Body: body})
+				if err != nil {
+					return fmt.Errorf("produce: message %d: %w", sent+1, err)
+				}
+				sent++
+				if !quiet {
+					fmt.Fprintln(out, res.MsgID, res.OffsetMsgID)
+				}
+				return nil
+			}
+			if len(args) > 1 {
+				for _, b := range args[1:] {
+					if err := send([]byte(b)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			var in io.Reader = cmd.InOrStdin()
+			if file != "" && file != "-" {
+				f, err := os.Open(file)
+				if err != nil {
+					return fmt.Errorf("produce: %w", err)
+				}
+				defer f.Close()
+				in = f
+				if st, err := f.Stat(); err == nil && st.Size() > progressOver {
+					bar := progressbar.NewOptions64(st.Size(), progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+						progressbar.OptionShowBytes(true), progressbar.OptionSetDescription("produce "+args[0]),
+						progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+					defer bar.Finish()
+					in = io.TeeReader(f, bar)
+				}
+			}
+			sc := bufio.NewScanner(in)
+			sc.Buffer(make([]byte, 64<<10), 64<<20)
+			for sc.Scan() {
+				if len(sc.Bytes()) == 0 {
+					continue
+				}
+				if err := send(append([]byte(nil), sc.Bytes()...)); err != nil {
+					return err
+				}
+			}
+			if err := sc.Err(); err != nil {
+				return fmt.Errorf("produce: reading input after %d messages: %w", sent, err)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&namesrv, "namesrv", envOr("FLOWD_CTL_NAMESRV", "127.0.0.1:9876"), "name service address (env FLOWD_CTL_NAMESRV)")
+	fs.StringVarP(&file, "file", "f", "", "read one message per line from this file (\"-\": standard input)")
+	fs.StringVar(&tag, "tag", "", "message tag")
+	fs.StringVar(&keys, "keys", "", "comma-separated message keys (indexed: see \"flowd message query\")")
+	fs.StringArrayVarP(&props, "property", "p", nil, "user property key=value (repeatable)")
+	fs.StringVar(&group, "group", "flowd-cli-producer", "producer group")
+	fs.BoolVarP(&quiet, "quiet", "q", false, "do not print the message ids")
+	return cmd
+}
+
+// quietLogger keeps the client libraries' informational logs off the terminal.
+func quietLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// consumedMessage is one line of consume's JSON output.
+type consumedMessage struct {
+	Topic      string            `json:"topic"`
+	Queue      int               `json:"queue"`
+	Offset     int64             `json:"offset"`
+	MsgID      string            `json:"msg_id"`
+	Tags       string            `json:"tags,omitempty"`
+	Keys       []string          `json:"keys,omitempty"`
+	Properties map[string]string `json:"properties,omitempty"`
+	Body       string            `json:"body"`
+	BornTime   time.Time         `json:"born_time"`
+}
+
+func consumeCommand() *cobra.Command {
+	var namesrv, group, tag, sql, from, output string
+	var maxN int
+	cmd := &cobra.Command{
+		Use:   "consume TOPIC",
+		Short: "Tail a topic: print its messages as they arrive",
+		Long: `Tail TOPIC through the name service (--namesrv), printing each message (text: the body, one
+a line; json: one object a line). Without --group a fresh group is used each time, so
+--from decides where reading starts; with --group the group's committed offsets do, and
+what is printed is committed. Stops after --max messages, or on interrupt.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if tag != "" && sql != "" {
+				return fmt.Errorf("consume: --tag and --sql cannot be combined")
+			}
+			var start consumer.ConsumeFrom
+			switch from {
+			case "first":
+				start = consumer.ConsumeFromFirst
+			case "last":
+				start = consumer.ConsumeFromLast
+			default:
+				return fmt.Errorf("consume: --from %q: want first or last", from)
+			}
+			if output != "text" && output != "json" {
+				return fmt.Errorf("consume: --output %q: want text or json", output)
+			}
+			g := group
+			if g == "" {
+				g = fmt.Sprintf("flowd-cli-%d", time.Now().UnixNano())
+			}
+			lp, err := consumer.NewLitePull(g, consumer.WithNameServers(namesrv), consumer.WithConsumeFrom(start),
+				consumer.WithLogger(quietLogger(cmd.ErrOrStderr())))
+			if err != nil {
+				return fmt.Errorf("consume: %w", err)
+			}
+			var sel consumer.Selector = consumer.TagSelector("*")
+			if tag != "" {
+				sel = consumer.TagSelector(tag)
+			} else if sql != "" {
+				sel = consumer.SQLSelector(sql)
+			}
+			if err := lp.SubscribeSelector(args[0], sel); err != nil {
+				return fmt.Errorf("consume: %w", err)
+			}
+			if err := lp.Start(ctx); err != nil {
+				return fmt.Errorf("consume: name service %s: %w", namesrv, err)
+			}
+			defer lp.Close(context.Background())
+			out := cmd.OutOrStdout()
+			enc := json.NewEncoder(out)
+			got := 0
+			for maxN <= 0 || got < maxN {
+				msgs, err := lp.Poll(ctx)
+				if ctx.Err() != nil {
+					return nil
+				}
+				if err != nil {
+					return fmt.Errorf("consume: after %d messages: %w", got, err)
+				}
+				for _, m := range msgs {
+					if maxN > 0 && got >= maxN {
+						break
+					}
+					got++
+					if output == "json" {
+						if err := enc.Encode(consumedMessage{Topic: m.Topic, Queue: m.Queue.QueueID, Offset: m.QueueOffset, MsgID: m.MsgID,
+							Tags: m.Tags, Keys: m.Keys, Properties: m.Properties, Body: string(m.Body), BornTime: m.BornTimestamp}); err != nil {
+							return fmt.Errorf("consume: %w", err)
+						}
+						continue
+					}
+					if _, err := fmt.Fprintln(out, string(m.Body)); err != nil {
+						return fmt.Errorf("consume: %w", err)
+					}
+				}
+			}
+			if group != "" {
+				if err := lp.Commit(ctx); err != nil {
+					return fmt.Errorf("consume: commit: %w", err)
+				}
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&namesrv, "namesrv", envOr("FLOWD_CTL_NAMESRV", "127.0.0.1:9876"), "name service address (env FLOWD_CTL_NAMESRV)")
+	fs.StringVar(&group, "group", "", "consumer group (default: a new group each run)")
+	fs.StringVar(&tag, "tag", "", `tag expression ("a || b"); default every message`)
+	fs.StringVar(&sql, "sql", "", `SQL92 property selector ("a > 5 AND b = 'x'")`)
+	fs.StringVar(&from, "from", "last", "where a group without committed offsets starts: first or last")
+	fs.StringVarP(&output, "output", "o", "text", "text or json")
+	fs.IntVarP(&maxN, "max", "n", 0, "stop after this many messages (0: run until interrupted)")
+	return cmd
+}

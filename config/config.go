@@ -1,0 +1,365 @@
+// Package config is flowd's daemon configuration: one YAML file, decoded strictly, with
+// FLOWD_* environment variables and command-line flags layered over it.
+//
+// Every setting is a field of Config carrying four struct tags: yaml (its key), env (its
+// environment variable), flag (its serve flag, when it has one) and doc (what it means). The
+// default of every setting is the value Default returns. `flowd config defaults` is generated
+// from these tags and Default, so the documented defaults cannot drift from the code.
+//
+// Precedence, highest first: a flag given on the command line, a FLOWD_* environment
+// variable, the configuration file, the default.
+//
+// Durations are Go duration strings ("500ms", "72h"). Sizes are a byte count (4194304) or a
+// string with a binary unit ("4MiB", "1GiB"; KiB, MiB, GiB, TiB, and B).
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the daemon's configuration.
+type Config struct {
+	DataDir    string `yaml:"data_dir" env:"FLOWD_DATA_DIR" flag:"data-dir" doc:"directory of the commit log, consume queues, broker state, plugins and NATS JetStream data"`
+	Cluster    string `yaml:"cluster" env:"FLOWD_CLUSTER" flag:"cluster" doc:"cluster name announced in routes and the <cluster> token of NATS subjects"`
+	BrokerName string `yaml:"broker_name" env:"FLOWD_BROKER_NAME" flag:"broker-name" doc:"broker name announced in routes and message queues"`
+
+	Listen  Listen  `yaml:"listen" doc:"network addresses"`
+	Store   Store   `yaml:"store" doc:"the commit log"`
+	Limits  Limits  `yaml:"limits" doc:"bounds on what clients may use"`
+	NATS    NATS    `yaml:"nats" doc:"the NATS control plane: events and commands"`
+	Plugins Plugins `yaml:"plugins" doc:"Wasm plugins deployed from a directory"`
+	Log     Log     `yaml:"log" doc:"the daemon's log, on standard error"`
+}
+
+// Listen holds the addresses flowd binds and announces.
+type Listen struct {
+	Broker    string `yaml:"broker" env:"FLOWD_LISTEN" flag:"listen" doc:"broker address (RocketMQ remoting protocol); port 0 picks a free port"`
+	Namesrv   string `yaml:"namesrv" env:"FLOWD_NAMESRV_LISTEN" flag:"namesrv-listen" doc:"built-in name service address; \"off\" disables it"`
+	Advertise string `yaml:"advertise" env:"FLOWD_ADVERTISE" flag:"advertise" doc:"address put into topic routes; empty: the bound broker address"`
+}
+
+// Store configures the commit log.
+type Store struct {
+	Flush     string        `yaml:"flush" env:"FLOWD_FLUSH" flag:"flush" doc:"async: acknowledge once in the page cache, fsync on a timer; sync: acknowledge after an fsync (group commit)"`
+	Retention time.Duration `yaml:"retention" env:"FLOWD_RETENTION" flag:"retention" doc:"how long a commit-log segment is kept after its last write"`
+	// MaxDiskUsage mirrors store.Options.MaxDiskUsage.
+	MaxDiskUsage float64 `yaml:"max_disk_usage" env:"FLOWD_MAX_DISK_USAGE" doc:"used fraction of the volume above which the oldest segments are deleted regardless of retention; negative disables"`
+	SegmentSize  Size    `yaml:"segment_size" env:"FLOWD_SEGMENT_SIZE" doc:"size of one commit-log segment file"`
+}
+
+// Limits bound what clients may use.
+type Limits struct {
+	MaxMessageSize Size `yaml:"max_message_size" env:"FLOWD_MAX_MESSAGE_SIZE" flag:"max-message-size" doc:"largest message body accepted, after compression"`
+	MaxGroups      int  `yaml:"max_groups" env:"FLOWD_MAX_GROUPS" doc:"subscription groups kept; a request that would create one more is refused"`
+	MaxConnections int  `yaml:"max_connections" env:"FLOWD_MAX_CONNECTIONS" doc:"broker connections open at once; negative: no cap"`
+	MaxInFlight    int  `yaml:"max_in_flight" env:"FLOWD_MAX_IN_FLIGHT" doc:"requests served at once on one connection; more are answered SYSTEM_BUSY"`
+	MaxParked      int  `yaml:"max_parked" env:"FLOWD_MAX_PARKED" doc:"long-polling pulls parked at once on one connection"`
+}
+
+// NATS configures the control plane.
+type NATS struct {
+	Enabled   bool     `yaml:"enabled" env:"FLOWD_NATS" flag:"nats" doc:"run the NATS control plane (events and commands)"`
+	Listen    string   `yaml:"listen" env:"FLOWD_NATS_LISTEN" flag:"nats-listen" doc:"embedded NATS server's client address; \"off\": no listener; a non-loopback one needs token or users"`
+	URLs      []string `yaml:"urls" env:"FLOWD_NATS_URL" flag:"nats-url" doc:"URLs of an existing NATS cluster to use instead of the embedded server (env and flag: comma-separated)"`
+	Creds     string   `yaml:"creds" env:"FLOWD_NATS_CREDS" flag:"nats-creds" doc:"NATS credentials file for urls"`
+	NKey      string   `yaml:"nkey" env:"FLOWD_NATS_NKEY" flag:"nats-nkey" doc:"file with an nkey seed for urls"`
+	Token     string   `yaml:"token" env:"FLOWD_NATS_TOKEN" flag:"nats-token" doc:"token presented to urls, or required by the embedded server"`
+	Users     []User   `yaml:"users" doc:"embedded-server users, each {name, password, role: admin|read}; cannot be combined with token"`
+	UsersFile string   `yaml:"users_file" env:"FLOWD_NATS_USERS" flag:"nats-users" doc:"JSON file of embedded-server users: [{\"name\":…,\"password\":…,\"role\":\"admin\"|\"read\"}], added to users"`
+	TLSCert   string   `yaml:"tls_cert" env:"FLOWD_NATS_TLS_CERT" flag:"nats-tls-cert" doc:"client certificate for urls"`
+	TLSKey    string   `yaml:"tls_key" env:"FLOWD_NATS_TLS_KEY" flag:"nats-tls-key" doc:"key of tls_cert"`
+	TLSCA     string   `yaml:"tls_ca" env:"FLOWD_NATS_TLS_CA" flag:"nats-tls-ca" doc:"CA certificates to verify the servers of urls"`
+	Events    Events   `yaml:"events" doc:"events published on flowd.evt.<cluster>.>"`
+	Disabled  []string `yaml:"disabled_commands" env:"FLOWD_NATS_DISABLE" flag:"nats-disable" reload:"true" doc:"commands not served (\"topic.delete\", \"group.*\"); they answer 403 (env and flag: comma-separated)"`
+}
+
+// User is an embedded NATS server user.
+type User struct {
+	Name     string `yaml:"name"`
+	Password string `yaml:"password"`
+	Role     string `yaml:"role"`
+}
+
+// Events configures the event publisher.
+type Events struct {
+	Stream         bool          `yaml:"stream" env:"FLOWD_NATS_EVENTS_STREAM" flag:"nats-events-stream" doc:"keep events in the JetStream stream FLOWD_EVENTS"`
+	MaxAge         time.Duration `yaml:"max_age" env:"FLOWD_NATS_EVENTS_MAX_AGE" flag:"nats-events-max-age" doc:"how long the events stream keeps an event"`
+	MaxBytes       Size          `yaml:"max_bytes" env:"FLOWD_NATS_EVENTS_MAX_BYTES" flag:"nats-events-max-bytes" doc:"size bound of the events stream; the oldest events go first"`
+	Buffer         int           `yaml:"buffer" env:"FLOWD_NATS_EVENTS_BUFFER" flag:"nats-events-buffer" doc:"events kept while NATS is unreachable (then the oldest are dropped)"`
+	OffsetInterval time.Duration `yaml:"offset_interval" env:"FLOWD_NATS_OFFSET_INTERVAL" flag:"nats-offset-interval" doc:"a group's offset commits within it become one event; negative: one event per commit"`
+}
+
+// Plugins configures the plugin directory.
+type Plugins struct {
+	Dir  string        `yaml:"dir" env:"FLOWD_PLUGIN_DIR" flag:"plugin-dir" reload:"true" doc:"directory watched for Wasm plugins (<name>.wasm with its manifest <name>.json); empty: none"`
+	Poll time.Duration `yaml:"poll" env:"FLOWD_PLUGIN_POLL" flag:"plugin-poll" reload:"true" doc:"how often the plugin directory is scanned for new or changed plugins"`
+}
+
+// Log configures the daemon's log.
+type Log struct {
+	Level  string `yaml:"level" env:"FLOWD_LOG_LEVEL" flag:"log-level" reload:"true" doc:"debug, info, warn or error"`
+	Format string `yaml:"format" env:"FLOWD_LOG_FORMAT" flag:"log-format" doc:"text or json"`
+}
+
+// Default returns the configuration flowd runs with when nothing is configured. It is the
+// single source of every default.
+func Default() Config {
+	return Config{
+		DataDir:    "./flowd-data",
+		Cluster:    "local",
+		BrokerName: "broker-a",
+		Listen:     Listen{Broker: "127.0.0.1:10911", Namesrv: "127.0.0.1:9876"},
+		Store:      Store{Flush: "async", Retention: 72 * time.Hour, MaxDiskUsage: 0.75, SegmentSize: 1 << 30},
+		Limits: Limits{MaxMessageSize: 4 << 20, MaxGroups: 10000, MaxConnections: 10000,
+			MaxInFlight: 256, MaxParked: 4096},
+		NATS: NATS{
+			Enabled: true, Listen: "127.0.0.1:4222", URLs: []string{}, Users: []User{}, Disabled: []string{},
+			Events: Events{MaxAge: 24 * time.Hour, MaxBytes: 1 << 30, Buffer: 10000, OffsetInterval: time.Second},
+		},
+		Plugins: Plugins{Poll: time.Second},
+		Log:     Log{Level: "info", Format: "text"},
+	}
+}
+
+// ErrInvalid is wrapped by every error of Load, Decode and Validate that is about the
+// configuration's content rather than reading it.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Load reads the file at path (none when path is empty) over the defaults, then applies the
+// FLOWD_* variables of env (os.Environ form; nil: none), and validates the result.
+func Load(path string, env []string) (Config, error) {
+	cfg := Default()
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("config: %w", err)
+		}
+		if cfg, err = Decode(raw); err != nil {
+			return cfg, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	if err := ApplyEnv(&cfg, env); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Validate(); err != nil {
+		if path != "" {
+			return cfg, fmt.Errorf("config %s: %w", path, err)
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// Decode decodes a YAML document over the defaults. Unknown keys and values of the wrong
+// type are errors naming the key or value and its line; settings left out keep their
+// defaults.
+func Decode(raw []byte) (Config, error) {
+	cfg := Default()
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return cfg, nil // an empty file: all defaults
+		}
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			msgs := make([]string, len(te.Errors))
+			for i, m := range te.Errors {
+				msgs[i] = unknownField.ReplaceAllString(m, "unknown key \"$1\"")
+			}
+			return cfg, invalid(msgs)
+		}
+		return cfg, fmt.Errorf("%w: %s", ErrInvalid, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	return cfg, nil
+}
+
+// unknownField matches yaml's report of a key that is no setting.
+var unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
+
+// invalid is ErrInvalid with one message, or with several, one a line.
+func invalid(msgs []string) error {
+	switch len(msgs) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%w: %s", ErrInvalid, msgs[0])
+	}
+	return fmt.Errorf("%w:\n  %s", ErrInvalid, strings.Join(msgs, "\n  "))
+}
+
+// Validate checks values that decode but cannot work.
+func (c Config) Validate() error {
+	var msgs []string
+	bad := func(key, format string, args ...any) {
+		msgs = append(msgs, key+": "+fmt.Sprintf(format, args...))
+	}
+	if c.DataDir == "" {
+		bad("data_dir", "must not be empty")
+	}
+	if c.Cluster == "" || strings.ContainsAny(c.Cluster, ".*> \t") {
+		bad("cluster", "%q must be one NATS subject token (no '.', '*', '>' or spaces)", c.Cluster)
+	}
+	if c.BrokerName == "" {
+		bad("broker_name", "must not be empty")
+	}
+	if c.Store.Flush != "async" && c.Store.Flush != "sync" {
+		bad("store.flush", "%q is neither async nor sync", c.Store.Flush)
+	}
+	// Zero means "the default" to the packages configured below, so a zero here would be
+	// silently replaced: it is refused instead.
+	positive := func(key string, v int64) {
+		if v <= 0 {
+			bad(key, "must be positive, not %d", v)
+		}
+	}
+	positive("store.retention", int64(c.Store.Retention))
+	positive("store.segment_size", int64(c.Store.SegmentSize))
+	if c.Store.MaxDiskUsage == 0 || c.Store.MaxDiskUsage > 1 {
+		bad("store.max_disk_usage", "must be in (0, 1], or negative to disable the rule, not %g", c.Store.MaxDiskUsage)
+	}
+	positive("limits.max_message_size", int64(c.Limits.MaxMessageSize))
+	positive("limits.max_groups", int64(c.Limits.MaxGroups))
+	positive("limits.max_in_flight", int64(c.Limits.MaxInFlight))
+	positive("limits.max_parked", int64(c.Limits.MaxParked))
+	if c.Limits.MaxConnections == 0 {
+		bad("limits.max_connections", "must be positive, or negative for no cap")
+	}
+	positive("nats.events.max_age", int64(c.NATS.Events.MaxAge))
+	positive("nats.events.max_bytes", int64(c.NATS.Events.MaxBytes))
+	positive("nats.events.buffer", int64(c.NATS.Events.Buffer))
+	if c.NATS.Events.OffsetInterval == 0 {
+		bad("nats.events.offset_interval", "must be positive, or negative for one event per commit")
+	}
+	if _, err := c.LogLevel(); err != nil {
+		bad("log.level", "%q is not debug, info, warn or error", c.Log.Level)
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		bad("log.format", "%q is neither text nor json", c.Log.Format)
+	}
+	if c.Plugins.Poll <= 0 {
+		bad("plugins.poll", "must be positive")
+	}
+	for i, u := range c.NATS.Users {
+		if u.Name == "" || u.Password == "" || (u.Role != "admin" && u.Role != "read") {
+			bad(fmt.Sprintf("nats.users[%d]", i), "needs name, password and role admin or read")
+		}
+	}
+	return invalid(msgs)
+}
+
+// LogLevel parses Log.Level.
+func (c Config) LogLevel() (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.Log.Level)); err != nil {
+		return l, fmt.Errorf("log level %q: %w", c.Log.Level, err)
+	}
+	return l, nil
+}
+
+// Setting describes one setting: its dotted YAML key, environment variable, flag and doc.
+type Setting struct {
+	Key, Env, Flag, Doc string
+	// Reload says whether SIGHUP applies a change of it without a restart.
+	Reload bool
+	// Value is the setting's field within the Config it was listed from.
+	Value reflect.Value
+}
+
+// Settings lists the leaf settings of c in file order; their Values are addressable fields
+// of *c.
+func Settings(c *Config) []Setting {
+	var out []Setting
+	var walk func(v reflect.Value, prefix string)
+	walk = func(v reflect.Value, prefix string) {
+		t := v.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			key := prefix + strings.Split(f.Tag.Get("yaml"), ",")[0]
+			fv := v.Field(i)
+			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[time.Duration]() {
+				walk(fv, key+".")
+				continue
+			}
+			out = append(out, Setting{Key: key, Env: f.Tag.Get("env"), Flag: f.Tag.Get("flag"), Doc: f.Tag.Get("doc"),
+				Reload: f.Tag.Get("reload") == "true", Value: fv})
+		}
+	}
+	walk(reflect.ValueOf(c).Elem(), "")
+	return out
+}
+
+// SetString sets a setting from its environment or flag spelling: lists are comma-separated,
+// everything else is read as a YAML scalar (so "1s", "64MiB", "true" and "0.5" work).
+func SetString(v reflect.Value, s string) error {
+	switch {
+	case v.Kind() == reflect.String:
+		v.SetString(s)
+		return nil
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String:
+		list := []string{}
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				list = append(list, p)
+			}
+		}
+		v.Set(reflect.ValueOf(list))
+		return nil
+	case v.Kind() == reflect.Slice:
+		return fmt.Errorf("%w: a list of objects cannot be set from a string", ErrInvalid)
+	}
+	n := reflect.New(v.Type())
+	var node yaml.Node
+	node.SetString(s)
+	node.Style = 0
+	node.Tag = ""
+	if err := node.Decode(n.Interface()); err != nil {
+		return fmt.Errorf("%w: %q: %s", ErrInvalid, s, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	v.Set(n.Elem())
+	return nil
+}
+
+// ApplyEnv applies the FLOWD_* variables found in env (os.Environ form) to c.
+func ApplyEnv(c *Config, env []string) error {
+	vars := map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "FLOWD_") {
+			vars[k] = v
+		}
+	}
+	var errs []error
+	for _, s := range Settings(c) {
+		val, ok := vars[s.Env]
+		if s.Env == "" || !ok {
+			continue
+		}
+		if err := SetString(s.Value, val); err != nil {
+			errs = append(errs, fmt.Errorf("environment %s (%s): %w", s.Env, s.Key, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Changed lists the settings whose values differ between a and b, by key.
+func Changed(a, b Config) []Setting {
+	sa, sb := Settings(&a), Settings(&b)
+	var out []Setting
+	for i := range sa {
+		if !reflect.DeepEqual(sa[i].Value.Interface(), sb[i].Value.Interface()) {
+			out = append(out, sb[i])
+		}
+	}
+	return out
+}

@@ -1,0 +1,141 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/config"
+)
+
+func TestDefaultsYAMLRoundTripsToDefault(t *testing.T) {
+	raw, err := config.DefaultsYAML()
+	require.NoError(t, err)
+	cfg, err := config.Decode(raw)
+	require.NoError(t, err, string(raw))
+	assert.Equal(t, config.Default(), cfg)
+	require.NoError(t, cfg.Validate())
+	// Every setting is in the document with its comment.
+	c := config.Default()
+	for _, s := range config.Settings(&c) {
+		assert.NotEmpty(t, s.Doc, "setting %s has no doc", s.Key)
+	}
+	assert.Contains(t, string(raw), "# debug, info, warn or error (env FLOWD_LOG_LEVEL, flag --log-level, reloaded on SIGHUP)")
+	assert.Contains(t, string(raw), "max_message_size: 4MiB")
+}
+
+func TestDecodeKeepsDefaultsOfSettingsLeftOut(t *testing.T) {
+	cfg, err := config.Decode([]byte("data_dir: /var/lib/flowd\nlimits:\n  max_message_size: 64MiB\nstore:\n  retention: 24h\n"))
+	require.NoError(t, err)
+	want := config.Default()
+	want.DataDir = "/var/lib/flowd"
+	want.Limits.MaxMessageSize = 64 << 20
+	want.Store.Retention = 24 * time.Hour
+	assert.Equal(t, want, cfg)
+
+	cfg, err = config.Decode(nil)
+	require.NoError(t, err)
+	assert.Equal(t, config.Default(), cfg, "an empty file is all defaults")
+
+	cfg, err = config.Decode([]byte("limits:\n  max_message_size: 1024\n"))
+	require.NoError(t, err)
+	assert.Equal(t, config.Size(1024), cfg.Limits.MaxMessageSize, "a size may be a byte count")
+}
+
+func TestDecodeRefusesUnknownKeysAndWrongTypesWithTheirLine(t *testing.T) {
+	_, err := config.Decode([]byte("cluster: local\nnats:\n  listen: 127.0.0.1:4222\n  lisen: x\n"))
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), `line 4: unknown key "lisen"`)
+
+	_, err = config.Decode([]byte("limits:\n  max_groups: many\n"))
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), "line 2")
+	assert.Contains(t, err.Error(), "many")
+
+	_, err = config.Decode([]byte("store:\n  retention: forever\n"))
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), "forever")
+
+	_, err = config.Decode([]byte("limits:\n  max_message_size: 4MB\n"))
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), "line 2")
+	assert.Contains(t, err.Error(), `"4MB"`)
+}
+
+func TestValidateNamesTheSetting(t *testing.T) {
+	c := config.Default()
+	c.Store.Flush = "sometimes"
+	c.Log.Format = "xml"
+	err := c.Validate()
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), "store.flush")
+	assert.Contains(t, err.Error(), "log.format")
+
+	// A zero would silently become the broker's default: it is refused.
+	c = config.Default()
+	c.Store.Retention = 0
+	c.Limits.MaxGroups = 0
+	c.Store.MaxDiskUsage = 0
+	err = c.Validate()
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), "store.retention: must be positive")
+	assert.Contains(t, err.Error(), "limits.max_groups: must be positive")
+	assert.Contains(t, err.Error(), "store.max_disk_usage")
+	c = config.Default()
+	c.Limits.MaxConnections = -1
+	c.Store.MaxDiskUsage = -1
+	c.NATS.Events.OffsetInterval = -1
+	assert.NoError(t, c.Validate(), "negative means no cap, no disk rule, one event per commit")
+}
+
+func TestLoadAppliesEnvironmentOverTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "flowd.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("data_dir: from-file\ncluster: filecluster\nnats:\n  disabled_commands: [topic.delete]\n"), 0o600))
+	cfg, err := config.Load(path, []string{"FLOWD_DATA_DIR=from-env", "FLOWD_NATS_EVENTS_MAX_BYTES=2GiB",
+		"FLOWD_PLUGIN_POLL=5s", "FLOWD_NATS_URL=nats://a:4222, nats://b:4222", "PATH=/bin", "FLOWD_NATS=false"})
+	require.NoError(t, err)
+	assert.Equal(t, "from-env", cfg.DataDir, "env beats the file")
+	assert.Equal(t, "filecluster", cfg.Cluster, "the file beats the default")
+	assert.Equal(t, []string{"topic.delete"}, cfg.NATS.Disabled)
+	assert.Equal(t, config.Size(2<<30), cfg.NATS.Events.MaxBytes)
+	assert.Equal(t, 5*time.Second, cfg.Plugins.Poll)
+	assert.Equal(t, []string{"nats://a:4222", "nats://b:4222"}, cfg.NATS.URLs)
+	assert.False(t, cfg.NATS.Enabled)
+
+	_, err = config.Load(path, []string{"FLOWD_MAX_GROUPS=lots"})
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), "FLOWD_MAX_GROUPS")
+
+	_, err = config.Load(filepath.Join(t.TempDir(), "missing.yaml"), nil)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, config.ErrInvalid)
+}
+
+func TestChangedListsDifferingSettings(t *testing.T) {
+	a, b := config.Default(), config.Default()
+	b.Log.Level = "debug"
+	b.Listen.Broker = "127.0.0.1:1"
+	var keys []string
+	for _, s := range config.Changed(a, b) {
+		keys = append(keys, s.Key)
+	}
+	assert.Equal(t, []string{"listen.broker", "log.level"}, keys)
+}
+
+func TestSizeParsesAndPrints(t *testing.T) {
+	for in, want := range map[string]config.Size{"0": 0, "512B": 512, "4KiB": 4096, "64MiB": 64 << 20, "1 GiB": 1 << 30} {
+		got, err := config.ParseSize(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, bad := range []string{"", "-1", "4MB", "1.5GiB", "x"} {
+		_, err := config.ParseSize(bad)
+		assert.Error(t, err, bad)
+	}
+	assert.Equal(t, "64MiB", config.Size(64<<20).String())
+	assert.Equal(t, "1000B", config.Size(1000).String())
+}
