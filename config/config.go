@@ -39,7 +39,13 @@ type Config struct {
 	Limits  Limits  `yaml:"limits" doc:"bounds on what clients may use"`
 	NATS    NATS    `yaml:"nats" doc:"the NATS control plane: events and commands"`
 	Plugins Plugins `yaml:"plugins" doc:"Wasm plugins deployed from a directory"`
+	HTTP    HTTP    `yaml:"http" doc:"Prometheus metrics and health checks over HTTP"`
 	Log     Log     `yaml:"log" doc:"the daemon's log, on standard error"`
+}
+
+// HTTP configures the observability listener.
+type HTTP struct {
+	Listen string `yaml:"listen" env:"FLOWD_HTTP_LISTEN" flag:"http-listen" doc:"address serving /metrics (Prometheus), /healthz and /readyz; \"off\" disables it"`
 }
 
 // Listen holds the addresses flowd binds and announces.
@@ -128,6 +134,7 @@ func Default() Config {
 			Events: Events{MaxAge: 24 * time.Hour, MaxBytes: 1 << 30, Buffer: 10000, OffsetInterval: time.Second},
 		},
 		Plugins: Plugins{Poll: time.Second},
+		HTTP:    HTTP{Listen: "127.0.0.1:8080"},
 		Log:     Log{Level: "info", Format: "text"},
 	}
 }
@@ -247,6 +254,9 @@ func (c Config) Validate() error {
 	}
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		bad("log.format", "%q is neither text nor json", c.Log.Format)
+	}
+	if c.HTTP.Listen == "" {
+		bad("http.listen", `must be an address, or "off"`)
 	}
 	if c.Plugins.Poll <= 0 {
 		bad("plugins.poll", "must be positive")

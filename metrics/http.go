@@ -114,10 +114,12 @@ func Serve(ctx context.Context, addr string, h http.Handler) error {
 	if err != nil {
 		return fmt.Errorf("metrics: listen %s: %w", addr, err)
 	}
-	return serve(ctx, ln, h)
+	return ServeListener(ctx, ln, h)
 }
 
-func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
+// ServeListener is Serve on a listener the caller opened (to learn the bound address of
+// port 0, or to fail before anything else starts when the address is taken).
+func ServeListener(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,

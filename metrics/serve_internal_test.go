@@ -17,7 +17,7 @@ func TestServeShutsDownWhenTheContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, ln, NewHandler(New(Options{}).Registry(), nil)) }()
+	go func() { done <- ServeListener(ctx, ln, NewHandler(New(Options{}).Registry(), nil)) }()
 
 	resp, err := http.Get("http://" + ln.Addr().String() + "/healthz")
 	require.NoError(t, err)

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -36,7 +38,7 @@ func startServed(t *testing.T, extraYAML string, args ...string) *served {
 	t.Helper()
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "flowd.yaml")
-	yaml := fmt.Sprintf("data_dir: %s\nlisten:\n  broker: 127.0.0.1:0\n  namesrv: 127.0.0.1:0\nnats:\n  listen: 127.0.0.1:0\n%s", filepath.Join(dir, "data"), extraYAML)
+	yaml := fmt.Sprintf("data_dir: %s\nlisten:\n  broker: 127.0.0.1:0\n  namesrv: 127.0.0.1:0\nhttp:\n  listen: 127.0.0.1:0\nnats:\n  listen: 127.0.0.1:0\n%s", filepath.Join(dir, "data"), extraYAML)
 	require.NoError(t, os.WriteFile(cfgFile, []byte(yaml), 0o600))
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &served{logs: &syncBuffer{}, dataDir: filepath.Join(dir, "data")}
@@ -170,7 +172,7 @@ func TestSecondDaemonOnTheSameDataDirIsRefused(t *testing.T) {
 	d := startServed(t, "")
 	var logs bytes.Buffer
 	// No command means serve, with serve's flags.
-	err := run(context.Background(), []string{"--data-dir", d.dataDir, "--listen", "127.0.0.1:0",
+	err := run(context.Background(), []string{"--data-dir", d.dataDir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
 		"--namesrv-listen", "off", "--nats=false"}, &logs, &logs)
 	require.ErrorIs(t, err, errDataDirInUse)
 	assert.Contains(t, err.Error(), "locked by another flowd")
@@ -357,4 +359,32 @@ func TestProduceFromAFileWithProperties(t *testing.T) {
 		bodies = append(bodies, m.Body)
 	}
 	assert.ElementsMatch(t, []string{"a", "b"}, bodies, "the empty line is skipped")
+}
+
+// flowd serve answers Prometheus scrapes and health checks on its HTTP listener, with the
+// broker's traffic counted.
+func TestServeServesMetricsAndHealth(t *testing.T) {
+	d := startServed(t, "")
+	m := regexp.MustCompile(`http"?[=:]"?(127\.0\.0\.1:\d+)`).FindStringSubmatch(d.logs.String())
+	require.NotNil(t, m, "flowd logs its HTTP address: %s", d.logs.String())
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + m[1] + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	code, _ := get("/healthz")
+	assert.Equal(t, http.StatusOK, code)
+	code, body := get("/readyz")
+	assert.Equal(t, http.StatusOK, code, body)
+
+	_, err := cli(t, "one\ntwo\n", "produce", "metered", "--namesrv", d.namesrv)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, body := get("/metrics")
+		return strings.Contains(body, `flowd_messages_in_total{topic="metered"} 2`)
+	}, 10*time.Second, 20*time.Millisecond, "the two sends are counted")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/broker/store/vfs"
 	"github.com/flowd-io/flowd/config"
+	"github.com/flowd-io/flowd/metrics"
 )
 
 // serveCmd is `flowd serve`: its flags, bound to the settings of config.Config.
@@ -189,6 +191,17 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 		return err
 	}
 	cfg.Filters = ph.filters
+	// Metrics: the broker counts traffic through the observer; everything else is read at
+	// scrape time. The HTTP listener is opened now, so a taken address fails the start.
+	m := metrics.New(metrics.Options{})
+	cfg.Observer = m
+	var httpLn net.Listener
+	if c.HTTP.Listen != "off" {
+		if httpLn, err = net.Listen("tcp", c.HTTP.Listen); err != nil {
+			return errors.Join(fmt.Errorf("serve: http.listen: %w", err), ph.close(context.Background()))
+		}
+		defer httpLn.Close()
+	}
 	closePlugins := func() error {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -213,13 +226,33 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 		return errors.Join(err, b.Shutdown(context.Background()), cp.close(context.Background()), closePlugins())
 	}
 
+	stopWatch := m.WatchBroker(b)
+	m.WatchPlugins(ph.reg.Stats)
+	checks := metrics.BrokerChecks(b)
+	if cp != nil {
+		m.WatchPublisher(cp.pub.Stats)
+		checks = append(checks, metrics.NATSCheck(func() bool { return cp.pub.Stats().Connected }))
+	}
+	httpAddr := "off"
+	httpDone := make(chan error, 1)
+	hctx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHTTP()
+	if httpLn != nil {
+		httpAddr = httpLn.Addr().String()
+		go func() {
+			httpDone <- metrics.ServeListener(hctx, httpLn, metrics.NewHandler(m.Registry(), log, checks...))
+		}()
+	} else {
+		httpDone <- nil
+	}
+
 	w := &dirWatcher{ph: ph}
 	w.set(ctx, c.Plugins.Dir, c.Plugins.Poll)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	log.Info("flowd serving", "version", version, "broker", b.Addr(), "namesrv", b.NamesrvAddr(), "nats", cp.url(), "data", cfg.DataDir, "plugin_dir", c.Plugins.Dir)
+	log.Info("flowd serving", "version", version, "broker", b.Addr(), "namesrv", b.NamesrvAddr(), "nats", cp.url(), "http", httpAddr, "data", cfg.DataDir, "plugin_dir", c.Plugins.Dir)
 	for running := true; running; {
 		select {
 		case <-ctx.Done():
@@ -230,6 +263,9 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	}
 	log.Info("flowd stopping")
 	w.stop()
+	stopHTTP()
+	herr := <-httpDone
+	stopWatch()
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The "stopping" event goes out first, the broker's last events (members leaving as
@@ -237,7 +273,7 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	serr := cp.stopping()
 	berr := b.Shutdown(sctx)
 	ph.setSink(nil)
-	return errors.Join(serr, berr, cp.close(sctx), ph.close(sctx))
+	return errors.Join(herr, serr, berr, cp.close(sctx), ph.close(sctx))
 }
 
 // reloadConfig re-reads the configuration on SIGHUP, applies the settings that can change
