@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,9 +119,27 @@ type lines struct {
 	mu   sync.Mutex
 	buf  bytes.Buffer
 	recs []pipeline.Record
+	// gate, when set, holds every write until it is closed; holding is signalled on held.
+	gate atomic.Pointer[chan struct{}]
+	held chan struct{}
+}
+
+// hold makes writes wait until the returned function is called.
+func (l *lines) hold() (release func()) {
+	ch := make(chan struct{})
+	l.held = make(chan struct{}, 64)
+	l.gate.Store(&ch)
+	return func() { l.gate.Store(nil); close(ch) }
 }
 
 func (l *lines) Write(b []byte) (int, error) {
+	if g := l.gate.Load(); g != nil {
+		select {
+		case l.held <- struct{}{}:
+		default:
+		}
+		<-*g
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.buf.Write(b)

@@ -172,18 +172,25 @@ func TestTwoManagersSplitQueuesAndHandOver(t *testing.T) {
 	produceN("a", 20)
 	require.Eventually(t, func() bool { return delivered() == 20 }, wait, 10*time.Millisecond)
 
+	// A's sink holds its deliveries while B joins: the queues taken from A move only after
+	// A delivered and committed what it had polled of them.
+	release := outA.hold()
+	produceN("h", 40)
+	<-outA.held
 	require.NoError(t, mb.Start(ctx, def))
+	require.Eventually(t, func() bool { return len(ownedSource(ma, "fanin", "shared")) == 2 }, wait, 10*time.Millisecond, "A gives up two queues")
+	release()
 	require.Eventually(t, func() bool {
 		return len(ownedSource(ma, "fanin", "shared")) == 2 && len(ownedSource(mb, "fanin", "shared")) == 2
 	}, wait, 10*time.Millisecond, "the managers split the queues")
 	produceN("b", 40)
-	require.Eventually(t, func() bool { return outB.len() > 0 && delivered() >= 60 }, wait, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return outB.len() > 0 && delivered() >= 100 }, wait, 10*time.Millisecond)
 
 	produceN("c", 40) // some of these are in flight in A when it stops
 	require.NoError(t, ma.Stop(ctx, "fanin"))
 	require.Eventually(t, func() bool { return len(ownedSource(mb, "fanin", "shared")) == 4 }, wait, 10*time.Millisecond)
 	produceN("d", 20)
-	require.Eventually(t, func() bool { return delivered() >= 120 }, wait, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return delivered() >= 160 }, wait, 10*time.Millisecond)
 
 	seen := map[pos]string{}
 	for who, l := range map[string]*lines{"A": &outA, "B": &outB} {
@@ -195,7 +202,7 @@ func TestTwoManagersSplitQueuesAndHandOver(t *testing.T) {
 			seen[k] = who
 		}
 	}
-	assert.Len(t, seen, 120)
+	assert.Len(t, seen, 160)
 	for q := range int32(4) {
 		require.Eventually(t, func() bool {
 			st, err := mb.Get(ctx, "fanin")
