@@ -43,7 +43,9 @@ func TestDefinitionValidateNamesTheField(t *testing.T) {
 		"sink.jetstream": func(d *pipeline.Definition) {
 			d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkNATS, Subject: "s", JetStream: "maybe"}
 		},
-		"sink.url":     func(d *pipeline.Definition) { d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkWebhook, URL: "ftp://x"} },
+		"sink.url": func(d *pipeline.Definition) {
+			d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkWebhook, URL: "ftp://x"}
+		},
 		"sink.path":    func(d *pipeline.Definition) { d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkFile} },
 		"sink.timeout": func(d *pipeline.Definition) { d.Sink.Timeout = -1 },
 	}

@@ -240,4 +240,3 @@ func readTopic(t testing.TB, b *broker.Broker, topic, group string, n int) []*co
 	require.Len(t, out, n)
 	return out
 }
-

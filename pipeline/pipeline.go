@@ -114,9 +114,15 @@ type Pipeline struct {
 	gate       chan struct{} // closed while not paused
 	pollCancel context.CancelFunc
 	loopParked bool
+	polling    bool          // between the start of a Poll and the tagging of its batch
+	seeking    int           // seeks in progress; polling waits for them
 	busy       int           // batches dispatched and not finished
 	changed    chan struct{} // closed and replaced when loopParked, busy or inflight change
 	queues     map[consumer.MessageQueue]*queueState
+
+	// commitMu orders a worker's check of a queue's seek generation and its commit with
+	// seeks, so that a batch read before a seek never commits after it.
+	commitMu sync.Mutex
 
 	in, out, filtered, failed, sinkErrors atomic.Uint64
 }
@@ -216,27 +222,29 @@ func (p *Pipeline) run() {
 func (p *Pipeline) pollLoop() error {
 	for {
 		p.mu.Lock()
-		for p.paused {
-			gate := p.gate
-			p.loopParked = true
-			p.notifyLocked()
+		for p.paused || p.seeking > 0 {
+			wake := p.changed
+			if p.paused {
+				wake = p.gate
+				p.loopParked = true
+				p.notifyLocked()
+			}
 			p.mu.Unlock()
 			select {
-			case <-gate:
+			case <-wake:
 			case <-p.loopCtx.Done():
 				return nil
 			}
 			p.mu.Lock()
 		}
 		p.loopParked = false
+		p.polling = true
 		pollCtx, cancel := context.WithCancel(p.loopCtx)
 		p.pollCancel = cancel
 		p.mu.Unlock()
 		msgs, err := p.c.Poll(pollCtx)
 		cancel()
-		if len(msgs) > 0 {
-			p.dispatch(msgs)
-		}
+		p.dispatch(msgs)
 		if p.loopCtx.Err() != nil {
 			return nil
 		}
@@ -246,9 +254,18 @@ func (p *Pipeline) pollLoop() error {
 	}
 }
 
+// dispatch tags a polled batch with its queue's generations and hands it to the queue's
+// worker. It ends the poll (polling): a seek waits for that, so that no batch read before
+// the seek is tagged after it.
 func (p *Pipeline) dispatch(msgs []*consumer.Message) {
-	mq := msgs[0].Queue
 	p.mu.Lock()
+	p.polling = false
+	p.notifyLocked()
+	if len(msgs) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	mq := msgs[0].Queue
 	qs := p.queueLocked(mq)
 	qs.inflight++
 	p.busy++
@@ -333,12 +350,14 @@ func (p *Pipeline) process(b *batch) {
 // commit commits the offset past b unless a seek moved the queue meanwhile.
 func (p *Pipeline) commit(ctx context.Context, b *batch) {
 	next := b.msgs[len(b.msgs)-1].QueueOffset + 1
+	p.commitMu.Lock()
+	defer p.commitMu.Unlock()
 	p.mu.Lock()
-	if p.queueLocked(b.mq).seekGen != b.seekGen {
-		p.mu.Unlock()
+	stale := p.queueLocked(b.mq).seekGen != b.seekGen
+	p.mu.Unlock()
+	if stale {
 		return
 	}
-	p.mu.Unlock()
 	if err := p.c.CommitOffsets(ctx, map[consumer.MessageQueue]int64{b.mq: next}); err != nil {
 		// Not ours any more, or the broker is unreachable: the next owner (or the next
 		// batch) reads on from the last commit, so at worst messages are delivered again.
@@ -346,9 +365,7 @@ func (p *Pipeline) commit(ctx context.Context, b *batch) {
 		return
 	}
 	p.mu.Lock()
-	if qs := p.queueLocked(b.mq); next > qs.committed || qs.seekGen != b.seekGen {
-		qs.committed = next
-	}
+	p.queueLocked(b.mq).committed = next
 	p.mu.Unlock()
 }
 
@@ -618,6 +635,25 @@ func (p *Pipeline) seek(ctx context.Context, r SeekRequest) error {
 	if r.Queue != nil {
 		queues = []consumer.MessageQueue{*r.Queue}
 	}
+	// Stop polling, and wait for a poll in progress to tag its batch: every batch tagged
+	// from now on is read after the seek.
+	p.mu.Lock()
+	p.seeking++
+	if p.pollCancel != nil {
+		p.pollCancel()
+	}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.seeking--
+		p.notifyLocked()
+		p.mu.Unlock()
+	}()
+	if err := p.waitFor(ctx, func() bool { return !p.polling }); err != nil {
+		return fmt.Errorf("pipeline %s: seek: %w", p.def.Name, err)
+	}
+	p.commitMu.Lock()
+	defer p.commitMu.Unlock()
 	for _, mq := range queues {
 		p.mu.Lock()
 		p.queueLocked(mq).seekGen++
