@@ -48,6 +48,6 @@
 // Status reports the state, each owned queue's committed offset (read from the broker),
 // and counters: in, out (records acknowledged), filtered (messages the transforms turned
 // into nothing; what the selector rejects never leaves the broker), failed (messages sent
-// back) and sink errors (failed attempts). The lite-pull consumer does not expose a
-// queue's end, so Lag is -1 (unknown) for now.
+// back) and sink errors (failed attempts). A queue's lag is known when the Manager was
+// given Options.QueueEnd (the daemon reads queue ends from its store); otherwise it is -1.
 package pipeline

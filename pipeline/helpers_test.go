@@ -100,7 +100,14 @@ func consumerOpts() []consumer.Option {
 
 func newManager(t testing.TB, b *broker.Broker, mod func(*pipeline.Options)) *pipeline.Manager {
 	t.Helper()
-	opts := pipeline.Options{NameServers: []string{b.NamesrvAddr()}, Logger: quiet(), ConsumerOptions: consumerOpts()}
+	opts := pipeline.Options{NameServers: []string{b.NamesrvAddr()}, Logger: quiet(), ConsumerOptions: consumerOpts(),
+		QueueEnd: func(mq consumer.MessageQueue) (int64, bool) {
+			qs, err := b.TopicQueues(mq.Topic)
+			if err != nil || mq.QueueID >= len(qs) {
+				return 0, false
+			}
+			return qs[mq.QueueID].MaxOffset, true
+		}}
 	if mod != nil {
 		mod(&opts)
 	}

@@ -261,6 +261,10 @@ func TestPauseResumeSeek(t *testing.T) {
 	assert.Equal(t, pipeline.StatePaused, st.State)
 	produceN(5, 5)
 	assert.Never(t, func() bool { return out.len() > 5 }, 300*time.Millisecond, 10*time.Millisecond, "paused pipelines deliver nothing")
+	st, err = m.Get(ctx, "ctl")
+	require.NoError(t, err)
+	require.Len(t, st.Queues, 1)
+	assert.Equal(t, pipeline.QueueStatus{Queue: st.Queues[0].Queue, Committed: 5, Lag: 5}, st.Queues[0])
 
 	require.NoError(t, m.Resume(ctx, "ctl"))
 	require.Eventually(t, func() bool { return out.len() == 10 }, wait, 10*time.Millisecond)

@@ -90,6 +90,9 @@ type Options struct {
 	HTTPClient *http.Client
 	// Stdout is where stdout sinks write; default os.Stdout.
 	Stdout io.Writer
+	// QueueEnd returns a queue's max offset (one past its last message), for the lag in
+	// Status; a daemon hosting the broker reads it from its store. Default none: lag -1.
+	QueueEnd func(mq consumer.MessageQueue) (int64, bool)
 	// ConsumerOptions and ProducerOptions are appended to those the Manager sets (timings,
 	// client addresses). Default none.
 	ConsumerOptions []consumer.Option

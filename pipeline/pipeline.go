@@ -707,6 +707,11 @@ func (p *Pipeline) status(ctx context.Context) Status {
 		if off, err := p.c.Committed(ctx, mq); err == nil {
 			qs.Committed = off
 		}
+		if end := p.m.opts.QueueEnd; end != nil && qs.Committed >= 0 {
+			if hi, ok := end(mq); ok {
+				qs.Lag = max(hi-qs.Committed, 0)
+			}
+		}
 		st.Queues = append(st.Queues, qs)
 	}
 	return st
