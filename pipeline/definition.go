@@ -158,7 +158,9 @@ type SinkDefinition struct {
 	Subject string `json:"subject,omitempty" yaml:"subject,omitempty"`
 	// JetStream (type nats): "auto" publishes through JetStream, waiting for its ack, when
 	// a stream holds Subject (asked once at start); "always" and "never" force the choice.
-	// Default "auto".
+	// Default "auto". JetStream publishes carry the record's MsgID as Nats-Msg-Id, so the
+	// stream drops the copies a restart delivers again within its duplicate window (a
+	// replay after a seek within that window is dropped too).
 	JetStream string `json:"jetstream,omitempty" yaml:"jetstream,omitempty"`
 
 	// URL (type webhook) is the http or https endpoint each message is POSTed to as JSON;

@@ -65,7 +65,14 @@ func TestKillAndRestartResumesFromCommitted(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	m := newManager(t, b, nil)
+	stopped := make(chan pipeline.Event, 4)
+	m := newManager(t, b, func(o *pipeline.Options) {
+		o.OnEvent = func(e pipeline.Event) {
+			if e.Type == pipeline.EventStopped {
+				stopped <- e
+			}
+		}
+	})
 	def := pipeline.Definition{
 		Name: "killme", Topics: []string{"kill"}, Group: "kill-group", StartFrom: pipeline.StartFirst,
 		Parallelism: 2, PullBatchSize: batch,
@@ -79,10 +86,15 @@ func TestKillAndRestartResumesFromCommitted(t *testing.T) {
 		t.Fatal("the sink was never reached after the first acknowledgements")
 	}
 	kill()
-	require.Eventually(t, func() bool {
-		st, err := m.Get(context.Background(), "killme")
-		return err == nil && st.State == pipeline.StateStopped
-	}, wait, 10*time.Millisecond)
+	select {
+	case e := <-stopped:
+		assert.ErrorIs(t, e.Err, context.Canceled, "a killed pipeline says why it stopped")
+	case <-time.After(wait):
+		t.Fatal("no stopped event after the kill")
+	}
+	st, err := m.Get(context.Background(), "killme")
+	require.NoError(t, err)
+	assert.Equal(t, pipeline.StateStopped, st.State)
 
 	// What is committed was acknowledged: every offset below a queue's committed offset.
 	mu.Lock()
