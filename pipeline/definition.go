@@ -1,0 +1,324 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ErrInvalidDefinition is wrapped by every validation error; the message names the field.
+var ErrInvalidDefinition = errors.New("pipeline: invalid definition")
+
+// Selector types a Definition may name. They are the broker's expression types.
+const (
+	SelectorTag   = "TAG"
+	SelectorSQL92 = "SQL92"
+	SelectorWasm  = "WASM"
+)
+
+// Start positions: where a pipeline whose group has no committed offset for a queue begins.
+const (
+	StartFirst     = "first"
+	StartLast      = "last"
+	StartTimestamp = "timestamp"
+)
+
+// Sink types.
+const (
+	SinkTopic   = "topic"
+	SinkNATS    = "nats"
+	SinkWebhook = "webhook"
+	SinkFile    = "file"
+	SinkStdout  = "stdout"
+)
+
+// Defaults of the optional fields.
+const (
+	DefaultParallelism  = 1
+	DefaultMaxAttempts  = 5
+	DefaultRetryBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff   = 5 * time.Second
+	DefaultSinkTimeout  = 10 * time.Second
+)
+
+// Duration is a time.Duration written as a Go duration string ("250ms", "5s") in JSON and
+// YAML, so that config files stay readable.
+type Duration time.Duration
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a duration string or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n int64
+		if err2 := json.Unmarshal(b, &n); err2 != nil {
+			return fmt.Errorf("duration %s: %w", b, err)
+		}
+		*d = Duration(n)
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes d as a duration string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// UnmarshalYAML reads a duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("duration %q: %w", n.Value, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Definition is everything that describes a pipeline: what it reads, what it does to each
+// message and where it writes. It is plain data (a config file or a KV entry holds it);
+// the resources it names (Wasm plugins, a NATS connection) are resolved by the Manager.
+type Definition struct {
+	// Name identifies the pipeline in its Manager. Required: letters, digits, '-', '_', '.'.
+	Name string `json:"name" yaml:"name"`
+	// Topics are the source topics. Required, at least one.
+	Topics []string `json:"topics" yaml:"topics"`
+	// Group is the consumer group the pipeline reads as; every Manager running the same
+	// definition shares the topics' queues in it. Default "pipeline-<name>".
+	Group string `json:"group,omitempty" yaml:"group,omitempty"`
+	// Selector chooses the messages the broker hands out. Default: every message (TAG "*").
+	Selector Selector `json:"selector,omitzero" yaml:"selector,omitempty"`
+	// Allocator names the queue allocation strategy: a built-in (AVG, AVG_BY_CIRCLE,
+	// CONSISTENT_HASH, STICKY-…) or a name the Manager's Allocators function resolves (a
+	// Wasm allocator plugin). Default AVG.
+	Allocator string `json:"allocator,omitempty" yaml:"allocator,omitempty"`
+	// Transforms name Wasm transform plugins, applied in order; each turns a message into
+	// zero or more messages. Resolved by the Manager's Transforms function. Default none.
+	Transforms []string `json:"transforms,omitempty" yaml:"transforms,omitempty"`
+	// StartFrom is where reading begins for a queue the group has no offset for: "first",
+	// "last" or "timestamp" (with StartTimestamp). Default "last". Committed offsets win.
+	StartFrom string `json:"start_from,omitempty" yaml:"start_from,omitempty"`
+	// StartTimestamp is the time StartFrom "timestamp" starts at. Required with it.
+	StartTimestamp time.Time `json:"start_timestamp,omitzero" yaml:"start_timestamp,omitempty"`
+	// Parallelism is the number of workers processing polled batches. A queue is always
+	// processed by the same worker, so order within a queue is kept. Default 1.
+	Parallelism int `json:"parallelism,omitempty" yaml:"parallelism,omitempty"`
+	// MaxAttempts is how often the sink is tried with one message before the message is
+	// sent back to the group's retry topic (%RETRY%<group>). Default 5.
+	MaxAttempts int `json:"max_attempts,omitempty" yaml:"max_attempts,omitempty"`
+	// RetryBackoff is the wait after the first failed attempt; it doubles after each further
+	// one, up to MaxBackoff. Defaults 100ms and 5s.
+	RetryBackoff Duration `json:"retry_backoff,omitempty" yaml:"retry_backoff,omitempty"`
+	MaxBackoff   Duration `json:"max_backoff,omitempty" yaml:"max_backoff,omitempty"`
+	// RetryDelayLevel is the delay level of a message sent back (1 is the broker's shortest
+	// delay); 0 lets the broker choose from the number of earlier attempts. Default 0.
+	RetryDelayLevel int `json:"retry_delay_level,omitempty" yaml:"retry_delay_level,omitempty"`
+	// MaxReconsumeTimes is how often a message may be sent back before the broker moves it
+	// to the group's dead-letter topic (%DLQ%<group>). Default: the broker's setting.
+	MaxReconsumeTimes int `json:"max_reconsume_times,omitempty" yaml:"max_reconsume_times,omitempty"`
+	// PullBatchSize caps the messages of one polled batch, and so the uncommitted window of
+	// a queue. Default: the consumer's (32).
+	PullBatchSize int `json:"pull_batch_size,omitempty" yaml:"pull_batch_size,omitempty"`
+	// Sink is where the messages go. Required.
+	Sink SinkDefinition `json:"sink" yaml:"sink"`
+}
+
+// Selector is a broker-side filter: a tag expression, a SQL92 expression on properties, or
+// the name (or name@version) of a deployed Wasm filter plugin.
+type Selector struct {
+	// Type is TAG, SQL92 or WASM. Default TAG.
+	Type string `json:"type,omitempty" yaml:"type,omitempty"`
+	// Expression is the expression of Type. Default "*" for TAG; required otherwise.
+	Expression string `json:"expression,omitempty" yaml:"expression,omitempty"`
+}
+
+// SinkDefinition says where a pipeline writes. Type picks the fields that apply.
+type SinkDefinition struct {
+	// Type is topic, nats, webhook, file or stdout. Required.
+	Type string `json:"type" yaml:"type"`
+
+	// Topic (type topic) is the destination topic. Required for topic.
+	Topic string `json:"topic,omitempty" yaml:"topic,omitempty"`
+	// NameServers (type topic) are a remote RocketMQ cluster's name servers; default the
+	// Manager's own (this flowd).
+	NameServers []string `json:"name_servers,omitempty" yaml:"name_servers,omitempty"`
+
+	// Subject (type nats) is the NATS subject. Required for nats.
+	Subject string `json:"subject,omitempty" yaml:"subject,omitempty"`
+	// JetStream (type nats): "auto" publishes through JetStream, waiting for its ack, when
+	// a stream holds Subject (asked once at start); "always" and "never" force the choice.
+	// Default "auto". JetStream publishes carry the record's MsgID as Nats-Msg-Id, so the
+	// stream drops the copies a restart delivers again within its duplicate window (a
+	// replay after a seek within that window is dropped too).
+	JetStream string `json:"jetstream,omitempty" yaml:"jetstream,omitempty"`
+
+	// URL (type webhook) is the http or https endpoint each message is POSTed to as JSON;
+	// a 2xx answer acknowledges it. Required for webhook.
+	URL string `json:"url,omitempty" yaml:"url,omitempty"`
+	// Headers (type webhook) are added to every request. Default none.
+	Headers map[string]string `json:"headers,omitempty" yaml:"headers,omitempty"`
+
+	// Path (type file) is the file JSON lines are appended to. Required for file.
+	Path string `json:"path,omitempty" yaml:"path,omitempty"`
+
+	// Timeout bounds one delivery attempt. Default 10s.
+	Timeout Duration `json:"timeout,omitempty" yaml:"timeout,omitempty"`
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidDefinition, field, fmt.Sprintf(format, args...))
+}
+
+// withDefaults returns d with every unset optional field at its default.
+func (d Definition) withDefaults() Definition {
+	if d.Group == "" {
+		d.Group = "pipeline-" + d.Name
+	}
+	if d.Selector.Type == "" {
+		d.Selector.Type = SelectorTag
+	}
+	if d.Selector.Type == SelectorTag && d.Selector.Expression == "" {
+		d.Selector.Expression = "*"
+	}
+	if d.Allocator == "" {
+		d.Allocator = "AVG"
+	}
+	if d.StartFrom == "" {
+		d.StartFrom = StartLast
+	}
+	if d.Parallelism == 0 {
+		d.Parallelism = DefaultParallelism
+	}
+	if d.MaxAttempts == 0 {
+		d.MaxAttempts = DefaultMaxAttempts
+	}
+	if d.RetryBackoff == 0 {
+		d.RetryBackoff = Duration(DefaultRetryBackoff)
+	}
+	if d.MaxBackoff == 0 {
+		d.MaxBackoff = Duration(DefaultMaxBackoff)
+	}
+	if d.Sink.Timeout == 0 {
+		d.Sink.Timeout = Duration(DefaultSinkTimeout)
+	}
+	if d.Sink.Type == SinkNATS && d.Sink.JetStream == "" {
+		d.Sink.JetStream = "auto"
+	}
+	return d
+}
+
+// Validate checks d and returns an error wrapping ErrInvalidDefinition that names the first
+// field in error. Unset optional fields are valid (they take their defaults).
+func (d Definition) Validate() error {
+	if !nameRE.MatchString(d.Name) {
+		return invalid("name", "%q must be 1-128 letters, digits, '-', '_' or '.'", d.Name)
+	}
+	if len(d.Topics) == 0 {
+		return invalid("topics", "at least one topic is required")
+	}
+	for i, t := range d.Topics {
+		if !nameRE.MatchString(t) {
+			return invalid(fmt.Sprintf("topics[%d]", i), "%q is not a valid topic name", t)
+		}
+	}
+	if d.Group != "" && !nameRE.MatchString(d.Group) {
+		return invalid("group", "%q is not a valid group name", d.Group)
+	}
+	switch d.Selector.Type {
+	case "", SelectorTag:
+	case SelectorSQL92, SelectorWasm:
+		if strings.TrimSpace(d.Selector.Expression) == "" {
+			return invalid("selector.expression", "required for type %s", d.Selector.Type)
+		}
+	default:
+		return invalid("selector.type", "%q is not TAG, SQL92 or WASM", d.Selector.Type)
+	}
+	for i, t := range d.Transforms {
+		if strings.TrimSpace(t) == "" {
+			return invalid(fmt.Sprintf("transforms[%d]", i), "empty plugin name")
+		}
+	}
+	switch d.StartFrom {
+	case "", StartFirst, StartLast:
+		if !d.StartTimestamp.IsZero() {
+			return invalid("start_timestamp", "only with start_from %q", StartTimestamp)
+		}
+	case StartTimestamp:
+		if d.StartTimestamp.IsZero() {
+			return invalid("start_timestamp", "required with start_from %q", StartTimestamp)
+		}
+	default:
+		return invalid("start_from", "%q is not first, last or timestamp", d.StartFrom)
+	}
+	if d.Parallelism < 0 || d.Parallelism > 1024 {
+		return invalid("parallelism", "%d is outside [1, 1024]", d.Parallelism)
+	}
+	if d.MaxAttempts < 0 {
+		return invalid("max_attempts", "%d is negative", d.MaxAttempts)
+	}
+	if d.RetryBackoff < 0 {
+		return invalid("retry_backoff", "%s is negative", time.Duration(d.RetryBackoff))
+	}
+	if d.MaxBackoff < 0 || (d.MaxBackoff > 0 && d.MaxBackoff < d.RetryBackoff) {
+		return invalid("max_backoff", "%s is negative or below retry_backoff", time.Duration(d.MaxBackoff))
+	}
+	if d.RetryDelayLevel < 0 {
+		return invalid("retry_delay_level", "%d is negative", d.RetryDelayLevel)
+	}
+	if d.MaxReconsumeTimes < 0 {
+		return invalid("max_reconsume_times", "%d is negative", d.MaxReconsumeTimes)
+	}
+	if d.PullBatchSize < 0 || d.PullBatchSize > 1024 {
+		return invalid("pull_batch_size", "%d is outside [1, 1024]", d.PullBatchSize)
+	}
+	return d.Sink.validate()
+}
+
+func (s SinkDefinition) validate() error {
+	if s.Timeout < 0 {
+		return invalid("sink.timeout", "%s is negative", time.Duration(s.Timeout))
+	}
+	switch s.Type {
+	case SinkTopic:
+		if !nameRE.MatchString(s.Topic) {
+			return invalid("sink.topic", "%q is not a valid topic name", s.Topic)
+		}
+	case SinkNATS:
+		if s.Subject == "" || strings.ContainsAny(s.Subject, " \t\r\n") {
+			return invalid("sink.subject", "%q is not a valid NATS subject", s.Subject)
+		}
+		switch s.JetStream {
+		case "", "auto", "always", "never":
+		default:
+			return invalid("sink.jetstream", "%q is not auto, always or never", s.JetStream)
+		}
+	case SinkWebhook:
+		u, err := url.Parse(s.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return invalid("sink.url", "%q is not an http(s) URL", s.URL)
+		}
+	case SinkFile:
+		if s.Path == "" {
+			return invalid("sink.path", "required for a file sink")
+		}
+	case SinkStdout:
+	case "":
+		return invalid("sink.type", "required")
+	default:
+		return invalid("sink.type", "%q is not topic, nats, webhook, file or stdout", s.Type)
+	}
+	return nil
+}

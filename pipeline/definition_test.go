@@ -1,0 +1,98 @@
+package pipeline_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/flowd-io/flowd/pipeline"
+)
+
+func validDef() pipeline.Definition {
+	return pipeline.Definition{Name: "p", Topics: []string{"t"}, Sink: pipeline.SinkDefinition{Type: pipeline.SinkStdout}}
+}
+
+// Every validation error wraps ErrInvalidDefinition and names the field in error.
+func TestDefinitionValidateNamesTheField(t *testing.T) {
+	require.NoError(t, validDef().Validate())
+	cases := map[string]func(d *pipeline.Definition){
+		"name":                func(d *pipeline.Definition) { d.Name = "a b" },
+		"topics":              func(d *pipeline.Definition) { d.Topics = nil },
+		"topics[1]":           func(d *pipeline.Definition) { d.Topics = []string{"ok", "no/pe"} },
+		"group":               func(d *pipeline.Definition) { d.Group = "g g" },
+		"selector.type":       func(d *pipeline.Definition) { d.Selector.Type = "REGEX" },
+		"selector.expression": func(d *pipeline.Definition) { d.Selector.Type = pipeline.SelectorSQL92 },
+		"transforms[0]":       func(d *pipeline.Definition) { d.Transforms = []string{" "} },
+		"start_from":          func(d *pipeline.Definition) { d.StartFrom = "middle" },
+		"start_timestamp":     func(d *pipeline.Definition) { d.StartFrom = pipeline.StartTimestamp },
+		"parallelism":         func(d *pipeline.Definition) { d.Parallelism = -1 },
+		"max_attempts":        func(d *pipeline.Definition) { d.MaxAttempts = -2 },
+		"retry_backoff":       func(d *pipeline.Definition) { d.RetryBackoff = -1 },
+		"max_backoff":         func(d *pipeline.Definition) { d.RetryBackoff, d.MaxBackoff = 10, 5 },
+		"retry_delay_level":   func(d *pipeline.Definition) { d.RetryDelayLevel = -1 },
+		"max_reconsume_times": func(d *pipeline.Definition) { d.MaxReconsumeTimes = -1 },
+		"pull_batch_size":     func(d *pipeline.Definition) { d.PullBatchSize = 5000 },
+		"sink.type":           func(d *pipeline.Definition) { d.Sink.Type = "kafka" },
+		"sink.topic":          func(d *pipeline.Definition) { d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkTopic} },
+		"sink.subject":        func(d *pipeline.Definition) { d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkNATS} },
+		"sink.jetstream": func(d *pipeline.Definition) {
+			d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkNATS, Subject: "s", JetStream: "maybe"}
+		},
+		"sink.url": func(d *pipeline.Definition) {
+			d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkWebhook, URL: "ftp://x"}
+		},
+		"sink.path":    func(d *pipeline.Definition) { d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkFile} },
+		"sink.timeout": func(d *pipeline.Definition) { d.Sink.Timeout = -1 },
+	}
+	for field, mod := range cases {
+		t.Run(field, func(t *testing.T) {
+			d := validDef()
+			mod(&d)
+			err := d.Validate()
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, pipeline.ErrInvalidDefinition))
+			assert.Contains(t, err.Error(), ": "+field+": ")
+		})
+	}
+}
+
+// Definitions round-trip through JSON and YAML with snake_case keys and readable durations.
+func TestDefinitionJSONAndYAML(t *testing.T) {
+	const y = `
+name: orders-to-nats
+topics: [orders]
+group: g1
+selector: {type: SQL92, expression: "amount > 10"}
+allocator: STICKY-AVG
+transforms: [redact]
+start_from: timestamp
+start_timestamp: 2026-01-02T03:04:05Z
+parallelism: 4
+max_attempts: 3
+retry_backoff: 250ms
+max_backoff: 2s
+retry_delay_level: 2
+pull_batch_size: 16
+sink: {type: nats, subject: orders.out, jetstream: auto, timeout: 3s}
+`
+	var d pipeline.Definition
+	require.NoError(t, yaml.Unmarshal([]byte(y), &d))
+	require.NoError(t, d.Validate())
+	assert.Equal(t, pipeline.Duration(250*time.Millisecond), d.RetryBackoff)
+	assert.Equal(t, pipeline.Duration(3*time.Second), d.Sink.Timeout)
+	assert.Equal(t, "amount > 10", d.Selector.Expression)
+	assert.Equal(t, 4, d.Parallelism)
+
+	b, err := json.Marshal(d)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"retry_backoff":"250ms"`)
+	assert.Contains(t, string(b), `"start_from":"timestamp"`)
+	var back pipeline.Definition
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Equal(t, d, back)
+}

@@ -1,0 +1,53 @@
+// Package pipeline runs flowd's pipelines: lite-pull consumers hosted in the daemon that
+// read one or more topics, keep the messages a selector admits, pass them through Wasm
+// transforms and deliver the result to a sink (a topic on this flowd or on a remote
+// RocketMQ cluster, a NATS subject, an HTTP webhook, or JSON lines on a file or stdout).
+//
+// A Definition describes a pipeline as plain data (a config file or a KV entry holds it);
+// a Manager runs definitions by name and resolves what they name (transform and allocator
+// plugins, the NATS connection). Managers in several daemons that run the same definition
+// share its queues through the consumer group, and hand them over on join and leave.
+//
+// # Delivery guarantee: at least once
+//
+// A pipeline commits its consumer offsets by hand (auto-commit is off). Polled batches go
+// to Parallelism workers, a queue always to the same worker, so a queue's messages are
+// delivered in order and a worker finishes one batch before it starts the next of that
+// queue. After every record of a batch was acknowledged by the sink (stored by the topic's
+// broker, acked by JetStream or flushed to the NATS server, answered 2xx by the webhook,
+// written and synced to the file), the worker commits the offset past the batch. So an
+// offset is committed only after the sink acknowledged every message before it in its
+// queue, and a crash or a kill can only make a pipeline deliver again what was
+// acknowledged and not yet committed: at most one batch per queue (PullBatchSize).
+//
+// A record the sink refuses is tried MaxAttempts times with exponential backoff
+// (RetryBackoff doubling up to MaxBackoff); then its message is sent back with
+// consumer.SendBack to the group's retry topic %RETRY%<group>, from which the pipeline
+// reads it again after the delay level's delay, and after MaxReconsumeTimes the broker
+// moves it to the dead-letter topic %DLQ%<group>. The batch is committed past a message
+// only once it was delivered or sent back; a send-back that fails is retried until the
+// pipeline stops, holding the queue, rather than losing the message.
+//
+// Transforms may turn a message into several records (each delivered, in order) or none
+// (counted as filtered and committed past). A transform that fails MaxAttempts times sends
+// its whole batch back; one whose plugin fails open passes the messages unchanged.
+//
+// # Stopping
+//
+// Manager.Stop drains: polling stops, the batches already polled are delivered and
+// committed, and the consumer leaves the group, so the other members take the queues at
+// the committed offsets, without duplicates. Cancelling the context given to Start kills
+// the pipeline instead: deliveries in progress are abandoned, nothing more is committed,
+// and the next owner (or the same pipeline restarted) delivers the uncommitted window
+// again. When a rebalance takes queues away, batches of them not yet started are dropped
+// and the hand-over waits for the batch in progress to be delivered and committed, so a
+// running pipeline never delivers a message that another member delivers too.
+//
+// # Counters and status
+//
+// Status reports the state, each owned queue's committed offset (read from the broker),
+// and counters: in, out (records acknowledged), filtered (messages the transforms turned
+// into nothing; what the selector rejects never leaves the broker), failed (messages sent
+// back) and sink errors (failed attempts). A queue's lag is known when the Manager was
+// given Options.QueueEnd (the daemon reads queue ends from its store); otherwise it is -1.
+package pipeline
