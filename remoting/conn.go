@@ -40,12 +40,12 @@ func (f HandlerFunc) ServeRemoting(ctx context.Context, c *Conn, req *protocol.C
 	return f(ctx, c, req)
 }
 
-// Buffer sizes. The reader reads frames larger than its buffer straight into the frame, and
-// the writer writes frames larger than its free space straight to the socket, so these only
-// bound how many small frames are batched per system call.
+// Buffer sizes. The reader reads frames larger than its buffer straight into the frame.
 const (
-	readBufferSize  = 16 << 10
-	writeBufferSize = 32 << 10
+	readBufferSize = 16 << 10
+	// maxGatheredWrite is the most a batch of frames is copied into one buffer for a single
+	// write; a larger batch is written with writev, frame by frame.
+	maxGatheredWrite = 256 << 10
 	// maxPooledFrame is the largest encode buffer kept for reuse: one large pull response must
 	// not pin megabytes per connection for its lifetime.
 	maxPooledFrame = 64 << 10
@@ -134,12 +134,21 @@ type Conn struct {
 	// connection whose frame has been arriving for longer than its FrameReadTimeout.
 	frameStart atomic.Int64
 
-	// The writer. writers counts goroutines waiting for wmu so the holder can tell whether
-	// someone will write after it (and flush for both) or whether it must flush itself.
-	writers   atomic.Int32
-	wmu       sync.Mutex
-	bw        *bufio.Writer // guarded by wmu
-	wdeadline time.Time     // guarded by wmu: the write deadline last set on nc
+	// The writer. A goroutine that has a frame to send queues it; if no write is under way it
+	// becomes the writer, takes every frame queued by then and writes them with one system
+	// call. Frames queued meanwhile form the next batch, whose callers wait for it; when the
+	// writer is done it hands the next batch to one of them. Nothing ever waits for more
+	// frames to arrive: a frame queued on an idle connection is written at once by its own
+	// caller.
+	qmu     sync.Mutex
+	queue   []queuedFrame // guarded by qmu: frames waiting for the next write
+	qbatch  *writeBatch   // guarded by qmu: the batch the queued frames belong to
+	writing bool          // guarded by qmu: a writer holds or has been handed the queue
+	spare   []queuedFrame // guarded by qmu: the last written batch's slice, for reuse
+
+	wmu       sync.Mutex // held while frames are written to nc
+	wbuf      []byte     // guarded by wmu: where a batch's frames are gathered
+	wdeadline time.Time  // guarded by wmu: the write deadline last set on nc
 
 	pmu        sync.Mutex
 	pending    map[int32]chan *protocol.Command // guarded by pmu: waiting Invokes by opaque; nil once closed
@@ -163,7 +172,6 @@ func newConn(nc net.Conn, cfg *connConfig) *Conn {
 		log:       cfg.logger.With("remote", raddr),
 		raddr:     raddr,
 		br:        bufio.NewReaderSize(nc, readBufferSize),
-		bw:        bufio.NewWriterSize(nc, writeBufferSize),
 		ctx:       ctx,
 		cancel:    cancel,
 		pending:   make(map[int32]chan *protocol.Command),
@@ -356,6 +364,24 @@ func (c *Conn) deliver(resp *protocol.Command) {
 	ch <- resp // buffered, and each channel gets one response
 }
 
+// queuedFrame is an encoded frame waiting to be written, with the pooled buffer it lives in.
+type queuedFrame struct {
+	bp    *[]byte
+	frame []byte
+}
+
+// writeBatch is the outcome of one write, shared by the callers whose frames it carried.
+type writeBatch struct {
+	// done is closed once the batch has been written or has failed; err and written are set
+	// before.
+	done    chan struct{}
+	err     error
+	written bool
+	// lead hands the batch to one of its callers, who writes it: the writer before it sends
+	// one token when it finishes and finds this batch queued.
+	lead chan struct{}
+}
+
 // writeCommand encodes cmd and writes it. written is false only when nothing of cmd reached
 // the socket because the connection was already closed; an encoding error is returned as is
 // and leaves the connection open; any other error closes the connection and wraps
@@ -367,13 +393,79 @@ func (c *Conn) writeCommand(cmd *protocol.Command) (written bool, err error) {
 		c.cfg.putFrame(bp, frame)
 		return false, err
 	}
-	c.writers.Add(1)
-	c.wmu.Lock()
-	c.writers.Add(-1)
+	c.qmu.Lock()
 	select {
 	case <-c.done:
-		c.wmu.Unlock()
+		c.qmu.Unlock()
 		c.cfg.putFrame(bp, frame)
+		return false, c.err
+	default:
+	}
+	c.queue = append(c.queue, queuedFrame{bp: bp, frame: frame})
+	b := c.qbatch
+	if b == nil {
+		b = &writeBatch{done: make(chan struct{}), lead: make(chan struct{}, 1)}
+		c.qbatch = b
+	}
+	if c.writing {
+		c.qmu.Unlock()
+		// A write is under way: ours leaves with the next one, written by whichever caller
+		// of this batch is handed it.
+		select {
+		case <-b.done:
+			return b.written, b.err
+		case <-b.lead:
+		}
+	} else {
+		c.writing = true
+		c.qmu.Unlock()
+	}
+	c.writeQueued()
+	<-b.done // closed by writeQueued: our frame was in the batch it wrote
+	return b.written, b.err
+}
+
+// queuedFrames is how many frames wait for the next write.
+func (c *Conn) queuedFrames() int {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	return len(c.queue)
+}
+
+// writeQueued writes every frame queued now as one batch, then hands the queue on to a caller
+// of the next batch if frames were queued meanwhile. The caller must be the writer (it set
+// writing, or received the batch's lead token).
+func (c *Conn) writeQueued() {
+	c.qmu.Lock()
+	frames, b := c.queue, c.qbatch
+	c.queue, c.qbatch = c.spare[:0], nil
+	c.spare = nil
+	c.qmu.Unlock()
+
+	b.written, b.err = c.writeFrames(frames)
+	for i := range frames {
+		c.cfg.putFrame(frames[i].bp, frames[i].frame)
+		frames[i] = queuedFrame{}
+	}
+
+	c.qmu.Lock()
+	c.spare = frames[:0]
+	if len(c.queue) > 0 {
+		c.qbatch.lead <- struct{}{} // buffered, one token per batch: we stay the writer until it is taken
+	} else {
+		c.writing = false
+	}
+	c.qmu.Unlock()
+	close(b.done)
+}
+
+// writeFrames writes frames to the socket with one system call where it can (large batches
+// may take more), under the write lock.
+func (c *Conn) writeFrames(frames []queuedFrame) (written bool, err error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	select {
+	case <-c.done:
 		return false, c.err
 	default:
 	}
@@ -385,17 +477,33 @@ func (c *Conn) writeCommand(cmd *protocol.Command) (written bool, err error) {
 			_ = c.nc.SetWriteDeadline(c.wdeadline)
 		}
 	}
-	_, err = c.bw.Write(frame)
-	if err == nil && c.writers.Load() == 0 {
-		// Nobody is queued behind us to flush for us.
-		err = c.bw.Flush()
+	total := 0
+	for _, f := range frames {
+		total += len(f.frame)
+	}
+	switch {
+	case len(frames) == 1:
+		_, err = c.nc.Write(frames[0].frame)
+	case total <= maxGatheredWrite:
+		// Gathered into one buffer: one write on any net.Conn, and small frames cost less to
+		// copy than to describe to writev one by one.
+		buf := c.wbuf[:0]
+		for _, f := range frames {
+			buf = append(buf, f.frame...)
+		}
+		_, err = c.nc.Write(buf)
+		if cap(buf) <= maxGatheredWrite {
+			c.wbuf = buf[:0]
+		}
+	default:
+		bufs := make(net.Buffers, len(frames))
+		for i, f := range frames {
+			bufs[i] = f.frame
+		}
+		_, err = bufs.WriteTo(c.nc) // writev on a TCP connection
 	}
 	if err != nil {
 		c.closeWithErr(fmt.Errorf("write: %w", err))
-	}
-	c.wmu.Unlock()
-	c.cfg.putFrame(bp, frame)
-	if err != nil {
 		return true, c.err
 	}
 	return true, nil

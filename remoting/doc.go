@@ -45,5 +45,5 @@
 // Server.mu and Client.mu are leaves: neither is held while another lock is taken, and no
 // callback runs under them. Within a Conn the write lock (wmu) may be held while the
 // pending-call lock (pmu) is taken (a failing write closes the connection), never the other way
-// round.
+// round. The write queue's lock (qmu) is a leaf, never held during a write.
 package remoting
