@@ -49,6 +49,8 @@ const (
 	// maxPooledFrame is the largest encode buffer kept for reuse: one large pull response must
 	// not pin megabytes per connection for its lifetime.
 	maxPooledFrame = 64 << 10
+	// maxIdleWorkers bounds the goroutines a connection keeps waiting for its next request.
+	maxIdleWorkers = 16
 )
 
 // Defaults shared by ServerOptions and ClientOptions.
@@ -129,6 +131,10 @@ type Conn struct {
 	parked    atomic.Int32  // Handler calls that called Park: waiting for an event, not working
 	activity  atomic.Uint64 // frames read plus Handler calls finished: the idle sweeper's clock
 	handlers  sync.WaitGroup
+	// work hands a request to a worker waiting for one (unbuffered: a send succeeds only
+	// when one waits); idleWorkers counts those waiting.
+	work        chan *protocol.Command
+	idleWorkers atomic.Int32
 	// frameStart is when the read goroutine began a frame that had not arrived whole, as
 	// 1 + nanoseconds since cfg.epoch; 0 between frames. The Server's sweeper closes a
 	// connection whose frame has been arriving for longer than its FrameReadTimeout.
@@ -175,6 +181,7 @@ func newConn(nc net.Conn, cfg *connConfig) *Conn {
 		ctx:       ctx,
 		cancel:    cancel,
 		pending:   make(map[int32]chan *protocol.Command),
+		work:      make(chan *protocol.Command),
 		done:      make(chan struct{}),
 		idleSince: time.Now(),
 	}
@@ -641,7 +648,32 @@ func (c *Conn) dispatch(req *protocol.Command) {
 		return
 	}
 	c.handlers.Add(1)
-	go c.serve(req)
+	select {
+	case c.work <- req: // an idle worker takes it
+	default:
+		go c.worker(req)
+	}
+}
+
+// worker serves req and then, while fewer than maxIdleWorkers others wait, waits for the
+// next request of the connection instead of exiting. A fresh goroutine per request grows its
+// stack from the minimum through the Handler's call chain every time; a kept one has grown
+// it once. Workers waiting are not in flight and end when the connection closes.
+func (c *Conn) worker(req *protocol.Command) {
+	for {
+		c.serve(req)
+		if c.idleWorkers.Add(1) > maxIdleWorkers {
+			c.idleWorkers.Add(-1)
+			return
+		}
+		select {
+		case req = <-c.work:
+			c.idleWorkers.Add(-1)
+		case <-c.done:
+			c.idleWorkers.Add(-1)
+			return
+		}
+	}
 }
 
 func (c *Conn) serve(req *protocol.Command) {
