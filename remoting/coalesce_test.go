@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/protocol"
 	"github.com/flowd-io/flowd/remoting"
@@ -38,4 +39,18 @@ func TestCoalescedWritesAnswerEachRequest(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// A client that sends its next request as soon as it reads the previous response stays
+// within a bound of one request in flight, and is never refused: the request stops counting
+// when its response is written, not when its goroutine gets round to it afterwards.
+func TestNextRequestAtTheInFlightBoundIsNotRefused(t *testing.T) {
+	checkGoroutines(t)
+	srv := startServer(t, newTestHandler(), remoting.ServerOptions{Logger: quietLogger(), MaxInFlightPerConn: 1})
+	c := dial(t, srv.addr, remoting.ClientOptions{Logger: quietLogger()})
+	for i := range 3000 {
+		resp, err := c.Invoke(ctxTimeout(t, 5*time.Second), echoRequest(body(0, i)))
+		require.NoError(t, err)
+		require.Equal(t, protocol.Success, resp.ResponseCode(), "request %d: %s", i, resp.Remark)
+	}
 }

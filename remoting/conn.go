@@ -129,8 +129,11 @@ type Conn struct {
 	serialize atomic.Uint32 // protocol.SerializeType of requests this side sends
 	inflight  atomic.Int32  // Handler calls running or being admitted, parked ones aside
 	parked    atomic.Int32  // Handler calls that called Park: waiting for an event, not working
-	activity  atomic.Uint64 // frames read plus Handler calls finished: the idle sweeper's clock
-	handlers  sync.WaitGroup
+	// responding counts Handler calls that returned and whose response is being written; they
+	// no longer count against the in-flight bound but keep the connection from closing idle.
+	responding atomic.Int32
+	activity   atomic.Uint64 // frames read plus Handler calls finished: the idle sweeper's clock
+	handlers   sync.WaitGroup
 	// work hands a request to a worker waiting for one (unbuffered: a send succeeds only
 	// when one waits); idleWorkers counts those waiting.
 	work        chan *protocol.Command
@@ -243,9 +246,10 @@ func (c *Conn) closeBetweenFrames(cause error) bool {
 
 // idle reports whether nothing is in flight in either direction.
 func (c *Conn) idle() bool {
-	// In flight before parked: Park adds to parked before it takes from in flight, so a
-	// request moving between the two is seen in one or the other.
-	if c.inflight.Load() > 0 || c.parked.Load() > 0 {
+	// In flight before parked and responding: Park, and serve once the Handler returns, add
+	// to those before they take from in flight, so a request moving between them is seen in
+	// one or the other.
+	if c.inflight.Load() > 0 || c.parked.Load() > 0 || c.responding.Load() > 0 {
 		return false
 	}
 	c.pmu.Lock()
@@ -678,20 +682,27 @@ func (c *Conn) worker(req *protocol.Command) {
 
 func (c *Conn) serve(req *protocol.Command) {
 	rc := &requestCtx{Context: c.ctx, c: c}
-	defer func() {
-		if rc.state.Swap(reqFinished) == reqParked {
-			c.parked.Add(-1)
-		} else {
-			c.inflight.Add(-1)
-		}
-		c.activity.Add(1)
-		c.handlers.Done()
-	}()
+	defer c.handlers.Done()
 	resp := c.callHandler(rc, req)
-	if resp == nil || req.IsOneway() {
-		return
+	answer := resp != nil && !req.IsOneway()
+	if answer {
+		// Counted as responding before it stops counting in flight, so that Shutdown and the
+		// idle sweeper, which read in flight first, always see it in one or the other.
+		c.responding.Add(1)
 	}
-	c.respond(req, resp)
+	// The request leaves the in-flight bound before its response is written: a peer that
+	// sends its next request as soon as it reads this response, at the bound, must not be
+	// refused because this goroutine has not yet been scheduled after the write.
+	if rc.state.Swap(reqFinished) == reqParked {
+		c.parked.Add(-1)
+	} else {
+		c.inflight.Add(-1)
+	}
+	if answer {
+		c.respond(req, resp)
+		c.responding.Add(-1)
+	}
+	c.activity.Add(1)
 }
 
 // States of a request being served, for Park.
