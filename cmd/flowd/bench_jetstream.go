@@ -86,7 +86,9 @@ func (p *jetStreamPeer) produce(ctx context.Context, c benchConfig) (float64, er
 	start := time.Now()
 	for i := 1; i < c.messages; i++ {
 		// Blocks while c.inflight acknowledgements are pending; failures go to onErr.
-		if _, err := p.js.PublishAsync(jsSubject, body); err != nil {
+		// The stall wait is long: on a loaded machine an acknowledgement may take longer than
+		// the client's default of 200 ms, and the bench measures throughput, not that bound.
+		if _, err := p.js.PublishAsync(jsSubject, body, jetstream.WithStallWait(30*time.Second)); err != nil {
 			return 0, fmt.Errorf("bench: JetStream publish: %w", err)
 		}
 	}
