@@ -56,7 +56,8 @@ const batchEntryOverhead = 4 + 4 + 4 + 4 + 4 + 2
 func (pm *prepared) batchSize() int { return batchEntryOverhead + len(pm.msg.Body) + len(pm.props) }
 
 // batchable reports whether msg may join a batch: a batch stores its entries as they are, so a
-// body that would be compressed, and a delayed message, travel alone.
+// body that would be compressed, and a delayed message, travel alone. (A batchable message is
+// thus prepared, and its body kept, as it would be for a batch.)
 func (p *Producer) batchable(msg *Message) bool {
 	return p.batcher != nil && msg != nil && msg.DelayLevel == 0 && len(msg.Body) <= p.cfg.compressOver
 }
@@ -64,20 +65,16 @@ func (p *Producer) batchable(msg *Message) bool {
 // enqueueAsync adds an admitted SendAsync message (slot taken, counted in p.async) to its
 // queue's batch. The queue is chosen now, by the selector, so that an ordered selector's
 // choice holds; finding it may wait for the topic's route on the first send to a topic.
-func (p *Producer) enqueueAsync(ctx context.Context, msg *Message, done func(SendResult, error)) {
-	pm, err := p.prepare(msg, false)
-	if err == nil {
-		var queues []MessageQueue
-		rctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
-		queues, err = p.publishQueues(rctx, msg.Topic)
-		cancel()
-		if err == nil {
-			mq := p.cfg.selector.Select(msg, queues)
-			p.batcher.add(p, mq, asyncItem{ctx: ctx, pm: pm, done: done})
-			return
-		}
+func (p *Producer) enqueueAsync(ctx context.Context, pm *prepared, done func(SendResult, error)) {
+	rctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
+	queues, err := p.publishQueues(rctx, pm.msg.Topic)
+	cancel()
+	if err != nil {
+		p.finishAsync(done, SendResult{}, err)
+		return
 	}
-	p.finishAsync(done, SendResult{}, err)
+	mq := p.cfg.selector.Select(pm.msg, queues)
+	p.batcher.add(p, mq, asyncItem{ctx: ctx, pm: pm, done: done})
 }
 
 // finishAsync ends one asynchronous send: frees its slot, then calls done.

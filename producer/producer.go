@@ -321,7 +321,7 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendRe
 	p.async.Add(1)
 	p.mu.RUnlock()
 	if p.batchable(msg) {
-		p.enqueueAsync(ctx, msg, done)
+		p.enqueueAsync(ctx, pm, done)
 		return
 	}
 	go func() {
