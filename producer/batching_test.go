@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
 )
@@ -160,5 +161,48 @@ func TestWithAsyncBatchingValidates(t *testing.T) {
 	} {
 		_, err := producer.New("g", producer.WithNameServers("127.0.0.1:1"), o)
 		require.ErrorIs(t, err, producer.ErrInvalidOption)
+	}
+}
+
+// Against a broker whose message size limit one message exceeds: the batch holding it is
+// refused as a whole, every other message is stored once and answered on its own, and only the
+// large one fails.
+func TestAsyncBatchingOneMessageOverTheBrokerLimit(t *testing.T) {
+	b := startBroker(t, func(cfg *broker.Config) { cfg.MaxMessageSize = 700 })
+	createTopic(t, b, "limited", 1)
+	p := newProducer(t, b, producer.WithAsyncBatching(16, 1<<20, time.Millisecond))
+	const large = 5
+	msgs := make([]*producer.Message, 12)
+	for i := range msgs {
+		body := make([]byte, 100)
+		if i == large {
+			body = make([]byte, 1000)
+		}
+		copy(body, fmt.Sprintf("m-%02d", i))
+		msgs[i] = &producer.Message{Topic: "limited", Body: body}
+	}
+	out := sendAllAsync(t, p, msgs)
+	offsets := map[int64]bool{}
+	for i, o := range out {
+		if i == large {
+			var be *producer.BrokerError
+			require.ErrorAs(t, o.err, &be)
+			assert.Equal(t, protocol.MessageIllegal, be.Code)
+			continue
+		}
+		require.NoError(t, o.err, "message %d", i)
+		assert.False(t, offsets[o.res.QueueOffset], "offset %d given twice", o.res.QueueOffset)
+		offsets[o.res.QueueOffset] = true
+	}
+	got := readAll(t, b, "limited", len(msgs)-1)
+	require.Len(t, got, len(msgs)-1, "each other message stored once")
+	byID := map[string]string{}
+	for _, m := range got {
+		byID[m.MsgID] = string(m.Body[:4])
+	}
+	for i, o := range out {
+		if i != large {
+			assert.Equal(t, fmt.Sprintf("m-%02d", i), byID[o.res.MsgID], "message %d's id names its own stored message", i)
+		}
 	}
 }
