@@ -29,9 +29,19 @@ func BenchmarkSendSync(b *testing.B) {
 
 // BenchmarkSendAsync measures SendAsync of 1 KiB messages with up to 64 in flight.
 func BenchmarkSendAsync(b *testing.B) {
+	benchSendAsync(b)
+}
+
+// BenchmarkSendAsyncBatched is BenchmarkSendAsync with WithAsyncBatching (up to 64 messages
+// or 256 KiB a batch, no linger).
+func BenchmarkSendAsyncBatched(b *testing.B) {
+	benchSendAsync(b, producer.WithAsyncBatching(64, 256<<10, 0))
+}
+
+func benchSendAsync(b *testing.B, opts ...producer.Option) {
 	br := startBroker(b, nil)
 	createTopic(b, br, "bench-async", 8)
-	p := newProducer(b, br)
+	p := newProducer(b, br, opts...)
 	msg := &producer.Message{Topic: "bench-async", Body: make([]byte, 1024)}
 	ctx := context.Background()
 	sem := make(chan struct{}, 64)

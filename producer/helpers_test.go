@@ -139,6 +139,10 @@ type fakeBroker struct {
 	gate  chan struct{} // when not nil, sends wait for it to close
 	busy  int           // answer SYSTEM_BUSY to this many sends first
 	sends []int32
+	codes []protocol.RequestCode // the request code of every send
+	// refuseBatches answers every SEND_BATCH_MESSAGE MESSAGE_ILLEGAL; a single message whose
+	// body is "refuse" is always refused so.
+	refuseBatches bool
 }
 
 func startFakeBroker(t testing.TB, queues int) *fakeBroker {
@@ -178,6 +182,12 @@ func (fb *fakeBroker) failNext(n int) {
 	fb.busy = n
 }
 
+func (fb *fakeBroker) sentCodes() []protocol.RequestCode {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	return append([]protocol.RequestCode(nil), fb.codes...)
+}
+
 func (fb *fakeBroker) sent() []int32 {
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
@@ -209,6 +219,8 @@ func (fb *fakeBroker) serve(ctx context.Context, _ *remoting.Conn, req *protocol
 		}
 		fb.mu.Lock()
 		fb.sends = append(fb.sends, h.QueueID)
+		fb.codes = append(fb.codes, req.RequestCode())
+		refuse := (fb.refuseBatches && req.RequestCode() == protocol.SendBatchMessage) || string(req.Body) == "refuse"
 		gate := fb.gate
 		busy := fb.busy > 0
 		if busy {
@@ -225,6 +237,9 @@ func (fb *fakeBroker) serve(ctx context.Context, _ *remoting.Conn, req *protocol
 		}
 		if busy {
 			return protocol.NewResponse(req, protocol.SystemBusy, "scripted: busy")
+		}
+		if refuse {
+			return protocol.NewResponse(req, protocol.MessageIllegal, "scripted: refused")
 		}
 		resp := protocol.NewResponse(req, protocol.Success, "")
 		(&protocol.SendMessageResponseHeader{MsgID: "00", QueueID: h.QueueID, QueueOffset: 0}).EncodeTo(resp.ExtFields)

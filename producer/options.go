@@ -51,6 +51,9 @@ type config struct {
 	createKey      string
 	maxAsync       int
 	txn            TransactionListener
+	batchCount     int // WithAsyncBatching; <= 1: off
+	batchBytes     int
+	batchLinger    time.Duration
 }
 
 func defaultConfig() config {
@@ -264,6 +267,38 @@ func WithMaxInFlightAsync(n int) Option {
 			return fmt.Errorf("%w: max in-flight async sends must be positive, got %d", ErrInvalidOption, n)
 		}
 		c.maxAsync = n
+		return nil
+	}
+}
+
+// MaxAsyncBatchLinger is the longest linger WithAsyncBatching accepts.
+const MaxAsyncBatchLinger = time.Millisecond
+
+// WithAsyncBatching makes SendAsync gather messages bound for the same queue into one
+// SEND_BATCH_MESSAGE of at most maxCount messages and about maxBytes bytes (at most the
+// maximum message size). A queue's batch leaves at once when none of that queue is in flight,
+// so a lone message is not delayed; otherwise it gathers until the batch in flight is
+// answered, until it is full, or until linger (0 to MaxAsyncBatchLinger) has passed since its
+// first message. Each message still gets its own callback with its own MsgID, OffsetMsgID and
+// QueueOffset; a batch the broker refuses as a whole is sent again one message at a time, so
+// each message gets its own answer.
+//
+// Off by default: a batch goes to the queue the selector chose for each of its messages (the
+// same for all), but its messages are stored uncompressed (bodies over WithCompressOver and
+// delayed messages are never batched and travel alone), and a failed batch fails, or retries,
+// all its messages together. maxCount of 1 turns batching off.
+func WithAsyncBatching(maxCount, maxBytes int, linger time.Duration) Option {
+	return func(c *config) error {
+		if maxCount < 1 {
+			return fmt.Errorf("%w: async batch count must be positive, got %d", ErrInvalidOption, maxCount)
+		}
+		if maxBytes <= 0 {
+			return fmt.Errorf("%w: async batch bytes must be positive, got %d", ErrInvalidOption, maxBytes)
+		}
+		if linger < 0 || linger > MaxAsyncBatchLinger {
+			return fmt.Errorf("%w: async batch linger must be within 0 and %s, got %s", ErrInvalidOption, MaxAsyncBatchLinger, linger)
+		}
+		c.batchCount, c.batchBytes, c.batchLinger = maxCount, maxBytes, linger
 		return nil
 	}
 }

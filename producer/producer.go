@@ -35,6 +35,7 @@ type Producer struct {
 	comp       sync.Pool     // *protocol.Compressor
 	asyncSlots chan struct{} // one token per asynchronous send in flight
 	closing    chan struct{} // closed by Close: wakes SendAsync calls waiting for a slot
+	batcher    *asyncBatcher // nil unless WithAsyncBatching
 
 	mu    sync.RWMutex
 	state int // stateNew, stateRunning, stateClosed
@@ -76,6 +77,13 @@ func New(group string, opts ...Option) (*Producer, error) {
 		checkSlots: make(chan struct{}, maxConcurrentChecks),
 	}
 	p.checkCtx, p.checkCancel = context.WithCancel(context.Background())
+	if cfg.batchCount > 1 {
+		p.batcher = &asyncBatcher{
+			maxCount: cfg.batchCount, maxBytes: min(cfg.batchBytes, cfg.maxMessageSize), linger: cfg.batchLinger,
+			open: make(map[MessageQueue]*asyncBatch), full: make(map[MessageQueue][]*asyncBatch),
+			inFlight: make(map[MessageQueue]bool),
+		}
+	}
 	var err error
 	if p.cl, p.ownsClient, err = client.Open(cfg.shared, cfg.client); err != nil {
 		return nil, fmt.Errorf("producer %q: %w", group, err)
@@ -312,6 +320,10 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendRe
 	}
 	p.async.Add(1)
 	p.mu.RUnlock()
+	if p.batchable(msg) {
+		p.enqueueAsync(ctx, pm, done)
+		return
+	}
 	go func() {
 		defer p.async.Done()
 		res, err := p.send(ctx, pm)

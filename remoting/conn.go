@@ -40,15 +40,17 @@ func (f HandlerFunc) ServeRemoting(ctx context.Context, c *Conn, req *protocol.C
 	return f(ctx, c, req)
 }
 
-// Buffer sizes. The reader reads frames larger than its buffer straight into the frame, and
-// the writer writes frames larger than its free space straight to the socket, so these only
-// bound how many small frames are batched per system call.
+// Buffer sizes. The reader reads frames larger than its buffer straight into the frame.
 const (
-	readBufferSize  = 16 << 10
-	writeBufferSize = 32 << 10
+	readBufferSize = 16 << 10
+	// maxGatheredWrite is the most a batch of frames is copied into one buffer for a single
+	// write; a larger batch is written with writev, frame by frame.
+	maxGatheredWrite = 256 << 10
 	// maxPooledFrame is the largest encode buffer kept for reuse: one large pull response must
 	// not pin megabytes per connection for its lifetime.
 	maxPooledFrame = 64 << 10
+	// maxIdleWorkers bounds the goroutines a connection keeps waiting for its next request.
+	maxIdleWorkers = 16
 )
 
 // Defaults shared by ServerOptions and ClientOptions.
@@ -127,19 +129,35 @@ type Conn struct {
 	serialize atomic.Uint32 // protocol.SerializeType of requests this side sends
 	inflight  atomic.Int32  // Handler calls running or being admitted, parked ones aside
 	parked    atomic.Int32  // Handler calls that called Park: waiting for an event, not working
-	activity  atomic.Uint64 // frames read plus Handler calls finished: the idle sweeper's clock
-	handlers  sync.WaitGroup
+	// responding counts Handler calls that returned and whose response is being written; they
+	// no longer count against the in-flight bound but keep the connection from closing idle.
+	responding atomic.Int32
+	activity   atomic.Uint64 // frames read plus Handler calls finished: the idle sweeper's clock
+	handlers   sync.WaitGroup
+	// work hands a request to a worker waiting for one (unbuffered: a send succeeds only
+	// when one waits); idleWorkers counts those waiting.
+	work        chan *protocol.Command
+	idleWorkers atomic.Int32
 	// frameStart is when the read goroutine began a frame that had not arrived whole, as
 	// 1 + nanoseconds since cfg.epoch; 0 between frames. The Server's sweeper closes a
 	// connection whose frame has been arriving for longer than its FrameReadTimeout.
 	frameStart atomic.Int64
 
-	// The writer. writers counts goroutines waiting for wmu so the holder can tell whether
-	// someone will write after it (and flush for both) or whether it must flush itself.
-	writers   atomic.Int32
-	wmu       sync.Mutex
-	bw        *bufio.Writer // guarded by wmu
-	wdeadline time.Time     // guarded by wmu: the write deadline last set on nc
+	// The writer. A goroutine that has a frame to send queues it; if no write is under way it
+	// becomes the writer, takes every frame queued by then and writes them with one system
+	// call. Frames queued meanwhile form the next batch, whose callers wait for it; when the
+	// writer is done it hands the next batch to one of them. Nothing ever waits for more
+	// frames to arrive: a frame queued on an idle connection is written at once by its own
+	// caller.
+	qmu     sync.Mutex
+	queue   []queuedFrame // guarded by qmu: frames waiting for the next write
+	qbatch  *writeBatch   // guarded by qmu: the batch the queued frames belong to
+	writing bool          // guarded by qmu: a writer holds or has been handed the queue
+	spare   []queuedFrame // guarded by qmu: the last written batch's slice, for reuse
+
+	wmu       sync.Mutex // held while frames are written to nc
+	wbuf      []byte     // guarded by wmu: where a batch's frames are gathered
+	wdeadline time.Time  // guarded by wmu: the write deadline last set on nc
 
 	pmu        sync.Mutex
 	pending    map[int32]chan *protocol.Command // guarded by pmu: waiting Invokes by opaque; nil once closed
@@ -163,10 +181,10 @@ func newConn(nc net.Conn, cfg *connConfig) *Conn {
 		log:       cfg.logger.With("remote", raddr),
 		raddr:     raddr,
 		br:        bufio.NewReaderSize(nc, readBufferSize),
-		bw:        bufio.NewWriterSize(nc, writeBufferSize),
 		ctx:       ctx,
 		cancel:    cancel,
 		pending:   make(map[int32]chan *protocol.Command),
+		work:      make(chan *protocol.Command),
 		done:      make(chan struct{}),
 		idleSince: time.Now(),
 	}
@@ -228,9 +246,10 @@ func (c *Conn) closeBetweenFrames(cause error) bool {
 
 // idle reports whether nothing is in flight in either direction.
 func (c *Conn) idle() bool {
-	// In flight before parked: Park adds to parked before it takes from in flight, so a
-	// request moving between the two is seen in one or the other.
-	if c.inflight.Load() > 0 || c.parked.Load() > 0 {
+	// In flight before parked and responding: Park, and serve once the Handler returns, add
+	// to those before they take from in flight, so a request moving between them is seen in
+	// one or the other.
+	if c.inflight.Load() > 0 || c.parked.Load() > 0 || c.responding.Load() > 0 {
 		return false
 	}
 	c.pmu.Lock()
@@ -356,6 +375,24 @@ func (c *Conn) deliver(resp *protocol.Command) {
 	ch <- resp // buffered, and each channel gets one response
 }
 
+// queuedFrame is an encoded frame waiting to be written, with the pooled buffer it lives in.
+type queuedFrame struct {
+	bp    *[]byte
+	frame []byte
+}
+
+// writeBatch is the outcome of one write, shared by the callers whose frames it carried.
+type writeBatch struct {
+	// done is closed once the batch has been written or has failed; err and written are set
+	// before.
+	done    chan struct{}
+	err     error
+	written bool
+	// lead hands the batch to one of its callers, who writes it: the writer before it sends
+	// one token when it finishes and finds this batch queued.
+	lead chan struct{}
+}
+
 // writeCommand encodes cmd and writes it. written is false only when nothing of cmd reached
 // the socket because the connection was already closed; an encoding error is returned as is
 // and leaves the connection open; any other error closes the connection and wraps
@@ -367,13 +404,79 @@ func (c *Conn) writeCommand(cmd *protocol.Command) (written bool, err error) {
 		c.cfg.putFrame(bp, frame)
 		return false, err
 	}
-	c.writers.Add(1)
-	c.wmu.Lock()
-	c.writers.Add(-1)
+	c.qmu.Lock()
 	select {
 	case <-c.done:
-		c.wmu.Unlock()
+		c.qmu.Unlock()
 		c.cfg.putFrame(bp, frame)
+		return false, c.err
+	default:
+	}
+	c.queue = append(c.queue, queuedFrame{bp: bp, frame: frame})
+	b := c.qbatch
+	if b == nil {
+		b = &writeBatch{done: make(chan struct{}), lead: make(chan struct{}, 1)}
+		c.qbatch = b
+	}
+	if c.writing {
+		c.qmu.Unlock()
+		// A write is under way: ours leaves with the next one, written by whichever caller
+		// of this batch is handed it.
+		select {
+		case <-b.done:
+			return b.written, b.err
+		case <-b.lead:
+		}
+	} else {
+		c.writing = true
+		c.qmu.Unlock()
+	}
+	c.writeQueued()
+	<-b.done // closed by writeQueued: our frame was in the batch it wrote
+	return b.written, b.err
+}
+
+// queuedFrames is how many frames wait for the next write.
+func (c *Conn) queuedFrames() int {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	return len(c.queue)
+}
+
+// writeQueued writes every frame queued now as one batch, then hands the queue on to a caller
+// of the next batch if frames were queued meanwhile. The caller must be the writer (it set
+// writing, or received the batch's lead token).
+func (c *Conn) writeQueued() {
+	c.qmu.Lock()
+	frames, b := c.queue, c.qbatch
+	c.queue, c.qbatch = c.spare[:0], nil
+	c.spare = nil
+	c.qmu.Unlock()
+
+	b.written, b.err = c.writeFrames(frames)
+	for i := range frames {
+		c.cfg.putFrame(frames[i].bp, frames[i].frame)
+		frames[i] = queuedFrame{}
+	}
+
+	c.qmu.Lock()
+	c.spare = frames[:0]
+	if len(c.queue) > 0 {
+		c.qbatch.lead <- struct{}{} // buffered, one token per batch: we stay the writer until it is taken
+	} else {
+		c.writing = false
+	}
+	c.qmu.Unlock()
+	close(b.done)
+}
+
+// writeFrames writes frames to the socket with one system call where it can (large batches
+// may take more), under the write lock.
+func (c *Conn) writeFrames(frames []queuedFrame) (written bool, err error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	select {
+	case <-c.done:
 		return false, c.err
 	default:
 	}
@@ -385,17 +488,33 @@ func (c *Conn) writeCommand(cmd *protocol.Command) (written bool, err error) {
 			_ = c.nc.SetWriteDeadline(c.wdeadline)
 		}
 	}
-	_, err = c.bw.Write(frame)
-	if err == nil && c.writers.Load() == 0 {
-		// Nobody is queued behind us to flush for us.
-		err = c.bw.Flush()
+	total := 0
+	for _, f := range frames {
+		total += len(f.frame)
+	}
+	switch {
+	case len(frames) == 1:
+		_, err = c.nc.Write(frames[0].frame)
+	case total <= maxGatheredWrite:
+		// Gathered into one buffer: one write on any net.Conn, and small frames cost less to
+		// copy than to describe to writev one by one.
+		buf := c.wbuf[:0]
+		for _, f := range frames {
+			buf = append(buf, f.frame...)
+		}
+		_, err = c.nc.Write(buf)
+		if cap(buf) <= maxGatheredWrite {
+			c.wbuf = buf[:0]
+		}
+	default:
+		bufs := make(net.Buffers, len(frames))
+		for i, f := range frames {
+			bufs[i] = f.frame
+		}
+		_, err = bufs.WriteTo(c.nc) // writev on a TCP connection
 	}
 	if err != nil {
 		c.closeWithErr(fmt.Errorf("write: %w", err))
-	}
-	c.wmu.Unlock()
-	c.cfg.putFrame(bp, frame)
-	if err != nil {
 		return true, c.err
 	}
 	return true, nil
@@ -533,25 +652,57 @@ func (c *Conn) dispatch(req *protocol.Command) {
 		return
 	}
 	c.handlers.Add(1)
-	go c.serve(req)
+	select {
+	case c.work <- req: // an idle worker takes it
+	default:
+		go c.worker(req)
+	}
+}
+
+// worker serves req and then, while fewer than maxIdleWorkers others wait, waits for the
+// next request of the connection instead of exiting. A fresh goroutine per request grows its
+// stack from the minimum through the Handler's call chain every time; a kept one has grown
+// it once. Workers waiting are not in flight and end when the connection closes.
+func (c *Conn) worker(req *protocol.Command) {
+	for {
+		c.serve(req)
+		if c.idleWorkers.Add(1) > maxIdleWorkers {
+			c.idleWorkers.Add(-1)
+			return
+		}
+		select {
+		case req = <-c.work:
+			c.idleWorkers.Add(-1)
+		case <-c.done:
+			c.idleWorkers.Add(-1)
+			return
+		}
+	}
 }
 
 func (c *Conn) serve(req *protocol.Command) {
 	rc := &requestCtx{Context: c.ctx, c: c}
-	defer func() {
-		if rc.state.Swap(reqFinished) == reqParked {
-			c.parked.Add(-1)
-		} else {
-			c.inflight.Add(-1)
-		}
-		c.activity.Add(1)
-		c.handlers.Done()
-	}()
+	defer c.handlers.Done()
 	resp := c.callHandler(rc, req)
-	if resp == nil || req.IsOneway() {
-		return
+	answer := resp != nil && !req.IsOneway()
+	if answer {
+		// Counted as responding before it stops counting in flight, so that Shutdown and the
+		// idle sweeper, which read in flight first, always see it in one or the other.
+		c.responding.Add(1)
 	}
-	c.respond(req, resp)
+	// The request leaves the in-flight bound before its response is written: a peer that
+	// sends its next request as soon as it reads this response, at the bound, must not be
+	// refused because this goroutine has not yet been scheduled after the write.
+	if rc.state.Swap(reqFinished) == reqParked {
+		c.parked.Add(-1)
+	} else {
+		c.inflight.Add(-1)
+	}
+	if answer {
+		c.respond(req, resp)
+		c.responding.Add(-1)
+	}
+	c.activity.Add(1)
 }
 
 // States of a request being served, for Park.

@@ -22,10 +22,17 @@
 //     A Handler that waits for an event rather than works (a long-polling pull) calls Park:
 //     the request then counts against a bound of its own (MaxParkedPerConn), so that a
 //     consumer with a parked pull per queue still gets its heartbeats and commits through.
-//   - One writer per connection. Frames are encoded outside the write lock and copied into a
-//     bufio.Writer under it; the writer that finds no other writer waiting flushes. Responses
-//     that complete together therefore leave in one write(2), and a lone request/response
-//     pays a single flush.
+//   - One writer per connection. Frames are encoded outside any lock and queued; the caller
+//     that finds no write under way writes its frame at once, and frames queued during a write
+//     leave together in the next one (one write(2), or writev for large batches), written by
+//     one of their callers. Nothing waits for more frames: a lone request or response pays
+//     one write, and frames that arrive together share one. A failed write fails every frame
+//     of its batch.
+//   - A request stops counting against MaxInFlightPerConn when its Handler returns, before
+//     its response is written, so that a client pipelining at the bound is not refused; it
+//     still keeps the connection from closing as idle until the response is out. Goroutines
+//     that served a request wait for the connection's next one (a few per connection) rather
+//     than exit, keeping the stack they grew.
 //   - A broken frame (a length prefix out of range, a header length beyond the frame, a
 //     stream that ends mid-frame) closes that connection alone: the stream can no longer be
 //     trusted to be in step. The reason is logged and is the cause in Conn.Err. A frame that
@@ -45,5 +52,5 @@
 // Server.mu and Client.mu are leaves: neither is held while another lock is taken, and no
 // callback runs under them. Within a Conn the write lock (wmu) may be held while the
 // pending-call lock (pmu) is taken (a failing write closes the connection), never the other way
-// round.
+// round. The write queue's lock (qmu) is a leaf, never held during a write.
 package remoting

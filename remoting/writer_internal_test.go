@@ -72,11 +72,81 @@ func TestWriterBatchesQueuedFrames(t *testing.T) {
 			assert.NoError(t, err)
 		})
 	}
-	require.Eventually(t, func() bool { return c.writers.Load() == queued }, 3*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return c.queuedFrames() == queued }, 3*time.Second, time.Millisecond)
 	close(g.gate)
 	wg.Wait()
 
 	b0, _ := frame(0).AppendFrame(nil)
 	assert.Equal(t, int32(2), g.writes.Load(), "the %d queued frames left in one write", queued)
 	assert.Equal(t, want+int64(len(b0)), g.bytes.Load())
+}
+
+// failingConn is a net.Conn whose first Write blocks until the gate opens and then fails, as
+// a socket whose peer went away does.
+type failingConn struct {
+	gatedConn
+}
+
+func (f *failingConn) Write(p []byte) (int, error) {
+	if f.writes.Add(1) == 1 {
+		<-f.gate
+	}
+	return 0, net.ErrClosed
+}
+
+// A frame on an idle connection is written by its own caller before writeCommand returns:
+// the writer never waits for company.
+func TestWriterWritesLoneFrameAtOnce(t *testing.T) {
+	g := &gatedConn{gate: make(chan struct{}), closed: make(chan struct{})}
+	close(g.gate)
+	cfg := &connConfig{logger: slog.New(slog.DiscardHandler), maxFrame: protocol.MaxFrameSize, maxInFlight: 1}
+	c := newConn(g, cfg)
+	defer c.Close()
+
+	for i := 1; i <= 3; i++ {
+		written, err := c.writeCommand(protocol.NewResponse(&protocol.Command{Opaque: int32(i)}, protocol.Success, ""))
+		require.NoError(t, err)
+		require.True(t, written)
+		require.Equal(t, int32(i), g.writes.Load(), "frame %d written before writeCommand returned", i)
+		require.Zero(t, c.queuedFrames())
+	}
+}
+
+// A write that fails fails every frame that was to leave with it, and those queued after it,
+// each caller getting the connection's error.
+func TestWriterErrorFailsWholeBatch(t *testing.T) {
+	f := &failingConn{gatedConn{gate: make(chan struct{}), closed: make(chan struct{})}}
+	cfg := &connConfig{logger: slog.New(slog.DiscardHandler), maxFrame: protocol.MaxFrameSize, maxInFlight: 1}
+	c := newConn(f, cfg)
+	defer c.Close()
+
+	frame := func(i int) *protocol.Command {
+		return protocol.NewResponse(&protocol.Command{Opaque: int32(i)}, protocol.Success, "")
+	}
+	const queued = 20
+	errs := make(chan error, queued+1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, err := c.writeCommand(frame(0))
+		errs <- err
+	})
+	require.Eventually(t, func() bool { return f.writes.Load() == 1 }, 3*time.Second, time.Millisecond, "first write blocked")
+	for i := 1; i <= queued; i++ {
+		wg.Go(func() {
+			_, err := c.writeCommand(frame(i))
+			errs <- err
+		})
+	}
+	require.Eventually(t, func() bool { return c.queuedFrames() == queued }, 3*time.Second, time.Millisecond)
+	close(f.gate)
+	wg.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		n++
+		require.ErrorIs(t, err, ErrConnClosed)
+		require.ErrorIs(t, err, net.ErrClosed)
+	}
+	require.Equal(t, queued+1, n)
+	require.Equal(t, int32(1), f.writes.Load(), "nothing written after the connection failed")
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,7 +28,61 @@ type benchConfig struct {
 	messages int
 	inflight int
 	queues   int
-	samples  int // latency samples
+	samples  int    // latency samples
+	baseline string // "jetstream" or "none"
+	batch    int    // WithAsyncBatching count of the batched produce run; < 2: no such run
+	json     bool   // print one JSON document instead of text
+}
+
+// benchResult is one figure of a run, in the --json document. The schema is stable: fields
+// are only ever added. Baseline and Ratio are null when the run had no baseline for the
+// scenario.
+type benchResult struct {
+	Scenario string   `json:"scenario"`
+	Unit     string   `json:"unit"`
+	Flowd    float64  `json:"flowd"`
+	Baseline *float64 `json:"baseline"`
+	Ratio    *float64 `json:"ratio"`
+	// BaselineName says what Baseline measured: "jetstream" (embedded NATS JetStream) or
+	// "disk" (sequential writes to the data directory).
+	BaselineName string `json:"baseline_name,omitempty"`
+}
+
+// benchReport is the --json document.
+type benchReport struct {
+	Messages int           `json:"messages"`
+	Size     int           `json:"size"`
+	InFlight int           `json:"inflight"`
+	Queues   int           `json:"queues"`
+	Results  []benchResult `json:"results"`
+}
+
+// benchLabel names a scenario in the text output.
+func benchLabel(scenario string) string {
+	switch scenario {
+	case "produce":
+		return "produce (async)"
+	case "produce-batched":
+		return "produce (async, batched)"
+	case "consume":
+		return "consume (poll)"
+	case "send-to-poll-p50":
+		return "send→poll delay p50"
+	case "send-to-poll-p99":
+		return "send→poll delay p99"
+	case "send-round-trip-p50":
+		return "sync send round trip p50"
+	}
+	return scenario
+}
+
+func newResult(scenario, unit string, flowd float64, baselineName string, baseline float64) benchResult {
+	r := benchResult{Scenario: scenario, Unit: unit, Flowd: flowd}
+	if baselineName != "" && baseline > 0 {
+		ratio := flowd / baseline
+		r.Baseline, r.Ratio, r.BaselineName = &baseline, &ratio, baselineName
+	}
+	return r
 }
 
 // bench measures, in one run on this machine: a raw sequential-write baseline on the data
@@ -45,6 +100,9 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.inflight, "inflight", 64, "async sends in flight")
 	fs.IntVar(&c.queues, "queues", 8, "queues of the benchmark topic")
 	fs.IntVar(&c.samples, "latency-samples", 2000, "send-to-poll delays to sample")
+	fs.StringVar(&c.baseline, "baseline", "jetstream", `what to compare with: "jetstream" (an embedded NATS JetStream, file store, one replica, under the data directory) or "none"`)
+	fs.IntVar(&c.batch, "batch", 64, "messages per batch of the batched produce run (producer.WithAsyncBatching); below 2: no batched run")
+	fs.BoolVar(&c.json, "json", false, `print one JSON document {"messages","size","inflight","queues","results":[{"scenario","unit","flowd","baseline","ratio","baseline_name"}]} instead of text`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,6 +115,10 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("bench: --inflight %d must be positive", c.inflight)
 	case c.queues < 1 || c.queues > 1024:
 		return fmt.Errorf("bench: --queues %d must be within 1..1024", c.queues)
+	case c.baseline != "jetstream" && c.baseline != "none":
+		return fmt.Errorf(`bench: --baseline %q must be "jetstream" or "none"`, c.baseline)
+	case c.samples < 1:
+		return fmt.Errorf("bench: --latency-samples %d must be positive", c.samples)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -82,16 +144,87 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer b.Shutdown(context.Background())
 		c.namesrv = b.NamesrvAddr()
 	}
-	fmt.Fprintf(stdout, "flowd bench: %d messages of %d B, %d in flight, %d queues, name server %s\n", c.messages, c.size, c.inflight, c.queues, c.namesrv)
+	text := stdout
+	if c.json {
+		text = io.Discard
+	}
+	fmt.Fprintf(text, "flowd bench: %d messages of %d B, %d in flight, %d queues, name server %s\n", c.messages, c.size, c.inflight, c.queues, c.namesrv)
+	report := benchReport{Messages: c.messages, Size: c.size, InFlight: c.inflight, Queues: c.queues}
+	add := func(r benchResult, detail string) {
+		report.Results = append(report.Results, r)
+		label := benchLabel(r.Scenario)
+		line := fmt.Sprintf("  %-22s %10.0f %-6s", label, r.Flowd, r.Unit)
+		if r.Unit == "ns" {
+			line = fmt.Sprintf("  %-22s %10v", label, time.Duration(r.Flowd).Round(time.Microsecond))
+		}
+		if r.Ratio != nil {
+			line += fmt.Sprintf("  %s %.0f  ratio %.2f×", r.BaselineName, *r.Baseline, *r.Ratio)
+		}
+		fmt.Fprintln(text, line+detail)
+	}
 
 	base, err := diskBaseline(c)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "  disk baseline      %10.1f MB/s   sequential %d B writes to the data directory\n", base, c.size+150)
+	fmt.Fprintf(text, "  disk baseline          %10.1f MB/s   sequential %d B writes to the data directory\n", base, c.size+150)
 
-	topic := fmt.Sprintf("flowd-bench-%d", time.Now().UnixNano())
-	p, err := producer.New("flowd-bench", producer.WithNameServers(c.namesrv), producer.WithLogger(quiet), producer.WithDefaultTopicQueues(c.queues))
+	var js *jetStreamPeer
+	if c.baseline == "jetstream" {
+		if js, err = startJetStream(ctx, c); err != nil {
+			return err
+		}
+		defer js.close()
+	}
+	jsProduce, jsConsume := 0.0, 0.0
+	if js != nil {
+		if jsProduce, err = js.produce(ctx, c); err != nil {
+			return err
+		}
+	}
+
+	runProduce := func(scenario string, opts ...producer.Option) (string, error) {
+		opts = append([]producer.Option{producer.WithNameServers(c.namesrv), producer.WithLogger(quiet),
+			producer.WithDefaultTopicQueues(c.queues), producer.WithMaxInFlightAsync(c.inflight)}, opts...)
+		p, err := producer.New("flowd-bench", opts...)
+		if err != nil {
+			return "", fmt.Errorf("bench: %w", err)
+		}
+		if err := p.Start(ctx); err != nil {
+			return "", fmt.Errorf("bench: %w", err)
+		}
+		defer p.Close(context.Background())
+		topic := fmt.Sprintf("flowd-bench-%d", time.Now().UnixNano())
+		rate, err := produce(ctx, p, topic, c)
+		if err != nil {
+			return "", err
+		}
+		mbs := rate * float64(c.size) / 1e6
+		add(newResult(scenario, "msg/s", rate, c.baseline, jsProduce), fmt.Sprintf("   (%.1f MB/s, %.2f× the disk baseline)", mbs, mbs/base))
+		return topic, nil
+	}
+	topic, err := runProduce("produce")
+	if err != nil {
+		return err
+	}
+	if c.batch >= 2 {
+		if _, err := runProduce("produce-batched", producer.WithAsyncBatching(c.batch, 256<<10, 0)); err != nil {
+			return err
+		}
+	}
+
+	if js != nil {
+		if jsConsume, err = js.consume(ctx, c); err != nil {
+			return err
+		}
+	}
+	rate, err := consume(ctx, topic, c, quiet)
+	if err != nil {
+		return err
+	}
+	add(newResult("consume", "msg/s", rate, c.baseline, jsConsume), "")
+
+	p, err := producer.New("flowd-bench-latency", producer.WithNameServers(c.namesrv), producer.WithLogger(quiet), producer.WithDefaultTopicQueues(c.queues))
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -99,25 +232,20 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	defer p.Close(context.Background())
-
-	rate, err := produce(ctx, p, topic, c)
-	if err != nil {
-		return err
-	}
-	mbs := rate * float64(c.size) / 1e6
-	fmt.Fprintf(stdout, "  produce (async)    %10.0f msg/s  %7.1f MB/s   %.2f× the disk baseline\n", rate, mbs, mbs/base)
-
-	rate, err = consume(ctx, topic, c, quiet)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "  consume (poll)     %10.0f msg/s  %7.1f MB/s\n", rate, rate*float64(c.size)/1e6)
-
 	p50, p99, rtt, err := latency(ctx, p, c, quiet)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "  send→poll delay    p50 %v  p99 %v   (sync send round trip p50 %v)\n", p50, p99, rtt)
+	add(newResult("send-to-poll-p50", "ns", float64(p50), "", 0), "")
+	add(newResult("send-to-poll-p99", "ns", float64(p99), "", 0), "")
+	add(newResult("send-round-trip-p50", "ns", float64(rtt), "", 0), "")
+	if c.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
 	return nil
 }
 
