@@ -173,20 +173,65 @@ func TestServeRunsConfiguredPipelines(t *testing.T) {
 	_, err = cli(t, "", append([]string{"pipeline", "seek", "eu", "offset"}, ctl...)...)
 	require.ErrorContains(t, err, `field "queue"`)
 
-	// A reload that removes the pipeline stops it, draining; the broker keeps serving.
+	// A reload that changes the pipeline restarts it with the new definition: from its
+	// committed offsets, so only what arrives now and matches the new selector is copied.
 	cfgFile := filepath.Join(dir, "flowd.yaml")
 	rawCfg, err := os.ReadFile(cfgFile)
 	require.NoError(t, err)
+	usPipeline := strings.Replace(euPipeline, "region = 'eu'", "region = 'us'", 1)
+	require.NoError(t, os.WriteFile(cfgFile, []byte(strings.Replace(string(rawCfg), euPipeline, usPipeline, 1)), 0o600))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	nextEvent(control.EventPipelineStopped)
+	nextEvent(control.EventPipelineStarted)
+	out, err = cli(t, "", append([]string{"pipeline", "list", "eu", "--json"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Contains(t, out, `region = 'us'`)
+	sendOrder(t, p, "o6", "us")
+	sendOrder(t, p, "o7", "eu")
+	sendOrder(t, p, "o8", "us")
+	pollUntil(t, c, got.add, func() bool { return got.has("o8") })
+
+	// A reload that removes the pipeline stops it, draining; the broker keeps serving.
 	require.NoError(t, os.WriteFile(cfgFile, []byte(strings.Replace(string(rawCfg), euPipeline, "pipelines: []\n", 1)), 0o600))
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
 	nextEvent(control.EventPipelineStopped)
-	require.Eventually(t, func() bool {
-		return strings.Contains(d.logs.String(), "settings=pipelines")
-	}, 10*time.Second, 10*time.Millisecond, d.logs.String())
 	out, err = cli(t, "", append([]string{"pipeline", "list"}, ctl...)...)
 	require.NoError(t, err)
 	assert.NotContains(t, out, "eu-orders")
-	sendOrder(t, p, "o6", "us")
+	assert.NotContains(t, got.list(), "o7")
+	_, err = p.Send(context.Background(), &producer.Message{Topic: "orders", Body: []byte("o9")})
+	require.NoError(t, err, "the broker serves on")
+}
+
+// SIGTERM (here: the end of serve's context) drains the pipelines before the broker stops:
+// pipeline.stopped is published before broker.stopping.
+func TestServeDrainsPipelinesBeforeTheBrokerStops(t *testing.T) {
+	dir := t.TempDir()
+	first := startServedIn(t, dir, "cluster: e2e\n")
+	_, err := cli(t, "", "topic", "create", "orders", "--nats", first.nats, "--cluster", "e2e")
+	require.NoError(t, err)
+	first.stop()
+	d := startServedIn(t, dir, "cluster: e2e\n"+euPipeline)
+	nc, err := nats.Connect(d.nats)
+	require.NoError(t, err)
+	defer nc.Close()
+	ch := make(chan *nats.Msg, 64)
+	_, err = nc.ChanSubscribe("flowd.evt.e2e.>", ch)
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	d.stop()
+	var subjects []string
+	for len(subjects) == 0 || subjects[len(subjects)-1] != "flowd.evt.e2e.broker.stopping" {
+		select {
+		case m := <-ch:
+			subjects = append(subjects, m.Subject)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no broker.stopping event; got %v", subjects)
+		}
+	}
+	require.Contains(t, subjects, "flowd.evt.e2e.pipeline.stopped")
+	assert.Less(t, slices.Index(subjects, "flowd.evt.e2e.pipeline.stopped"), slices.Index(subjects, "flowd.evt.e2e.broker.stopping"))
+	assert.Contains(t, d.logs.String(), "pipeline stopped")
 }
 
 // config validate refuses a pipeline definition in error, naming its field.
