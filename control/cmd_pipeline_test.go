@@ -34,14 +34,15 @@ func (f *fakePipelines) status(name string) (pipeline.Status, error) {
 func (f *fakePipelines) Start(context.Context, pipeline.Definition) error { return nil }
 func (f *fakePipelines) Stop(context.Context, string) error               { return nil }
 
-func (f *fakePipelines) set(name string, from, to pipeline.State) error {
+func (f *fakePipelines) set(name string, to pipeline.State) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st, err := f.status(name)
 	if err != nil {
 		return err
 	}
-	if st.State != from {
+	// As the Manager: pausing a paused pipeline is no error, a stopped one is.
+	if st.State != pipeline.StateRunning && st.State != pipeline.StatePaused {
 		return fmt.Errorf("pipeline %s is %s: %w", name, st.State, pipeline.ErrNotRunning)
 	}
 	f.state[name] = to
@@ -49,11 +50,11 @@ func (f *fakePipelines) set(name string, from, to pipeline.State) error {
 }
 
 func (f *fakePipelines) Pause(_ context.Context, name string) error {
-	return f.set(name, pipeline.StateRunning, pipeline.StatePaused)
+	return f.set(name, pipeline.StatePaused)
 }
 
 func (f *fakePipelines) Resume(_ context.Context, name string) error {
-	return f.set(name, pipeline.StatePaused, pipeline.StateRunning)
+	return f.set(name, pipeline.StateRunning)
 }
 
 func (f *fakePipelines) Seek(_ context.Context, name string, req pipeline.SeekRequest) error {
@@ -100,7 +101,11 @@ func TestPipelineCommands(t *testing.T) {
 	e.ok("pipeline.pause", `{"name":"a"}`, &r)
 	assert.Equal(t, pipeline.StatePaused, r.Pipeline.State)
 	assert.Equal(t, "local", r.Cluster)
-	e.fail("pipeline.pause", `{"name":"a"}`, control.CodeConflict)
+	e.ok("pipeline.pause", `{"name":"a"}`, &r)
+	f.mu.Lock()
+	f.state["b"] = pipeline.StateFailed
+	f.mu.Unlock()
+	assert.Contains(t, e.fail("pipeline.pause", `{"name":"b"}`, control.CodeConflict), "not running")
 	e.ok("pipeline.resume", `{"name":"a"}`, &r)
 	assert.Equal(t, pipeline.StateRunning, r.Pipeline.State)
 
