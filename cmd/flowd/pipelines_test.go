@@ -56,6 +56,18 @@ func (b *bodies) has(want ...string) bool {
 	return true
 }
 
+func (b *bodies) count(body string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, g := range b.got {
+		if g == body {
+			n++
+		}
+	}
+	return n
+}
+
 func (b *bodies) list() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -167,6 +179,13 @@ func TestServeRunsConfiguredPipelines(t *testing.T) {
 	nextEvent(control.EventPipelineResumed)
 	pollUntil(t, c, got.add, func() bool { return got.has("o5") })
 	assert.Equal(t, []string{"o1", "o3", "o5"}, got.list(), "only the EU orders arrived")
+
+	// Seeking to the first message delivers the EU orders again (at least once).
+	out, err = cli(t, "", append([]string{"pipeline", "seek", "eu", "first"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^eu\s+running\s`, out)
+	pollUntil(t, c, got.add, func() bool { return got.count("o1") == 2 && got.count("o5") == 2 })
+	assert.Zero(t, got.count("o2")+got.count("o4"), "the selector still applies")
 
 	_, err = cli(t, "", append([]string{"pipeline", "pause", "nope"}, ctl...)...)
 	require.ErrorContains(t, err, "404")
