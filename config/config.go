@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/flowd-io/flowd/pipeline"
 )
 
 // Config is the daemon's configuration.
@@ -41,6 +43,10 @@ type Config struct {
 	Plugins Plugins `yaml:"plugins" doc:"Wasm plugins deployed from a directory"`
 	HTTP    HTTP    `yaml:"http" doc:"Prometheus metrics and health checks over HTTP"`
 	Log     Log     `yaml:"log" doc:"the daemon's log, on standard error"`
+
+	// Pipelines are run by the daemon once the broker serves. A reload starts the new ones,
+	// stops (draining) the removed ones and restarts the changed ones.
+	Pipelines []pipeline.Definition `yaml:"pipelines" reload:"true" doc:"pipelines hosted by the daemon, each {name, topics, selector, transforms, sink, ...} as in the README; default none"`
 }
 
 // HTTP configures the observability listener.
@@ -136,6 +142,8 @@ func Default() Config {
 		Plugins: Plugins{Poll: time.Second},
 		HTTP:    HTTP{Listen: "127.0.0.1:8080"},
 		Log:     Log{Level: "info", Format: "text"},
+
+		Pipelines: []pipeline.Definition{},
 	}
 }
 
@@ -265,6 +273,19 @@ func (c Config) Validate() error {
 		if u.Name == "" || u.Password == "" || (u.Role != "admin" && u.Role != "read") {
 			bad(fmt.Sprintf("nats.users[%d]", i), "needs name, password and role admin or read")
 		}
+	}
+	names := map[string]int{}
+	for i, d := range c.Pipelines {
+		key := fmt.Sprintf("pipelines[%d]", i)
+		if err := d.Validate(); err != nil {
+			// The definition's error is "<ErrInvalidDefinition>: <field>: <what>".
+			msgs = append(msgs, key+"."+strings.TrimPrefix(err.Error(), pipeline.ErrInvalidDefinition.Error()+": "))
+			continue
+		}
+		if j, ok := names[d.Name]; ok {
+			bad(key+".name", "%q is the name of pipelines[%d] too", d.Name, j)
+		}
+		names[d.Name] = i
 	}
 	return invalid(msgs)
 }

@@ -139,3 +139,44 @@ func TestSizeParsesAndPrints(t *testing.T) {
 	assert.Equal(t, "64MiB", config.Size(64<<20).String())
 	assert.Equal(t, "1000B", config.Size(1000).String())
 }
+
+func TestPipelinesDecodeStrictlyAndValidateNamingTheField(t *testing.T) {
+	raw, err := config.DefaultsYAML()
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), "pipelines: []")
+
+	cfg, err := config.Decode([]byte(`
+pipelines:
+  - name: big-orders
+    topics: [orders]
+    selector: {type: SQL92, expression: "amount > 100"}
+    sink: {type: topic, topic: big-orders, timeout: 2s}
+`))
+	require.NoError(t, err)
+	require.NoError(t, cfg.Validate())
+	require.Len(t, cfg.Pipelines, 1)
+	assert.Equal(t, "amount > 100", cfg.Pipelines[0].Selector.Expression)
+	assert.Equal(t, 2*time.Second, time.Duration(cfg.Pipelines[0].Sink.Timeout))
+
+	_, err = config.Decode([]byte("pipelines:\n  - name: p\n    topics: [a]\n    colour: red\n"))
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), `line 4: unknown key "colour"`)
+
+	cfg, err = config.Decode([]byte(`
+pipelines:
+  - name: ok
+    topics: [a]
+    sink: {type: stdout}
+  - name: bad
+    topics: [a]
+    sink: {type: topic}
+  - name: ok
+    topics: [a]
+    sink: {type: stdout}
+`))
+	require.NoError(t, err)
+	err = cfg.Validate()
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), `pipelines[1].sink.topic: "" is not a valid topic name`)
+	assert.Contains(t, err.Error(), `pipelines[2].name: "ok" is the name of pipelines[0] too`)
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -176,6 +177,9 @@ func TestPluginCommandsNeedARegistry(t *testing.T) {
 		subjects[ep.Subject] = ep.Metadata["read_only"]
 	}
 	for _, name := range control.Commands() {
+		if strings.HasPrefix(name, "pipeline.") {
+			continue // served with a pipeline controller only
+		}
 		assert.Contains(t, subjects, pe.svc.Subject(name))
 	}
 	assert.Equal(t, "true", subjects["flowd.ctl.v1.local.plugin.list"])

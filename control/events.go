@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/pipeline"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -167,6 +168,10 @@ type EventData struct {
 	Plugin        string `json:"plugin,omitempty"`
 	PluginVersion string `json:"pluginVersion,omitempty"`
 	Kind          string `json:"kind,omitempty"`
+
+	// Pipeline of the pipeline events (pipeline.started, .stopped, .paused, .resumed,
+	// .failed); Reason carries why it failed or was killed.
+	Pipeline string `json:"pipeline,omitempty"`
 }
 
 // OffsetCommit is one queue's committed offset in an offset.committed event.
@@ -305,6 +310,44 @@ func (p *Publisher) Plugin(e PluginEvent) {
 		return
 	}
 	p.emitLocked(p.message(e.Type, p.boot+"."+strings.ReplaceAll(e.Type, ".", "-")+"."+nuid.Next(), e.Name, 0, d))
+}
+
+// Pipeline event names, published by Publisher.Pipeline on
+// flowd.evt.<cluster>.pipeline.<event> with the pipeline's name as ce-subject.
+const (
+	// EventPipelineStarted: a pipeline started (at daemon start, or on a reload that added
+	// or changed it). Payload: pipeline.
+	EventPipelineStarted = "pipeline.started"
+	// EventPipelineStopped: a pipeline stopped: drained by a stop, or killed (then reason
+	// says why). Payload: pipeline, reason.
+	EventPipelineStopped = "pipeline.stopped"
+	// EventPipelinePaused: pipeline.pause stopped its polling. Payload: pipeline.
+	EventPipelinePaused = "pipeline.paused"
+	// EventPipelineResumed: pipeline.resume restarted its polling. Payload: pipeline.
+	EventPipelineResumed = "pipeline.resumed"
+	// EventPipelineFailed: a pipeline failed and stopped. Payload: pipeline, reason.
+	EventPipelineFailed = "pipeline.failed"
+)
+
+// Pipeline publishes a pipeline event (pipeline.Options.OnEvent in the daemon) on
+// flowd.evt.<cluster>.pipeline.<type>, with the pipeline's name as ce-subject. Like Plugin it
+// never blocks on NATS.
+func (p *Publisher) Pipeline(e pipeline.Event) {
+	name := "pipeline." + string(e.Type)
+	d := EventData{Pipeline: e.Pipeline}
+	if e.Err != nil {
+		d.Reason = e.Err.Error()
+	}
+	d.Cluster, d.Broker, d.Time = p.cfg.Cluster, p.cfg.Node, e.Time
+	if d.Time.IsZero() {
+		d.Time = time.Now()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.emitLocked(p.message(name, p.boot+"."+strings.ReplaceAll(name, ".", "-")+"."+nuid.Next(), e.Pipeline, 0, d))
 }
 
 // Close stops following the broker, publishes what is left (coalesced commits, and the

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/pipeline"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -225,4 +227,24 @@ func TestPublisherRefusesAClusterNameThatIsNotASubjectToken(t *testing.T) {
 		_, err := NewPublisher(context.Background(), n, b, EventsConfig{Cluster: name, Logger: discardLogger()})
 		assert.ErrorIs(t, err, ErrBadConfig, name)
 	}
+}
+
+// Pipeline events are CloudEvents on flowd.evt.<cluster>.pipeline.<type>, naming the
+// pipeline, with the error as reason and no flowd-seq (they are not broker events).
+func TestPipelineEventsArePublished(t *testing.T) {
+	n := openEmbedded(t, nil)
+	b := newBroker(t, nil)
+	events := subscribeEvents(t, n.ListenURL())
+	p := startPublisher(t, n, b, nil)
+	p.Pipeline(pipeline.Event{Type: pipeline.EventPaused, Pipeline: "eu-orders", Time: time.Now()})
+	p.Pipeline(pipeline.Event{Type: pipeline.EventFailed, Pipeline: "eu-orders", Err: errors.New("sink closed")})
+	msg, d := events.wait(t, "flowd.evt.local.pipeline.paused", nil)
+	assertCloudEvent(t, msg, "io.flowd.pipeline.v1.paused", "eu-orders")
+	assert.Empty(t, msg.Header.Get(HeaderSeq))
+	assert.Equal(t, "eu-orders", d.Pipeline)
+	assert.Empty(t, d.Reason)
+	msg, d = events.wait(t, "flowd.evt.local.pipeline.failed", nil)
+	assertCloudEvent(t, msg, "io.flowd.pipeline.v1.failed", "eu-orders")
+	assert.Equal(t, "sink closed", d.Reason)
+	assert.False(t, d.Time.IsZero())
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/pipeline"
 	"github.com/flowd-io/flowd/plugins"
 )
 
@@ -81,6 +82,11 @@ type ServiceConfig struct {
 	// commands make (the daemon publishes them with Publisher.Plugin). It must not block.
 	// Default nil.
 	PluginEvents func(PluginEvent)
+
+	// Pipelines is what the pipeline commands (pipeline.list, pipeline.pause,
+	// pipeline.resume, pipeline.seek) work on: the daemon's pipeline.Manager. Default nil:
+	// those commands are not served.
+	Pipelines pipeline.Controller
 }
 
 func (c ServiceConfig) withDefaults(b *broker.Broker) ServiceConfig {
@@ -154,15 +160,22 @@ func commands() []command {
 		{"plugin", "list", (*Service).pluginList},
 		{"plugin", "activate", (*Service).pluginActivate},
 		{"plugin", "remove", (*Service).pluginRemove},
+		{"pipeline", "list", (*Service).pipelineList},
+		{"pipeline", "pause", (*Service).pipelinePause},
+		{"pipeline", "resume", (*Service).pipelineResume},
+		{"pipeline", "seek", (*Service).pipelineSeek},
 	}
 }
 
 // served is the commands a service with cfg registers: the plugin commands only with a
-// registry.
+// registry, the pipeline commands only with a pipeline controller.
 func served(cfg ServiceConfig) []command {
 	var out []command
 	for _, c := range commands() {
 		if c.noun == "plugin" && cfg.Plugins == nil {
+			continue
+		}
+		if c.noun == "pipeline" && cfg.Pipelines == nil {
 			continue
 		}
 		out = append(out, c)
@@ -172,7 +185,7 @@ func served(cfg ServiceConfig) []command {
 
 // Commands returns the name ("noun.verb") of every command the service can serve, in the
 // order they are registered; the plugin commands are served only when
-// ServiceConfig.Plugins is set. Their subjects are SubjectPrefix.<cluster>.<noun>.<verb>.
+// ServiceConfig.Plugins is set, the pipeline commands only when ServiceConfig.Pipelines is. Their subjects are SubjectPrefix.<cluster>.<noun>.<verb>.
 func Commands() []string {
 	var out []string
 	for _, c := range commands() {
@@ -231,7 +244,7 @@ func StartService(ctx context.Context, nc *nats.Conn, b *broker.Broker, cfg Serv
 	s.svc, err = micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     ServiceVersion,
-		Description: "flowd control plane: topics, groups, offsets, messages, status, plugins",
+		Description: "flowd control plane: topics, groups, offsets, messages, status, plugins, pipelines",
 		Metadata:    map[string]string{"cluster": cfg.Cluster, "node": cfg.Node},
 		StatsHandler: func(ep *micro.Endpoint) any {
 			if ep.Name != s.statsEndpoint {

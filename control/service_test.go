@@ -239,10 +239,11 @@ func TestDiscoveryFindsOneFlowdServicePerNode(t *testing.T) {
 		"flowd.ctl.v1.local.broker.status":      "true",
 	}, subjects, "every command and nothing else (no stubs for commands not built)")
 	assert.Equal(t, "flowd.ctl.v1.local.topic.list", e.svc.Subject("topic.list"))
-	// The plugin commands are served only with a plugin registry (see cmd_plugin_test.go).
+	// The plugin commands are served only with a plugin registry (see cmd_plugin_test.go),
+	// the pipeline commands only with a pipeline controller (cmd_pipeline_test.go).
 	var served []string
 	for _, name := range control.Commands() {
-		if !strings.HasPrefix(name, "plugin.") {
+		if !strings.HasPrefix(name, "plugin.") && !strings.HasPrefix(name, "pipeline.") {
 			served = append(served, name)
 		}
 	}

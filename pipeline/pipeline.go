@@ -206,7 +206,8 @@ func (p *Pipeline) run() {
 	}
 	p.mu.Unlock()
 	p.cancel()
-	close(p.done)
+	// The event goes out before done closes, so that it precedes whatever the caller of
+	// Stop does next (the daemon stops the broker and publishes broker.stopping).
 	switch {
 	case err != nil:
 		p.log.Error("pipeline failed", "err", err)
@@ -216,6 +217,7 @@ func (p *Pipeline) run() {
 	default:
 		p.m.emit(EventStopped, p.def.Name, nil)
 	}
+	close(p.done)
 }
 
 // pollLoop polls batches and hands each to the worker of its queue, until Stop or a kill.

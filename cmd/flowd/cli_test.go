@@ -36,7 +36,13 @@ type served struct {
 // (appended after the nats section's listen key) and waits until it logs its addresses.
 func startServed(t *testing.T, extraYAML string, args ...string) *served {
 	t.Helper()
-	dir := t.TempDir()
+	return startServedIn(t, t.TempDir(), extraYAML, args...)
+}
+
+// startServedIn is startServed with the configuration file and the data directory (data)
+// in dir, so that a test can serve the same data twice.
+func startServedIn(t *testing.T, dir, extraYAML string, args ...string) *served {
+	t.Helper()
 	cfgFile := filepath.Join(dir, "flowd.yaml")
 	yaml := fmt.Sprintf("data_dir: %s\nlisten:\n  broker: 127.0.0.1:0\n  namesrv: 127.0.0.1:0\nhttp:\n  listen: 127.0.0.1:0\nnats:\n  listen: 127.0.0.1:0\n%s", filepath.Join(dir, "data"), extraYAML)
 	require.NoError(t, os.WriteFile(cfgFile, []byte(yaml), 0o600))

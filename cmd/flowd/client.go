@@ -123,7 +123,7 @@ func call[T any](cmd *cobra.Command, o *clientOpts, command string, req any, sho
 }
 
 func clientCommands() []*cobra.Command {
-	return []*cobra.Command{topicCommand(), groupCommand(), messageCommand(), pluginCommand()}
+	return []*cobra.Command{topicCommand(), groupCommand(), messageCommand(), pluginCommand(), pipelineCommand()}
 }
 
 func printTopics(w io.Writer, ts ...control.TopicView) {

@@ -23,6 +23,7 @@ import (
 	"github.com/flowd-io/flowd/broker/store/vfs"
 	"github.com/flowd-io/flowd/config"
 	"github.com/flowd-io/flowd/metrics"
+	"github.com/flowd-io/flowd/pipeline"
 )
 
 // serveCmd is `flowd serve`: its flags, bound to the settings of config.Config.
@@ -222,8 +223,24 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	if err := b.Start(); err != nil {
 		return errors.Join(err, b.Shutdown(context.Background()), cp.close(context.Background()), closePlugins())
 	}
+	// Pipelines read from the broker, so they start once it serves; the command service
+	// starts with their Manager, so that the pipeline commands are served from the start.
+	var pipelineEvents func(pipeline.Event)
+	if cp != nil {
+		pipelineEvents = cp.pub.Pipeline
+	}
+	pl, err := newPipelineHost(ctx, b, ph.reg, pipelineEvents, log)
+	if err != nil {
+		return errors.Join(err, b.Shutdown(context.Background()), cp.close(context.Background()), closePlugins())
+	}
+	if cp != nil {
+		cp.cfg.Pipelines = pl.m
+	}
 	if err := cp.started(ctx, b); err != nil {
 		return errors.Join(err, b.Shutdown(context.Background()), cp.close(context.Background()), closePlugins())
+	}
+	if err := pl.apply(c.Pipelines); err != nil {
+		log.Error("serve: pipelines not started", "err", err)
 	}
 
 	stopWatch := m.WatchBroker(b)
@@ -258,7 +275,7 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 		case <-ctx.Done():
 			running = false
 		case <-hup:
-			c = reloadConfig(ctx, c, reload, &level, w, func(d []string) error { return cp.setDisabled(ctx, b, d) }, log)
+			c = reloadConfig(ctx, c, reload, &level, w, func(d []string) error { return cp.setDisabled(ctx, b, d) }, pl.apply, log)
 		}
 	}
 	log.Info("flowd stopping")
@@ -266,6 +283,11 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	stopHTTP()
 	herr := <-httpDone
 	stopWatch()
+	// Pipelines drain first: what they polled is delivered and committed while the broker
+	// still serves, and their consumers leave the group.
+	pctx, pcancel := context.WithTimeout(context.Background(), pipelineDrainTimeout)
+	perr := pl.close(pctx)
+	pcancel()
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The "stopping" event goes out first, the broker's last events (members leaving as
@@ -273,14 +295,14 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	serr := cp.stopping()
 	berr := b.Shutdown(sctx)
 	ph.setSink(nil)
-	return errors.Join(herr, serr, berr, cp.close(sctx), ph.close(sctx))
+	return errors.Join(herr, perr, serr, berr, cp.close(sctx), ph.close(sctx))
 }
 
 // reloadConfig re-reads the configuration on SIGHUP, applies the settings that can change
 // while running and logs the others as needing a restart. A configuration that does not load
 // changes nothing.
 func reloadConfig(ctx context.Context, old config.Config, s *serveCmd, level *slog.LevelVar, w *dirWatcher,
-	setDisabled func([]string) error, log *slog.Logger) config.Config {
+	setDisabled func([]string) error, setPipelines func([]pipeline.Definition) error, log *slog.Logger) config.Config {
 	if s == nil {
 		return old
 	}
@@ -318,6 +340,13 @@ func reloadConfig(ctx context.Context, old config.Config, s *serveCmd, level *sl
 				continue
 			}
 			next.NATS.Disabled = c.NATS.Disabled
+		case "pipelines":
+			// The pipelines that did start run even when others did not; every reload that
+			// changes the pipelines tries the missing ones again.
+			if err := setPipelines(c.Pipelines); err != nil {
+				log.Error("reload: pipelines not all applied", "err", err)
+			}
+			next.Pipelines = c.Pipelines
 		}
 		applied = append(applied, st.Key)
 	}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/consumer"
+	"github.com/flowd-io/flowd/consumer/allocate"
+	"github.com/flowd-io/flowd/control"
+	"github.com/flowd-io/flowd/pipeline"
+	"github.com/flowd-io/flowd/plugins"
+)
+
+// pipelineDrainTimeout bounds how long the daemon waits for a pipeline to deliver and
+// commit what it polled when it stops it (shutdown, or a reload removing or changing it).
+const pipelineDrainTimeout = 30 * time.Second
+
+// pipelineHost runs the configured pipelines on a pipeline.Manager. The pipelines live
+// until the daemon stops them: their context is not the signal context, so that SIGTERM
+// drains them (Stop) rather than killing them.
+type pipelineHost struct {
+	m    *pipeline.Manager
+	ctx  context.Context
+	log  *slog.Logger
+	emit func(pipeline.Event)
+	// running is the definitions started, by name: what a reload compares against.
+	running map[string]pipeline.Definition
+}
+
+// newPipelineHost creates the Manager once the broker serves. Pipelines read through this
+// daemon's name service, or through the broker's own listener (which answers route
+// requests too) when the name service is off. Transforms and allocator plugins come from
+// the plugin registry; events go to the publisher when NATS is on.
+func newPipelineHost(ctx context.Context, b *broker.Broker, reg *plugins.Registry, pub func(pipeline.Event), log *slog.Logger) (*pipelineHost, error) {
+	ns := b.NamesrvAddr()
+	if ns == "" {
+		ns = b.Addr()
+	}
+	log = log.With("component", "pipeline")
+	h := &pipelineHost{ctx: context.WithoutCancel(ctx), log: log, running: map[string]pipeline.Definition{}}
+	h.emit = func(e pipeline.Event) {
+		if e.Err != nil {
+			log.Warn("pipeline "+string(e.Type), "pipeline", e.Pipeline, "err", e.Err)
+		} else {
+			log.Info("pipeline "+string(e.Type), "pipeline", e.Pipeline)
+		}
+		if pub != nil {
+			pub(e)
+		}
+	}
+	brokerName := b.Status().BrokerName
+	m, err := pipeline.NewManager(pipeline.Options{
+		NameServers: []string{ns},
+		Logger:      log,
+		OnEvent:     h.emit,
+		Transforms: func(name string) (pipeline.Transformer, error) {
+			t, err := reg.Transform(name)
+			if err != nil {
+				return nil, err
+			}
+			return t, nil
+		},
+		Allocators: func(name string) (allocate.Strategy, error) {
+			a, err := reg.Allocator(name)
+			if err != nil {
+				return nil, err
+			}
+			return &plugins.AllocatorStrategy{Allocator: a}, nil
+		},
+		QueueEnd: func(mq consumer.MessageQueue) (int64, bool) {
+			if mq.BrokerName != brokerName {
+				return 0, false
+			}
+			return b.StoreMax(mq.Topic, int32(mq.QueueID)), true
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serve: pipelines: %w", err)
+	}
+	h.m = m
+	return h, nil
+}
+
+// apply makes the running pipelines those of defs: it stops (draining) the ones removed,
+// restarts the ones changed and starts the new ones. A pipeline that does not start is
+// logged and reported as pipeline.failed; the others still run.
+func (h *pipelineHost) apply(defs []pipeline.Definition) error {
+	want := map[string]pipeline.Definition{}
+	for _, d := range defs {
+		want[d.Name] = d
+	}
+	var errs []error
+	for name, old := range h.running {
+		if d, ok := want[name]; ok && reflect.DeepEqual(d, old) {
+			continue
+		}
+		if err := h.stop(name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, d := range defs {
+		if _, ok := h.running[d.Name]; ok {
+			continue
+		}
+		if err := h.m.Start(h.ctx, d); err != nil {
+			err = fmt.Errorf("pipeline %s: %w", d.Name, err)
+			h.emit(pipeline.Event{Type: pipeline.EventFailed, Pipeline: d.Name, Time: time.Now(), Err: err})
+			errs = append(errs, err)
+			continue
+		}
+		h.running[d.Name] = d
+	}
+	return errors.Join(errs...)
+}
+
+func (h *pipelineHost) stop(name string) error {
+	delete(h.running, name)
+	ctx, cancel := context.WithTimeout(h.ctx, pipelineDrainTimeout)
+	defer cancel()
+	if err := h.m.Stop(ctx, name); err != nil && !errors.Is(err, pipeline.ErrNotFound) {
+		return fmt.Errorf("stop pipeline %s: %w", name, err)
+	}
+	return nil
+}
+
+// close drains every pipeline, bounded by ctx.
+func (h *pipelineHost) close(ctx context.Context) error {
+	if h == nil {
+		return nil
+	}
+	clear(h.running)
+	if err := h.m.Close(ctx); err != nil {
+		return fmt.Errorf("stop pipelines: %w", err)
+	}
+	return nil
+}
+
+func printPipelines(w io.Writer, ps ...pipeline.Status) {
+	fmt.Fprintln(w, "NAME\tSTATE\tTOPICS\tSINK\tIN\tOUT\tFILTERED\tFAILED\tLAG")
+	for _, p := range ps {
+		lag := int64(0)
+		for _, q := range p.Queues {
+			if q.Lag < 0 {
+				lag = -1
+				break
+			}
+			lag += q.Lag
+		}
+		lagS := fmt.Sprint(lag)
+		if lag < 0 {
+			lagS = "-"
+		}
+		sink := p.Definition.Sink.Type
+		switch {
+		case p.Definition.Sink.Topic != "":
+			sink += ":" + p.Definition.Sink.Topic
+		case p.Definition.Sink.Subject != "":
+			sink += ":" + p.Definition.Sink.Subject
+		}
+		state := string(p.State)
+		if p.Err != "" {
+			state += " (" + p.Err + ")"
+		}
+		c := p.Counters
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", p.Name, state, strings.Join(p.Definition.Topics, ","), sink,
+			c.In, c.Out, c.Filtered, c.Failed, lagS)
+	}
+}
+
+func pipelineCommand() *cobra.Command {
+	o := &clientOpts{}
+	cmd := &cobra.Command{Use: "pipeline", Short: "List, pause, resume and seek the pipelines of a running daemon"}
+	o.addFlags(cmd)
+	list := &cobra.Command{
+		Use: "list [NAME]", Short: "List the pipelines with their state and counters", Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var req control.PipelineListRequest
+			if len(args) == 1 {
+				req.Name = args[0]
+			}
+			return call(cmd, o, "pipeline.list", req, func(w io.Writer, r *control.PipelineListReply) { printPipelines(w, r.Pipelines...) })
+		},
+	}
+	nameCmd := func(verb, short string) *cobra.Command {
+		return &cobra.Command{
+			Use: verb + " NAME", Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return call(cmd, o, "pipeline."+verb, control.PipelineRequest{Name: args[0]},
+					func(w io.Writer, r *control.PipelineReply) { printPipelines(w, r.Pipeline) })
+			},
+		}
+	}
+	var ts, topic, brokerName string
+	var queueID int
+	var offset int64
+	seek := &cobra.Command{
+		Use:   "seek NAME first|last|timestamp|offset",
+		Short: "Move a pipeline's position in all its queues, or in one (--topic, --queue; required with offset)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := control.PipelineSeekRequest{Name: args[0], Position: args[1], Offset: offset}
+			if ts != "" {
+				t, err := time.Parse(time.RFC3339Nano, ts)
+				if err != nil {
+					return fmt.Errorf("pipeline seek: --timestamp: %w", err)
+				}
+				req.Timestamp = t
+			}
+			if topic != "" {
+				req.Queue = &consumer.MessageQueue{Topic: topic, BrokerName: brokerName, QueueID: queueID}
+			}
+			return call(cmd, o, "pipeline.seek", req, func(w io.Writer, r *control.PipelineReply) { printPipelines(w, r.Pipeline) })
+		},
+	}
+	seek.Flags().StringVar(&ts, "timestamp", "", "RFC 3339 time, with position timestamp")
+	seek.Flags().Int64Var(&offset, "offset", 0, "queue offset, with position offset")
+	seek.Flags().StringVar(&topic, "topic", "", "topic of the one queue to move")
+	seek.Flags().IntVar(&queueID, "queue", 0, "queue id of the one queue to move")
+	seek.Flags().StringVar(&brokerName, "broker-name", "broker-a", "broker name of the one queue to move")
+	cmd.AddCommand(list, nameCmd("pause", "Stop a pipeline's polling; it keeps its queues"),
+		nameCmd("resume", "Resume a paused pipeline"), seek)
+	return cmd
+}

@@ -1,0 +1,170 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/flowd-io/flowd/consumer"
+	"github.com/flowd-io/flowd/pipeline"
+)
+
+// PipelineRequest is the request of pipeline.pause and pipeline.resume.
+type PipelineRequest struct {
+	Name string `json:"name"`
+}
+
+// PipelineListRequest is the request of pipeline.list; Name, when set, lists one pipeline
+// (404 when there is none of that name).
+type PipelineListRequest struct {
+	Name string `json:"name,omitempty"`
+}
+
+// PipelineListReply is the reply of pipeline.list, sorted by name.
+type PipelineListReply struct {
+	Origin
+	Pipelines []pipeline.Status `json:"pipelines"`
+}
+
+// PipelineSeekRequest is the request of pipeline.seek: the pipeline and where to move it,
+// in one queue (Queue) or in every queue it owns now.
+type PipelineSeekRequest struct {
+	Name string `json:"name"`
+	// Queue is the queue to move; absent: every queue the pipeline owns. Required with
+	// position offset.
+	Queue *consumer.MessageQueue `json:"queue,omitempty"`
+	// Position is first, last, timestamp or offset.
+	Position string `json:"position"`
+	// Timestamp (RFC 3339) is the store time to move to, with position timestamp.
+	Timestamp time.Time `json:"timestamp,omitzero"`
+	// Offset is the queue offset to move to, with position offset.
+	Offset int64 `json:"offset,omitempty"`
+}
+
+// PipelineReply is the reply of pipeline.pause, pipeline.resume and pipeline.seek: the
+// pipeline's status after the command.
+type PipelineReply struct {
+	Origin
+	Pipeline pipeline.Status `json:"pipeline"`
+}
+
+func decodePipelineName(data []byte) (string, error) {
+	var req PipelineRequest
+	if err := decode(data, &req); err != nil {
+		return "", err
+	}
+	if req.Name == "" {
+		return "", badField("name", "required")
+	}
+	return req.Name, nil
+}
+
+func (s *Service) pipelineList(ctx context.Context, data []byte) (any, error) {
+	var req PipelineListRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	out := PipelineListReply{Origin: s.origin(), Pipelines: []pipeline.Status{}}
+	if req.Name != "" {
+		st, err := s.cfg.Pipelines.Get(ctx, req.Name)
+		if err != nil {
+			return nil, pipelineError(err, "name")
+		}
+		out.Pipelines = append(out.Pipelines, st)
+		return out, nil
+	}
+	all, err := s.cfg.Pipelines.List(ctx)
+	if err != nil {
+		return nil, pipelineError(err, "")
+	}
+	out.Pipelines = append(out.Pipelines, all...)
+	return out, nil
+}
+
+func (s *Service) pipelinePause(ctx context.Context, data []byte) (any, error) {
+	name, err := decodePipelineName(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Pipelines.Pause(ctx, name); err != nil {
+		return nil, pipelineError(err, "name")
+	}
+	return s.pipelineReply(ctx, name)
+}
+
+func (s *Service) pipelineResume(ctx context.Context, data []byte) (any, error) {
+	name, err := decodePipelineName(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Pipelines.Resume(ctx, name); err != nil {
+		return nil, pipelineError(err, "name")
+	}
+	return s.pipelineReply(ctx, name)
+}
+
+func (s *Service) pipelineSeek(ctx context.Context, data []byte) (any, error) {
+	var req PipelineSeekRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	if req.Name == "" {
+		return nil, badField("name", "required")
+	}
+	// Checked here as well as by the pipeline, so that the reply names the field.
+	switch req.Position {
+	case pipeline.SeekFirst, pipeline.SeekLast:
+	case pipeline.SeekTimestamp:
+		if req.Timestamp.IsZero() {
+			return nil, badField("timestamp", "required with position timestamp")
+		}
+	case pipeline.SeekOffset:
+		if req.Queue == nil {
+			return nil, badField("queue", "required with position offset")
+		}
+		if req.Offset < 0 {
+			return nil, badField("offset", "%d is negative", req.Offset)
+		}
+	case "":
+		return nil, badField("position", "required")
+	default:
+		return nil, badField("position", "%q is not first, last, timestamp or offset", req.Position)
+	}
+	if req.Queue != nil && (req.Queue.Topic == "" || req.Queue.QueueID < 0) {
+		return nil, badField("queue", "needs topic, brokerName and a queueId of 0 or more")
+	}
+	sr := pipeline.SeekRequest{Queue: req.Queue, Position: req.Position, Timestamp: req.Timestamp, Offset: req.Offset}
+	if err := s.cfg.Pipelines.Seek(ctx, req.Name, sr); err != nil {
+		return nil, pipelineError(err, "position")
+	}
+	return s.pipelineReply(ctx, req.Name)
+}
+
+func (s *Service) pipelineReply(ctx context.Context, name string) (any, error) {
+	st, err := s.cfg.Pipelines.Get(ctx, name)
+	if err != nil {
+		return nil, pipelineError(err, "name")
+	}
+	return PipelineReply{Origin: s.origin(), Pipeline: st}, nil
+}
+
+// pipelineError maps a pipeline error to a reply; field names the request field a malformed
+// request concerns. The pipeline's own messages read "…: <field>: <detail>".
+func pipelineError(err error, field string) error {
+	switch {
+	case errors.Is(err, pipeline.ErrNotFound):
+		return &cmdError{code: CodeNotFound, msg: err.Error()}
+	case errors.Is(err, pipeline.ErrNotRunning), errors.Is(err, pipeline.ErrExists):
+		return &cmdError{code: CodeConflict, msg: err.Error()}
+	case errors.Is(err, pipeline.ErrInvalidArgument), errors.Is(err, pipeline.ErrInvalidDefinition):
+		msg := err.Error()
+		for _, f := range []string{"queue", "timestamp", "offset", "position"} {
+			if strings.Contains(msg, ": "+f+": ") {
+				return badField(f, "%s", msg)
+			}
+		}
+		return badField(field, "%s", msg)
+	}
+	return &cmdError{code: CodeInternal, msg: err.Error()}
+}
