@@ -55,16 +55,22 @@ func (s *Service) messageGet(_ context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, brokerError(err, "msg_id")
 	}
+	return s.messageView(m, req.MsgID, "msg_id")
+}
+
+// messageView is the reply shape of one stored message (message.get, message.query); field
+// names the request field an error is blamed on.
+func (s *Service) messageView(m *protocol.MessageExt, msgID, field string) (MessageReply, error) {
 	body, err := m.UncompressedBody(maxBodyView)
 	if err != nil {
-		return nil, brokerError(err, "msg_id")
+		return MessageReply{}, brokerError(err, field)
 	}
 	props := m.Properties
 	if props == nil {
 		props = map[string]string{}
 	}
 	return MessageReply{
-		Origin: s.origin(), MsgID: req.MsgID, Topic: m.Topic, Queue: m.QueueID, Offset: m.QueueOffset,
+		Origin: s.origin(), MsgID: msgID, Topic: m.Topic, Queue: m.QueueID, Offset: m.QueueOffset,
 		CommitLogOffset: m.CommitLogOffset, Properties: props, Body: body, BodySize: len(body),
 		StoreTime: time.UnixMilli(m.StoreTimestamp).UTC(), BornTime: time.UnixMilli(m.BornTimestamp).UTC(),
 		StoreHost: m.StoreHost.String(), BornHost: m.BornHost.String(), ReconsumeTimes: m.ReconsumeTimes, Flag: m.Flag,

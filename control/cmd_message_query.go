@@ -86,21 +86,11 @@ func (s *Service) messageQuery(ctx context.Context, data []byte) (any, error) {
 	}
 	reply := MessageQueryReply{Origin: s.origin(), Topic: req.Topic, Key: req.Key, Messages: []MessageReply{}}
 	for _, m := range ms {
-		body, err := m.UncompressedBody(maxBodyView)
+		v, err := s.messageView(m, protocol.OffsetMsgID(m.StoreHost, m.CommitLogOffset), "key")
 		if err != nil {
-			return nil, brokerError(err, "key")
+			return nil, err
 		}
-		props := m.Properties
-		if props == nil {
-			props = map[string]string{}
-		}
-		reply.Messages = append(reply.Messages, MessageReply{
-			Origin: s.origin(), MsgID: protocol.OffsetMsgID(m.StoreHost, m.CommitLogOffset), Topic: m.Topic,
-			Queue: m.QueueID, Offset: m.QueueOffset, CommitLogOffset: m.CommitLogOffset, Properties: props,
-			Body: body, BodySize: len(body),
-			StoreTime: time.UnixMilli(m.StoreTimestamp).UTC(), BornTime: time.UnixMilli(m.BornTimestamp).UTC(),
-			StoreHost: m.StoreHost.String(), BornHost: m.BornHost.String(), ReconsumeTimes: m.ReconsumeTimes, Flag: m.Flag,
-		})
+		reply.Messages = append(reply.Messages, v)
 	}
 	return reply, nil
 }
