@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"unsafe"
 
 	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/protocol"
@@ -123,7 +124,8 @@ func decodeCandidate(c store.Candidate, m *Message) error {
 // package's *Selector is one.
 type Selector interface {
 	// Match evaluates the expression; get returns a property's value and whether the
-	// message has it. It must be safe for concurrent use.
+	// message has it. The value is valid only until Match returns (it points into the
+	// stored message): a selector must not keep it. Match must be safe for concurrent use.
 	Match(get func(key string) (string, bool)) bool
 }
 
@@ -152,15 +154,21 @@ func SQL92(compile func(expr string) (Selector, error)) Compiler {
 type sqlAdapter struct{ sel Selector }
 
 func (a sqlAdapter) MatchBatch(_ context.Context, cands []store.Candidate, keep []bool) error {
+	// One lookup function for the window (a closure per candidate would be an allocation
+	// each), reading the current candidate's properties without copying them: this runs for
+	// every property a selector reads of every candidate on the pull path, and Match does
+	// not keep values (see Selector).
+	var props []byte
+	get := func(key string) (string, bool) {
+		v, ok := protocol.FindProperty(props, key)
+		return unsafe.String(unsafe.SliceData(v), len(v)), ok
+	}
 	for i, c := range cands {
-		props, err := store.StoredProperties(c.Stored)
-		if err != nil {
+		var err error
+		if props, err = store.StoredProperties(c.Stored); err != nil {
 			return fmt.Errorf("properties of %s/%d at %d: %w", c.Topic, c.QueueID, c.QueueOffset, err)
 		}
-		keep[i] = a.sel.Match(func(key string) (string, bool) {
-			v, ok := protocol.FindProperty(props, key)
-			return string(v), ok
-		})
+		keep[i] = a.sel.Match(get)
 	}
 	return nil
 }
