@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
+	"sync"
 	"unsafe"
 
 	"github.com/flowd-io/flowd/broker/store"
@@ -54,15 +56,28 @@ func Batch(resolve MatcherFunc, onError store.FilterErrorPolicy) Compiler {
 		if m == nil {
 			return nil, fmt.Errorf("no matcher for expression %q", sub.Expression)
 		}
-		return &store.Filter{Match: batchAdapter{m}, OnError: onError}, nil
+		return &store.Filter{Match: &batchAdapter{m: m}, OnError: onError}, nil
 	})
 }
 
-// batchAdapter decodes the store's candidates into Messages for a BatchMatcher.
-type batchAdapter struct{ m BatchMatcher }
+// batchAdapter decodes the store's candidates into Messages for a BatchMatcher. Pulls of one
+// subscription share it and run at once, so the Message slices are pooled, not kept in it.
+type batchAdapter struct {
+	m    BatchMatcher
+	msgs sync.Pool // of *[]Message
+}
 
-func (a batchAdapter) MatchBatch(ctx context.Context, cands []store.Candidate, keep []bool) error {
-	msgs := make([]Message, len(cands))
+func (a *batchAdapter) MatchBatch(ctx context.Context, cands []store.Candidate, keep []bool) error {
+	p, _ := a.msgs.Get().(*[]Message)
+	if p == nil {
+		p = new([]Message)
+	}
+	defer func() {
+		clear(*p) // drop references into the store's read buffers
+		a.msgs.Put(p)
+	}()
+	msgs := slices.Grow((*p)[:0], len(cands))[:len(cands)]
+	*p = msgs
 	for i, c := range cands {
 		if err := decodeCandidate(c, &msgs[i]); err != nil {
 			return err
