@@ -348,7 +348,15 @@ func TestRouteFetchesCoalesce(t *testing.T) {
 			errs <- err
 		}()
 	}
-	require.Eventually(t, func() bool { return asked.Load() == 1 }, wait, 5*time.Millisecond)
+	// Every caller has joined the one fetch in flight (a goroutine that started only after it
+	// finished would rightly ask again).
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		call := c.fetching["herd"]
+		return call != nil && call.callers == callers
+	}, wait, time.Millisecond)
+	require.Eventually(t, func() bool { return asked.Load() == 1 }, wait, time.Millisecond)
 	// A caller that gives up does not end the fetch for the others.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

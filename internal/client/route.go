@@ -90,9 +90,10 @@ func (c *Client) CachedRoute(topic string) (*Route, bool) {
 
 // routeCall is one route fetch that concurrent UpdateRoute calls for a topic share.
 type routeCall struct {
-	done chan struct{} // closed when r and err are set
-	r    *Route
-	err  error
+	done    chan struct{} // closed when r and err are set
+	r       *Route
+	err     error
+	callers int // how many UpdateRoute calls share this fetch; guarded by Client.mu
 }
 
 // UpdateRoute fetches topic's route from the name servers now and caches it. When the readable
@@ -116,6 +117,7 @@ func (c *Client) UpdateRoute(ctx context.Context, topic string) (*Route, error) 
 		c.wg.Add(1)
 		go c.fetchRoute(topic, call)
 	}
+	call.callers++
 	c.mu.Unlock()
 	select {
 	case <-call.done:
