@@ -143,8 +143,12 @@ func (m *Manager) Start(ctx context.Context, def Definition) error {
 		select {
 		case <-old.done:
 		default:
-			m.mu.Unlock()
-			return fmt.Errorf("start %s: %w", def.Name, ErrExists)
+			// Stopped or failed: its consumer and sink are closed, only its last event is
+			// still going out, so the name is free (the daemon restarts a pipeline so).
+			if !old.finished() {
+				m.mu.Unlock()
+				return fmt.Errorf("start %s: %w", def.Name, ErrExists)
+			}
 		}
 	}
 	p := &Pipeline{def: def, m: m, log: m.log.With("pipeline", def.Name), done: make(chan struct{}), changed: make(chan struct{}),

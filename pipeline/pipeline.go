@@ -220,6 +220,14 @@ func (p *Pipeline) run() {
 	close(p.done)
 }
 
+// finished reports whether the pipeline has stopped or failed: its consumer and sink are
+// closed. Lock order: Manager.mu before Pipeline.mu.
+func (p *Pipeline) finished() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state == StateStopped || p.state == StateFailed
+}
+
 // pollLoop polls batches and hands each to the worker of its queue, until Stop or a kill.
 func (p *Pipeline) pollLoop() error {
 	for {
