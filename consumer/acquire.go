@@ -105,7 +105,7 @@ func (l *LitePull) activate(ctx context.Context, q *queue, readsTopic map[string
 		start = q.seekOffset // a seek arrived while we were asking
 	}
 	q.seekOffset = -1
-	q.pullOffset, q.consumeOffset, q.persisted = start, start, stored
+	q.pullOffset, q.consumeOffset, q.persisted, q.floor = start, start, stored, -1
 	q.active = true
 	taskCtx, cancel := context.WithCancel(l.ctx)
 	q.taskCancel = cancel

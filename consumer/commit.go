@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 )
 
@@ -29,7 +28,7 @@ func (l *LitePull) commitAll(ctx context.Context, onlyChanged bool) error {
 			continue
 		}
 		q.skipEmptyLocked()
-		if onlyChanged && q.consumeOffset == q.persisted {
+		if onlyChanged && q.consumeOffset == q.persisted || !q.admitLocked(q.consumeOffset) {
 			continue
 		}
 		q.committed = q.consumeOffset
@@ -65,6 +64,11 @@ func (l *LitePull) persistLocked(ctx context.Context, offsets map[MessageQueue]i
 // CommitOffsets commits the given offsets of owned queues, and of queues being revoked while
 // the WithOnQueuesRevoked function runs (also during Close). A queue not owned fails the
 // whole call with ErrNotAssigned before anything is committed.
+//
+// A queue's committed offset only moves forward: an offset below one this consumer already
+// sent for the queue (since it started reading it, or since the last Seek of it) is not
+// sent, so concurrent calls leave the highest offset stored whatever order they ran in. To
+// go back, Seek first.
 func (l *LitePull) CommitOffsets(ctx context.Context, offsets map[MessageQueue]int64) error {
 	runErr := l.checkRunning()
 	l.commitMu.Lock()
@@ -91,12 +95,16 @@ func (l *LitePull) CommitOffsets(ctx context.Context, offsets map[MessageQueue]i
 			return fmt.Errorf("commit %s: %w: negative offset %d", mq, ErrInvalidArgument, off)
 		}
 	}
+	send := make(map[MessageQueue]int64, len(offsets))
 	for mq, off := range offsets {
 		q, _ := l.ownedLocked(mq)
-		q.committed = off
+		if q.admitLocked(off) {
+			q.committed = off
+			send[mq] = off
+		}
 	}
 	l.mu.Unlock()
-	return l.persistLocked(ctx, maps.Clone(offsets))
+	return l.persistLocked(ctx, send)
 }
 
 // Committed returns the offset stored for mq (on the broker, or in the local file in

@@ -229,6 +229,10 @@ func TestCommitAndCommitted(t *testing.T) {
 	require.NoError(t, c.Commit(ctx))
 	assert.EqualValues(t, 4, brokerOffset(t, b, "commit-group", queues[0]))
 
+	// A commit never moves the offset back, unless a seek went back first.
+	require.NoError(t, c.CommitOffsets(ctx, map[consumer.MessageQueue]int64{queues[0]: 2}))
+	assert.EqualValues(t, 4, brokerOffset(t, b, "commit-group", queues[0]))
+	require.NoError(t, c.Seek(ctx, queues[0], 2))
 	require.NoError(t, c.CommitOffsets(ctx, map[consumer.MessageQueue]int64{queues[0]: 2}))
 	off, err = c.Committed(ctx, queues[0])
 	require.NoError(t, err)
@@ -242,6 +246,36 @@ func TestCommitAndCommitted(t *testing.T) {
 	produceTo(t, p, queues[0], "b", 1, nil)
 	require.Len(t, pollN(t, c, 1, wait), 1)
 	assert.EqualValues(t, 2, brokerOffset(t, b, "commit-group", queues[0]))
+}
+
+// TestConcurrentCommitsOnlyMoveForward commits increasing offsets of one queue from many
+// goroutines at once: whatever order the calls run in, the broker ends at the highest.
+func TestConcurrentCommitsOnlyMoveForward(t *testing.T) {
+	b := startBroker(t, nil)
+	queues := createTopic(t, b, "monotonic", 1)
+	const n = 64
+	produceTo(t, newProducer(t, b), queues[0], "m", n, nil)
+	c := newConsumer(t, b, "monotonic-group", consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithAutoCommit(false))
+	require.NoError(t, c.Subscribe("monotonic", "*"))
+	require.NoError(t, c.Start(context.Background()))
+	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 1 }, wait, time.Millisecond)
+	ctx := context.Background()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 1; i <= n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			assert.NoError(t, c.CommitOffsets(ctx, map[consumer.MessageQueue]int64{queues[0]: int64(i)}))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	assert.EqualValues(t, n, brokerOffset(t, b, "monotonic-group", queues[0]))
+	// Commit (of what Poll handed out: nothing yet) does not move it back either.
+	require.NoError(t, c.Commit(ctx))
+	assert.EqualValues(t, n, brokerOffset(t, b, "monotonic-group", queues[0]))
 }
 
 func TestAutoCommit(t *testing.T) {

@@ -34,9 +34,9 @@ func (l *LitePull) release(ctx context.Context, qs []*queue) error {
 		lockOK := !q.lockTried || (q.locked && now.Before(q.lockValidUntil))
 		if q.active && lockOK {
 			switch {
-			case l.cfg.autoCommit && q.consumeOffset != q.persisted:
+			case l.cfg.autoCommit && q.consumeOffset != q.persisted && q.admitLocked(q.consumeOffset):
 				offsets[q.mq] = q.consumeOffset
-			case !l.cfg.autoCommit && q.committed >= 0 && q.committed != q.persisted:
+			case !l.cfg.autoCommit && q.committed >= 0 && q.committed != q.persisted && q.admitLocked(q.committed):
 				offsets[q.mq] = q.committed
 			}
 			if q.lockTried {

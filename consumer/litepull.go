@@ -108,6 +108,7 @@ type queue struct {
 	consumeOffset  int64 // offset past what Poll has handed out
 	committed      int64 // last offset committed by the user (auto-commit off); -1 none
 	persisted      int64 // last offset written to the store; -1 none
+	floor          int64 // highest offset sent to the store since the queue was activated or sought; -1 none
 	seekOffset     int64 // seek requested before the queue became active; -1 none
 	cache          []*batch
 	count          int
@@ -138,7 +139,20 @@ type batch struct {
 }
 
 func newQueue(mq MessageQueue, sub *subscription) *queue {
-	return &queue{mq: mq, sub: sub, committed: -1, persisted: -1, seekOffset: -1, wake: make(chan struct{}, 1), restart: make(chan struct{}, 1)}
+	return &queue{mq: mq, sub: sub, committed: -1, persisted: -1, floor: -1, seekOffset: -1, wake: make(chan struct{}, 1), restart: make(chan struct{}, 1)}
+}
+
+// admitLocked reports whether off may be sent to the offset store for q, and records it as
+// sent. Commits of a queue only move forward: calls from different goroutines are
+// serialized but their order is not the order their offsets were reached in, and a commit
+// whose answer never came may still land; an offset below one already sent is dropped.
+// Only activating the queue again or a seek lowers the floor. LitePull.mu is held.
+func (q *queue) admitLocked(off int64) bool {
+	if off < q.floor {
+		return false
+	}
+	q.floor = off
+	return true
 }
 
 func (q *queue) signal() {

@@ -12,6 +12,7 @@ import (
 // Seek moves the consume position of an assigned queue to offset, which must lie within the
 // queue's [min offset, max offset]. Cached messages of the queue are dropped and the next Poll
 // of it starts at offset. With auto-commit the new position is committed at the next commit.
+// A seek is the one way to commit an offset below one already committed (see CommitOffsets).
 func (l *LitePull) Seek(ctx context.Context, mq MessageQueue, offset int64) error {
 	return l.seek(ctx, mq, "seek "+mq.String()+" to "+strconv.FormatInt(offset, 10), func() (int64, error) {
 		minOff, err := l.queryOffset(ctx, protocol.GetMinOffset, mq)
@@ -79,6 +80,7 @@ func (l *LitePull) seekTo(mq MessageQueue, offset int64) error {
 	if !ok {
 		return ErrNotAssigned
 	}
+	q.floor = -1 // an explicit move: the next commit may go back
 	if !q.active {
 		q.seekOffset = offset
 		return nil
