@@ -120,6 +120,25 @@ func (l *LitePull) Committed(ctx context.Context, mq MessageQueue) (int64, error
 	return off, nil
 }
 
+// Position returns the consume offset of an owned queue that is being read: the offset past
+// the messages Poll has handed out and past the messages the broker skipped after them
+// (filtered out by the subscription). A manual-commit application that has processed
+// everything Poll returned can commit it, so that a queue whose messages the filter rejects
+// does not stay behind. It fails with ErrNotAssigned for a queue not owned or not read yet.
+func (l *LitePull) Position(mq MessageQueue) (int64, error) {
+	if err := l.checkRunning(); err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q, ok := l.queues[mq]
+	if !ok || !q.active || q.dropped {
+		return 0, fmt.Errorf("position of %s: %w", mq, ErrNotAssigned)
+	}
+	q.skipEmptyLocked()
+	return q.consumeOffset, nil
+}
+
 // autoCommit commits changed offsets (every auto-commit interval).
 func (l *LitePull) autoCommit() {
 	if err := l.commitAll(l.ctx, true); err != nil && l.ctx.Err() == nil {

@@ -20,6 +20,13 @@
 // queue, and a crash or a kill can only make a pipeline deliver again what was
 // acknowledged and not yet committed: at most one batch per queue (PullBatchSize).
 //
+// Messages the selector rejects are skipped by the broker and reach no batch. Between two
+// polls, at most once a second (and after every poll that found nothing), the poll loop
+// commits the consumer's position of each queue with no batch in flight when it is past
+// the offset committed last, so a queue whose messages the selector rejects is committed
+// past them too (at the latest when the broker answers the parked pull that skipped them,
+// after its suspend time) and its lag goes to 0.
+//
 // A record the sink refuses is tried MaxAttempts times with exponential backoff
 // (RetryBackoff doubling up to MaxBackoff); then its message is sent back with
 // consumer.SendBack to the group's retry topic %RETRY%<group>, from which the pipeline

@@ -228,8 +228,13 @@ func (p *Pipeline) finished() bool {
 	return p.state == StateStopped || p.state == StateFailed
 }
 
+// advanceInterval is how often, at most, a busy pipeline commits past the messages its
+// selector rejected (see advance); an idle one does so after every empty poll.
+const advanceInterval = time.Second
+
 // pollLoop polls batches and hands each to the worker of its queue, until Stop or a kill.
 func (p *Pipeline) pollLoop() error {
+	var lastAdvance time.Time
 	for {
 		p.mu.Lock()
 		for p.paused || p.seeking > 0 {
@@ -257,6 +262,10 @@ func (p *Pipeline) pollLoop() error {
 		p.dispatch(msgs)
 		if p.loopCtx.Err() != nil {
 			return nil
+		}
+		if now := time.Now(); len(msgs) == 0 || now.Sub(lastAdvance) >= advanceInterval {
+			p.advance(p.loopCtx)
+			lastAdvance = now
 		}
 		if err != nil && pollCtx.Err() == nil {
 			return fmt.Errorf("poll: %w", err)
@@ -376,6 +385,41 @@ func (p *Pipeline) commit(ctx context.Context, b *batch) {
 	}
 	p.mu.Lock()
 	p.queueLocked(b.mq).committed = next
+	p.mu.Unlock()
+}
+
+// advance commits the consumer's position of every owned queue with no batch in flight when
+// it is past the offset committed last: the broker skipped messages the selector rejected,
+// which no batch commits, and without this a queue whose messages are all rejected would
+// never be committed (its lag unknown, or growing). It runs on the poll loop between two
+// polls, so every batch Poll handed out has been dispatched and counts as in flight until
+// its worker is done with it.
+func (p *Pipeline) advance(ctx context.Context) {
+	for _, mq := range p.c.Assignment() {
+		p.advanceQueue(ctx, mq)
+	}
+}
+
+func (p *Pipeline) advanceQueue(ctx context.Context, mq consumer.MessageQueue) {
+	p.commitMu.Lock()
+	defer p.commitMu.Unlock()
+	p.mu.Lock()
+	qs := p.queueLocked(mq)
+	idle, committed := qs.inflight == 0 && p.seeking == 0, qs.committed
+	p.mu.Unlock()
+	if !idle {
+		return
+	}
+	pos, err := p.c.Position(mq)
+	if err != nil || pos <= committed {
+		return // not read yet, or being taken away; or nothing new
+	}
+	if err := p.c.CommitOffsets(ctx, map[consumer.MessageQueue]int64{mq: pos}); err != nil {
+		p.log.Debug("commit past filtered messages", "queue", mq.String(), "offset", pos, "err", err)
+		return
+	}
+	p.mu.Lock()
+	qs.committed = pos
 	p.mu.Unlock()
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/pipeline"
 	"github.com/flowd-io/flowd/producer"
 )
@@ -222,4 +223,62 @@ func TestAlwaysFailingSinkSendsToRetryTopic(t *testing.T) {
 	assert.GreaterOrEqual(t, st.Counters.Failed, uint64(2), "sent back from the topic and again from the retry topic")
 	assert.Zero(t, st.Counters.Out)
 	assert.GreaterOrEqual(t, st.Counters.SinkErrors, uint64(4))
+}
+
+// A queue whose every message the selector rejects is committed past them all the same: the
+// group's lag on it goes to 0 rather than staying unknown, and a later match still arrives.
+func TestSelectorRejectingEverythingStillCommits(t *testing.T) {
+	b := startBroker(t, nil)
+	createTopic(t, b, "rejected", 2)
+	var out lines
+	m := newManager(t, b, func(o *pipeline.Options) {
+		o.Stdout = &out
+		// A parked pull moves past rejected arrivals on the broker and tells the consumer
+		// where it got to when it answers: at the latest at its suspend timeout.
+		o.ConsumerOptions = append(o.ConsumerOptions, consumer.WithBrokerSuspend(200*time.Millisecond))
+	})
+	ctx := context.Background()
+	require.NoError(t, m.Start(ctx, pipeline.Definition{
+		Name: "rejecting", Topics: []string{"rejected"}, Group: "rejecting-group", StartFrom: pipeline.StartFirst,
+		Selector: pipeline.Selector{Type: pipeline.SelectorSQL92, Expression: "amount > 1000"},
+		Sink:     pipeline.SinkDefinition{Type: pipeline.SinkStdout},
+	}))
+	p := newProducer(t, b)
+	for i := range 20 {
+		send(t, p, &producer.Message{Topic: "rejected", Properties: map[string]string{"amount": strconv.Itoa(i)}, Body: []byte("small")})
+	}
+	ends := func() (n int64) {
+		qs, err := b.TopicQueues("rejected")
+		require.NoError(t, err)
+		for _, q := range qs {
+			n += q.MaxOffset
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return ends() == 20 }, wait, time.Millisecond)
+	caughtUp := func() bool {
+		st, err := m.Get(ctx, "rejecting")
+		if err != nil || len(st.Queues) != 2 {
+			return false
+		}
+		for _, q := range st.Queues {
+			if q.Lag != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, caughtUp, wait, 10*time.Millisecond)
+	var committed int64
+	for q := range 2 {
+		off, ok := b.CommittedOffset("rejecting-group", "rejected", int32(q))
+		require.True(t, ok, "queue %d committed", q)
+		committed += off
+	}
+	assert.EqualValues(t, 20, committed)
+	assert.Zero(t, out.len())
+
+	send(t, p, &producer.Message{Topic: "rejected", Properties: map[string]string{"amount": "5000"}, Body: []byte("big")})
+	require.Eventually(t, func() bool { return out.len() == 1 && caughtUp() }, wait, 10*time.Millisecond)
+	assert.Equal(t, "big", string(out.records()[0].Body))
 }
