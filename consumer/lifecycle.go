@@ -85,7 +85,7 @@ func (l *LitePull) Start(ctx context.Context) (err error) {
 	l.state.Store(int32(Running))
 	l.wg.Add(2)
 	go l.rebalanceLoop()
-	go l.every(l.cfg.metadataCheck, l.checkMetadata)
+	go l.metadataLoop()
 	if l.cfg.autoCommit {
 		l.wg.Add(1)
 		go l.every(l.cfg.autoCommitInt, l.autoCommit)

@@ -46,6 +46,7 @@ type LitePull struct {
 	wg          sync.WaitGroup // loops and pull tasks
 	pullSem     chan struct{}
 	rebalanceCh chan struct{}
+	metadataCh  chan struct{} // Subscribe while running: check the routes now
 
 	commitMu sync.Mutex
 
@@ -182,6 +183,7 @@ func NewLitePull(group string, opts ...Option) (*LitePull, error) {
 		cfg:            cfg,
 		pullSem:        make(chan struct{}, cfg.pullGoroutines),
 		rebalanceCh:    make(chan struct{}, 1),
+		metadataCh:     make(chan struct{}, 1),
 		subs:           map[string]*subscription{},
 		assigned:       map[MessageQueue]bool{},
 		paused:         map[MessageQueue]bool{},

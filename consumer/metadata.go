@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // FetchMessageQueues asks the name servers for topic's readable queues, sorted.
@@ -74,14 +75,63 @@ func (l *LitePull) triggerRebalance() {
 	}
 }
 
-// checkMetadata fetches the routes of the consumer's topics (every metadata-check interval).
-func (l *LitePull) checkMetadata() {
+// Missing-route retries: a topic the consumer subscribed to that has no route yet is asked
+// for again after missingRouteFirstRetry, doubling up to missingRouteMaxRetry (or the
+// metadata-check interval when that is shorter), rather than only at the next metadata check.
+const (
+	missingRouteFirstRetry = 100 * time.Millisecond
+	missingRouteMaxRetry   = 2 * time.Second
+)
+
+// metadataLoop runs checkMetadata every metadata-check interval, and on a short backoff while
+// a subscribed topic has no route: a topic created after Subscribe (a pipeline started before
+// its source topic) is read within missingRouteMaxRetry of its creation, not a whole interval
+// later. Subscribe wakes it (metadataCh), so a topic subscribed while running is watched the
+// same way.
+func (l *LitePull) metadataLoop() {
+	defer l.wg.Done()
+	retry := missingRouteFirstRetry
+	t := time.NewTimer(l.cfg.metadataCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-l.metadataCh:
+			retry = missingRouteFirstRetry
+		case <-t.C:
+		}
+		next := l.cfg.metadataCheck
+		if l.checkMetadata() {
+			next = min(retry, next)
+			retry = min(2*retry, missingRouteMaxRetry)
+		} else {
+			retry = missingRouteFirstRetry
+		}
+		t.Stop()
+		t.Reset(next)
+	}
+}
+
+// checkMetadata fetches the routes of the consumer's topics. It reports whether a subscribed
+// topic (other than the retry topic, which exists only once something was sent back) has
+// no readable queue yet.
+func (l *LitePull) checkMetadata() (missing bool) {
+	l.mu.Lock()
+	subs := make(map[string]bool, len(l.subs))
+	for t := range l.subs {
+		subs[t] = !isRetryTopic(t)
+	}
+	l.mu.Unlock()
 	for _, topic := range l.topics() {
 		r, err := l.cl.UpdateRoute(l.ctx, topic)
 		if err != nil {
 			l.log.Debug("topic metadata check failed", "topic", topic, "err", err)
+			missing = missing || subs[topic]
 			continue
 		}
 		l.setTopicQueues(topic, r.SubscribeQueues, true)
+		missing = missing || subs[topic] && len(r.SubscribeQueues) == 0
 	}
+	return missing
 }

@@ -24,6 +24,22 @@ func TestTopicCreatedAfterSubscribe(t *testing.T) {
 	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 2 }, wait, 10*time.Millisecond)
 }
 
+// A subscribed topic that does not exist yet is asked for again on a short backoff: once it
+// is created it is read without waiting for a metadata check, a rebalance or a route refresh.
+func TestTopicCreatedAfterStartIsReadPromptly(t *testing.T) {
+	b := startBroker(t, nil)
+	c := newConsumer(t, b, "prompt-group", consumer.WithTopicMetadataCheckInterval(time.Hour),
+		consumer.WithRebalanceInterval(time.Hour), consumer.WithRouteRefreshInterval(time.Hour),
+		consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
+	require.NoError(t, c.Subscribe("prompt-topic", "*"))
+	require.NoError(t, c.Start(context.Background()))
+	// The consumer has looked for the topic and settled without it.
+	require.Eventually(t, func() bool { return c.Rebalances() > 0 && !c.Settling() }, wait, time.Millisecond)
+	assert.Empty(t, c.Assignment())
+	createTopic(t, b, "prompt-topic", 2)
+	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 2 }, wait, 10*time.Millisecond)
+}
+
 func TestResetOffsetAndRunningInfo(t *testing.T) {
 	b := startBroker(t, nil)
 	queues := createTopic(t, b, "reset", 1)

@@ -450,6 +450,8 @@ func WithPollTimeout(d time.Duration) Option {
 
 // WithTopicMetadataCheckInterval sets how often the routes of subscribed topics are fetched to
 // notice a changed queue set (which triggers a rebalance and the topic listeners). Default 30 s.
+// A subscribed topic that does not exist yet is asked for more often: after 100 ms, doubling
+// up to 2 s, so that a topic created after Subscribe is read within about 2 s.
 func WithTopicMetadataCheckInterval(d time.Duration) Option {
 	return func(c *config) error {
 		c.metadataCheck = d

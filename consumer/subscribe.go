@@ -46,6 +46,10 @@ func (l *LitePull) SubscribeSelector(topic string, sel Selector) error {
 	l.needHeartbeat = true
 	l.mu.Unlock()
 	l.triggerRebalance()
+	select { // a topic without a route yet is then asked for on the short backoff
+	case l.metadataCh <- struct{}{}:
+	default:
+	}
 	return nil
 }
 

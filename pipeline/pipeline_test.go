@@ -282,3 +282,26 @@ func TestSelectorRejectingEverythingStillCommits(t *testing.T) {
 	require.Eventually(t, func() bool { return out.len() == 1 && caughtUp() }, wait, 10*time.Millisecond)
 	assert.Equal(t, "big", string(out.records()[0].Body))
 }
+
+// A pipeline started before its source topic exists reads the topic once it is created,
+// without waiting for a metadata check, a rebalance or a route refresh (an hour here). (The
+// consumer's TestTopicCreatedAfterStartIsReadPromptly pins the timing down: here the first
+// rebalance may still be running when the topic appears.)
+func TestSourceTopicCreatedAfterStart(t *testing.T) {
+	b := startBroker(t, nil)
+	var out lines
+	m := newManager(t, b, func(o *pipeline.Options) {
+		o.Stdout = &out
+		o.ConsumerOptions = append(o.ConsumerOptions, consumer.WithTopicMetadataCheckInterval(time.Hour),
+			consumer.WithRebalanceInterval(time.Hour), consumer.WithRouteRefreshInterval(time.Hour))
+	})
+	ctx := context.Background()
+	require.NoError(t, m.Start(ctx, pipeline.Definition{
+		Name: "early", Topics: []string{"late-source"}, Group: "early-group", StartFrom: pipeline.StartFirst,
+		Sink: pipeline.SinkDefinition{Type: pipeline.SinkStdout},
+	}))
+	createTopic(t, b, "late-source", 2)
+	send(t, newProducer(t, b), &producer.Message{Topic: "late-source", Body: []byte("first")})
+	require.Eventually(t, func() bool { return out.len() == 1 }, wait, 10*time.Millisecond)
+	assert.Equal(t, "first", string(out.records()[0].Body))
+}
