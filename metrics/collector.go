@@ -210,3 +210,30 @@ func (c *publisherCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(ch, descNATSConnected, connected)
 }
+
+// pipelineCollector reads the hosted pipelines' counters at scrape time.
+type pipelineCollector struct{ stats func() []PipelineStats }
+
+var (
+	descPipelineIn         = desc("flowd_pipeline_messages_in_total", "Messages a pipeline polled and processed since it started (a message read again from the retry topic counts again).", "pipeline")
+	descPipelineOut        = desc("flowd_pipeline_records_out_total", "Records the pipeline's sink acknowledged since it started.", "pipeline")
+	descPipelineFiltered   = desc("flowd_pipeline_messages_filtered_total", "Messages the pipeline's transforms turned into nothing (the selector's rejects never leave the broker).", "pipeline")
+	descPipelineFailed     = desc("flowd_pipeline_messages_failed_total", "Messages the pipeline sent back to its retry topic after its delivery attempts.", "pipeline")
+	descPipelineSinkErrors = desc("flowd_pipeline_sink_errors_total", "Failed delivery attempts of the pipeline's sink.", "pipeline")
+)
+
+func (c *pipelineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPipelineIn, descPipelineOut, descPipelineFiltered, descPipelineFailed, descPipelineSinkErrors} {
+		ch <- d
+	}
+}
+
+func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.stats() {
+		counter(ch, descPipelineIn, p.In, p.Name)
+		counter(ch, descPipelineOut, p.Out, p.Name)
+		counter(ch, descPipelineFiltered, p.Filtered, p.Name)
+		counter(ch, descPipelineFailed, p.Failed, p.Name)
+		counter(ch, descPipelineSinkErrors, p.SinkErrors, p.Name)
+	}
+}

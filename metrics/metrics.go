@@ -23,6 +23,7 @@ const (
 	DefaultMaxTopics      = 200
 	DefaultMaxGroups      = 100
 	DefaultMaxQueueSeries = 2000
+	DefaultMaxPlugins     = 100
 )
 
 // Options configures a Metrics.
@@ -39,6 +40,15 @@ type Options struct {
 	// PullBuckets are the pull latency histogram's buckets, in seconds. Default: 100 µs to
 	// 30 s, roughly ×2.5 apart, so both an immediate read and a full long poll fall in one.
 	PullBuckets []float64
+	// PluginCallBuckets are the plugin call latency histogram's buckets, in seconds.
+	// Default: 1 µs to 1 s (a filter window is microseconds, a transform batch may be more).
+	PluginCallBuckets []float64
+	// FlushBuckets are the store flush latency histogram's buckets, in seconds. Default:
+	// 50 µs to 5 s (an fsync on NVMe is tens of microseconds, on a busy disk much more).
+	FlushBuckets []float64
+	// MaxPlugins caps the plugins with a call latency series of their own; calls of further
+	// plugins are observed under "~other". Default DefaultMaxPlugins (100).
+	MaxPlugins int
 	// DisableRuntimeMetrics leaves out the Go runtime and process collectors (go_*,
 	// process_*). Default false: they are registered.
 	DisableRuntimeMetrics bool
@@ -53,6 +63,15 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxQueueSeries <= 0 {
 		o.MaxQueueSeries = DefaultMaxQueueSeries
+	}
+	if len(o.PluginCallBuckets) == 0 {
+		o.PluginCallBuckets = []float64{.000001, .0000025, .000005, .00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+	}
+	if len(o.FlushBuckets) == 0 {
+		o.FlushBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+	}
+	if o.MaxPlugins <= 0 {
+		o.MaxPlugins = DefaultMaxPlugins
 	}
 	if len(o.PullBuckets) == 0 {
 		o.PullBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
@@ -73,6 +92,12 @@ type Metrics struct {
 	other      topicCounters
 
 	pullImmediate, pullParked prometheus.Observer
+
+	pluginCalls  *prometheus.HistogramVec
+	pluginObs    sync.Map // plugin name → prometheus.Observer; entries are never removed
+	pluginCount  atomic.Int64
+	newPlugin    sync.Mutex // serialises creating entries, so the cap is exact
+	flushLatency prometheus.Observer
 
 	rebalances *cappedCounter
 }
@@ -98,7 +123,18 @@ func New(opts Options) *Metrics {
 		Name: "flowd_group_rebalances_total",
 		Help: "Times a consumer group's queue assignment settled on a new value (GroupRebalanced events).",
 	}, "group", opts.MaxGroups)
-	m.reg.MustRegister(pull, m.rebalances, &trafficCollector{m: m})
+	m.pluginCalls = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "flowd_plugin_call_duration_seconds",
+		Help:    "Time of one call into a plugin (a filter window, a transform batch, an allocation), faulted calls included; plugins past the cap are under \"~other\".",
+		Buckets: opts.PluginCallBuckets,
+	}, []string{"plugin"})
+	flush := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "flowd_store_flush_duration_seconds",
+		Help:    "Time of one commit-log flush (the fsyncs of the segments written since the last one).",
+		Buckets: opts.FlushBuckets,
+	})
+	m.flushLatency = flush
+	m.reg.MustRegister(pull, m.pluginCalls, flush, m.rebalances, &trafficCollector{m: m})
 	if !opts.DisableRuntimeMetrics {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -156,6 +192,40 @@ func (m *Metrics) PullLatency(d time.Duration, parked bool) {
 	}
 }
 
+// PluginCall observes one call into a plugin; it is a runtime.Options.OnCall (module is
+// the plugin's name). A known plugin costs one sync.Map load and an observation: no
+// allocation.
+func (m *Metrics) PluginCall(module string, d time.Duration, _ error) {
+	m.pluginObserver(module).Observe(d.Seconds())
+}
+
+func (m *Metrics) pluginObserver(name string) prometheus.Observer {
+	if o, ok := m.pluginObs.Load(name); ok {
+		return o.(prometheus.Observer)
+	}
+	m.newPlugin.Lock()
+	defer m.newPlugin.Unlock()
+	if o, ok := m.pluginObs.Load(name); ok {
+		return o.(prometheus.Observer)
+	}
+	if m.pluginCount.Load() >= int64(m.opts.MaxPlugins) {
+		name = OtherLabel
+		if o, ok := m.pluginObs.Load(name); ok {
+			return o.(prometheus.Observer)
+		}
+	} else {
+		m.pluginCount.Add(1)
+	}
+	o := m.pluginCalls.WithLabelValues(name)
+	m.pluginObs.Store(name, o)
+	return o
+}
+
+// StoreFlush observes one commit-log flush; it is a store.Options.OnFlush.
+func (m *Metrics) StoreFlush(d time.Duration, _ int, _ error) {
+	m.flushLatency.Observe(d.Seconds())
+}
+
 // WatchBroker registers the collector that reads b at scrape time and subscribes to b's
 // events to count rebalances. It returns a function that unsubscribes and unregisters; call
 // it before shutting b down, or let b's shutdown end the subscription.
@@ -177,6 +247,18 @@ func (m *Metrics) WatchBroker(b *broker.Broker) (stop func()) {
 // registry's Stats method (plugins.Registry.Stats).
 func (m *Metrics) WatchPlugins(stats func() []plugins.PluginStats) {
 	m.reg.MustRegister(&pluginCollector{stats: stats})
+}
+
+// PipelineStats are one pipeline's counters since it started (pipeline.Counters).
+type PipelineStats struct {
+	Name                                  string
+	In, Out, Filtered, Failed, SinkErrors uint64
+}
+
+// WatchPipelines registers a collector of the hosted pipelines' counters; stats is called at
+// every scrape and must be cheap (no broker requests).
+func (m *Metrics) WatchPipelines(stats func() []PipelineStats) {
+	m.reg.MustRegister(&pipelineCollector{stats: stats})
 }
 
 // WatchPublisher registers a collector of the NATS event publisher's counters; pass its

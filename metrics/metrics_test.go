@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -340,4 +341,67 @@ func TestBatchSendsCountEachMessage(t *testing.T) {
 	assert.Equal(t, 3.0, n)
 	bytes, _ := value(t, m.Registry(), "flowd_message_bytes_in_total", "topic", "batched")
 	assert.Equal(t, float64(len("one")+len("three")+len("sixsix")), bytes)
+}
+
+// Plugin calls and store flushes are timed through the runtime's and the store's hooks:
+// each call or flush is one observation, plugins past the cap go under ~other, and
+// observing allocates nothing.
+func TestPluginCallAndFlushLatency(t *testing.T) {
+	m := metrics.New(metrics.Options{DisableRuntimeMetrics: true, MaxPlugins: 2})
+	m.PluginCall("region", 3*time.Microsecond, nil)
+	m.PluginCall("region", 2*time.Millisecond, errors.New("trap"))
+	m.PluginCall("redact", time.Millisecond, nil)
+	m.PluginCall("third", time.Millisecond, nil)
+	m.PluginCall("fourth", time.Millisecond, nil)
+	for plugin, want := range map[string]float64{"region": 2, "redact": 1, metrics.OtherLabel: 2} {
+		v, ok := value(t, m.Registry(), "flowd_plugin_call_duration_seconds", "plugin", plugin)
+		assert.True(t, ok, plugin)
+		assert.Equal(t, want, v, plugin)
+	}
+	_, ok := value(t, m.Registry(), "flowd_plugin_call_duration_seconds", "plugin", "third")
+	assert.False(t, ok, "past the cap")
+
+	// The broker's store reports its flushes once the daemon sets the hook.
+	b := startBroker(t, m, func(c *broker.Config) {
+		c.Store.OnFlush = m.StoreFlush
+		c.Store.FlushMode = store.FlushSync
+	})
+	createTopic(t, b, "flushed", 1)
+	produce(t, newProducer(t, b), "flushed", "f", 5)
+	require.Eventually(t, func() bool {
+		v, _ := value(t, m.Registry(), "flowd_store_flush_duration_seconds")
+		return v > 0
+	}, 10*time.Second, 10*time.Millisecond)
+
+	allocs := testing.AllocsPerRun(1000, func() {
+		m.PluginCall("region", time.Microsecond, nil)
+		m.PluginCall("fourth", time.Microsecond, nil)
+		m.StoreFlush(time.Millisecond, 4096, nil)
+	})
+	assert.Zero(t, allocs)
+	problems, err := testutil.GatherAndLint(m.Registry())
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+}
+
+// Pipeline counters are read at scrape time.
+func TestPipelineCollector(t *testing.T) {
+	m := metrics.New(metrics.Options{DisableRuntimeMetrics: true})
+	stats := []metrics.PipelineStats{{Name: "clean", In: 10, Out: 7, Filtered: 2, Failed: 1, SinkErrors: 4}}
+	m.WatchPipelines(func() []metrics.PipelineStats { return stats })
+	for name, want := range map[string]float64{
+		"flowd_pipeline_messages_in_total": 10, "flowd_pipeline_records_out_total": 7,
+		"flowd_pipeline_messages_filtered_total": 2, "flowd_pipeline_messages_failed_total": 1,
+		"flowd_pipeline_sink_errors_total": 4,
+	} {
+		v, ok := value(t, m.Registry(), name, "pipeline", "clean")
+		assert.True(t, ok, name)
+		assert.Equal(t, want, v, name)
+	}
+	stats[0].Out = 9
+	v, _ := value(t, m.Registry(), "flowd_pipeline_records_out_total", "pipeline", "clean")
+	assert.Equal(t, 9.0, v)
+	problems, err := testutil.GatherAndLint(m.Registry())
+	require.NoError(t, err)
+	assert.Empty(t, problems)
 }

@@ -345,6 +345,20 @@ func (m *Manager) List(ctx context.Context) ([]Status, error) {
 	return out, nil
 }
 
+// Counters returns the counters of every pipeline the Manager holds, by name. Unlike List
+// it asks the broker nothing, so metrics can read it at every scrape.
+func (m *Manager) Counters() map[string]Counters {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]Counters, len(m.pipelines))
+	for name, p := range m.pipelines {
+		if p != nil {
+			out[name] = p.counters()
+		}
+	}
+	return out
+}
+
 // Close stops every pipeline (draining, bounded by ctx).
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()

@@ -742,6 +742,10 @@ func (p *Pipeline) seek(ctx context.Context, r SeekRequest) error {
 	return nil
 }
 
+func (p *Pipeline) counters() Counters {
+	return Counters{In: p.in.Load(), Out: p.out.Load(), Filtered: p.filtered.Load(), Failed: p.failed.Load(), SinkErrors: p.sinkErrors.Load()}
+}
+
 // status snapshots the pipeline; committed offsets of owned queues are read from the broker.
 func (p *Pipeline) status(ctx context.Context) Status {
 	p.mu.Lock()
@@ -750,7 +754,7 @@ func (p *Pipeline) status(ctx context.Context) Status {
 		st.Err = p.err.Error()
 	}
 	p.mu.Unlock()
-	st.Counters = Counters{In: p.in.Load(), Out: p.out.Load(), Filtered: p.filtered.Load(), Failed: p.failed.Load(), SinkErrors: p.sinkErrors.Load()}
+	st.Counters = p.counters()
 	if st.State != StateRunning && st.State != StatePaused {
 		return st
 	}

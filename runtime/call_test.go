@@ -340,3 +340,54 @@ func TestClosedRuntimeRefusesLoads(t *testing.T) {
 	_, err = rt.Load(ctx, Spec{Name: "x", Wasm: cModule(1)})
 	require.ErrorIs(t, err, ErrClosed)
 }
+
+// OnCall sees every call with the module's name, a duration and the call's outcome, and
+// costs the call no allocation.
+func TestOnCallObservesEveryCall(t *testing.T) {
+	ctx := context.Background()
+	type obs struct {
+		module string
+		d      time.Duration
+		err    error
+	}
+	var mu sync.Mutex
+	var seen []obs
+	rt, err := New(ctx, Options{CacheDir: sharedCacheDir(t), OnCall: func(module string, d time.Duration, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, obs{module, d, err})
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close(ctx)) })
+	m, err := rt.Load(ctx, Spec{Name: "observed", Wasm: cModule(1), MaxInstances: 1, Policy: PolicyReload})
+	require.NoError(t, err)
+	defer m.Close(ctx)
+	mu.Lock()
+	seen = nil // the load's own calls (ABI version) are not this test's
+	mu.Unlock()
+
+	out, err := call(ctx, m, "add", 2, 3)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, out[0])
+	_, err = call(ctx, m, "trap")
+	require.ErrorIs(t, err, ErrTrap)
+	mu.Lock()
+	require.Len(t, seen, 2)
+	require.Equal(t, "observed", seen[0].module)
+	require.NoError(t, seen[0].err)
+	require.Positive(t, seen[0].d)
+	require.ErrorIs(t, seen[1].err, ErrTrap)
+	seen = make([]obs, 0, 128) // room, so the observer itself does not allocate below
+	mu.Unlock()
+
+	inst, err := m.Borrow(ctx)
+	require.NoError(t, err)
+	defer inst.Release()
+	fn := inst.Function("add")
+	stack := []uint64{1, 2}
+	allocs := testing.AllocsPerRun(50, func() {
+		stack[0], stack[1] = 1, 2
+		_ = inst.Call(ctx, fn, stack)
+	})
+	require.Zero(t, allocs)
+}

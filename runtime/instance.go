@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -136,6 +137,18 @@ func (i *Instance) Call(ctx context.Context, fn api.Function, stack []uint64) er
 		return fmt.Errorf("module %s %s: call on a faulted instance: %w", i.m.spec.Name, i.m.spec.Version, ErrClosed)
 	}
 	i.m.calls.Add(1)
+	onCall := i.m.rt.onCall
+	if onCall == nil {
+		return i.call(ctx, fn, stack)
+	}
+	start := time.Now()
+	err := i.call(ctx, fn, stack)
+	onCall(i.m.spec.Name, time.Since(start), err)
+	return err
+}
+
+// call is Call after its checks.
+func (i *Instance) call(ctx context.Context, fn api.Function, stack []uint64) error {
 	i.memRefused = false
 	if i.m.spec.CallTimeout <= 0 {
 		err := fn.CallWithStack(ctx, stack)

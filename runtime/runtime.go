@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 )
@@ -19,6 +20,12 @@ type Options struct {
 	// Logger receives guest stdout and stderr (see [Spec.LogLines]) and the runtime's own
 	// events. Default: a logger that discards everything.
 	Logger *slog.Logger
+	// OnCall, when set, is called after every call into a guest ([Instance.Call]) with the
+	// module's name ([Spec.Name]), how long the call took and its error (nil, a
+	// [*FaultError], or the caller's context error). It runs on the calling goroutine, so
+	// it must be quick and must not block; it is how an embedding program measures plugin
+	// latency without the runtime knowing what measures it. Default: none.
+	OnCall func(module string, d time.Duration, err error)
 }
 
 // Runtime compiles and hosts modules. It owns the compilation cache shared by every module
@@ -28,6 +35,7 @@ type Options struct {
 type Runtime struct {
 	cache  wazero.CompilationCache
 	logger *slog.Logger
+	onCall func(module string, d time.Duration, err error)
 
 	mu      sync.Mutex
 	closed  bool
@@ -37,7 +45,7 @@ type Runtime struct {
 // New creates a Runtime. With Options.CacheDir it creates the directory if needed.
 func New(ctx context.Context, opts Options) (*Runtime, error) {
 	_ = ctx // reserved: compilation cache setup does not block today
-	r := &Runtime{logger: opts.Logger, modules: make(map[*Module]struct{})}
+	r := &Runtime{logger: opts.Logger, onCall: opts.OnCall, modules: make(map[*Module]struct{})}
 	if r.logger == nil {
 		r.logger = slog.New(slog.DiscardHandler)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/flowd-io/flowd/broker/store/vfs"
 	"github.com/flowd-io/flowd/protocol"
@@ -166,3 +167,45 @@ func TestPowerCut(t *testing.T) {
 }
 
 var _ = errors.Is
+
+// OnFlush reports every commit-log flush: the bytes made durable (all that was written, in
+// FlushSync mode, over the flushes) and, for the fsync that failed the store, its error.
+func TestOnFlushReportsFlushes(t *testing.T) {
+	ffs := vfs.NewFaultFS(nil)
+	ffs.Match(onlyCommitLog)
+	o := testOptions()
+	o.FS = ffs
+	o.FlushMode = FlushSync
+	var mu sync.Mutex
+	var bytes, calls int
+	var errs []error
+	o.OnFlush = func(d time.Duration, n int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		bytes += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if d < 0 {
+			t.Errorf("negative flush duration %v", d)
+		}
+	}
+	s := openT(t, t.TempDir(), o)
+	defer s.Close()
+	putN(t, s, "T", 0, 20, "")
+	require.NoError(t, s.Sync())
+	mu.Lock()
+	assert.Positive(t, calls)
+	assert.EqualValues(t, s.Stats().FlushedOffset, bytes, "every byte made durable was reported once")
+	assert.Empty(t, errs)
+	mu.Unlock()
+
+	ffs.FailSyncs(syscall.EIO)
+	_, err := s.Put(context.Background(), newMsg("T", 0, "doomed", ""))
+	require.ErrorIs(t, err, syscall.EIO)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, errs, 1)
+	assert.ErrorIs(t, errs[0], syscall.EIO)
+}

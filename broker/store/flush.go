@@ -35,10 +35,18 @@ func (s *Store) flushCommitLog() error {
 		}
 	}
 	s.segMu.RUnlock()
+	began := time.Now()
 	for _, seg := range segs {
 		if err := seg.f.Sync(); err != nil {
-			return s.fail(fmt.Errorf("fsync segment %s: %w", seg.path, err))
+			err = s.fail(fmt.Errorf("fsync segment %s: %w", seg.path, err))
+			if fn := s.opts.OnFlush; fn != nil {
+				fn(time.Since(began), 0, err)
+			}
+			return err
 		}
+	}
+	if fn := s.opts.OnFlush; fn != nil {
+		fn(time.Since(began), int(target-from), nil)
 	}
 	s.fsyncs.Add(1)
 	s.flushedAt.Store(startedAt)

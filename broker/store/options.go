@@ -122,6 +122,13 @@ type Options struct {
 	// must not block; Properties is freshly allocated and may be kept.
 	OnDispatch func(DispatchEvent)
 
+	// OnFlush, if set, is called after every flush of the commit log that had something to
+	// flush (the flusher's, a FlushSync group commit, Sync): how long its fsyncs took, how
+	// many bytes became durable, and the error that failed the store, if one did. It runs on
+	// the flushing goroutine, which appends in FlushSync mode wait for, so it must be quick
+	// and must not block. It is how the embedding program measures flush latency.
+	OnFlush func(d time.Duration, bytes int, err error)
+
 	// OnFailure, if set, is called once, on its own goroutine, when the store stops accepting
 	// writes (a failed write or flush, a full disk); err says why. The store serves reads on.
 	OnFailure func(err error)

@@ -16,6 +16,7 @@ import (
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/consumer/allocate"
 	"github.com/flowd-io/flowd/control"
+	"github.com/flowd-io/flowd/metrics"
 	"github.com/flowd-io/flowd/pipeline"
 	"github.com/flowd-io/flowd/plugins"
 )
@@ -229,4 +230,14 @@ func pipelineCommand() *cobra.Command {
 	cmd.AddCommand(list, nameCmd("pause", "Stop a pipeline's polling; it keeps its queues"),
 		nameCmd("resume", "Resume a paused pipeline"), seek)
 	return cmd
+}
+
+// stats returns the pipelines' counters for metrics.
+func (h *pipelineHost) stats() []metrics.PipelineStats {
+	counters := h.m.Counters()
+	out := make([]metrics.PipelineStats, 0, len(counters))
+	for name, c := range counters {
+		out = append(out, metrics.PipelineStats{Name: name, In: c.In, Out: c.Out, Filtered: c.Filtered, Failed: c.Failed, SinkErrors: c.SinkErrors})
+	}
+	return out
 }

@@ -37,9 +37,10 @@ type pluginHost struct {
 }
 
 // openPlugins opens <data-dir>/plugins with a runtime caching compiled code in
-// <data-dir>/wasm-cache, and builds the filter registry: TAG, SQL92 and WASM.
-func openPlugins(ctx context.Context, dataDir string, log *slog.Logger) (*pluginHost, error) {
-	rt, err := runtime.New(ctx, runtime.Options{CacheDir: filepath.Join(dataDir, "wasm-cache"), Logger: log.With("component", "wasm")})
+// <data-dir>/wasm-cache, and builds the filter registry: TAG, SQL92 and WASM. onCall, when
+// not nil, is told of every call into a plugin (metrics).
+func openPlugins(ctx context.Context, dataDir string, onCall func(string, time.Duration, error), log *slog.Logger) (*pluginHost, error) {
+	rt, err := runtime.New(ctx, runtime.Options{CacheDir: filepath.Join(dataDir, "wasm-cache"), Logger: log.With("component", "wasm"), OnCall: onCall})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}

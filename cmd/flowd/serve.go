@@ -185,17 +185,19 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	if err := checkDataDirFree(c.DataDir); err != nil {
 		return err
 	}
+	// Metrics: the broker counts traffic through the observer, the Wasm runtime times plugin
+	// calls and the store its flushes through their hooks; everything else is read at
+	// scrape time. The HTTP listener is opened below, so a taken address fails the start.
+	m := metrics.New(metrics.Options{})
+	cfg.Observer = m
+	cfg.Store.OnFlush = m.StoreFlush
 	// The plugin registry outlives the broker: pulls through Wasm filters run until the
 	// broker has shut down.
-	ph, err := openPlugins(ctx, cfg.DataDir, log)
+	ph, err := openPlugins(ctx, cfg.DataDir, m.PluginCall, log)
 	if err != nil {
 		return err
 	}
 	cfg.Filters = ph.filters
-	// Metrics: the broker counts traffic through the observer; everything else is read at
-	// scrape time. The HTTP listener is opened now, so a taken address fails the start.
-	m := metrics.New(metrics.Options{})
-	cfg.Observer = m
 	var httpLn net.Listener
 	if c.HTTP.Listen != "off" {
 		if httpLn, err = net.Listen("tcp", c.HTTP.Listen); err != nil {
@@ -245,6 +247,7 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 
 	stopWatch := m.WatchBroker(b)
 	m.WatchPlugins(ph.reg.Stats)
+	m.WatchPipelines(pl.stats)
 	checks := metrics.BrokerChecks(b)
 	if cp != nil {
 		m.WatchPublisher(cp.pub.Stats)
