@@ -94,8 +94,8 @@ func convert(mq MessageQueue, ext *protocol.MessageExt, d *protocol.Decompressor
 // Selector chooses which messages of a topic a subscription takes. The broker filters by it;
 // for tag selectors the consumer checks again, since the broker compares only tag hashes.
 //
-// TagSelector and SQLSelector are built in; a Wasm filter implements the same interface
-// with its own Type.
+// TagSelector, SQLSelector and WasmSelector are built in; any other expression type the
+// broker knows implements the same interface with its own Type.
 type Selector interface {
 	// Type is the expression type sent to the broker: "TAG", "SQL92", ….
 	Type() string
@@ -125,6 +125,18 @@ func (SQLSelector) Type() string { return protocol.ExpressionSQL92 }
 
 // Expression is the SQL92 expression.
 func (s SQLSelector) Expression() string { return string(s) }
+
+// WasmSelector selects messages with a Wasm filter plugin deployed on a flowd broker:
+// "name" runs the plugin's active version (activating another version takes over at once),
+// "name@version" pins one. The broker runs the filter; a broker without the plugin, or a
+// RocketMQ broker, fails the pull with SUBSCRIPTION_PARSE_FAILED.
+type WasmSelector string
+
+// Type is protocol.ExpressionWasm.
+func (WasmSelector) Type() string { return protocol.ExpressionWasm }
+
+// Expression is the plugin name, with an optional @version.
+func (s WasmSelector) Expression() string { return string(s) }
 
 // subscription is one topic subscription.
 type subscription struct {

@@ -169,6 +169,9 @@ type ConsumerData struct {
 const (
 	ExpressionTag   = "TAG"
 	ExpressionSQL92 = "SQL92"
+	// ExpressionWasm is flowd's: the expression names a Wasm filter plugin deployed on the
+	// broker, "name" (its active version) or "name@version".
+	ExpressionWasm = "WASM"
 )
 
 // SubscriptionData is one topic subscription of a consumer group.

@@ -394,3 +394,37 @@ func TestServeServesMetricsAndHealth(t *testing.T) {
 		return strings.Contains(body, `flowd_messages_in_total{topic="metered"} 2`)
 	}, 10*time.Second, 20*time.Millisecond, "the two sends are counted")
 }
+
+// consume --wasm subscribes through a Wasm filter deployed on the daemon (expression type
+// WASM): only what the filter keeps is printed, and the daemon's /metrics times its calls.
+func TestConsumeThroughAWasmFilter(t *testing.T) {
+	d := startServed(t, "", "--flush", "sync") // every send is flushed: the flush histogram counts
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "propfilter.wasm")
+	require.NoError(t, os.WriteFile(mod, propfilter(t), 0o600))
+	manifest := filepath.Join(dir, "region.json")
+	require.NoError(t, os.WriteFile(manifest, []byte(`{"name":"region","kind":"filter","version":"1.0.0","abi":1,"parameters":{"property":"region","value":"eu"}}`), 0o600))
+	_, err := cli(t, "", "plugin", "deploy", mod, manifest, "--activate", "--nats", d.nats)
+	require.NoError(t, err)
+	for _, region := range []string{"us", "eu", "us", "eu", "ap"} {
+		_, err := cli(t, "", "produce", "regions", region+"-order", "-p", "region="+region, "--namesrv", d.namesrv, "--quiet")
+		require.NoError(t, err)
+	}
+	for _, sel := range []string{"region", "region@1.0.0"} {
+		out, err := cli(t, "", "consume", "regions", "--namesrv", d.namesrv, "--from", "first", "--max", "2", "--wasm", sel)
+		require.NoError(t, err, sel)
+		assert.Equal(t, "eu-order\neu-order\n", out, sel)
+	}
+	_, err = cli(t, "", "consume", "regions", "--namesrv", d.namesrv, "--wasm", "region", "--sql", "a = 1")
+	require.ErrorContains(t, err, "cannot be combined")
+
+	m := regexp.MustCompile(`http"?[=:]"?(127\.0\.0\.1:\d+)`).FindStringSubmatch(d.logs.String())
+	require.NotNil(t, m, "flowd logs its HTTP address: %s", d.logs.String())
+	resp, err := http.Get("http://" + m[1] + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^flowd_plugin_call_duration_seconds_count\{plugin="region"\} [1-9]`, string(body))
+	assert.Regexp(t, `(?m)^flowd_store_flush_duration_seconds_count [1-9]`, string(body))
+}

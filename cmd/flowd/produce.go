@@ -141,7 +141,7 @@ type consumedMessage struct {
 }
 
 func consumeCommand() *cobra.Command {
-	var namesrv, group, tag, sql, from, output string
+	var namesrv, group, tag, sql, wasm, from, output string
 	var maxN int
 	cmd := &cobra.Command{
 		Use:   "consume TOPIC",
@@ -149,12 +149,16 @@ func consumeCommand() *cobra.Command {
 		Long: `Tail TOPIC through the name service (--namesrv), printing each message (text: the body, one
 a line; json: one object a line). Without --group a fresh group is used each time, so
 --from decides where reading starts; with --group the group's committed offsets do, and
-what is printed is committed. Stops after --max messages, or on interrupt.`,
+what is printed is committed. Stops after --max messages, or on interrupt.
+
+At most one filter, run by the broker: --tag (tag expression), --sql (SQL92 over the
+properties) or --wasm (a Wasm filter plugin deployed on the daemon, "name" for its active
+version or "name@version"; see "flowd plugin").`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			if tag != "" && sql != "" {
-				return fmt.Errorf("consume: --tag and --sql cannot be combined")
+			if n := btoi(tag != "") + btoi(sql != "") + btoi(wasm != ""); n > 1 {
+				return fmt.Errorf("consume: --tag, --sql and --wasm cannot be combined")
 			}
 			var start consumer.ConsumeFrom
 			switch from {
@@ -182,6 +186,8 @@ what is printed is committed. Stops after --max messages, or on interrupt.`,
 				sel = consumer.TagSelector(tag)
 			} else if sql != "" {
 				sel = consumer.SQLSelector(sql)
+			} else if wasm != "" {
+				sel = consumer.WasmSelector(wasm)
 			}
 			if err := lp.SubscribeSelector(args[0], sel); err != nil {
 				return fmt.Errorf("consume: %w", err)
@@ -231,8 +237,16 @@ what is printed is committed. Stops after --max messages, or on interrupt.`,
 	fs.StringVar(&group, "group", "", "consumer group (default: a new group each run)")
 	fs.StringVar(&tag, "tag", "", `tag expression ("a || b"); default every message`)
 	fs.StringVar(&sql, "sql", "", `SQL92 property selector ("a > 5 AND b = 'x'")`)
+	fs.StringVar(&wasm, "wasm", "", `Wasm filter plugin deployed on the daemon: "name" or "name@version"`)
 	fs.StringVar(&from, "from", "last", "where a group without committed offsets starts: first or last")
 	fs.StringVarP(&output, "output", "o", "text", "text or json")
 	fs.IntVarP(&maxN, "max", "n", 0, "stop after this many messages (0: run until interrupted)")
 	return cmd
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
