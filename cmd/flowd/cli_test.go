@@ -428,3 +428,33 @@ func TestConsumeThroughAWasmFilter(t *testing.T) {
 	assert.Regexp(t, `(?m)^flowd_plugin_call_duration_seconds_count\{plugin="region"\} [1-9]`, string(body))
 	assert.Regexp(t, `(?m)^flowd_store_flush_duration_seconds_count [1-9]`, string(body))
 }
+
+// flowd events prints the daemon's events as they happen, narrowed by kind.
+func TestEventsPrintsWhatHappens(t *testing.T) {
+	d := startServed(t, "")
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := cli(t, "", "events", "topic", "--max", "1", "--nats", d.nats)
+		done <- result{out, err}
+	}()
+	// The subscription starts at some point: create topics until one is seen.
+	var got result
+	n := 0
+	require.Eventually(t, func() bool {
+		select {
+		case got = <-done:
+			return true
+		default:
+		}
+		n++
+		_, err := cli(t, "", "topic", "create", fmt.Sprintf("watched-%d", n), "--nats", d.nats)
+		assert.NoError(t, err)
+		return false
+	}, wait, 50*time.Millisecond)
+	require.NoError(t, got.err)
+	assert.Regexp(t, `^flowd\.evt\.local\.topic\.created \{.*"topic":"watched-\d+".*\}\n$`, got.out)
+}

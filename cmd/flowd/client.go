@@ -55,23 +55,9 @@ func envOr(name, def string) string {
 // request sends one command ("topic.create") and decodes the reply into out. Error replies
 // become errors with the daemon's code and message.
 func (o *clientOpts) request(ctx context.Context, command string, req, out any) ([]byte, error) {
-	opts := []nats.Option{nats.Name("flowd-cli"), nats.Timeout(o.timeout), nats.NoReconnect()}
-	token := o.token
-	if token == "" {
-		token = os.Getenv("FLOWD_NATS_TOKEN")
-	}
-	if token != "" {
-		opts = append(opts, nats.Token(token))
-	}
-	if o.creds != "" {
-		opts = append(opts, nats.UserCredentials(o.creds))
-	}
-	if u, p, ok := strings.Cut(o.user, ":"); ok {
-		opts = append(opts, nats.UserInfo(u, p))
-	}
-	nc, err := nats.Connect(o.url, opts...)
+	nc, err := o.connect()
 	if err != nil {
-		return nil, fmt.Errorf("%w on %s: is `flowd serve` running? (%v)", errNoDaemon, o.url, err)
+		return nil, err
 	}
 	defer nc.Close()
 	var body []byte
@@ -105,6 +91,29 @@ func (o *clientOpts) request(ctx context.Context, command string, req, out any) 
 	return msg.Data, nil
 }
 
+// connect connects to the daemon's NATS server with the credentials given.
+func (o *clientOpts) connect() (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name("flowd-cli"), nats.Timeout(o.timeout), nats.NoReconnect()}
+	token := o.token
+	if token == "" {
+		token = os.Getenv("FLOWD_NATS_TOKEN")
+	}
+	if token != "" {
+		opts = append(opts, nats.Token(token))
+	}
+	if o.creds != "" {
+		opts = append(opts, nats.UserCredentials(o.creds))
+	}
+	if u, p, ok := strings.Cut(o.user, ":"); ok {
+		opts = append(opts, nats.UserInfo(u, p))
+	}
+	nc, err := nats.Connect(o.url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w on %s: is `flowd serve` running? (%v)", errNoDaemon, o.url, err)
+	}
+	return nc, nil
+}
+
 // call runs a command and prints either the raw JSON (--json) or what show prints.
 func call[T any](cmd *cobra.Command, o *clientOpts, command string, req any, show func(w io.Writer, r *T)) error {
 	var reply T
@@ -123,7 +132,7 @@ func call[T any](cmd *cobra.Command, o *clientOpts, command string, req any, sho
 }
 
 func clientCommands() []*cobra.Command {
-	return []*cobra.Command{topicCommand(), groupCommand(), messageCommand(), pluginCommand(), pipelineCommand()}
+	return []*cobra.Command{topicCommand(), groupCommand(), messageCommand(), pluginCommand(), pipelineCommand(), eventsCommand()}
 }
 
 func printTopics(w io.Writer, ts ...control.TopicView) {

@@ -272,7 +272,7 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	log.Info("flowd serving", "version", version, "broker", b.Addr(), "namesrv", b.NamesrvAddr(), "nats", cp.url(), "http", httpAddr, "data", cfg.DataDir, "plugin_dir", c.Plugins.Dir)
+	log.Info("flowd serving", "version", version, "broker", b.Addr(), "namesrv", b.NamesrvAddr(), "nats", cp.url(), "http", httpAddr, "data", cfg.DataDir, "plugin_dir", c.Plugins.Dir, "pid", os.Getpid())
 	for running := true; running; {
 		select {
 		case <-ctx.Done():
