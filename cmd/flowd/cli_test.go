@@ -458,3 +458,34 @@ func TestEventsPrintsWhatHappens(t *testing.T) {
 	require.NoError(t, got.err)
 	assert.Regexp(t, `^flowd\.evt\.local\.topic\.created \{.*"topic":"watched-\d+".*\}\n$`, got.out)
 }
+
+// produce draws its progress bar on standard error only when that is a terminal, or with
+// --progress: a large file into a pipe or a buffer draws nothing; --progress draws for
+// standard input too, whose size is not known.
+func TestProduceProgressBar(t *testing.T) {
+	d := startServed(t, "")
+	line := strings.Repeat("x", 100<<10)
+	big := strings.Repeat(line+"\n", 12) // 1.2 MiB: past the size that draws a bar
+	file := filepath.Join(t.TempDir(), "big.txt")
+	require.NoError(t, os.WriteFile(file, []byte(big), 0o600))
+	run := func(stdin string, args ...string) (string, string) {
+		t.Helper()
+		root := newRoot(nil, nil)
+		var out, errs bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&errs)
+		root.SetIn(strings.NewReader(stdin))
+		root.SetArgs(append([]string{"produce", "bulk", "--namesrv", d.namesrv, "--quiet"}, args...))
+		require.NoError(t, root.ExecuteContext(context.Background()))
+		return out.String(), errs.String()
+	}
+	_, stderr := run("", "--file", file)
+	assert.Empty(t, stderr, "standard error is not a terminal: no bar")
+	_, stderr = run("", "--file", file, "--progress")
+	assert.Contains(t, stderr, "produce bulk")
+	assert.Contains(t, stderr, "MB", "the bar counts bytes")
+	_, stderr = run(big, "--progress")
+	assert.Contains(t, stderr, "produce bulk", "standard input, size unknown")
+	_, stderr = run("a\nb\n")
+	assert.Empty(t, stderr)
+}

@@ -13,24 +13,69 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/producer"
 )
 
-// progressOver is the input size from which produce draws a progress bar on standard error.
+// progressOver is the input size from which produce draws a progress bar on standard error
+// (when that is a terminal): a file or redirected standard input larger than this, or piped
+// input once this much has been read.
 const progressOver = 1 << 20
+
+// progress draws produce's progress bar on standard error, once the input read passes its
+// threshold (at once with --progress), so that small inputs draw nothing. It is the writer
+// side of an io.TeeReader over the input.
+type progress struct {
+	w         io.Writer
+	total     int64 // the input's size; -1 when unknown (a pipe): the bar counts bytes
+	threshold int64
+	desc      string
+	read      int64
+	bar       *progressbar.ProgressBar
+}
+
+func (p *progress) Write(b []byte) (int, error) {
+	p.read += int64(len(b))
+	if p.bar == nil {
+		if p.read <= p.threshold {
+			return len(b), nil
+		}
+		p.bar = progressbar.NewOptions64(p.total, progressbar.OptionSetWriter(p.w),
+			progressbar.OptionShowBytes(true), progressbar.OptionSetDescription(p.desc),
+			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+		_ = p.bar.Add64(p.read)
+		return len(b), nil
+	}
+	_ = p.bar.Add(len(b))
+	return len(b), nil
+}
+
+// finish clears the bar, if one was drawn.
+func (p *progress) finish() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+	}
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
 
 func produceCommand() *cobra.Command {
 	var namesrv, file, tag, keys, group string
 	var props []string
-	var quiet bool
+	var quiet, showProgress bool
 	cmd := &cobra.Command{
 		Use:   "produce TOPIC [BODY...]",
 		Short: "Send messages: the arguments, or each line of --file or standard input",
 		Long: `Send messages to TOPIC through the name service (--namesrv). Each BODY argument is one
-message; without arguments each line of --file (or of standard input) is one. A progress bar
-is drawn on standard error for a file larger than 1 MiB. Each message's ids are printed, one
+message; without arguments each line of --file (or of standard input) is one. When standard
+error is a terminal, a progress bar is drawn there for an input larger than 1 MiB (a file, or
+standard input once 1 MiB has been read); --progress draws it whatever standard error is. Each message's ids are printed, one
 message a line, unless --quiet: its message id (UNIQ_KEY, for "flowd message query --unique")
 and its offset message id (for "flowd message get").`,
 		Args: cobra.MinimumNArgs(1),
@@ -87,13 +132,22 @@ and its offset message id (for "flowd message get").`,
 				}
 				defer f.Close()
 				in = f
-				if st, err := f.Stat(); err == nil && st.Size() > progressOver {
-					bar := progressbar.NewOptions64(st.Size(), progressbar.OptionSetWriter(cmd.ErrOrStderr()),
-						progressbar.OptionShowBytes(true), progressbar.OptionSetDescription("produce "+args[0]),
-						progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
-					defer bar.Finish()
-					in = io.TeeReader(f, bar)
+			}
+			if stderr := cmd.ErrOrStderr(); showProgress || isTerminal(stderr) {
+				pr := &progress{w: stderr, total: -1, threshold: progressOver, desc: "produce " + args[0]}
+				if showProgress {
+					pr.threshold = 0
 				}
+				if f, ok := in.(*os.File); ok {
+					if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+						pr.total = st.Size()
+						if pr.total > progressOver {
+							pr.threshold = 0 // large: from the first byte
+						}
+					}
+				}
+				defer pr.finish()
+				in = io.TeeReader(in, pr)
 			}
 			sc := bufio.NewScanner(in)
 			sc.Buffer(make([]byte, 64<<10), 64<<20)
@@ -119,6 +173,7 @@ and its offset message id (for "flowd message get").`,
 	fs.StringArrayVarP(&props, "property", "p", nil, "user property key=value (repeatable)")
 	fs.StringVar(&group, "group", "flowd-cli-producer", "producer group")
 	fs.BoolVarP(&quiet, "quiet", "q", false, "do not print the message ids")
+	fs.BoolVar(&showProgress, "progress", false, "draw a progress bar on standard error even when it is not a terminal, whatever the input's size")
 	return cmd
 }
 
