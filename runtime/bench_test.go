@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero"
@@ -10,13 +11,33 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
-// BenchmarkCall compares a call of a trivial export through Instance.Call with wazero's
-// CallWithStack on an instance of the same module, in the same run.
+// BenchmarkCall compares a call of a trivial export through Instance.Call (plain, with an
+// OnCall hook, with a time limit) with wazero's CallWithStack on an instance of the same
+// module, in the same run.
 func BenchmarkCall(b *testing.B) {
 	ctx := context.Background()
 	wasm := goGuestWasm(b)
 	b.Run("runtime", func(b *testing.B) {
 		m, err := newRuntime(b, nil).Load(ctx, Spec{Name: "bench", Wasm: wasm})
+		require.NoError(b, err)
+		inst, err := m.Borrow(ctx)
+		require.NoError(b, err)
+		defer inst.Release()
+		fn := inst.Function("noop")
+		stack := make([]uint64, 1)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := inst.Call(ctx, fn, stack); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("runtime observed", func(b *testing.B) { // with an OnCall hook, as flowd serve sets
+		var calls int
+		rt, err := New(ctx, Options{CacheDir: sharedCacheDir(b), OnCall: func(string, time.Duration, error) { calls++ }})
+		require.NoError(b, err)
+		defer rt.Close(ctx)
+		m, err := rt.Load(ctx, Spec{Name: "bench", Wasm: wasm})
 		require.NoError(b, err)
 		inst, err := m.Borrow(ctx)
 		require.NoError(b, err)
