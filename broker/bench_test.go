@@ -15,6 +15,7 @@ import (
 	rmqproducer "github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -184,5 +185,85 @@ func waitMax(tb testing.TB, br *testBroker, topic string, q int32, n int64) {
 			tb.Fatalf("%s/%d never reached %d", topic, q, n)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// BenchmarkPull measures pull throughput (pulls of 32 from 8 queues in parallel, 1 KiB
+// messages) through flowd's transport, answered from the commit-log files (zero-copy: small
+// regions copied into the write buffer, large ones sent with sendfile) and with
+// Config.DisableZeroCopy (messages copied into each response), on the same stored data in
+// the same run. "interleaved" stores the queues' messages alternately, as concurrent
+// producers do, so that each message of a pull is its own region; "contiguous" stores each
+// queue's messages in runs of 64, so that a pull is one region.
+func BenchmarkPull(b *testing.B) {
+	const queues, msgs = 8, 16384
+	body := make([]byte, 1024)
+	for _, layout := range []string{"interleaved", "contiguous"} {
+		dir := b.TempDir()
+		b.Run(layout, func(b *testing.B) {
+			fill := startBroker(b, func(c *broker.Config) { c.DataDir = dir })
+			require.NoError(b, fill.CreateTopic(broker.TopicConfig{Name: "pull", ReadQueueNums: queues, WriteQueueNums: queues, Perm: 6}))
+			c := newRawClientB(b, fill)
+			var wg sync.WaitGroup
+			for g := range 4 {
+				wg.Go(func() {
+					for i := g; i < msgs; i += 4 {
+						q := int32(i % queues)
+						if layout == "contiguous" {
+							q = int32(i/64) % queues
+						}
+						c.sendTo("pull", q, body)
+					}
+				})
+			}
+			wg.Wait()
+			for q := range int32(queues) {
+				waitMax(b, fill, "pull", q, msgs/queues)
+			}
+			fill.stop(b)
+			for _, mode := range []string{"zero-copy", "zero-copy-sendfile-all", "copy"} {
+				b.Run(mode, func(b *testing.B) {
+					br := startBroker(b, func(c *broker.Config) {
+						c.DataDir = dir
+						c.DisableZeroCopy = mode == "copy"
+						if mode == "zero-copy-sendfile-all" {
+							c.Transport.SendfileThreshold = 1
+						}
+					})
+					cl := newTransport(b)
+					var next atomic.Int32
+					var pulled atomic.Int64
+					b.SetParallelism(4)
+					b.ResetTimer()
+					start := time.Now()
+					b.RunParallel(func(pb *testing.PB) {
+						q := next.Add(1) % queues
+						off := int64(0)
+						for pb.Next() {
+							h := pullHeader("pull", off, 0, "*")
+							h.QueueID = q
+							resp, err := cl.Invoke(context.Background(), br.Addr(), protocol.NewRequestWith(protocol.PullMessage, h, nil))
+							if err != nil || resp.ResponseCode() != protocol.Success {
+								b.Errorf("pull %d@%d: %v %v", q, off, err, resp)
+								return
+							}
+							var rh protocol.PullMessageResponseHeader
+							if err := resp.DecodeHeader(&rh); err != nil {
+								b.Error(err)
+								return
+							}
+							pulled.Add(rh.NextBeginOffset - off)
+							if off = rh.NextBeginOffset; off >= msgs/queues {
+								off = 0
+							}
+						}
+					})
+					b.StopTimer()
+					el := time.Since(start).Seconds()
+					b.ReportMetric(float64(pulled.Load())/el, "msgs/s")
+					b.ReportMetric(float64(pulled.Load())*float64(len(body))/el/1e6, "MB/s")
+				})
+			}
+		})
 	}
 }
