@@ -161,13 +161,16 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 			if w == nil {
 				b.poll.supersede(h.Topic, h.QueueID, owner) // this pull replaces any the owner parked
 			}
+			n, size := res.Count, res.TotalBytes
+			// pullResponse releases res or hands it to the transport, whatever follows.
+			resp := b.pullResponse(ctx, req, code, res)
 			if o := b.cfg.Observer; o != nil {
-				if res.Count > 0 {
-					o.MessagesOut(h.Topic, res.Count, res.TotalBytes)
+				if n > 0 {
+					o.MessagesOut(h.Topic, n, size)
 				}
 				o.PullLatency(time.Since(began), w != nil)
 			}
-			return b.pullResponse(ctx, req, code, res)
+			return resp
 		}
 		res.Release()
 		if w == nil {
