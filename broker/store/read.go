@@ -111,6 +111,9 @@ func (s *Store) getMessage(ctx context.Context, topic string, queueID int32, off
 		match = f.Match
 	}
 	zeroCopy := regions && match == nil // units become regions: nothing is read from the log
+	if zeroCopy {
+		rd.regions = make([]Region, 0, min(max(maxMsgs, 1), memBatchCount))
+	}
 	var win *filterWindow
 	if match != nil {
 		win = s.getWindow()
