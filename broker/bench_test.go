@@ -15,6 +15,7 @@ import (
 	rmqproducer "github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -184,5 +185,100 @@ func waitMax(tb testing.TB, br *testBroker, topic string, q int32, n int64) {
 			tb.Fatalf("%s/%d never reached %d", topic, q, n)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// BenchmarkPull measures pull throughput (pulls of 32 from 8 queues in parallel, 1 KiB
+// messages) through flowd's transport, answered from the commit-log files (zero-copy: small
+// regions copied into the write buffer, large ones sent with sendfile) and with
+// Config.DisableZeroCopy (messages copied into each response), on the same stored data in
+// the same run. "interleaved" stores the queues' messages alternately, as concurrent
+// producers do, so that each message of a pull is its own region; "contiguous" stores each
+// queue's messages in batches of 64, so that a pull is one or two regions. cpu-ns/msg is the
+// process's CPU time (broker and client) per message pulled: the figure to compare on a
+// machine busy with other work.
+func BenchmarkPull(b *testing.B) {
+	const queues, msgs = 8, 16384
+	body := make([]byte, 1024)
+	for _, layout := range []string{"interleaved", "contiguous"} {
+		dir := b.TempDir()
+		b.Run(layout, func(b *testing.B) {
+			fill := startBroker(b, func(c *broker.Config) { c.DataDir = dir })
+			require.NoError(b, fill.CreateTopic(broker.TopicConfig{Name: "pull", ReadQueueNums: queues, WriteQueueNums: queues, Perm: 6}))
+			c := newRawClientB(b, fill)
+			var wg sync.WaitGroup
+			for g := range 4 {
+				wg.Go(func() {
+					if layout == "interleaved" {
+						for i := g; i < msgs; i += 4 {
+							c.sendTo("pull", int32(i%queues), body)
+						}
+						return
+					}
+					// Batches of 64 to one queue: each is stored in one piece.
+					var batch []*protocol.Message
+					for range 64 {
+						batch = append(batch, &protocol.Message{Topic: "pull", Body: body})
+					}
+					enc, err := protocol.EncodeBatch(batch)
+					require.NoError(b, err)
+					for r := g; r < msgs/64; r += 4 {
+						h := &protocol.SendMessageRequestHeader{ProducerGroup: "raw", Topic: "pull", QueueID: int32(r % queues), BornTimestamp: time.Now().UnixMilli(), Batch: true}
+						resp, err := c.cl.Invoke(context.Background(), fill.Addr(), protocol.NewRequest(protocol.SendBatchMessage, h.EncodeV2(), enc))
+						require.NoError(b, err)
+						require.Equal(b, protocol.Success, resp.ResponseCode(), resp.Remark)
+					}
+				})
+			}
+			wg.Wait()
+			for q := range int32(queues) {
+				waitMax(b, fill, "pull", q, msgs/queues)
+			}
+			fill.stop(b)
+			for _, mode := range []string{"zero-copy", "zero-copy-sendfile-all", "copy"} {
+				b.Run(mode, func(b *testing.B) {
+					br := startBroker(b, func(c *broker.Config) {
+						c.DataDir = dir
+						c.DisableZeroCopy = mode == "copy"
+						if mode == "zero-copy-sendfile-all" {
+							c.Transport.SendfileThreshold = 1
+						}
+					})
+					cl := newTransport(b)
+					var next atomic.Int32
+					var pulled atomic.Int64
+					b.SetParallelism(4)
+					b.ResetTimer()
+					start, cpu := time.Now(), processCPU()
+					b.RunParallel(func(pb *testing.PB) {
+						q := next.Add(1) % queues
+						off := int64(0)
+						for pb.Next() {
+							h := pullHeader("pull", off, 0, "*")
+							h.QueueID = q
+							resp, err := cl.Invoke(context.Background(), br.Addr(), protocol.NewRequestWith(protocol.PullMessage, h, nil))
+							if err != nil || resp.ResponseCode() != protocol.Success {
+								b.Errorf("pull %d@%d: %v %v", q, off, err, resp)
+								return
+							}
+							var rh protocol.PullMessageResponseHeader
+							if err := resp.DecodeHeader(&rh); err != nil {
+								b.Error(err)
+								return
+							}
+							pulled.Add(rh.NextBeginOffset - off)
+							if off = rh.NextBeginOffset; off >= msgs/queues {
+								off = 0
+							}
+						}
+					})
+					b.StopTimer()
+					el, cpu := time.Since(start).Seconds(), processCPU()-cpu
+					b.ReportMetric(float64(pulled.Load())/el, "msgs/s")
+					b.ReportMetric(float64(cpu.Nanoseconds())/float64(pulled.Load()), "cpu-ns/msg")
+					b.ReportMetric(float64(pulled.Load())*float64(len(body))/el/1e6, "MB/s")
+				})
+			}
+		})
 	}
 }

@@ -138,6 +138,16 @@ type Config struct {
 	// Applies to the default Filters only.
 	DisableSQL92 bool
 
+	// DisableZeroCopy makes every pull copy its messages into the response. By default a
+	// pull whose subscription has no filter on the messages' content (none, or tags: SQL92
+	// and Wasm filters need the bytes) is answered from the commit-log files: the store
+	// hands out regions of its segments (store.GetRegions) and the transport sends them
+	// with sendfile(2), or copies the small ones straight into its write buffer (see
+	// Transport.SendfileThreshold), instead of the store copying them into a buffer and the
+	// response copying them again. The bytes sent are the same either way; this switch is
+	// there to measure the difference and as a way out.
+	DisableZeroCopy bool
+
 	// Store configures the commit log and consume queues; see store.Options for defaults.
 	// StoreHost is set from the advertised address when left empty.
 	Store store.Options

@@ -105,6 +105,8 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 	// filter, in one read: when they all fail the filter it moves past them and parks again,
 	// so the client is answered only for a message that matches (or at its timeout, with
 	// nextBeginOffset past what was rejected).
+	// Answer from the commit-log files unless the filter reads the messages' content.
+	zeroCopy := !b.cfg.DisableZeroCopy && (f == nil || f.Match == nil)
 	from := h.QueueOffset // where this pull reads: moves only past rejected messages
 	// Once parked, the pull stays registered until it answers: a wake-up that comes while it
 	// reads waits in w.ready, and a newer pull of the same client finds it to supersede.
@@ -119,7 +121,13 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		}
 	}()
 	for {
-		res, err := b.store.GetMessage(ctx, h.Topic, h.QueueID, from, maxMsgs, maxBytes, f)
+		var res *store.GetResult
+		var err error
+		if zeroCopy {
+			res, err = b.store.GetRegions(ctx, h.Topic, h.QueueID, from, maxMsgs, maxBytes, f)
+		} else {
+			res, err = b.store.GetMessage(ctx, h.Topic, h.QueueID, from, maxMsgs, maxBytes, f)
+		}
 		if err != nil {
 			if errors.Is(err, store.ErrFilterFailed) {
 				// Fail-closed filter: the consumer retries from its offset after its error
@@ -153,13 +161,16 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 			if w == nil {
 				b.poll.supersede(h.Topic, h.QueueID, owner) // this pull replaces any the owner parked
 			}
+			n, size := res.Count, res.TotalBytes
+			// pullResponse releases res or hands it to the transport, whatever follows.
+			resp := b.pullResponse(ctx, req, code, res)
 			if o := b.cfg.Observer; o != nil {
-				if len(res.Messages) > 0 {
-					o.MessagesOut(h.Topic, len(res.Messages), res.TotalBytes)
+				if n > 0 {
+					o.MessagesOut(h.Topic, n, size)
 				}
 				o.PullLatency(time.Since(began), w != nil)
 			}
-			return pullResponse(req, code, res)
+			return resp
 		}
 		res.Release()
 		if w == nil {
@@ -181,20 +192,47 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 	}
 }
 
-func pullResponse(req *protocol.Command, code protocol.ResponseCode, res *store.GetResult) *protocol.Command {
-	defer res.Release()
+// pullResponse answers a pull with what res holds. Regions go to the transport, which sends
+// them from the files and releases res once they are written; everything else is copied
+// into the body and res released here.
+func (b *Broker) pullResponse(ctx context.Context, req *protocol.Command, code protocol.ResponseCode, res *store.GetResult) *protocol.Command {
 	resp := protocol.NewResponse(req, code, res.Status.String())
 	(&protocol.PullMessageResponseHeader{
 		NextBeginOffset: res.NextBeginOffset,
 		MinOffset:       res.MinOffset,
 		MaxOffset:       res.MaxOffset,
 	}).EncodeTo(resp.ExtFields)
-	if code == protocol.Success && res.TotalBytes > 0 {
-		body := make([]byte, 0, res.TotalBytes)
-		for _, m := range res.Messages {
-			body = append(body, m...)
-		}
-		resp.Body = body
+	if code != protocol.Success || res.TotalBytes == 0 {
+		res.Release()
+		return resp
 	}
+	if len(res.Regions) > 0 {
+		regions := make([]remoting.FileRegion, len(res.Regions))
+		for i, r := range res.Regions {
+			regions[i] = remoting.FileRegion{File: r.File, Offset: r.Offset, Length: r.Length}
+		}
+		if remoting.RespondWithFiles(ctx, resp, regions, res.Release) {
+			return resp
+		}
+		// Not served by the transport (a direct call): copy the regions.
+		body := make([]byte, res.TotalBytes)
+		at := 0
+		for _, r := range res.Regions {
+			if _, err := r.File.ReadAt(body[at:at+int(r.Length)], r.Offset); err != nil {
+				res.Release()
+				return storeErrorResponse(req, err)
+			}
+			at += int(r.Length)
+		}
+		res.Release()
+		resp.Body = body
+		return resp
+	}
+	defer res.Release()
+	body := make([]byte, 0, res.TotalBytes)
+	for _, m := range res.Messages {
+		body = append(body, m...)
+	}
+	resp.Body = body
 	return resp
 }

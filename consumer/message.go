@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -54,17 +55,29 @@ func (m *Message) String() string {
 	return fmt.Sprintf("Message{topic=%s queue=%d offset=%d id=%s tags=%q body=%dB}", m.Topic, m.Queue.QueueID, m.QueueOffset, m.MsgID, m.Tags, len(m.Body))
 }
 
-// convert turns a decoded stored message into a Message, inflating a compressed body.
-func convert(mq MessageQueue, ext *protocol.MessageExt, d *protocol.Decompressor, limit int) (*Message, error) {
+// converter turns the messages of one pull into Messages. It remembers the last born host
+// it formatted: the messages of a pull mostly come from a few producers, and formatting the
+// address was an allocation per message.
+type converter struct {
+	dec      protocol.Decompressor
+	host     netip.AddrPort
+	hostText string
+}
+
+// convert fills m from a decoded stored message, inflating a compressed body.
+func (cv *converter) convert(m *Message, mq MessageQueue, ext *protocol.MessageExt, limit int) error {
 	body := ext.Body
 	if ext.SysFlag&protocol.MsgFlagCompressed != 0 {
 		var err error
-		if body, err = d.Decompress(nil, ext.Body, limit); err != nil {
-			return nil, fmt.Errorf("message at offset %d of %s: %w", ext.QueueOffset, mq, err)
+		if body, err = cv.dec.Decompress(nil, ext.Body, limit); err != nil {
+			return fmt.Errorf("message at offset %d of %s: %w", ext.QueueOffset, mq, err)
 		}
 	}
+	if cv.hostText == "" || ext.BornHost != cv.host {
+		cv.host, cv.hostText = ext.BornHost, ext.BornHost.String()
+	}
 	props := ext.Properties
-	m := &Message{
+	*m = Message{
 		Topic:           ext.Topic,
 		Queue:           mq,
 		QueueOffset:     ext.QueueOffset,
@@ -77,7 +90,7 @@ func convert(mq MessageQueue, ext *protocol.MessageExt, d *protocol.Decompressor
 		Flag:            ext.Flag,
 		BornTimestamp:   time.UnixMilli(ext.BornTimestamp),
 		StoreTimestamp:  time.UnixMilli(ext.StoreTimestamp),
-		BornHost:        ext.BornHost.String(),
+		BornHost:        cv.hostText,
 		ReconsumeTimes:  ext.ReconsumeTimes,
 	}
 	if isRetryTopic(ext.Topic) && props[protocol.PropertyRetryTopic] != "" {
@@ -88,7 +101,7 @@ func convert(mq MessageQueue, ext *protocol.MessageExt, d *protocol.Decompressor
 	if m.MsgID == "" {
 		m.MsgID = m.OffsetMsgID
 	}
-	return m, nil
+	return nil
 }
 
 // Selector chooses which messages of a topic a subscription takes. The broker filters by it;

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -184,24 +185,49 @@ func (l *LitePull) pull(ctx context.Context, mq MessageQueue, sub *subscription,
 	if code != protocol.Success || len(resp.Body) == 0 {
 		return res, nil
 	}
-	exts, err := protocol.DecodeStoredAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("pull %s at %d from %s: %w", mq, offset, addr, err)
-	}
-	res.msgs = make([]*Message, 0, len(exts))
-	var dec protocol.Decompressor
-	for _, ext := range exts {
+	// The messages of a pull are handed out together, so they share one allocation: a
+	// pull of 32 costs one Message slab instead of 32 Messages.
+	n := countStored(resp.Body)
+	slab := make([]Message, n)
+	res.msgs = make([]*Message, 0, n)
+	var cv converter
+	for b, i := resp.Body, 0; len(b) > 0; i++ {
+		ext, size, err := protocol.DecodeStored(b)
+		if err != nil {
+			return nil, fmt.Errorf("pull %s at %d from %s: message %d: %w", mq, offset, addr, i, err)
+		}
+		b = b[size:]
 		if ext.QueueOffset < offset || !sub.match(ext.Properties[protocol.PropertyTags]) {
 			continue
 		}
-		m, err := convert(mq, ext, &dec, l.cfg.maxBodySize)
-		if err != nil {
+		var m *Message
+		if i < len(slab) {
+			m = &slab[i]
+		} else {
+			m = new(Message) // a message countStored did not count
+		}
+		if err := cv.convert(m, mq, ext, l.cfg.maxBodySize); err != nil {
 			return nil, fmt.Errorf("pull %s at %d: %w", mq, offset, err)
 		}
 		res.msgs = append(res.msgs, m)
 		res.bytes += int64(len(m.Body))
 	}
 	return res, nil
+}
+
+// countStored counts the stored messages of a pull body from their TOTALSIZE fields, without
+// decoding them. A damaged body may count wrong: decoding it then fails anyway.
+func countStored(b []byte) int {
+	n := 0
+	for len(b) >= 4 {
+		size := int(int32(binary.BigEndian.Uint32(b)))
+		if size < 4 || size > len(b) {
+			break
+		}
+		b = b[size:]
+		n++
+	}
+	return n
 }
 
 // applyPull caches a pull's messages and moves the pull offset, unless q was dropped or

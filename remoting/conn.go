@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/flowd-io/flowd/protocol"
@@ -85,6 +86,9 @@ type connConfig struct {
 	draining *atomic.Bool
 	onOpen   func(*Conn)
 	onClose  func(*Conn)
+	// sendfileMin is the smallest file region sent with sendfile; < 0: none (see
+	// ServerOptions.SendfileThreshold).
+	sendfileMin int64
 	// frames recycles encode buffers across the owner's Conns.
 	frames sync.Pool
 	// calls recycles the channels Invoke waits on (two allocations each: a channel of
@@ -119,6 +123,7 @@ func (cfg *connConfig) putFrame(bp *[]byte, b []byte) {
 // Conn is one remoting connection, on either side. It is safe for concurrent use.
 type Conn struct {
 	nc     net.Conn
+	raw    syscall.RawConn // nc's descriptor, for sendfile; nil where that is not used
 	cfg    *connConfig
 	log    *slog.Logger
 	raddr  string
@@ -177,6 +182,7 @@ func newConn(nc net.Conn, cfg *connConfig) *Conn {
 	raddr := nc.RemoteAddr().String()
 	c := &Conn{
 		nc:        nc,
+		raw:       socketRaw(nc),
 		cfg:       cfg,
 		log:       cfg.logger.With("remote", raddr),
 		raddr:     raddr,
@@ -376,9 +382,13 @@ func (c *Conn) deliver(resp *protocol.Command) {
 }
 
 // queuedFrame is an encoded frame waiting to be written, with the pooled buffer it lives in.
+// A frame with regions is only its header in frame (with the regions counted in its length);
+// release is then called once it has been written or has failed.
 type queuedFrame struct {
-	bp    *[]byte
-	frame []byte
+	bp      *[]byte
+	frame   []byte
+	regions []FileRegion
+	release func()
 }
 
 // writeBatch is the outcome of one write, shared by the callers whose frames it carried.
@@ -398,10 +408,24 @@ type writeBatch struct {
 // and leaves the connection open; any other error closes the connection and wraps
 // ErrConnClosed.
 func (c *Conn) writeCommand(cmd *protocol.Command) (written bool, err error) {
+	return c.writeFrame(cmd, nil, nil)
+}
+
+// writeFrame is writeCommand for a command whose body is regions of files (none: cmd.Body).
+// release, if not nil, is called once whatever happens.
+func (c *Conn) writeFrame(cmd *protocol.Command, regions []FileRegion, release func()) (written bool, err error) {
 	bp := c.cfg.getFrame()
 	frame, err := cmd.AppendFrame((*bp)[:0])
+	if err == nil && len(regions) > 0 {
+		if err = appendRegionsLength(frame, regions); err != nil {
+			err = fmt.Errorf("encode %s: %w", cmd, err)
+		}
+	}
 	if err != nil {
 		c.cfg.putFrame(bp, frame)
+		if release != nil {
+			release()
+		}
 		return false, err
 	}
 	c.qmu.Lock()
@@ -409,10 +433,13 @@ func (c *Conn) writeCommand(cmd *protocol.Command) (written bool, err error) {
 	case <-c.done:
 		c.qmu.Unlock()
 		c.cfg.putFrame(bp, frame)
+		if release != nil {
+			release()
+		}
 		return false, c.err
 	default:
 	}
-	c.queue = append(c.queue, queuedFrame{bp: bp, frame: frame})
+	c.queue = append(c.queue, queuedFrame{bp: bp, frame: frame, regions: regions, release: release})
 	b := c.qbatch
 	if b == nil {
 		b = &writeBatch{done: make(chan struct{}), lead: make(chan struct{}, 1)}
@@ -456,6 +483,9 @@ func (c *Conn) writeQueued() {
 	b.written, b.err = c.writeFrames(frames)
 	for i := range frames {
 		c.cfg.putFrame(frames[i].bp, frames[i].frame)
+		if frames[i].release != nil {
+			frames[i].release()
+		}
 		frames[i] = queuedFrame{}
 	}
 
@@ -489,10 +519,14 @@ func (c *Conn) writeFrames(frames []queuedFrame) (written bool, err error) {
 		}
 	}
 	total := 0
+	regions := false
 	for _, f := range frames {
 		total += len(f.frame)
+		regions = regions || len(f.regions) > 0
 	}
 	switch {
+	case regions:
+		err = c.writeWithRegions(frames)
 	case len(frames) == 1:
 		_, err = c.nc.Write(frames[0].frame)
 	case total <= maxGatheredWrite:
@@ -685,6 +719,10 @@ func (c *Conn) serve(req *protocol.Command) {
 	defer c.handlers.Done()
 	resp := c.callHandler(rc, req)
 	answer := resp != nil && !req.IsOneway()
+	files := rc.fileResp != nil && rc.fileResp == resp && answer
+	if rc.fileResp != nil && !files && rc.fileRelease != nil {
+		rc.fileRelease() // the Handler answered otherwise: the regions are not sent
+	}
 	if answer {
 		// Counted as responding before it stops counting in flight, so that Shutdown and the
 		// idle sweeper, which read in flight first, always see it in one or the other.
@@ -699,7 +737,11 @@ func (c *Conn) serve(req *protocol.Command) {
 		c.inflight.Add(-1)
 	}
 	if answer {
-		c.respond(req, resp)
+		if files {
+			c.respondFiles(req, resp, rc.fileRegions, rc.fileRelease)
+		} else {
+			c.respond(req, resp)
+		}
 		c.responding.Add(-1)
 	}
 	c.activity.Add(1)
@@ -718,6 +760,12 @@ type requestCtx struct {
 	context.Context
 	c     *Conn
 	state atomic.Int32 // reqInFlight, reqParked or reqFinished
+
+	// Set by RespondWithFiles on the Handler's goroutine, read by serve on the same one once
+	// the Handler returned.
+	fileResp    *protocol.Command
+	fileRegions []FileRegion
+	fileRelease func()
 }
 
 // requestCtxKey is the context key under which a requestCtx finds itself.
@@ -786,6 +834,12 @@ func (c *Conn) callHandler(ctx context.Context, req *protocol.Command) (resp *pr
 // respond writes resp as the response to req. A response that cannot be encoded (too large)
 // is replaced by SYSTEM_ERROR so that the caller is not left waiting.
 func (c *Conn) respond(req, resp *protocol.Command) {
+	c.respondFiles(req, resp, nil, nil)
+}
+
+// respondFiles is respond for a response whose body is regions of files (none: resp.Body);
+// release, if not nil, is called once.
+func (c *Conn) respondFiles(req, resp *protocol.Command, regions []FileRegion, release func()) {
 	if resp.Opaque != req.Opaque || resp.Serialize != req.Serialize ||
 		resp.Flag&(protocol.FlagResponse|protocol.FlagOneway) != protocol.FlagResponse {
 		// Fix a copy: the Handler may share its response value.
@@ -795,7 +849,7 @@ func (c *Conn) respond(req, resp *protocol.Command) {
 		fixed.Flag = fixed.Flag&^protocol.FlagOneway | protocol.FlagResponse
 		resp = &fixed
 	}
-	_, err := c.writeCommand(resp)
+	_, err := c.writeFrame(resp, regions, release)
 	if err == nil || errors.Is(err, ErrConnClosed) {
 		return
 	}

@@ -28,6 +28,13 @@
 //     one of their callers. Nothing waits for more frames: a lone request or response pays
 //     one write, and frames that arrive together share one. A failed write fails every frame
 //     of its batch.
+//   - A response body may be regions of files (RespondWithFiles): the frame's header goes
+//     into the batch like any frame, then each region is sent with sendfile(2) from the
+//     file (Linux, TCP, regions of at least SendfileThreshold bytes) or copied into the
+//     batch's buffer, before the next frame of the batch, so frames never mix. Small regions
+//     are copied because a sendfile per kilobyte costs more than the copy it saves
+//     (BenchmarkFileRegions). A region that cannot be read whole once its header is out
+//     closes the connection, like a failed write.
 //   - A request stops counting against MaxInFlightPerConn when its Handler returns, before
 //     its response is written, so that a client pipelining at the bound is not refused; it
 //     still keeps the connection from closing as idle until the response is out. Goroutines

@@ -62,6 +62,13 @@ type ServerOptions struct {
 	// Default: 10 s. Negative: none.
 	WriteTimeout time.Duration
 
+	// SendfileThreshold is the smallest region of a file body (RespondWithFiles) sent with
+	// sendfile(2); shorter regions are copied into the connection's write buffer, which
+	// costs less than a system call each. It applies on Linux, to TCP connections, for files
+	// that expose a descriptor; everything else is copied.
+	// Default: DefaultSendfileThreshold (16 KiB). Negative: always copy.
+	SendfileThreshold int64
+
 	// Logger receives connection events: broken frames, unreadable headers, stalled frames and
 	// refused connections (Warn), idle closes (Info), lost connections (Debug), handler
 	// panics (Error), refused requests (Debug).
@@ -145,6 +152,10 @@ func NewServer(h Handler, opts ServerOptions) *Server {
 		draining:     &s.draining,
 		onOpen:       opts.OnConnOpen,
 		onClose:      s.connClosed,
+		sendfileMin:  DefaultSendfileThreshold,
+	}
+	if opts.SendfileThreshold != 0 {
+		s.cfg.sendfileMin = max(opts.SendfileThreshold, -1)
 	}
 	if s.cfg.logger == nil {
 		s.cfg.logger = slog.Default()

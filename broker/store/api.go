@@ -160,17 +160,31 @@ type GetResult struct {
 	// Messages are the exact stored bytes of each message, in queue order: a pull response
 	// body is their concatenation.
 	Messages [][]byte
-	// TotalBytes is the sum of len(Messages[i]).
+	// Regions, from GetRegions instead of Messages, are where the messages' stored bytes lie
+	// in the commit log, in queue order: a pull response body is their concatenation.
+	Regions []Region
+	// Count is the number of messages, in Messages or in Regions.
+	Count int
+	// TotalBytes is the sum of len(Messages[i]), or of Regions[i].Length.
 	TotalBytes int
 
-	buf *[]byte
-	s   *Store
+	buf  *[]byte
+	pins []*segment // the segments of Regions, kept open until Release
+	s    *Store
 }
 
-// Release hands the result's buffer back for reuse. Messages must not be used afterwards.
-// Release is idempotent and safe on a nil result.
+// Release hands the result's buffer back for reuse and unpins the segments of its Regions.
+// Messages and Regions must not be used afterwards. Release is idempotent and safe on a nil
+// result, but not safe for concurrent use.
 func (r *GetResult) Release() {
-	if r == nil || r.buf == nil {
+	if r == nil {
+		return
+	}
+	for _, seg := range r.pins {
+		seg.unpin()
+	}
+	r.pins, r.Regions = nil, nil
+	if r.buf == nil {
 		return
 	}
 	r.s.putReadBuf(r.buf, *r.buf) // drops buffers above readBufRetainMax

@@ -32,7 +32,9 @@ func (s *Store) cleanLoop() {
 //   - Segments go oldest first and stop at the first one that is kept, so the log stays
 //     contiguous. A segment's age is its modification time, i.e. its last message's.
 //   - Readers racing with a deletion get ErrNotFound from the closed file and answer
-//     MESSAGE_WAS_REMOVING; consume-queue min offsets then move forward.
+//     MESSAGE_WAS_REMOVING; consume-queue min offsets then move forward. A segment with
+//     regions pinned by pulls being sent (GetRegions) is unlinked at once but closed only
+//     when the last of them is released, so a send in progress finishes with the right bytes.
 func (s *Store) clean() error {
 	now := s.opts.Now()
 	limit := min(s.flushed.Load(), s.dispatched.Load())
@@ -88,7 +90,7 @@ func (s *Store) clean() error {
 	s.segMu.Unlock()
 	for _, seg := range del {
 		seg.unmap()
-		seg.f.Close()
+		seg.retire() // closed now, or once the last region of it being sent is released
 		if err := s.fs.Remove(seg.path); err != nil {
 			return fmt.Errorf("remove segment %s: %w", seg.path, err)
 		}

@@ -32,6 +32,9 @@ type segment struct {
 	mu    sync.RWMutex
 	m     []byte
 	limit int64 // Options.SegmentSize
+
+	// pins keeps f open while regions of it are being sent (see region.go).
+	pins segmentPins
 }
 
 // writeAt stores b at off (relative to the segment start).

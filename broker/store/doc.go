@@ -110,6 +110,15 @@
 //     units are read with one copy. Result buffers come from a pool and go back on
 //     GetResult.Release; handing out slices of the mapping itself would tie the segment's
 //     lifetime to network writes.
+//   - GetRegions, the broker's path for pulls without a content filter, reads nothing: it
+//     hands out (segment, offset, length) regions and the transport sends them from the file
+//     (sendfile for large regions, a copy into its write buffer for small ones). Each region
+//     pins its segment until GetResult.Release: retention unlinks a pinned segment at once
+//     but closes its file at the last release, so a send in progress keeps the right bytes
+//     (an unlinked file's data lives while a descriptor is open) and is never cut short.
+//     Regions lie below the dispatched offset (units exist only for dispatched messages), so
+//     they are always whole messages; a region of the mapped active segment is read by
+//     sendfile through the page cache, which holds what the mapping wrote.
 //   - Segments that are not active are sparse files (created by truncation), fallocated
 //     only when they become active.
 //   - fdatasync (vfs.File.Sync) instead of fsync: segment sizes never change after creation,

@@ -43,6 +43,11 @@ const (
 // FailClosed before any message was taken (ErrFilterFailed); everything else is a status.
 // Call Release on the result when its Messages are no longer needed.
 func (s *Store) GetMessage(ctx context.Context, topic string, queueID int32, offset int64, maxMsgs, maxBytes int, f *Filter) (*GetResult, error) {
+	return s.getMessage(ctx, topic, queueID, offset, maxMsgs, maxBytes, f, false)
+}
+
+// getMessage is GetMessage, or GetRegions when regions is set.
+func (s *Store) getMessage(ctx context.Context, topic string, queueID int32, offset int64, maxMsgs, maxBytes int, f *Filter, regions bool) (*GetResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -105,6 +110,10 @@ func (s *Store) GetMessage(ctx context.Context, topic string, queueID int32, off
 	if f != nil {
 		match = f.Match
 	}
+	zeroCopy := regions && match == nil // units become regions: nothing is read from the log
+	if zeroCopy {
+		rd.regions = make([]Region, 0, min(max(maxMsgs, 1), memBatchCount))
+	}
 	var win *filterWindow
 	if match != nil {
 		win = s.getWindow()
@@ -143,7 +152,13 @@ scan:
 			if win != nil {
 				ahead = win.maxCount - len(win.ents)
 			}
-			at, err := rd.get(units, i, off, int(size), inDisk, ahead)
+			var at int
+			var err error
+			if zeroCopy {
+				err = rd.region(off, int(size))
+			} else {
+				at, err = rd.get(units, i, off, int(size), inDisk, ahead)
+			}
 			if err != nil {
 				if errors.Is(err, ErrNotFound) {
 					if rd.count == 0 {
@@ -153,6 +168,10 @@ scan:
 					continue
 				}
 				s.log.Warn("read message for pull", "topic", topic, "queue", queueID, "offset", offset+int64(i), "err", err)
+				continue
+			}
+			if zeroCopy {
+				status = Found
 				continue
 			}
 			if match == nil {
@@ -212,6 +231,14 @@ scan:
 	}
 	r.Status = status
 	r.NextBeginOffset = offset + int64(i)
+	r.Count = rd.count
+	if zeroCopy {
+		s.putReadBuf(bp, rd.buf)
+		r.TotalBytes = rd.total
+		r.pins = rd.pins
+		r.Regions = rd.regions
+		return r, nil
+	}
 	if rd.count > 0 {
 		r.Messages = make([][]byte, rd.count)
 		for j, sp := range rd.spans {
@@ -348,6 +375,11 @@ type batchReader struct {
 	// window: log bytes [wStart, wEnd) are at buf[wAt:].
 	wStart, wEnd int64
 	wAt          int
+
+	// GetRegions: the batch as regions, the segments they pin, and the last one pinned.
+	regions []Region
+	pins    []*segment
+	seg     *segment
 }
 
 // full is RocketMQ's isTheBatchFull plus the byte cap of a pull request.

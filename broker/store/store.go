@@ -217,7 +217,7 @@ func (s *Store) closeFiles() error {
 	s.segMu.Lock()
 	for _, seg := range s.segs {
 		errs = append(errs, seg.unmap())
-		if err := seg.f.Close(); err != nil {
+		if err := seg.retire(); err != nil {
 			errs = append(errs, err)
 		}
 	}
