@@ -38,7 +38,8 @@ type pipelineHost struct {
 
 // newPipelineHost creates the Manager once the broker serves. Pipelines read through this
 // daemon's name service, or through the broker's own listener (which answers route
-// requests too) when the name service is off. Transforms and allocator plugins come from
+// requests too) when the name service is off, unless their definition names source name
+// servers of another flowd. Transforms and allocator plugins come from
 // the plugin registry; events go to the publisher when NATS is on.
 func newPipelineHost(ctx context.Context, b *broker.Broker, reg *plugins.Registry, pub func(pipeline.Event), log *slog.Logger) (*pipelineHost, error) {
 	ns := b.NamesrvAddr()
