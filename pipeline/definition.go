@@ -82,7 +82,8 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("duration %q: %w", n.Value, err)
+		// yaml passes this error on as it is: the line says where the value is.
+		return fmt.Errorf("line %d: duration %q: %w", n.Line, n.Value, err)
 	}
 	*d = Duration(v)
 	return nil
