@@ -51,9 +51,17 @@ type consumed struct {
 // topicMessages is the number of messages topic holds, from `flowd topic describe`.
 func (d *daemon) topicMessages(topic string) int64 {
 	d.t.Helper()
+	n, err := d.topicMessagesErr(topic)
+	require.NoError(d.t, err)
+	return n
+}
+
+func (d *daemon) topicMessagesErr(topic string) (int64, error) {
 	var r control.TopicDescribeReply
-	require.NoError(d.t, d.ctlJSON(&r, "topic", "describe", topic))
-	return r.Messages
+	if err := d.ctlJSON(&r, "topic", "describe", topic); err != nil {
+		return 0, err
+	}
+	return r.Messages, nil
 }
 
 // readTopic waits until topic holds exactly n messages and reads them all with `flowd
