@@ -20,7 +20,11 @@
 // written and synced to the file), the worker commits the offset past the batch. So an
 // offset is committed only after the sink acknowledged every message before it in its
 // queue, and a crash or a kill can only make a pipeline deliver again what was
-// acknowledged and not yet committed: at most one batch per queue (PullBatchSize).
+// acknowledged and not yet committed: at most one batch per queue (PullBatchSize). A
+// commit is durable once the broker wrote it: flowd's broker keeps commits in memory and
+// writes them within its offset flush interval (500ms, after an fsync of the store), so a
+// kill of the daemon hosting both the pipeline and its source broker also delivers again
+// what the commits since the last flush covered (e2e/ measures both terms).
 //
 // A record the sink refuses is tried MaxAttempts times with exponential backoff
 // (RetryBackoff doubling up to MaxBackoff); then its message is sent back with
