@@ -180,10 +180,9 @@ func TestPipelinesFilterAndTransformIntoATopicAndNATS(t *testing.T) {
 	require.Len(t, nmsgs, 2, "only the US orders reach NATS")
 	assert.Equal(t, `{"id":2,"card":"***","note":{"card":"***"}}`, string(nmsgs[0].Data))
 	assert.Equal(t, `{"id":7}`, string(nmsgs[1].Data))
-	assert.Equal(t, "us", nmsgs[0].Header.Get("region"))
-	assert.Equal(t, "basic", nmsgs[0].Header.Get("tier"))
-	assert.Equal(t, "orders", nmsgs[0].Header.Get("Flowd-Topic"))
-	assert.Empty(t, nmsgs[1].Header.Get("tier"))
+	assert.Equal(t, nats.Header{"region": {"us"}, "tier": {"basic"}, "Flowd-Topic": {"orders"}}, nmsgs[0].Header,
+		"the user properties as headers, and the source topic")
+	assert.Equal(t, nats.Header{"region": {"us"}, "Flowd-Topic": {"orders"}}, nmsgs[1].Header)
 
 	ps := d.pipelines()
 	assert.Equal(t, pipeline.Counters{In: 3, Out: 3}, ps["eu"].Counters, "the broker's Wasm filter hands out only EU orders")
