@@ -395,8 +395,11 @@ func (o *clientOpts) putLargeModule(ctx context.Context, manifest, mod []byte, s
 		return "", nil
 	}
 	var m struct{ Name, Version string }
-	if err := json.Unmarshal(manifest, &m); err != nil || m.Name == "" || m.Version == "" {
-		return "", fmt.Errorf("manifest: name and version are required (%v)", err)
+	if err := json.Unmarshal(manifest, &m); err != nil {
+		return "", fmt.Errorf("manifest: %w", err)
+	}
+	if m.Name == "" || m.Version == "" {
+		return "", errors.New("manifest: name and version are required")
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
