@@ -128,7 +128,10 @@ func startDaemon(t *testing.T, name, dir, extra string) *daemon {
 		m = servingLine.FindStringSubmatch(d.logs.String())
 		return m != nil
 	}, wait, tick, "flowd %s logs its addresses", name)
-	require.NotNil(t, m, "flowd %s did not start (%v): %s", name, d.err, d.logs.String())
+	if m == nil {
+		<-d.exited // it is gone: d.err is set
+		t.Fatalf("flowd %s did not start (%v): %s", name, d.err, d.logs.String())
+	}
 	d.broker, d.namesrv, d.nats, d.http = m[1], m[2], m[3], m[4]
 	require.Eventually(t, func() bool {
 		resp, err := http.Get("http://" + d.http + "/readyz")
@@ -238,5 +241,3 @@ func (d *daemon) produceFile(topic string, flags []string, lines []string) {
 	_, err = flowd(append([]string{"produce", topic, "--namesrv", d.namesrv, "-q", "--file", f.Name()}, flags...)...)
 	require.NoError(d.t, err)
 }
-
-func itoa(n int) string { return fmt.Sprint(n) }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -70,7 +71,7 @@ func (d *daemon) readTopic(topic string, n int) []consumed {
 	d.t.Helper()
 	require.Eventually(d.t, func() bool { return d.topicMessages(topic) >= int64(n) }, wait, tick, "%s holds %d messages", topic, n)
 	require.Equal(d.t, int64(n), d.topicMessages(topic), "%s holds exactly %d messages", topic, n)
-	out, err := flowd("consume", topic, "--namesrv", d.namesrv, "--from", "first", "-o", "json", "-n", itoa(n))
+	out, err := flowd("consume", topic, "--namesrv", d.namesrv, "--from", "first", "-o", "json", "-n", strconv.Itoa(n))
 	require.NoError(d.t, err)
 	var msgs []consumed
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
