@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -72,5 +74,35 @@ func refused(t *testing.T, path string, want ...string) {
 		for _, w := range want {
 			assert.Contains(t, err.Error(), w, "flowd %v", args)
 		}
+	}
+}
+
+// A listen address that is well formed but taken passes `config validate` (it is a fact of
+// the machine, not of the file) and makes serve exit non-zero naming the listener, before
+// the daemon serves anything.
+func TestServeRefusesATakenListenAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	taken := ln.Addr().String()
+	for key, c := range map[string]struct{ in, want string }{
+		"listen.broker":  {`broker: "127.0.0.1:0"`, "broker listen " + taken},
+		"listen.namesrv": {`namesrv: "127.0.0.1:0"`, "name service listen " + taken},
+		"nats.listen":    {`nats: {listen: "127.0.0.1:0"}`, "nats: embedded server on " + taken},
+		"http.listen":    {`http: {listen: "127.0.0.1:0"}`, "http.listen: listen tcp " + taken},
+	} {
+		t.Run(key, func(t *testing.T) {
+			dir := t.TempDir()
+			doc := strings.Replace(baseConfig(dir), c.in, strings.Replace(c.in, "127.0.0.1:0", taken, 1), 1)
+			require.NotEqual(t, baseConfig(dir), doc)
+			path := filepath.Join(dir, "flowd.yaml")
+			require.NoError(t, os.WriteFile(path, []byte(doc), 0o600))
+			_, err := flowd("config", "validate", path)
+			require.NoError(t, err)
+			_, err = flowd("serve", "--config", path)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+			assert.Contains(t, err.Error(), "address already in use")
+		})
 	}
 }
