@@ -61,14 +61,14 @@ func TestTwoDaemonsSplitAPipelineAndHandOverOnSIGTERM(t *testing.T) {
     sink: {type: topic, topic: out, name_servers: [%q]}
 `, a.namesrv, a.namesrv)
 	a.reload(def)
-	require.Eventually(t, func() bool { return a.pipelines()["split"].State == pipeline.StateRunning }, wait, tick)
+	require.Eventually(t, func() bool { return a.pipeline("split").State == pipeline.StateRunning }, wait, tick)
 	b := startDaemon(t, "B", t.TempDir(), def)
 
 	require.Eventually(t, func() bool {
 		byPid, members, err := a.owners(group, "src")
 		return err == nil && members == 2 && len(byPid[a.pid()]) == 2 && len(byPid[b.pid()]) == 2
 	}, wait, tick, "A and B own two queues each")
-	bs := b.pipelines()["split"]
+	bs := b.pipeline("split")
 	assert.Len(t, bs.Queues, 2, "B reports the queues it reads")
 	for _, q := range bs.Queues {
 		assert.Equal(t, int64(-1), q.Lag, "B cannot see the lag of A's queues in its own store")
@@ -81,7 +81,7 @@ func TestTwoDaemonsSplitAPipelineAndHandOverOnSIGTERM(t *testing.T) {
 	a.produceFile("src", nil, bodies[:first])
 	var bOut uint64
 	require.Eventually(t, func() bool {
-		bOut = b.pipelines()["split"].Counters.Out
+		bOut = b.pipeline("split").Counters.Out
 		return bOut > 0
 	}, wait, tick, "B delivers its share")
 	b.terminate()

@@ -63,8 +63,10 @@ func TestKilledDaemonMidStreamLosesNothing(t *testing.T) {
     sink: {type: topic, topic: out}
 `
 	d.reload(pipelines)
-	require.Eventually(t, func() bool { return len(persisted(t, dataDir, group, "src")) > 0 },
-		wait, tick, "the broker writes the pipeline's first commits")
+	require.Eventually(t, func() bool {
+		p, err := persisted(dataDir, group, "src")
+		return err == nil && len(p) > 0
+	}, wait, tick, "the broker writes the pipeline's first commits")
 
 	// The stream: a producer prints a line per message sent; the daemon is killed once it
 	// is under way, then the producer (failing by then) too.
@@ -80,7 +82,8 @@ func TestKilledDaemonMidStreamLosesNothing(t *testing.T) {
 	d.kill()
 	_ = prod.Process.Kill()
 	assert.Error(t, <-prodDone, "the producer had not sent the whole stream when the daemon died")
-	onDisk := persisted(t, dataDir, group, "src")
+	onDisk, err := persisted(dataDir, group, "src")
+	require.NoError(t, err)
 
 	// Restarted without the pipeline first, to see what the source holds (what the stream
 	// got stored) and what the outputs were at the kill.
@@ -91,7 +94,9 @@ func TestKilledDaemonMidStreamLosesNothing(t *testing.T) {
 	}
 	src := map[string]pos{}
 	var kept []string
-	for _, m := range d.readTopic("src", int(d.topicMessages("src"))) {
+	stored, err := d.topicMessages("src")
+	require.NoError(t, err)
+	for _, m := range d.readTopic("src", int(stored)) {
 		src[m.Body] = pos{int32(m.Queue), m.Offset}
 		if m.Properties["keep"] == "yes" {
 			kept = append(kept, m.Body)
@@ -99,16 +104,15 @@ func TestKilledDaemonMidStreamLosesNothing(t *testing.T) {
 	}
 	atKill := d.queueEnds("out")
 	d.reload(pipelines)
-	require.Eventually(t, func() bool {
-		var r control.GroupDescribeReply
-		return d.ctlJSON(&r, "group", "describe", group) == nil && r.Lag == 0 && len(d.committed(group, "src")) == 4
-	}, wait, tick, "the restarted pipeline catches up")
+	require.Eventually(t, func() bool { return d.caughtUp(group, "src", 4) }, wait, tick, "the restarted pipeline catches up")
 
 	before, dups := 0, 0
 	for _, end := range atKill {
 		before += int(end)
 	}
-	got := d.readTopic("out", int(d.topicMessages("out")))
+	outs, err := d.topicMessages("out")
+	require.NoError(t, err)
+	got := d.readTopic("out", int(outs))
 	times := map[string]int{}
 	for _, m := range got {
 		times[m.Body]++

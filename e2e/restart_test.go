@@ -78,10 +78,11 @@ func (h *hook) setOpen() {
 
 // committed returns the group's committed offset of each queue of topic, from `flowd group
 // describe` (the broker's memory); queues without one are left out.
-func (d *daemon) committed(group, topic string) map[int32]int64 {
-	d.t.Helper()
+func (d *daemon) committed(group, topic string) (map[int32]int64, error) {
 	var r control.GroupDescribeReply
-	require.NoError(d.t, d.ctlJSON(&r, "group", "describe", group))
+	if err := d.ctlJSON(&r, "group", "describe", group); err != nil {
+		return nil, err
+	}
 	out := map[int32]int64{}
 	for _, tv := range r.Topics {
 		if tv.Topic != topic {
@@ -93,29 +94,45 @@ func (d *daemon) committed(group, topic string) map[int32]int64 {
 			}
 		}
 	}
-	return out
+	return out, nil
+}
+
+// caughtUp tells whether group has committed every one of topic's queues (queues of them)
+// up to its end.
+func (d *daemon) caughtUp(group, topic string, queues int) bool {
+	var r control.GroupDescribeReply
+	if d.ctlJSON(&r, "group", "describe", group) != nil || r.Lag != 0 {
+		return false
+	}
+	c, err := d.committed(group, topic)
+	return err == nil && len(c) == queues
 }
 
 // persisted returns the offsets of group in topic that the broker wrote to its data
 // directory (config/consumerOffset.json, RocketMQ's layout): what survives a kill.
-func persisted(t *testing.T, dataDir, group, topic string) map[int32]int64 {
-	t.Helper()
+func persisted(dataDir, group, topic string) (map[int32]int64, error) {
 	raw, err := os.ReadFile(filepath.Join(dataDir, "config", "consumerOffset.json"))
 	if os.IsNotExist(err) {
-		return map[int32]int64{}
+		return map[int32]int64{}, nil
 	}
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	var file struct {
 		Offsets map[string]map[string]int64 `json:"offsetTable"`
 	}
-	require.NoError(t, json.Unmarshal(raw, &file), string(raw))
+	if err := json.Unmarshal(raw, &file); err != nil {
+		return nil, fmt.Errorf("consumerOffset.json: %w: %s", err, raw)
+	}
 	out := map[int32]int64{}
 	for q, off := range file.Offsets[topic+"@"+group] {
 		id, err := strconv.Atoi(q)
-		require.NoError(t, err)
+		if err != nil {
+			return nil, fmt.Errorf("consumerOffset.json: queue %q: %w", q, err)
+		}
 		out[int32(id)] = off
 	}
-	return out
+	return out, nil
 }
 
 // A daemon killed with SIGKILL while its pipeline is mid-stream resumes, once restarted on
@@ -169,14 +186,18 @@ func TestKilledDaemonResumesItsPipelineFromTheCommittedOffsets(t *testing.T) {
 	}, wait, tick, "the pipeline delivers %d records and waits on the next", ackFirst)
 	// Nothing moves while the sink holds the record: wait for the broker's offset file to
 	// hold what it committed.
-	var onDisk map[int32]int64
 	require.Eventually(t, func() bool {
-		mem := d.committed(group, "src")
-		onDisk = persisted(t, dataDir, group, "src")
-		return len(mem) > 0 && fmt.Sprint(mem) == fmt.Sprint(onDisk)
+		mem, err := d.committed(group, "src")
+		if err != nil || len(mem) == 0 {
+			return false
+		}
+		onDisk, err := persisted(dataDir, group, "src")
+		return err == nil && fmt.Sprint(mem) == fmt.Sprint(onDisk)
 	}, wait, tick, "the broker persists the committed offsets")
 	d.kill()
 	require.Error(t, d.err, "SIGKILL")
+	onDisk, err := persisted(dataDir, group, "src")
+	require.NoError(t, err)
 
 	before, _ := h.state()
 	dups := 0
@@ -190,10 +211,7 @@ func TestKilledDaemonResumesItsPipelineFromTheCommittedOffsets(t *testing.T) {
 
 	h.setOpen()
 	d = startDaemon(t, "A restarted", dir, pipelines)
-	require.Eventually(t, func() bool {
-		var r control.GroupDescribeReply
-		return d.ctlJSON(&r, "group", "describe", group) == nil && r.Lag == 0 && len(d.committed(group, "src")) == 2
-	}, wait, tick, "the restarted pipeline catches up")
+	require.Eventually(t, func() bool { return d.caughtUp(group, "src", 2) }, wait, tick, "the restarted pipeline catches up")
 
 	acked, _ := h.state()
 	times := map[string]int{}
