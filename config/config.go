@@ -19,9 +19,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,7 +48,7 @@ type Config struct {
 
 	// Pipelines are run by the daemon once the broker serves. A reload starts the new ones,
 	// stops (draining) the removed ones and restarts the changed ones.
-	Pipelines []pipeline.Definition `yaml:"pipelines" reload:"true" doc:"pipelines hosted by the daemon, each {name, topics, selector, transforms, sink, ...} as in the README; default none"`
+	Pipelines []pipeline.Definition `yaml:"pipelines" reload:"true" doc:"pipelines hosted by the daemon, each {name, topics, source_name_servers, selector, transforms, sink, ...} as in the README; source_name_servers (host:port) read the topics of another flowd, default this one; default none"`
 }
 
 // HTTP configures the observability listener.
@@ -187,21 +189,86 @@ func Decode(raw []byte) (Config, error) {
 		if errors.Is(err, io.EOF) {
 			return cfg, nil // an empty file: all defaults
 		}
+		// The document is parsed again as nodes to find the key an error's line is about;
+		// when it does not parse, the error is a syntax error and names no value anyway.
+		var root yaml.Node
+		_ = yaml.Unmarshal(raw, &root)
 		var te *yaml.TypeError
 		if errors.As(err, &te) {
 			msgs := make([]string, len(te.Errors))
+			used := map[*yaml.Node]bool{}
 			for i, m := range te.Errors {
-				msgs[i] = unknownField.ReplaceAllString(m, "unknown key \"$1\"")
+				msgs[i] = withKey(&root, unknownField.ReplaceAllString(m, "unknown key \"$1\""), used)
 			}
 			return cfg, invalid(msgs)
 		}
-		return cfg, fmt.Errorf("%w: %s", ErrInvalid, strings.TrimPrefix(err.Error(), "yaml: "))
+		return cfg, fmt.Errorf("%w: %s", ErrInvalid, withKey(&root, strings.TrimPrefix(err.Error(), "yaml: "), nil))
 	}
 	return cfg, nil
 }
 
 // unknownField matches yaml's report of a key that is no setting.
 var unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
+
+// typeErrorAt matches yaml's report of a value of the wrong type: its line, its YAML tag, and
+// the value when the report quotes it (`many`, or "12 parsecs" from a setting's own decoder).
+var typeErrorAt = regexp.MustCompile("^line (\\d+): (?:cannot unmarshal (!!\\w+) (?:`([^`]*)` )?into|\\w+ \"([^\"]*)\")")
+
+// withKey puts the dotted key of the value a yaml type error is about after its line
+// ("line 2: limits.max_groups: cannot unmarshal !!str `many` into int"): yaml names the
+// line and the Go type, which do not say which setting is meant when a line holds several.
+// used holds the nodes named by earlier errors of the same document (nil: none), so that
+// two settings with the same wrong value on one line are both named.
+func withKey(root *yaml.Node, msg string, used map[*yaml.Node]bool) string {
+	m := typeErrorAt.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	line, _ := strconv.Atoi(m[1])
+	tag, value := m[2], m[3]+m[4]
+	var key string
+	var walk func(n *yaml.Node, path string)
+	check := func(n *yaml.Node, path string) {
+		if key != "" || n.Line != line || used[n] {
+			return
+		}
+		if (tag == "" || n.ShortTag() == tag) && (value == "" || (n.Kind == yaml.ScalarNode && n.Value == value)) {
+			key = path
+			if used != nil {
+				used[n] = true
+			}
+		}
+	}
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := n.Content[i].Value
+				if path != "" {
+					p = path + "." + p
+				}
+				check(n.Content[i+1], p)
+				walk(n.Content[i+1], p)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				p := fmt.Sprintf("%s[%d]", path, i)
+				check(c, p)
+				walk(c, p)
+			}
+		}
+	}
+	walk(root, "")
+	if key == "" {
+		return msg
+	}
+	prefix := "line " + m[1] + ": "
+	return prefix + key + ": " + strings.TrimPrefix(msg, prefix)
+}
 
 // invalid is ErrInvalid with one message, or with several, one a line.
 func invalid(msgs []string) error {
@@ -263,9 +330,30 @@ func (c Config) Validate() error {
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		bad("log.format", "%q is neither text nor json", c.Log.Format)
 	}
-	if c.HTTP.Listen == "" {
-		bad("http.listen", `must be an address, or "off"`)
+	// Addresses are checked here, so that a typo is named by "config validate" rather than
+	// found by the listener at start (or, for advertise, by clients following routes).
+	listen := func(key, addr string, off bool) {
+		if off && addr == "off" {
+			return
+		}
+		if err := checkListen(addr); err != nil {
+			if off {
+				bad(key, `%q %v, or "off"`, addr, err)
+			} else {
+				bad(key, "%q %v", addr, err)
+			}
+		}
 	}
+	listen("listen.broker", c.Listen.Broker, false)
+	listen("listen.namesrv", c.Listen.Namesrv, true)
+	if c.Listen.Advertise != "" {
+		host, port, err := net.SplitHostPort(c.Listen.Advertise)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			bad("listen.advertise", "%q is not host:port with a port in 1-65535", c.Listen.Advertise)
+		}
+	}
+	listen("nats.listen", c.NATS.Listen, true)
+	listen("http.listen", c.HTTP.Listen, true)
 	if c.Plugins.Poll <= 0 {
 		bad("plugins.poll", "must be positive")
 	}
@@ -288,6 +376,18 @@ func (c Config) Validate() error {
 		names[d.Name] = i
 	}
 	return invalid(msgs)
+}
+
+// checkListen checks a listen address: [host]:port with a port in 0-65535 (0: any free one).
+func checkListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("is not host:port")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return errors.New("has no port in 0-65535")
+	}
+	return nil
 }
 
 // LogLevel parses Log.Level.

@@ -64,6 +64,22 @@ func TestDecodeRefusesUnknownKeysAndWrongTypesWithTheirLine(t *testing.T) {
 	require.ErrorIs(t, err, config.ErrInvalid)
 	assert.Contains(t, err.Error(), "line 2")
 	assert.Contains(t, err.Error(), `"4MB"`)
+
+	// The key is named too: a line may hold several settings.
+	cases := map[string]string{
+		"limits: {max_groups: many, max_parked: many}\n": "line 1: limits.max_groups: cannot unmarshal !!str `many` into int\n  line 1: limits.max_parked: ",
+		"store: {retention: 3 days}\n":                   "line 1: store.retention: cannot unmarshal !!str `3 days` into time.Duration",
+		"store:\n  retention: [1]\n":                     "line 2: store.retention: cannot unmarshal !!seq into time.Duration",
+		"store: {segment_size: 12 parsecs}\n":            `line 1: store.segment_size: size "12 parsecs"`,
+		"log: [a]\n":                                     "line 1: log: cannot unmarshal !!seq",
+		"pipelines:\n  - {name: p, topics: [t], parallelism: lots, sink: {type: stdout}}\n":   "line 2: pipelines[0].parallelism: ",
+		"pipelines:\n  - {name: p, topics: [t], retry_backoff: soon, sink: {type: stdout}}\n": `line 2: pipelines[0].retry_backoff: duration "soon"`,
+	}
+	for doc, want := range cases {
+		_, err = config.Decode([]byte(doc))
+		require.ErrorIs(t, err, config.ErrInvalid, doc)
+		assert.Contains(t, err.Error(), want, doc)
+	}
 }
 
 func TestValidateNamesTheSetting(t *testing.T) {
@@ -85,6 +101,23 @@ func TestValidateNamesTheSetting(t *testing.T) {
 	assert.Contains(t, err.Error(), "store.retention: must be positive")
 	assert.Contains(t, err.Error(), "limits.max_groups: must be positive")
 	assert.Contains(t, err.Error(), "store.max_disk_usage")
+	// Addresses are checked before anything listens.
+	c = config.Default()
+	c.Listen.Broker = "127.0.0.1:notaport"
+	c.Listen.Namesrv = "nohost"
+	c.Listen.Advertise = "10.0.0.1:0"
+	c.NATS.Listen = "127.0.0.1:70000"
+	c.HTTP.Listen = ""
+	err = c.Validate()
+	require.ErrorIs(t, err, config.ErrInvalid)
+	for _, want := range []string{`listen.broker: "127.0.0.1:notaport" has no port`, `listen.namesrv: "nohost" is not host:port, or "off"`,
+		`listen.advertise: "10.0.0.1:0" is not host:port with a port in 1-65535`, `nats.listen: "127.0.0.1:70000" has no port`, `http.listen: "" is not host:port`} {
+		assert.Contains(t, err.Error(), want)
+	}
+	c = config.Default()
+	c.Listen.Broker, c.Listen.Namesrv, c.NATS.Listen, c.HTTP.Listen, c.Listen.Advertise = ":0", "off", "off", "off", "flowd.example:10911"
+	assert.NoError(t, c.Validate(), "any interface, port 0, off, a host name to advertise")
+
 	c = config.Default()
 	c.Limits.MaxConnections = -1
 	c.Store.MaxDiskUsage = -1

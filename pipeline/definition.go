@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,7 +82,8 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("duration %q: %w", n.Value, err)
+		// yaml passes this error on as it is: the line says where the value is.
+		return fmt.Errorf("line %d: duration %q: %w", n.Line, n.Value, err)
 	}
 	*d = Duration(v)
 	return nil
@@ -94,6 +97,11 @@ type Definition struct {
 	Name string `json:"name" yaml:"name"`
 	// Topics are the source topics. Required, at least one.
 	Topics []string `json:"topics" yaml:"topics"`
+	// SourceNameServers are the name servers (host:port) of the flowd or RocketMQ cluster
+	// hosting Topics, where the group's offsets and queue locks live too. Default: the
+	// Manager's own (this flowd). Daemons that run the same definition against one source
+	// share its queues in the group, so a pipeline can be spread over several flowds.
+	SourceNameServers []string `json:"source_name_servers,omitempty" yaml:"source_name_servers,omitempty"`
 	// Group is the consumer group the pipeline reads as; every Manager running the same
 	// definition shares the topics' queues in it. Default "pipeline-<name>".
 	Group string `json:"group,omitempty" yaml:"group,omitempty"`
@@ -234,6 +242,11 @@ func (d Definition) Validate() error {
 			return invalid(fmt.Sprintf("topics[%d]", i), "%q is not a valid topic name", t)
 		}
 	}
+	for i, ns := range d.SourceNameServers {
+		if err := validAddr(ns); err != nil {
+			return invalid(fmt.Sprintf("source_name_servers[%d]", i), "%q %v", ns, err)
+		}
+	}
 	if d.Group != "" && !nameRE.MatchString(d.Group) {
 		return invalid("group", "%q is not a valid group name", d.Group)
 	}
@@ -296,6 +309,11 @@ func (s SinkDefinition) validate() error {
 		if !nameRE.MatchString(s.Topic) {
 			return invalid("sink.topic", "%q is not a valid topic name", s.Topic)
 		}
+		for i, ns := range s.NameServers {
+			if err := validAddr(ns); err != nil {
+				return invalid(fmt.Sprintf("sink.name_servers[%d]", i), "%q %v", ns, err)
+			}
+		}
 	case SinkNATS:
 		if s.Subject == "" || strings.ContainsAny(s.Subject, " \t\r\n") {
 			return invalid("sink.subject", "%q is not a valid NATS subject", s.Subject)
@@ -319,6 +337,18 @@ func (s SinkDefinition) validate() error {
 		return invalid("sink.type", "required")
 	default:
 		return invalid("sink.type", "%q is not topic, nats, webhook, file or stdout", s.Type)
+	}
+	return nil
+}
+
+// validAddr checks a name server address: host:port with a port in 1-65535.
+func validAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return errors.New("is not host:port")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return errors.New("has no port in 1-65535")
 	}
 	return nil
 }

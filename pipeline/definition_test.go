@@ -21,10 +21,16 @@ func validDef() pipeline.Definition {
 func TestDefinitionValidateNamesTheField(t *testing.T) {
 	require.NoError(t, validDef().Validate())
 	cases := map[string]func(d *pipeline.Definition){
-		"name":                func(d *pipeline.Definition) { d.Name = "a b" },
-		"topics":              func(d *pipeline.Definition) { d.Topics = nil },
-		"topics[1]":           func(d *pipeline.Definition) { d.Topics = []string{"ok", "no/pe"} },
-		"group":               func(d *pipeline.Definition) { d.Group = "g g" },
+		"name":      func(d *pipeline.Definition) { d.Name = "a b" },
+		"topics":    func(d *pipeline.Definition) { d.Topics = nil },
+		"topics[1]": func(d *pipeline.Definition) { d.Topics = []string{"ok", "no/pe"} },
+		"group":     func(d *pipeline.Definition) { d.Group = "g g" },
+		"source_name_servers[1]": func(d *pipeline.Definition) {
+			d.SourceNameServers = []string{"127.0.0.1:9876", "127.0.0.1"}
+		},
+		"sink.name_servers[0]": func(d *pipeline.Definition) {
+			d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkTopic, Topic: "out", NameServers: []string{"host:99999"}}
+		},
 		"selector.type":       func(d *pipeline.Definition) { d.Selector.Type = "REGEX" },
 		"selector.expression": func(d *pipeline.Definition) { d.Selector.Type = pipeline.SelectorSQL92 },
 		"transforms[0]":       func(d *pipeline.Definition) { d.Transforms = []string{" "} },
@@ -66,6 +72,7 @@ func TestDefinitionJSONAndYAML(t *testing.T) {
 	const y = `
 name: orders-to-nats
 topics: [orders]
+source_name_servers: ["10.0.0.1:9876", "ns.example:9876"]
 group: g1
 selector: {type: SQL92, expression: "amount > 10"}
 allocator: STICKY-AVG
@@ -87,6 +94,7 @@ sink: {type: nats, subject: orders.out, jetstream: auto, timeout: 3s}
 	assert.Equal(t, pipeline.Duration(3*time.Second), d.Sink.Timeout)
 	assert.Equal(t, "amount > 10", d.Selector.Expression)
 	assert.Equal(t, 4, d.Parallelism)
+	assert.Equal(t, []string{"10.0.0.1:9876", "ns.example:9876"}, d.SourceNameServers)
 
 	b, err := json.Marshal(d)
 	require.NoError(t, err)

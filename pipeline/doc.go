@@ -5,8 +5,10 @@
 //
 // A Definition describes a pipeline as plain data (a config file or a KV entry holds it);
 // a Manager runs definitions by name and resolves what they name (transform and allocator
-// plugins, the NATS connection). Managers in several daemons that run the same definition
-// share its queues through the consumer group, and hand them over on join and leave.
+// plugins, the NATS connection). A pipeline reads through the Manager's name servers, or
+// through its definition's SourceNameServers (the topics of another flowd). Managers in
+// several daemons that run the same definition against the same source share its queues
+// through the consumer group, and hand them over on join and leave.
 //
 // # Delivery guarantee: at least once
 //
@@ -18,7 +20,11 @@
 // written and synced to the file), the worker commits the offset past the batch. So an
 // offset is committed only after the sink acknowledged every message before it in its
 // queue, and a crash or a kill can only make a pipeline deliver again what was
-// acknowledged and not yet committed: at most one batch per queue (PullBatchSize).
+// acknowledged and not yet committed: at most one batch per queue (PullBatchSize). A
+// commit is durable once the broker wrote it: flowd's broker keeps commits in memory and
+// writes them within its offset flush interval (500ms, after an fsync of the store), so a
+// kill of the daemon hosting both the pipeline and its source broker also delivers again
+// what the commits since the last flush covered (e2e/ measures both terms).
 //
 // Messages the selector rejects are skipped by the broker and reach no batch. Between two
 // polls, at most once a second (and after every poll that found nothing), the poll loop

@@ -70,8 +70,9 @@ var _ Controller = (*Manager)(nil)
 
 // Options are what a Manager's pipelines share.
 type Options struct {
-	// NameServers are this flowd's name servers: where pipelines read, and where a topic
-	// sink without name servers of its own writes. Required.
+	// NameServers are this flowd's name servers: where pipelines without source name
+	// servers of their own read, and where a topic sink without name servers of its own
+	// writes. Required.
 	NameServers []string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
@@ -91,7 +92,9 @@ type Options struct {
 	// Stdout is where stdout sinks write; default os.Stdout.
 	Stdout io.Writer
 	// QueueEnd returns a queue's max offset (one past its last message), for the lag in
-	// Status; a daemon hosting the broker reads it from its store. Default none: lag -1.
+	// Status; a daemon hosting the broker reads it from its store. It is asked only for
+	// pipelines that read through NameServers (a remote source's queues are not in this
+	// store). Default none: lag -1.
 	QueueEnd func(mq consumer.MessageQueue) (int64, bool)
 	// ConsumerOptions and ProducerOptions are appended to those the Manager sets (timings,
 	// client addresses). Default none.
@@ -199,8 +202,12 @@ func (m *Manager) build(ctx context.Context, p *Pipeline) (err error) {
 	case StartTimestamp:
 		from = consumer.ConsumeFromTimestamp
 	}
+	source := m.opts.NameServers
+	if len(def.SourceNameServers) > 0 {
+		source = def.SourceNameServers
+	}
 	opts := []consumer.Option{
-		consumer.WithNameServers(m.opts.NameServers...),
+		consumer.WithNameServers(source...),
 		consumer.WithLogger(p.log),
 		consumer.WithAutoCommit(false),
 		consumer.WithConsumeFrom(from),

@@ -765,7 +765,7 @@ func (p *Pipeline) status(ctx context.Context) Status {
 		if off, err := p.c.Committed(ctx, mq); err == nil {
 			qs.Committed = off
 		}
-		if end := p.m.opts.QueueEnd; end != nil && qs.Committed >= 0 {
+		if end := p.m.opts.QueueEnd; end != nil && qs.Committed >= 0 && len(p.def.SourceNameServers) == 0 {
 			if hi, ok := end(mq); ok {
 				qs.Lag = max(hi-qs.Committed, 0)
 			}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/flowd-io/flowd/control"
@@ -342,6 +343,12 @@ func pluginCommand() *cobra.Command {
 				return fmt.Errorf("plugin deploy: %s: %w", args[1], err)
 			}
 			req := control.PluginDeployRequest{Manifest: man, Module: base64.StdEncoding.EncodeToString(mod), Activate: activate}
+			if req.Object, err = o.putLargeModule(cmd.Context(), man, mod, len(req.Module)+len(man)); err != nil {
+				return fmt.Errorf("plugin deploy: %w", err)
+			}
+			if req.Object != "" {
+				req.Module = ""
+			}
 			return call(cmd, o, "plugin.deploy", req, func(w io.Writer, r *control.PluginReply) { printPlugins(w, r.Plugin) })
 		},
 	}
@@ -368,4 +375,48 @@ func pluginCommand() *cobra.Command {
 	cmd.AddCommand(deploy, list, versionCmd("activate", "Make a deployed version the active one"),
 		versionCmd("remove", "Delete a deployed version that is not active"))
 	return cmd
+}
+
+// requestOverhead is what a plugin.deploy request adds to its module and manifest: the JSON
+// around them and the NATS headers, with room to spare.
+const requestOverhead = 4 << 10
+
+// putLargeModule puts a module that does not fit in one request (the server's max_payload,
+// 1 MiB by default: a Go plugin is about 2 MB) into the object store bucket the daemon reads
+// modules from, creating the bucket when it does not exist, and returns the object's name
+// ("<name>-<version>"). It returns "" for a module that fits.
+func (o *clientOpts) putLargeModule(ctx context.Context, manifest, mod []byte, size int) (string, error) {
+	nc, err := o.connect()
+	if err != nil {
+		return "", err
+	}
+	defer nc.Close()
+	if int64(size+requestOverhead) <= nc.MaxPayload() {
+		return "", nil
+	}
+	var m struct{ Name, Version string }
+	if err := json.Unmarshal(manifest, &m); err != nil {
+		return "", fmt.Errorf("manifest: %w", err)
+	}
+	if m.Name == "" || m.Version == "" {
+		return "", errors.New("manifest: name and version are required")
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return "", fmt.Errorf("module of %d bytes is over the request limit: jetstream: %w", len(mod), err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	bucket, err := js.ObjectStore(ctx, control.PluginBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		bucket, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: control.PluginBucket, Description: "Wasm modules for flowd's plugin.deploy"})
+	}
+	if err != nil {
+		return "", fmt.Errorf("module of %d bytes is over the request limit of %d: object store %s: %w", len(mod), nc.MaxPayload(), control.PluginBucket, err)
+	}
+	name := m.Name + "-" + m.Version
+	if _, err := bucket.PutBytes(ctx, name, mod); err != nil {
+		return "", fmt.Errorf("put %s into %s: %w", name, control.PluginBucket, err)
+	}
+	return name, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/flowd-io/flowd/broker"
@@ -39,9 +40,11 @@ type pipelineHost struct {
 
 // newPipelineHost creates the Manager once the broker serves. Pipelines read through this
 // daemon's name service, or through the broker's own listener (which answers route
-// requests too) when the name service is off. Transforms and allocator plugins come from
-// the plugin registry; events go to the publisher when NATS is on.
-func newPipelineHost(ctx context.Context, b *broker.Broker, reg *plugins.Registry, pub func(pipeline.Event), log *slog.Logger) (*pipelineHost, error) {
+// requests too) when the name service is off, unless their definition names source name
+// servers of another flowd. Transforms and allocator plugins come from
+// the plugin registry; events go to the publisher, and NATS sinks publish on the control
+// plane's connection, when NATS is on (nc nil: off).
+func newPipelineHost(ctx context.Context, b *broker.Broker, reg *plugins.Registry, nc *nats.Conn, pub func(pipeline.Event), log *slog.Logger) (*pipelineHost, error) {
 	ns := b.NamesrvAddr()
 	if ns == "" {
 		ns = b.Addr()
@@ -63,6 +66,7 @@ func newPipelineHost(ctx context.Context, b *broker.Broker, reg *plugins.Registr
 		NameServers: []string{ns},
 		Logger:      log,
 		OnEvent:     h.emit,
+		NATS:        nc,
 		Transforms: func(name string) (pipeline.Transformer, error) {
 			t, err := reg.Transform(name)
 			if err != nil {

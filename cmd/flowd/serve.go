@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -228,10 +229,12 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	// Pipelines read from the broker, so they start once it serves; the command service
 	// starts with their Manager, so that the pipeline commands are served from the start.
 	var pipelineEvents func(pipeline.Event)
+	var pipelineNATS *nats.Conn
 	if cp != nil {
 		pipelineEvents = cp.pub.Pipeline
+		pipelineNATS = cp.n.Conn()
 	}
-	pl, err := newPipelineHost(ctx, b, ph.reg, pipelineEvents, log)
+	pl, err := newPipelineHost(ctx, b, ph.reg, pipelineNATS, pipelineEvents, log)
 	if err != nil {
 		return errors.Join(err, b.Shutdown(context.Background()), cp.close(context.Background()), closePlugins())
 	}
