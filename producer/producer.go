@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +35,7 @@ type Producer struct {
 	asyncSlots chan struct{} // one token per asynchronous send in flight
 	closing    chan struct{} // closed by Close: wakes SendAsync calls waiting for a slot
 	batcher    *asyncBatcher // nil unless WithAsyncBatching
+	callbacks  callbacks     // runs the callbacks of unbatched SendAsync calls
 
 	mu    sync.RWMutex
 	state int // stateNew, stateRunning, stateClosed
@@ -77,6 +77,7 @@ func New(group string, opts ...Option) (*Producer, error) {
 		checkSlots: make(chan struct{}, maxConcurrentChecks),
 	}
 	p.checkCtx, p.checkCancel = context.WithCancel(context.Background())
+	p.callbacks.cond.L = &p.callbacks.mu
 	if cfg.batchCount > 1 {
 		p.batcher = &asyncBatcher{
 			maxCount: cfg.batchCount, maxBytes: min(cfg.batchBytes, cfg.maxMessageSize), linger: cfg.batchLinger,
@@ -162,6 +163,7 @@ func (p *Producer) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("asynchronous sends still in flight: %w", ctx.Err()))
 	}
+	p.callbacks.stop()
 	if err := p.stopChecks(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -197,19 +199,19 @@ func (p *Producer) checkRunning() error {
 
 // prepared is a message ready for the wire.
 type prepared struct {
-	msg      *Message
-	uniq     string
-	propsMap map[string]string // the properties sent: the message's and the well-known ones
-	props    string            // propsMap encoded
-	body     []byte
-	sysFlag  int32
-	batch    bool
-	reply    bool // sent with SEND_REPLY_MESSAGE_V2 (Reply)
+	msg     *Message
+	uniq    string
+	props   string // the properties sent, encoded: the message's and the well-known ones
+	body    []byte
+	sysFlag int32
+	batch   bool
+	reply   bool // sent with SEND_REPLY_MESSAGE_V2 (Reply)
 }
 
 // prepare validates msg and encodes its properties, compressing the body when it is large
-// and compress is set.
-func (p *Producer) prepare(msg *Message, compress bool) (*prepared, error) {
+// and compress is set. extra are more properties, key and value in turn, that take
+// precedence over the message's own.
+func (p *Producer) prepare(msg *Message, compress bool, extra ...string) (*prepared, error) {
 	if msg == nil {
 		return nil, fmt.Errorf("%w: nil message", ErrInvalidMessage)
 	}
@@ -223,8 +225,7 @@ func (p *Producer) prepare(msg *Message, compress bool) (*prepared, error) {
 		return nil, fmt.Errorf("%w: body of %d bytes exceeds %d (topic %q)", ErrMessageTooLarge, len(msg.Body), p.cfg.maxMessageSize, msg.Topic)
 	}
 	pm := &prepared{msg: msg, uniq: p.uniq.next(), body: msg.Body}
-	pm.propsMap = p.properties(msg, pm.uniq)
-	pm.props = protocol.EncodeProperties(pm.propsMap)
+	pm.props = encodeProperties(msg, pm.uniq, extra)
 	if len(pm.props) > protocol.MaxPropertiesLength {
 		return nil, fmt.Errorf("%w: properties of %d bytes exceed %d (topic %q)", ErrInvalidMessage, len(pm.props), protocol.MaxPropertiesLength, msg.Topic)
 	}
@@ -240,21 +241,82 @@ func (p *Producer) prepare(msg *Message, compress bool) (*prepared, error) {
 	return pm, nil
 }
 
-func (p *Producer) properties(msg *Message, uniq string) map[string]string {
-	props := make(map[string]string, len(msg.Properties)+5)
-	maps.Copy(props, msg.Properties)
-	if msg.Tags != "" {
-		props[protocol.PropertyTags] = msg.Tags
-	}
+// encodeProperties encodes the properties a message is sent with, in the key\x01value\x02
+// form, straight into one string: the message's own (sorted by key, for a stable encoding),
+// then the well-known ones its fields set, which take precedence, then extra (key and value
+// in turn), which take precedence over both. No map is built: this runs once per message.
+func encodeProperties(msg *Message, uniq string, extra []string) string {
+	var keys string
 	if len(msg.Keys) > 0 {
-		props[protocol.PropertyKeys] = strings.Join(msg.Keys, " ")
+		keys = strings.Join(msg.Keys, " ")
 	}
+	var delay string
 	if msg.DelayLevel > 0 {
-		props[protocol.PropertyDelayLevel] = strconv.Itoa(msg.DelayLevel)
+		delay = strconv.Itoa(msg.DelayLevel)
 	}
-	props[protocol.PropertyUniqueKey] = uniq
-	props[protocol.PropertyWaitStoreOK] = "true"
-	return props
+	// set reports whether a well-known or extra property replaces the message's own key k.
+	set := func(k string) bool {
+		switch k {
+		case protocol.PropertyUniqueKey, protocol.PropertyWaitStoreOK:
+			return true
+		case protocol.PropertyTags:
+			return msg.Tags != ""
+		case protocol.PropertyKeys:
+			return keys != ""
+		case protocol.PropertyDelayLevel:
+			return delay != ""
+		}
+		for i := 0; i+1 < len(extra); i += 2 {
+			if extra[i] == k {
+				return true
+			}
+		}
+		return false
+	}
+	n := len(protocol.PropertyUniqueKey) + len(uniq) + len(protocol.PropertyWaitStoreOK) + 4 + 4 +
+		len(protocol.PropertyTags) + len(msg.Tags) + 2 + len(protocol.PropertyKeys) + len(keys) + 2 +
+		len(protocol.PropertyDelayLevel) + len(delay) + 2
+	for k, v := range msg.Properties {
+		n += len(k) + len(v) + 2
+	}
+	for _, e := range extra {
+		n += len(e) + 1
+	}
+	b := make([]byte, 0, n)
+	add := func(k, v string) []byte {
+		b = append(b, k...)
+		b = append(b, protocol.NameValueSeparator)
+		b = append(b, v...)
+		return append(b, protocol.PropertySeparator)
+	}
+	if len(msg.Properties) > 0 {
+		var stack [16]string
+		own := stack[:0]
+		for k := range msg.Properties {
+			if !set(k) {
+				own = append(own, k)
+			}
+		}
+		slices.Sort(own)
+		for _, k := range own {
+			b = add(k, msg.Properties[k])
+		}
+	}
+	if msg.Tags != "" {
+		b = add(protocol.PropertyTags, msg.Tags)
+	}
+	if keys != "" {
+		b = add(protocol.PropertyKeys, keys)
+	}
+	if delay != "" {
+		b = add(protocol.PropertyDelayLevel, delay)
+	}
+	b = add(protocol.PropertyUniqueKey, uniq)
+	b = add(protocol.PropertyWaitStoreOK, "true")
+	for i := 0; i+1 < len(extra); i += 2 {
+		b = add(extra[i], extra[i+1])
+	}
+	return string(b)
 }
 
 // Send sends msg and waits for the broker to store it, retrying retriable failures on another
@@ -324,6 +386,9 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendRe
 		p.enqueueAsync(ctx, pm, done)
 		return
 	}
+	if p.sendAsyncDirect(ctx, pm, done) {
+		return
+	}
 	go func() {
 		defer p.async.Done()
 		res, err := p.send(ctx, pm)
@@ -375,7 +440,7 @@ func (p *Producer) SendBatch(ctx context.Context, msgs ...*Message) ([]SendResul
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalidMessage)
 	}
 	topic := ""
-	entries := make([]*protocol.Message, len(msgs))
+	pms := make([]*prepared, len(msgs))
 	uniqs := make([]string, len(msgs))
 	for i, m := range msgs {
 		pm, err := p.prepare(m, false)
@@ -391,10 +456,10 @@ func (p *Producer) SendBatch(ctx context.Context, msgs ...*Message) ([]SendResul
 		if m.DelayLevel > 0 {
 			return nil, fmt.Errorf("%w: batch message %d is delayed; delayed messages cannot be batched", ErrInvalidMessage, i)
 		}
-		entries[i] = &protocol.Message{Topic: topic, Flag: m.Flag, Properties: pm.propsMap, Body: m.Body}
+		pms[i] = pm
 		uniqs[i] = pm.uniq
 	}
-	body, err := protocol.EncodeBatch(entries)
+	body, err := encodeBatch(pms)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMessageTooLarge, err)
 	}
@@ -429,18 +494,25 @@ func splitBatchResult(res SendResult, uniqs []string) []SendResult {
 func (p *Producer) send(ctx context.Context, pm *prepared) (SendResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
 	defer cancel()
-	topic := pm.msg.Topic
-	queues, err := p.publishQueues(ctx, topic)
+	queues, err := p.publishQueues(ctx, pm.msg.Topic)
 	if err != nil {
 		return SendResult{}, err
 	}
+	return p.sendAttempts(ctx, pm, queues, 0, MessageQueue{}, nil)
+}
+
+// sendAttempts makes pm's attempts from the from-th on (0: all of them), within ctx. When
+// from > 0, the earlier attempts were made, the first of them to first, and the last failed
+// with lastErr.
+func (p *Producer) sendAttempts(ctx context.Context, pm *prepared, queues []MessageQueue, from int, first MessageQueue, lastErr error) (SendResult, error) {
 	os, ok := p.cfg.selector.(OrderedSelector)
 	ordered := ok && os.Ordered()
-	var lastErr error
 	var failed *MessageQueue
-	var first MessageQueue
-	attempts := 0
-	for attempt := 0; attempt <= p.cfg.retries; attempt++ {
+	if from > 0 {
+		failed = &first
+	}
+	attempts := from
+	for attempt := from; attempt <= p.cfg.retries; attempt++ {
 		attempts++
 		var mq MessageQueue
 		switch {
@@ -463,7 +535,7 @@ func (p *Producer) send(ctx context.Context, pm *prepared) (SendResult, error) {
 		p.log.Debug("send failed, retrying", "queue", mq.String(), "attempt", attempt+1, "err", err)
 		failed = &mq
 	}
-	return SendResult{}, fmt.Errorf("send to topic %q (%d attempts): %w", topic, attempts, lastErr)
+	return SendResult{}, fmt.Errorf("send to topic %q (%d attempts): %w", pm.msg.Topic, attempts, lastErr)
 }
 
 // avoid returns the queues a retry may use after failed failed: those on other brokers when
@@ -534,6 +606,11 @@ func (p *Producer) request(ctx context.Context, mq MessageQueue, pm *prepared) (
 	if err != nil {
 		return "", nil, fmt.Errorf("%w %q: %w", ErrNoRoute, mq.Topic, err)
 	}
+	return addr, p.newSendRequest(mq, pm), nil
+}
+
+// newSendRequest builds the send request of pm to mq.
+func (p *Producer) newSendRequest(mq MessageQueue, pm *prepared) *protocol.Command {
 	h := protocol.SendMessageRequestHeader{
 		ProducerGroup:         p.group,
 		Topic:                 mq.Topic,
@@ -555,7 +632,10 @@ func (p *Producer) request(ctx context.Context, mq MessageQueue, pm *prepared) (
 	if pm.reply {
 		code = protocol.SendReplyMessageV2
 	}
-	return addr, protocol.NewRequest(code, h.EncodeV2(), pm.body), nil
+	// The typed header is written straight into the frame (Fields): no map per send.
+	req := &sendRequest{h: protocol.SendV2Fields(h)}
+	req.cmd = protocol.Command{Code: int16(code), Language: protocol.LangGo, Version: protocol.Version, Fields: &req.h, Body: pm.body}
+	return &req.cmd
 }
 
 // sendTo sends pm to mq once. stored reports that the broker said it stored the message
@@ -570,6 +650,11 @@ func (p *Producer) sendTo(ctx context.Context, mq MessageQueue, pm *prepared) (r
 	if err != nil {
 		return SendResult{}, false, fmt.Errorf("send to %s at %s: %w", mq, addr, err)
 	}
+	return sendResult(mq, addr, pm, resp)
+}
+
+// sendResult reads the broker's answer to pm's send to mq at addr; stored is as for sendTo.
+func sendResult(mq MessageQueue, addr string, pm *prepared, resp *protocol.Command) (res SendResult, stored bool, err error) {
 	res = SendResult{Status: SendOK, MsgID: pm.uniq}
 	switch resp.ResponseCode() {
 	case protocol.Success:
@@ -591,4 +676,11 @@ func (p *Producer) sendTo(ctx context.Context, mq MessageQueue, pm *prepared) (r
 	res.QueueOffset = rh.QueueOffset
 	res.TransactionID = rh.TransactionID
 	return res, true, nil
+}
+
+// sendRequest is a send request's command and its typed header in one allocation; the
+// command writes the header through Fields.
+type sendRequest struct {
+	cmd protocol.Command
+	h   protocol.SendV2Fields
 }

@@ -149,19 +149,29 @@ type Conn struct {
 	// writer is done it hands the next batch to one of them. Nothing ever waits for more
 	// frames to arrive: a frame queued on an idle connection is written at once by its own
 	// caller.
+	//
+	// Frames of InvokeAsync calls have no caller waiting for their write: when no write is
+	// under way they are handed to the connection's flusher goroutine (started on the first
+	// such frame), which writes whatever is queued, again and again, until the queue is
+	// empty. A caller that sends many requests in a row thus only encodes and queues them,
+	// and they leave gathered while the previous write is in the kernel.
 	qmu     sync.Mutex
 	queue   []queuedFrame // guarded by qmu: frames waiting for the next write
-	qbatch  *writeBatch   // guarded by qmu: the batch the queued frames belong to
+	qbatch  *writeBatch   // guarded by qmu: the batch of the queued frames' waiting callers; nil when none waits
 	writing bool          // guarded by qmu: a writer holds or has been handed the queue
 	spare   []queuedFrame // guarded by qmu: the last written batch's slice, for reuse
+	// kick hands the queue to the flusher (one token: the flusher is then the writer).
+	kick     chan struct{}
+	flusher  bool           // guarded by qmu: the flusher goroutine was started
+	flushing sync.WaitGroup // the flusher goroutine; Add only under qmu on an open connection
 
 	wmu       sync.Mutex // held while frames are written to nc
 	wbuf      []byte     // guarded by wmu: where a batch's frames are gathered
 	wdeadline time.Time  // guarded by wmu: the write deadline last set on nc
 
 	pmu        sync.Mutex
-	pending    map[int32]chan *protocol.Command // guarded by pmu: waiting Invokes by opaque; nil once closed
-	nextOpaque int32                            // guarded by pmu
+	pending    map[int32]pendingCall // guarded by pmu: waiting calls by opaque; nil once closed
+	nextOpaque int32                 // guarded by pmu
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -183,7 +193,8 @@ func newConn(nc net.Conn, cfg *connConfig) *Conn {
 		br:        bufio.NewReaderSize(nc, readBufferSize),
 		ctx:       ctx,
 		cancel:    cancel,
-		pending:   make(map[int32]chan *protocol.Command),
+		pending:   make(map[int32]pendingCall),
+		kick:      make(chan struct{}, 1),
 		work:      make(chan *protocol.Command),
 		done:      make(chan struct{}),
 		idleSince: time.Now(),
@@ -224,11 +235,25 @@ func (c *Conn) closeWithErr(cause error) {
 	c.closeOnce.Do(func() {
 		c.err = &connClosedError{addr: c.raddr, cause: cause}
 		c.pmu.Lock()
+		var async []*asyncCall
+		for _, pc := range c.pending {
+			if pc.async != nil {
+				async = append(async, pc.async)
+			}
+		}
 		c.pending = nil
 		c.pmu.Unlock()
 		close(c.done)
 		c.cancel(c.err)
 		_ = c.nc.Close()
+		if len(async) > 0 {
+			// Not here: this may run under the write lock, and callbacks may send.
+			go func() {
+				for _, a := range async {
+					a.finish(nil, fmt.Errorf("invoke %s: %w", a.code, c.err))
+				}
+			}()
+		}
 	})
 }
 
@@ -312,12 +337,8 @@ func (c *Conn) invoke(ctx context.Context, req *protocol.Command) (resp *protoco
 		c.cfg.calls.Put(ch)
 		return nil, false, fmt.Errorf("invoke %s: %w", req.RequestCode(), c.err) // set before pending was cleared
 	}
-	opaque := c.nextOpaque + 1
-	for _, taken := c.pending[opaque]; taken; _, taken = c.pending[opaque] {
-		opaque++ // only after 2^32 calls, with one still waiting
-	}
-	c.nextOpaque = opaque
-	c.pending[opaque] = ch
+	opaque := c.nextOpaqueLocked()
+	c.pending[opaque] = pendingCall{ch: ch}
 	c.pmu.Unlock()
 
 	req.Opaque = opaque
@@ -344,6 +365,16 @@ func (c *Conn) invoke(ctx context.Context, req *protocol.Command) (resp *protoco
 	}
 }
 
+// nextOpaqueLocked returns an opaque no pending call uses; pmu must be held.
+func (c *Conn) nextOpaqueLocked() int32 {
+	opaque := c.nextOpaque + 1
+	for _, taken := c.pending[opaque]; taken; _, taken = c.pending[opaque] {
+		opaque++ // only after 2^32 calls, with one still waiting
+	}
+	c.nextOpaque = opaque
+	return opaque
+}
+
 // forget removes an abandoned call. If it was still pending nobody can send on ch any more
 // and ch is recycled; otherwise deliver holds it and it is left to the garbage collector.
 func (c *Conn) forget(opaque int32, ch chan *protocol.Command) {
@@ -358,10 +389,11 @@ func (c *Conn) forget(opaque int32, ch chan *protocol.Command) {
 	}
 }
 
-// deliver hands a response to the Invoke waiting for it.
+// deliver hands a response to the call waiting for it: an Invoke's channel, or an
+// InvokeAsync's callback, which runs here, on the read goroutine.
 func (c *Conn) deliver(resp *protocol.Command) {
 	c.pmu.Lock()
-	ch, ok := c.pending[resp.Opaque]
+	pc, ok := c.pending[resp.Opaque]
 	if ok {
 		delete(c.pending, resp.Opaque)
 	}
@@ -372,7 +404,11 @@ func (c *Conn) deliver(resp *protocol.Command) {
 		c.log.Debug("dropping response nobody waits for", "opaque", resp.Opaque, "code", resp.ResponseCode())
 		return
 	}
-	ch <- resp // buffered, and each channel gets one response
+	if pc.async != nil {
+		pc.async.finish(resp, nil)
+		return
+	}
+	pc.ch <- resp // buffered, and each channel gets one response
 }
 
 // queuedFrame is an encoded frame waiting to be written, with the pooled buffer it lives in.
@@ -419,6 +455,8 @@ func (c *Conn) writeCommand(cmd *protocol.Command) (written bool, err error) {
 		c.qbatch = b
 	}
 	if c.writing {
+		// Whoever writes now (a caller or the flusher) writes our frame next or hands its
+		// batch to one of us.
 		c.qmu.Unlock()
 		// A write is under way: ours leaves with the next one, written by whichever caller
 		// of this batch is handed it.
@@ -431,9 +469,59 @@ func (c *Conn) writeCommand(cmd *protocol.Command) (written bool, err error) {
 		c.writing = true
 		c.qmu.Unlock()
 	}
-	c.writeQueued()
+	c.writeQueued(false)
 	<-b.done // closed by writeQueued: our frame was in the batch it wrote
 	return b.written, b.err
+}
+
+// queueCommand encodes cmd and queues it for the flusher, without waiting for the write. An
+// encoding error is returned as is; a closed connection returns its error and queues nothing.
+// A failing write later closes the connection, which fails the calls pending on it.
+func (c *Conn) queueCommand(cmd *protocol.Command) error {
+	bp := c.cfg.getFrame()
+	frame, err := cmd.AppendFrame((*bp)[:0])
+	if err != nil {
+		c.cfg.putFrame(bp, frame)
+		return err
+	}
+	c.qmu.Lock()
+	select {
+	case <-c.done:
+		c.qmu.Unlock()
+		c.cfg.putFrame(bp, frame)
+		return c.err
+	default:
+	}
+	if !c.flusher {
+		c.flusher = true
+		c.flushing.Add(1)
+		go c.flushLoop()
+	}
+	c.queue = append(c.queue, queuedFrame{bp: bp, frame: frame})
+	if !c.writing {
+		c.writing = true
+		c.kick <- struct{}{} // buffered, one token: the flusher was not the writer
+	}
+	c.qmu.Unlock()
+	return nil
+}
+
+// flushLoop is the flusher: each token on kick makes it the writer until the queue is empty.
+func (c *Conn) flushLoop() {
+	defer c.flushing.Done()
+	for {
+		select {
+		case <-c.kick:
+		case <-c.done:
+			select {
+			case <-c.kick: // handed the queue as the connection closed: release its callers
+			default:
+				return
+			}
+		}
+		for c.writeQueued(true) {
+		}
+	}
 }
 
 // queuedFrames is how many frames wait for the next write.
@@ -443,17 +531,19 @@ func (c *Conn) queuedFrames() int {
 	return len(c.queue)
 }
 
-// writeQueued writes every frame queued now as one batch, then hands the queue on to a caller
-// of the next batch if frames were queued meanwhile. The caller must be the writer (it set
-// writing, or received the batch's lead token).
-func (c *Conn) writeQueued() {
+// writeQueued writes every frame queued now as one batch. If frames were queued meanwhile,
+// the flusher (flusher true) reports that it goes on writing them; a calling writer hands
+// them on to a caller waiting for the next batch, or, when none waits (only InvokeAsync
+// frames), to the flusher. The caller must be the writer (it set writing, received the
+// batch's lead token, or is the flusher handed the kick token).
+func (c *Conn) writeQueued(flusher bool) (again bool) {
 	c.qmu.Lock()
 	frames, b := c.queue, c.qbatch
 	c.queue, c.qbatch = c.spare[:0], nil
 	c.spare = nil
 	c.qmu.Unlock()
 
-	b.written, b.err = c.writeFrames(frames)
+	written, err := c.writeFrames(frames)
 	for i := range frames {
 		c.cfg.putFrame(frames[i].bp, frames[i].frame)
 		frames[i] = queuedFrame{}
@@ -461,13 +551,22 @@ func (c *Conn) writeQueued() {
 
 	c.qmu.Lock()
 	c.spare = frames[:0]
-	if len(c.queue) > 0 {
-		c.qbatch.lead <- struct{}{} // buffered, one token per batch: we stay the writer until it is taken
-	} else {
+	switch {
+	case len(c.queue) == 0:
 		c.writing = false
+	case flusher:
+		again = true
+	case c.qbatch != nil:
+		c.qbatch.lead <- struct{}{} // buffered, one token per batch: we stay the writer until it is taken
+	default:
+		c.kick <- struct{}{} // buffered: the flusher is idle, or the queue would not be ours
 	}
 	c.qmu.Unlock()
-	close(b.done)
+	if b != nil {
+		b.written, b.err = written, err
+		close(b.done)
+	}
+	return again
 }
 
 // writeFrames writes frames to the socket with one system call where it can (large batches
@@ -529,6 +628,11 @@ func (c *Conn) run() {
 	c.closeWithErr(c.readLoop())
 	c.logClose()
 	c.handlers.Wait()
+	// The flusher is only started under qmu on an open connection: past this barrier none
+	// can start, and Wait cannot race an Add.
+	c.qmu.Lock()
+	c.qmu.Unlock() //nolint:staticcheck // an empty critical section is the barrier
+	c.flushing.Wait()
 	if c.cfg.onClose != nil {
 		c.cfg.onClose(c)
 	}
