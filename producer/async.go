@@ -26,6 +26,7 @@ type asyncSend struct {
 	mq     MessageQueue
 	addr   string
 	start  time.Time
+	req    sendRequest // the first attempt's request, in the same allocation
 }
 
 // sendAsyncDirect sends the admitted pm (slot taken, counted in p.async) with InvokeAsync and
@@ -42,7 +43,9 @@ func (p *Producer) sendAsyncDirect(ctx context.Context, pm *prepared, done func(
 		return false
 	}
 	a := &asyncSend{p: p, ctx: ctx, pm: pm, done: done, queues: r.PublishQueues, mq: mq, addr: addr, start: time.Now()}
-	if err := p.cl.InvokeAsync(ctx, addr, p.newSendRequest(mq, pm), p.cfg.sendTimeout, a.answered); err != nil {
+	a.req.init(p.sendHeader(mq, pm))
+	a.req.cmd.Body = pm.body
+	if err := p.cl.InvokeAsync(ctx, addr, &a.req.cmd, p.cfg.sendTimeout, a.answered); err != nil {
 		a.failed(fmt.Errorf("send to %s at %s: %w", mq, addr, err), false)
 	}
 	return true
@@ -121,7 +124,8 @@ func (cb *callbacks) push(d asyncDone) {
 	cb.mu.Lock()
 	if cb.stopped {
 		cb.mu.Unlock()
-		go d.run() // a send that completed after Close stopped the goroutines
+		late := d     // only this branch moves its copy to the heap
+		go late.run() // a send that completed after Close stopped the goroutines
 		return
 	}
 	if cb.head >= 256 && 2*cb.head >= len(cb.queue) {

@@ -611,6 +611,14 @@ func (p *Producer) request(ctx context.Context, mq MessageQueue, pm *prepared) (
 
 // newSendRequest builds the send request of pm to mq.
 func (p *Producer) newSendRequest(mq MessageQueue, pm *prepared) *protocol.Command {
+	req := &sendRequest{}
+	req.init(p.sendHeader(mq, pm))
+	req.cmd.Body = pm.body
+	return &req.cmd
+}
+
+// sendHeader is the request code and header of pm's send to mq.
+func (p *Producer) sendHeader(mq MessageQueue, pm *prepared) (protocol.RequestCode, protocol.SendMessageRequestHeader) {
 	h := protocol.SendMessageRequestHeader{
 		ProducerGroup:         p.group,
 		Topic:                 mq.Topic,
@@ -632,10 +640,7 @@ func (p *Producer) newSendRequest(mq MessageQueue, pm *prepared) *protocol.Comma
 	if pm.reply {
 		code = protocol.SendReplyMessageV2
 	}
-	// The typed header is written straight into the frame (Fields): no map per send.
-	req := &sendRequest{h: protocol.SendV2Fields(h)}
-	req.cmd = protocol.Command{Code: int16(code), Language: protocol.LangGo, Version: protocol.Version, Fields: &req.h, Body: pm.body}
-	return &req.cmd
+	return code, h
 }
 
 // sendTo sends pm to mq once. stored reports that the broker said it stored the message
@@ -668,8 +673,8 @@ func sendResult(mq MessageQueue, addr string, pm *prepared, resp *protocol.Comma
 		return SendResult{}, false, fmt.Errorf("send to %s at %s: %w", mq, addr, client.NewBrokerError(resp))
 	}
 	var rh protocol.SendMessageResponseHeader
-	if err := resp.DecodeHeader(&rh); err != nil {
-		return SendResult{}, true, fmt.Errorf("send to %s: stored (%s), but the answer is unreadable: %w", mq, res.Status, err)
+	if err := rh.Decode(resp.ExtFields); err != nil { // not through DecodeHeader: rh would escape
+		return SendResult{}, true, fmt.Errorf("send to %s: stored (%s), but the answer is unreadable: decode %s header: %w", mq, res.Status, resp.ResponseCode(), err)
 	}
 	res.OffsetMsgID = rh.MsgID
 	res.Queue = MessageQueue{Topic: mq.Topic, BrokerName: mq.BrokerName, QueueID: int(rh.QueueID)}
@@ -679,8 +684,14 @@ func sendResult(mq MessageQueue, addr string, pm *prepared, resp *protocol.Comma
 }
 
 // sendRequest is a send request's command and its typed header in one allocation; the
-// command writes the header through Fields.
+// command writes the header straight into its frame through Fields: no map per send.
 type sendRequest struct {
 	cmd protocol.Command
 	h   protocol.SendV2Fields
+}
+
+// init sets r to a request of code with header h, and no body.
+func (r *sendRequest) init(code protocol.RequestCode, h protocol.SendMessageRequestHeader) {
+	r.h = protocol.SendV2Fields(h)
+	r.cmd = protocol.Command{Code: int16(code), Language: protocol.LangGo, Version: protocol.Version, Fields: &r.h}
 }

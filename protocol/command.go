@@ -182,6 +182,12 @@ func (c *Command) appendBinaryHeader(dst []byte) ([]byte, error) {
 // length the prefix announced). The returned command's Body aliases frame. A frame whose
 // lengths add up but whose header cannot be read gives a *HeaderError.
 func DecodeFrame(frame []byte) (*Command, error) {
+	return decodeFrame(frame, false)
+}
+
+// decodeFrame is DecodeFrame; with copyBody the body is copied out of frame, which may then
+// be reused.
+func decodeFrame(frame []byte, copyBody bool) (*Command, error) {
 	if len(frame) > MaxFrameSize {
 		return nil, fmt.Errorf("decode frame: %d bytes exceeds %d: %w", len(frame), MaxFrameSize, ErrFrameTooLarge)
 	}
@@ -210,6 +216,9 @@ func DecodeFrame(frame []byte) (*Command, error) {
 	}
 	c.Serialize = st
 	if body := frame[4+headerLen:]; len(body) > 0 {
+		if copyBody {
+			body = append([]byte(nil), body...)
+		}
 		c.Body = body
 	}
 	return c, nil
@@ -357,6 +366,21 @@ func ReadFrame(r *bufio.Reader, max int) (*Command, error) {
 	}
 	if n > max {
 		return nil, fmt.Errorf("read frame: length %d exceeds %d: %w", n, max, ErrFrameTooLarge)
+	}
+	if n <= r.Size() {
+		// The frame fits the reader's buffer: decode it there. Its header's strings are
+		// copied anyway and a body is copied out, so a frame without a body (most
+		// responses) costs no buffer of its own.
+		frame, err := r.Peek(n)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("read frame of %d bytes after %d: %w", n, len(frame), err)
+		}
+		c, err := decodeFrame(frame, true)
+		_, _ = r.Discard(n) // buffered: cannot fail
+		return c, err
 	}
 	frame := make([]byte, 0, min(n, frameChunk))
 	for len(frame) < n {

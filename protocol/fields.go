@@ -9,9 +9,13 @@ import (
 // FieldAppender is a typed header that writes its fields straight into an encoded header,
 // without building an ExtFields map first: a client's hot path (one send request per message)
 // then costs no map and no string per number. A Command carries one in Fields.
+//
+// The writer goes in and comes back by value, like a slice given to append: passed by pointer
+// through an interface it would escape, one allocation per header.
 type FieldAppender interface {
-	// AppendFields writes the header's fields with w, in any order, each key at most once.
-	AppendFields(w *FieldWriter)
+	// AppendFields writes the header's fields with w, in any order, each key at most once,
+	// and returns w.
+	AppendFields(w FieldWriter) FieldWriter
 }
 
 // FieldWriter writes header fields in the encoding of the frame being built: the binary
@@ -102,8 +106,7 @@ func (e errFieldKeyTooLong) Error() string {
 
 // appendFields writes c.Fields after the n fields of ExtFields already written.
 func (c *Command) appendFields(dst []byte, json bool, n int) ([]byte, error) {
-	w := FieldWriter{dst: dst, json: json, n: n}
-	c.Fields.AppendFields(&w)
+	w := c.Fields.AppendFields(FieldWriter{dst: dst, json: json, n: n})
 	return w.dst, w.err
 }
 
@@ -133,6 +136,7 @@ func (h *SendMessageRequestHeader) AppendFieldsV2(w *FieldWriter) {
 type SendV2Fields SendMessageRequestHeader
 
 // AppendFields writes the header's V2 fields.
-func (h *SendV2Fields) AppendFields(w *FieldWriter) {
-	(*SendMessageRequestHeader)(h).AppendFieldsV2(w)
+func (h *SendV2Fields) AppendFields(w FieldWriter) FieldWriter {
+	(*SendMessageRequestHeader)(h).AppendFieldsV2(&w)
+	return w
 }

@@ -52,7 +52,10 @@ func TestFieldsOnlyJSON(t *testing.T) {
 
 type longKeyFields struct{}
 
-func (longKeyFields) AppendFields(w *FieldWriter) { w.Int(string(make([]byte, 1<<15)), 1) }
+func (longKeyFields) AppendFields(w FieldWriter) FieldWriter {
+	w.Int(string(make([]byte, 1<<15)), 1)
+	return w
+}
 
 func TestFieldsKeyTooLong(t *testing.T) {
 	c := &Command{Code: 1, Serialize: RocketMQ, Fields: longKeyFields{}}
