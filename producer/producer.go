@@ -337,14 +337,24 @@ func (p *Producer) Send(ctx context.Context, msg *Message) (SendResult, error) {
 	return p.send(ctx, pm)
 }
 
-// SendAsync sends msg in the background and calls done with the outcome, on a goroutine of
-// its own; done may be nil. At most WithMaxInFlightAsync sends are in flight at once: past
-// that, SendAsync blocks until one completes, until ctx ends (done gets ctx's error) or until
-// Close (done gets ErrClosed). Close waits for the sends in flight.
+// SendAsync sends msg in the background and calls done with the outcome; done may be nil. At
+// most WithMaxInFlightAsync sends are in flight at once: past that, SendAsync blocks until one
+// completes, until ctx ends (done gets ctx's error) or until Close (done gets ErrClosed).
+// Close waits for the sends in flight.
 //
 // An error found before sending (not started, closed, invalid message, no slot) is passed to
 // done before SendAsync returns, on the caller's goroutine. Otherwise done runs after the
-// send's slot is freed, so it may call SendAsync itself.
+// send's slot is freed, so it may call SendAsync itself. It runs on one of a few goroutines
+// the producer keeps for callbacks, in the order the sends completed, callbacks of different
+// sends possibly at the same time (no order between them is promised); with
+// WithAsyncBatching, the callbacks of one batch run in the batch's order, one after another.
+//
+// No goroutine waits for an unbatched send: its request is queued on the broker connection,
+// whose writer sends the requests queued meanwhile together, and the answer is read by the
+// connection's reader, which frees the slot and queues the callback. A send that must be
+// retried gets a goroutine for its further attempts, and so does the first send to a topic
+// whose route is not known yet. SendAsync may wait for the connection to the broker to be
+// dialed, on its first use.
 func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendResult, error)) {
 	if done == nil {
 		done = func(SendResult, error) {}

@@ -277,6 +277,14 @@ func (c *Conn) idle() bool {
 	if c.inflight.Load() > 0 || c.parked.Load() > 0 || c.responding.Load() > 0 {
 		return false
 	}
+	// Then the writer: a response is queued (writing set) before it stops counting as
+	// responding, and writing stays set until the queue has been written.
+	c.qmu.Lock()
+	writing := c.writing
+	c.qmu.Unlock()
+	if writing {
+		return false
+	}
 	c.pmu.Lock()
 	defer c.pmu.Unlock()
 	return len(c.pending) == 0
@@ -899,10 +907,12 @@ func (c *Conn) respond(req, resp *protocol.Command) {
 		fixed.Flag = fixed.Flag&^protocol.FlagOneway | protocol.FlagResponse
 		resp = &fixed
 	}
-	_, err := c.writeCommand(resp)
+	// Queued for the flusher, not written here: the serving goroutine is free at once, and
+	// the responses of many requests leave together without each waiting for the write.
+	err := c.queueCommand(resp)
 	if err == nil || errors.Is(err, ErrConnClosed) {
 		return
 	}
 	c.log.Error("cannot encode response", "code", req.RequestCode(), "opaque", req.Opaque, "err", err)
-	_, _ = c.writeCommand(protocol.NewResponse(req, protocol.SystemError, "response could not be encoded: "+err.Error()))
+	_ = c.queueCommand(protocol.NewResponse(req, protocol.SystemError, "response could not be encoded: "+err.Error()))
 }
