@@ -66,12 +66,18 @@ func (p *Producer) batchable(msg *Message) bool {
 // queue's batch. The queue is chosen now, by the selector, so that an ordered selector's
 // choice holds; finding it may wait for the topic's route on the first send to a topic.
 func (p *Producer) enqueueAsync(ctx context.Context, pm *prepared, done func(SendResult, error)) {
-	rctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
-	queues, err := p.publishQueues(rctx, pm.msg.Topic)
-	cancel()
-	if err != nil {
-		p.finishAsync(done, SendResult{}, err)
-		return
+	var queues []MessageQueue
+	if r, ok := p.cl.CachedRoute(pm.msg.Topic); ok && len(r.PublishQueues) > 0 {
+		queues = r.PublishQueues // the usual case: no context, no timer per message
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
+		var err error
+		queues, err = p.publishQueues(rctx, pm.msg.Topic)
+		cancel()
+		if err != nil {
+			p.finishAsync(done, SendResult{}, err)
+			return
+		}
 	}
 	mq := p.cfg.selector.Select(pm.msg, queues)
 	p.batcher.add(p, mq, asyncItem{ctx: ctx, pm: pm, done: done})

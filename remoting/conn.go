@@ -47,8 +47,12 @@ const (
 	// write; a larger batch is written with writev, frame by frame.
 	maxGatheredWrite = 256 << 10
 	// maxPooledFrame is the largest encode buffer kept for reuse: one large pull response must
-	// not pin megabytes per connection for its lifetime.
-	maxPooledFrame = 64 << 10
+	// not pin megabytes per connection for its lifetime. It holds a producer's batch of
+	// 256 KiB (WithAsyncBatching's usual bound) with its header.
+	maxPooledFrame = 260 << 10
+	// minWritevFrame: a batch holding a frame this large is written with writev rather than
+	// copied into one buffer, whatever its total.
+	minWritevFrame = 32 << 10
 	// maxIdleWorkers bounds the goroutines a connection keeps waiting for its next request.
 	maxIdleWorkers = 16
 )
@@ -595,14 +599,15 @@ func (c *Conn) writeFrames(frames []queuedFrame) (written bool, err error) {
 			_ = c.nc.SetWriteDeadline(c.wdeadline)
 		}
 	}
-	total := 0
+	total, largest := 0, 0
 	for _, f := range frames {
 		total += len(f.frame)
+		largest = max(largest, len(f.frame))
 	}
 	switch {
 	case len(frames) == 1:
 		_, err = c.nc.Write(frames[0].frame)
-	case total <= maxGatheredWrite:
+	case total <= maxGatheredWrite && largest < minWritevFrame:
 		// Gathered into one buffer: one write on any net.Conn, and small frames cost less to
 		// copy than to describe to writev one by one.
 		buf := c.wbuf[:0]
