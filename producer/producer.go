@@ -282,12 +282,13 @@ func encodeProperties(msg *Message, uniq string, extra []string) string {
 	for _, e := range extra {
 		n += len(e) + 1
 	}
-	b := make([]byte, 0, n)
-	add := func(k, v string) []byte {
-		b = append(b, k...)
-		b = append(b, protocol.NameValueSeparator)
-		b = append(b, v...)
-		return append(b, protocol.PropertySeparator)
+	var b strings.Builder // its String does not copy: one allocation for the whole encoding
+	b.Grow(n)
+	add := func(k, v string) {
+		b.WriteString(k)
+		b.WriteByte(protocol.NameValueSeparator)
+		b.WriteString(v)
+		b.WriteByte(protocol.PropertySeparator)
 	}
 	if len(msg.Properties) > 0 {
 		var stack [16]string
@@ -299,24 +300,24 @@ func encodeProperties(msg *Message, uniq string, extra []string) string {
 		}
 		slices.Sort(own)
 		for _, k := range own {
-			b = add(k, msg.Properties[k])
+			add(k, msg.Properties[k])
 		}
 	}
 	if msg.Tags != "" {
-		b = add(protocol.PropertyTags, msg.Tags)
+		add(protocol.PropertyTags, msg.Tags)
 	}
 	if keys != "" {
-		b = add(protocol.PropertyKeys, keys)
+		add(protocol.PropertyKeys, keys)
 	}
 	if delay != "" {
-		b = add(protocol.PropertyDelayLevel, delay)
+		add(protocol.PropertyDelayLevel, delay)
 	}
-	b = add(protocol.PropertyUniqueKey, uniq)
-	b = add(protocol.PropertyWaitStoreOK, "true")
+	add(protocol.PropertyUniqueKey, uniq)
+	add(protocol.PropertyWaitStoreOK, "true")
 	for i := 0; i+1 < len(extra); i += 2 {
-		b = add(extra[i], extra[i+1])
+		add(extra[i], extra[i+1])
 	}
-	return string(b)
+	return b.String()
 }
 
 // Send sends msg and waits for the broker to store it, retrying retriable failures on another
