@@ -67,9 +67,9 @@ func (a *asyncCall) expire() {
 // timeout <= 0 means none beyond ctx.
 //
 // When InvokeAsync returns an error, nothing was sent and done is not called. Otherwise done
-// runs on the connection's read goroutine (for a response), or on a goroutine of the runtime
-// or of its own (timeout, ctx, close): it must not block, and should hand any real work
-// elsewhere. It may call InvokeAsync.
+// runs on the connection's read goroutine (for a response, or the close: a Client's Close
+// thus returns after it), or on a goroutine of the runtime (timeout, ctx): it must not
+// block, and should hand any real work elsewhere. It may call InvokeAsync.
 //
 // Like Invoke, it sets req's opaque, flags and serialize type. The frame is queued for the
 // connection's flusher, so requests sent in a row leave gathered in few writes.

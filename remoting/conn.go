@@ -179,7 +179,8 @@ type Conn struct {
 
 	closeOnce sync.Once
 	done      chan struct{}
-	err       error // set before done is closed
+	err       error        // set before done is closed
+	orphans   []*asyncCall // InvokeAsync calls pending at the close, set with err; failed by run
 
 	// Owned by the Server's idle sweeper goroutine.
 	idleSeen  uint64
@@ -247,18 +248,22 @@ func (c *Conn) closeWithErr(cause error) {
 		}
 		c.pending = nil
 		c.pmu.Unlock()
+		// Failed by the read goroutine once it sees the close (run), not here: this may run
+		// under the write lock, and callbacks may send.
+		c.orphans = async
 		close(c.done)
 		c.cancel(c.err)
 		_ = c.nc.Close()
-		if len(async) > 0 {
-			// Not here: this may run under the write lock, and callbacks may send.
-			go func() {
-				for _, a := range async {
-					a.finish(nil, fmt.Errorf("invoke %s: %w", a.code, c.err))
-				}
-			}()
-		}
 	})
+}
+
+// failOrphans fails the InvokeAsync calls the close left pending. Called by run after
+// closeWithErr, which (through closeOnce) has set orphans by then.
+func (c *Conn) failOrphans() {
+	for _, a := range c.orphans {
+		a.finish(nil, fmt.Errorf("invoke %s: %w", a.code, c.err))
+	}
+	c.orphans = nil
 }
 
 // closeBetweenFrames closes the connection if no frame is being written, so that the peer
@@ -639,6 +644,7 @@ func (c *Conn) run() {
 		c.cfg.onOpen(c)
 	}
 	c.closeWithErr(c.readLoop())
+	c.failOrphans()
 	c.logClose()
 	c.handlers.Wait()
 	// The flusher is only started under qmu on an open connection: past this barrier none
