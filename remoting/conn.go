@@ -509,23 +509,51 @@ func (c *Conn) queueCommand(cmd *protocol.Command) error {
 		return c.err
 	default:
 	}
-	if !c.flusher {
-		c.flusher = true
-		c.flushing.Add(1)
-		go c.flushLoop()
-	}
 	c.queue = append(c.queue, queuedFrame{bp: bp, frame: frame})
 	if !c.writing {
 		c.writing = true
-		c.kick <- struct{}{} // buffered, one token: the flusher was not the writer
+		c.kickFlusherLocked()
 	}
 	c.qmu.Unlock()
 	return nil
 }
 
+// flusherIdle is how long a flusher without work waits before it ends; the next queued frame
+// starts another. A busy connection keeps its flusher, an idle one (most of a broker's) costs
+// no goroutine.
+const flusherIdle = 5 * time.Second
+
+// kickFlusherLocked hands the queue to the flusher, which becomes the writer, starting it if
+// it is not running. qmu must be held, and the caller must be the writer (or have just set
+// writing). On a closed connection nobody writes any more: the queue is dropped (the close
+// fails the calls whose frames they were).
+func (c *Conn) kickFlusherLocked() {
+	select {
+	case <-c.done:
+		for i := range c.queue {
+			c.cfg.putFrame(c.queue[i].bp, c.queue[i].frame)
+			c.queue[i] = queuedFrame{}
+		}
+		c.queue = c.queue[:0]
+		c.writing = false
+		return
+	default:
+	}
+	if !c.flusher {
+		// Only here, under qmu on an open connection: run's barrier relies on it.
+		c.flusher = true
+		c.flushing.Add(1)
+		go c.flushLoop()
+	}
+	c.kick <- struct{}{} // buffered, one token: there is one writer
+}
+
 // flushLoop is the flusher: each token on kick makes it the writer until the queue is empty.
+// It ends after flusherIdle without a token, or when the connection closes.
 func (c *Conn) flushLoop() {
 	defer c.flushing.Done()
+	idle := time.NewTimer(flusherIdle)
+	defer idle.Stop()
 	for {
 		select {
 		case <-c.kick:
@@ -535,9 +563,19 @@ func (c *Conn) flushLoop() {
 			default:
 				return
 			}
+		case <-idle.C:
+			c.qmu.Lock()
+			if len(c.kick) == 0 { // tokens are only sent under qmu: none can come now
+				c.flusher = false
+				c.qmu.Unlock()
+				return
+			}
+			c.qmu.Unlock()
+			<-c.kick
 		}
 		for c.writeQueued(true) {
 		}
+		idle.Reset(flusherIdle)
 	}
 }
 
@@ -576,7 +614,7 @@ func (c *Conn) writeQueued(flusher bool) (again bool) {
 	case c.qbatch != nil:
 		c.qbatch.lead <- struct{}{} // buffered, one token per batch: we stay the writer until it is taken
 	default:
-		c.kick <- struct{}{} // buffered: the flusher is idle, or the queue would not be ours
+		c.kickFlusherLocked() // only frames nobody waits for: the flusher takes them
 	}
 	c.qmu.Unlock()
 	if b != nil {
