@@ -29,8 +29,9 @@
 //     one write, and frames that arrive together share one. A failed write fails every frame
 //     of its batch.
 //   - Conn.InvokeAsync (and Client.InvokeAsync) sends a request without a goroutine waiting
-//     for it: the frame is queued, the connection's flusher goroutine (started on the first
-//     such frame) writes whatever is queued whenever no write is under way, and the response
+//     for it: the frame is queued, the connection's flusher goroutine (started on demand,
+//     ended after 5 s without work) writes whatever is queued whenever no write is under
+//     way, and the response
 //     runs the caller's callback on the read goroutine; a timer or the context ends the call
 //     otherwise. A caller sending many requests in a row thus only encodes and queues them,
 //     and they leave in few writes while the kernel takes the previous one. A writer that
