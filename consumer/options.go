@@ -234,6 +234,17 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithJSONHeaders makes the consumer's requests carry JSON headers instead of the binary
+// ROCKETMQ headers it sends by default. Every RocketMQ broker and name server reads both
+// and answers in the request's own type (see client.Options.JSONHeaders); this is for a
+// server in between that only reads JSON. Ignored with WithSharedClient.
+func WithJSONHeaders() Option {
+	return func(c *config) error {
+		c.client.JSONHeaders = true
+		return nil
+	}
+}
+
 // WithSharedClient makes the consumer use an existing client core instead of building its
 // own, so that a daemon hosting many producers and consumers keeps one connection per broker.
 // The consumer registers into it on Start and unregisters on Close, but never closes it:

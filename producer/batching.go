@@ -66,12 +66,18 @@ func (p *Producer) batchable(msg *Message) bool {
 // queue's batch. The queue is chosen now, by the selector, so that an ordered selector's
 // choice holds; finding it may wait for the topic's route on the first send to a topic.
 func (p *Producer) enqueueAsync(ctx context.Context, pm *prepared, done func(SendResult, error)) {
-	rctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
-	queues, err := p.publishQueues(rctx, pm.msg.Topic)
-	cancel()
-	if err != nil {
-		p.finishAsync(done, SendResult{}, err)
-		return
+	var queues []MessageQueue
+	if r, ok := p.cl.CachedRoute(pm.msg.Topic); ok && len(r.PublishQueues) > 0 {
+		queues = r.PublishQueues // the usual case: no context, no timer per message
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
+		var err error
+		queues, err = p.publishQueues(rctx, pm.msg.Topic)
+		cancel()
+		if err != nil {
+			p.finishAsync(done, SendResult{}, err)
+			return
+		}
 	}
 	mq := p.cfg.selector.Select(pm.msg, queues)
 	p.batcher.add(p, mq, asyncItem{ctx: ctx, pm: pm, done: done})
@@ -230,13 +236,13 @@ var errStoredUnreadable = errors.New("stored, but the answer is unreadable")
 // sendBatchTo sends items as one SEND_BATCH_MESSAGE to mq, retrying on mq what the broker
 // certainly did not store, within the send timeout.
 func (p *Producer) sendBatchTo(mq MessageQueue, items []asyncItem) ([]SendResult, error) {
-	entries := make([]*protocol.Message, len(items))
+	pms := make([]*prepared, len(items))
 	uniqs := make([]string, len(items))
 	for i, it := range items {
-		entries[i] = &protocol.Message{Topic: mq.Topic, Flag: it.pm.msg.Flag, Properties: it.pm.propsMap, Body: it.pm.msg.Body}
+		pms[i] = it.pm
 		uniqs[i] = it.pm.uniq
 	}
-	body, err := protocol.EncodeBatch(entries)
+	body, err := encodeBatch(pms)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMessageTooLarge, err)
 	}
@@ -248,6 +254,26 @@ func (p *Producer) sendBatchTo(mq MessageQueue, items []asyncItem) ([]SendResult
 		return nil, err
 	}
 	return splitBatchResult(res, uniqs), nil
+}
+
+// encodeBatch encodes pms as a SEND_BATCH_MESSAGE body, each entry with the properties
+// string its message was prepared with (encoded once, in prepare) and its uncompressed body.
+func encodeBatch(pms []*prepared) ([]byte, error) {
+	n := 0
+	for _, pm := range pms {
+		n += pm.batchSize()
+	}
+	if n > protocol.MaxFrameSize {
+		return nil, fmt.Errorf("encode batch: %d bytes exceeds %d: %w", n, protocol.MaxFrameSize, protocol.ErrFrameTooLarge)
+	}
+	b := make([]byte, 0, n)
+	var err error
+	for i, pm := range pms {
+		if b, err = protocol.AppendBatchEntryEncoded(b, pm.msg.Flag, pm.msg.Body, pm.props); err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+	}
+	return b, nil
 }
 
 func joinUniqs(uniqs []string) string {

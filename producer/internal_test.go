@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -41,4 +42,26 @@ func TestUniqIDShape(t *testing.T) {
 	assert.NotEqual(t, a, b)
 	assert.Equal(t, "0A000001", a[:8], "starts with the client address")
 	assert.Equal(t, a[:20], b[:20], "fixed prefix")
+}
+
+// encodeProperties gives the properties the message's own map, then its fields, then the
+// extra ones set, each later one taking precedence; the message's own keys come sorted.
+func TestEncodeProperties(t *testing.T) {
+	msg := &Message{
+		Topic: "t", Tags: "tagA", Keys: []string{"k1", "k2"}, DelayLevel: 3,
+		Properties: map[string]string{"b": "2", "a": "1", protocol.PropertyTags: "overridden", "x": "own"},
+	}
+	s := encodeProperties(msg, "UNIQ", []string{"x", "extra", protocol.PropertyProducerGroup, "g"})
+	got, err := protocol.DecodeProperties([]byte(s))
+	assert.NoError(t, err)
+	assert.Equal(t, map[string]string{
+		"a": "1", "b": "2", "x": "extra", protocol.PropertyTags: "tagA", protocol.PropertyKeys: "k1 k2",
+		protocol.PropertyDelayLevel: "3", protocol.PropertyUniqueKey: "UNIQ", protocol.PropertyWaitStoreOK: "true",
+		protocol.PropertyProducerGroup: "g",
+	}, got)
+	assert.True(t, len(s) > 4 && s[:4] == "a\x011\x02", "own keys sorted first: %q", s)
+	assert.Equal(t, strings.Count(s, "\x02"), len(got), "each key once")
+
+	bare := encodeProperties(&Message{Topic: "t"}, "U", nil)
+	assert.Equal(t, "UNIQ_KEY\x01U\x02WAIT\x01true\x02", bare)
 }

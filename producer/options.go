@@ -180,6 +180,17 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithJSONHeaders makes the producer's requests carry JSON headers instead of the binary
+// ROCKETMQ headers it sends by default. Every RocketMQ broker and name server reads both
+// and answers in the request's own type (see client.Options.JSONHeaders); this is for a
+// server in between that only reads JSON. Ignored with WithSharedClient.
+func WithJSONHeaders() Option {
+	return func(c *config) error {
+		c.client.JSONHeaders = true
+		return nil
+	}
+}
+
 // WithSharedClient makes the producer use an existing client core rather than build its own,
 // so that the producers and consumers of one process share one connection per broker. The
 // producer registers its group into it on Start and unregisters on Close, but never closes

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +35,7 @@ type Producer struct {
 	asyncSlots chan struct{} // one token per asynchronous send in flight
 	closing    chan struct{} // closed by Close: wakes SendAsync calls waiting for a slot
 	batcher    *asyncBatcher // nil unless WithAsyncBatching
+	callbacks  callbacks     // runs the callbacks of unbatched SendAsync calls
 
 	mu    sync.RWMutex
 	state int // stateNew, stateRunning, stateClosed
@@ -77,6 +77,7 @@ func New(group string, opts ...Option) (*Producer, error) {
 		checkSlots: make(chan struct{}, maxConcurrentChecks),
 	}
 	p.checkCtx, p.checkCancel = context.WithCancel(context.Background())
+	p.callbacks.cond.L = &p.callbacks.mu
 	if cfg.batchCount > 1 {
 		p.batcher = &asyncBatcher{
 			maxCount: cfg.batchCount, maxBytes: min(cfg.batchBytes, cfg.maxMessageSize), linger: cfg.batchLinger,
@@ -162,6 +163,7 @@ func (p *Producer) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("asynchronous sends still in flight: %w", ctx.Err()))
 	}
+	p.callbacks.stop()
 	if err := p.stopChecks(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -197,19 +199,19 @@ func (p *Producer) checkRunning() error {
 
 // prepared is a message ready for the wire.
 type prepared struct {
-	msg      *Message
-	uniq     string
-	propsMap map[string]string // the properties sent: the message's and the well-known ones
-	props    string            // propsMap encoded
-	body     []byte
-	sysFlag  int32
-	batch    bool
-	reply    bool // sent with SEND_REPLY_MESSAGE_V2 (Reply)
+	msg     *Message
+	uniq    string
+	props   string // the properties sent, encoded: the message's and the well-known ones
+	body    []byte
+	sysFlag int32
+	batch   bool
+	reply   bool // sent with SEND_REPLY_MESSAGE_V2 (Reply)
 }
 
 // prepare validates msg and encodes its properties, compressing the body when it is large
-// and compress is set.
-func (p *Producer) prepare(msg *Message, compress bool) (*prepared, error) {
+// and compress is set. extra are more properties, key and value in turn, that take
+// precedence over the message's own.
+func (p *Producer) prepare(msg *Message, compress bool, extra ...string) (*prepared, error) {
 	if msg == nil {
 		return nil, fmt.Errorf("%w: nil message", ErrInvalidMessage)
 	}
@@ -223,8 +225,7 @@ func (p *Producer) prepare(msg *Message, compress bool) (*prepared, error) {
 		return nil, fmt.Errorf("%w: body of %d bytes exceeds %d (topic %q)", ErrMessageTooLarge, len(msg.Body), p.cfg.maxMessageSize, msg.Topic)
 	}
 	pm := &prepared{msg: msg, uniq: p.uniq.next(), body: msg.Body}
-	pm.propsMap = p.properties(msg, pm.uniq)
-	pm.props = protocol.EncodeProperties(pm.propsMap)
+	pm.props = encodeProperties(msg, pm.uniq, extra)
 	if len(pm.props) > protocol.MaxPropertiesLength {
 		return nil, fmt.Errorf("%w: properties of %d bytes exceed %d (topic %q)", ErrInvalidMessage, len(pm.props), protocol.MaxPropertiesLength, msg.Topic)
 	}
@@ -240,21 +241,83 @@ func (p *Producer) prepare(msg *Message, compress bool) (*prepared, error) {
 	return pm, nil
 }
 
-func (p *Producer) properties(msg *Message, uniq string) map[string]string {
-	props := make(map[string]string, len(msg.Properties)+5)
-	maps.Copy(props, msg.Properties)
-	if msg.Tags != "" {
-		props[protocol.PropertyTags] = msg.Tags
-	}
+// encodeProperties encodes the properties a message is sent with, in the key\x01value\x02
+// form, straight into one string: the message's own (sorted by key, for a stable encoding),
+// then the well-known ones its fields set, which take precedence, then extra (key and value
+// in turn), which take precedence over both. No map is built: this runs once per message.
+func encodeProperties(msg *Message, uniq string, extra []string) string {
+	var keys string
 	if len(msg.Keys) > 0 {
-		props[protocol.PropertyKeys] = strings.Join(msg.Keys, " ")
+		keys = strings.Join(msg.Keys, " ")
 	}
+	var delay string
 	if msg.DelayLevel > 0 {
-		props[protocol.PropertyDelayLevel] = strconv.Itoa(msg.DelayLevel)
+		delay = strconv.Itoa(msg.DelayLevel)
 	}
-	props[protocol.PropertyUniqueKey] = uniq
-	props[protocol.PropertyWaitStoreOK] = "true"
-	return props
+	// set reports whether a well-known or extra property replaces the message's own key k.
+	set := func(k string) bool {
+		switch k {
+		case protocol.PropertyUniqueKey, protocol.PropertyWaitStoreOK:
+			return true
+		case protocol.PropertyTags:
+			return msg.Tags != ""
+		case protocol.PropertyKeys:
+			return keys != ""
+		case protocol.PropertyDelayLevel:
+			return delay != ""
+		}
+		for i := 0; i+1 < len(extra); i += 2 {
+			if extra[i] == k {
+				return true
+			}
+		}
+		return false
+	}
+	n := len(protocol.PropertyUniqueKey) + len(uniq) + len(protocol.PropertyWaitStoreOK) + 4 + 4 +
+		len(protocol.PropertyTags) + len(msg.Tags) + 2 + len(protocol.PropertyKeys) + len(keys) + 2 +
+		len(protocol.PropertyDelayLevel) + len(delay) + 2
+	for k, v := range msg.Properties {
+		n += len(k) + len(v) + 2
+	}
+	for _, e := range extra {
+		n += len(e) + 1
+	}
+	var b strings.Builder // its String does not copy: one allocation for the whole encoding
+	b.Grow(n)
+	add := func(k, v string) {
+		b.WriteString(k)
+		b.WriteByte(protocol.NameValueSeparator)
+		b.WriteString(v)
+		b.WriteByte(protocol.PropertySeparator)
+	}
+	if len(msg.Properties) > 0 {
+		var stack [16]string
+		own := stack[:0]
+		for k := range msg.Properties {
+			if !set(k) {
+				own = append(own, k)
+			}
+		}
+		slices.Sort(own)
+		for _, k := range own {
+			add(k, msg.Properties[k])
+		}
+	}
+	if msg.Tags != "" {
+		add(protocol.PropertyTags, msg.Tags)
+	}
+	if keys != "" {
+		add(protocol.PropertyKeys, keys)
+	}
+	if delay != "" {
+		add(protocol.PropertyDelayLevel, delay)
+	}
+	add(protocol.PropertyUniqueKey, uniq)
+	add(protocol.PropertyWaitStoreOK, "true")
+	for i := 0; i+1 < len(extra); i += 2 {
+		add(extra[i], extra[i+1])
+	}
+	return b.String()
 }
 
 // Send sends msg and waits for the broker to store it, retrying retriable failures on another
@@ -275,14 +338,24 @@ func (p *Producer) Send(ctx context.Context, msg *Message) (SendResult, error) {
 	return p.send(ctx, pm)
 }
 
-// SendAsync sends msg in the background and calls done with the outcome, on a goroutine of
-// its own; done may be nil. At most WithMaxInFlightAsync sends are in flight at once: past
-// that, SendAsync blocks until one completes, until ctx ends (done gets ctx's error) or until
-// Close (done gets ErrClosed). Close waits for the sends in flight.
+// SendAsync sends msg in the background and calls done with the outcome; done may be nil. At
+// most WithMaxInFlightAsync sends are in flight at once: past that, SendAsync blocks until one
+// completes, until ctx ends (done gets ctx's error) or until Close (done gets ErrClosed).
+// Close waits for the sends in flight.
 //
 // An error found before sending (not started, closed, invalid message, no slot) is passed to
 // done before SendAsync returns, on the caller's goroutine. Otherwise done runs after the
-// send's slot is freed, so it may call SendAsync itself.
+// send's slot is freed, so it may call SendAsync itself. It runs on one of a few goroutines
+// the producer keeps for callbacks, in the order the sends completed, callbacks of different
+// sends possibly at the same time (no order between them is promised); with
+// WithAsyncBatching, the callbacks of one batch run in the batch's order, one after another.
+//
+// No goroutine waits for an unbatched send: its request is queued on the broker connection,
+// whose writer sends the requests queued meanwhile together, and the answer is read by the
+// connection's reader, which frees the slot and queues the callback. A send that must be
+// retried gets a goroutine for its further attempts, and so does the first send to a topic
+// whose route is not known yet. SendAsync may wait for the connection to the broker to be
+// dialed, on its first use.
 func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendResult, error)) {
 	if done == nil {
 		done = func(SendResult, error) {}
@@ -322,6 +395,9 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendRe
 	p.mu.RUnlock()
 	if p.batchable(msg) {
 		p.enqueueAsync(ctx, pm, done)
+		return
+	}
+	if p.sendAsyncDirect(ctx, pm, done) {
 		return
 	}
 	go func() {
@@ -375,7 +451,7 @@ func (p *Producer) SendBatch(ctx context.Context, msgs ...*Message) ([]SendResul
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalidMessage)
 	}
 	topic := ""
-	entries := make([]*protocol.Message, len(msgs))
+	pms := make([]*prepared, len(msgs))
 	uniqs := make([]string, len(msgs))
 	for i, m := range msgs {
 		pm, err := p.prepare(m, false)
@@ -391,10 +467,10 @@ func (p *Producer) SendBatch(ctx context.Context, msgs ...*Message) ([]SendResul
 		if m.DelayLevel > 0 {
 			return nil, fmt.Errorf("%w: batch message %d is delayed; delayed messages cannot be batched", ErrInvalidMessage, i)
 		}
-		entries[i] = &protocol.Message{Topic: topic, Flag: m.Flag, Properties: pm.propsMap, Body: m.Body}
+		pms[i] = pm
 		uniqs[i] = pm.uniq
 	}
-	body, err := protocol.EncodeBatch(entries)
+	body, err := encodeBatch(pms)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMessageTooLarge, err)
 	}
@@ -429,18 +505,25 @@ func splitBatchResult(res SendResult, uniqs []string) []SendResult {
 func (p *Producer) send(ctx context.Context, pm *prepared) (SendResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
 	defer cancel()
-	topic := pm.msg.Topic
-	queues, err := p.publishQueues(ctx, topic)
+	queues, err := p.publishQueues(ctx, pm.msg.Topic)
 	if err != nil {
 		return SendResult{}, err
 	}
+	return p.sendAttempts(ctx, pm, queues, 0, MessageQueue{}, nil)
+}
+
+// sendAttempts makes pm's attempts from the from-th on (0: all of them), within ctx. When
+// from > 0, the earlier attempts were made, the first of them to first, and the last failed
+// with lastErr.
+func (p *Producer) sendAttempts(ctx context.Context, pm *prepared, queues []MessageQueue, from int, first MessageQueue, lastErr error) (SendResult, error) {
 	os, ok := p.cfg.selector.(OrderedSelector)
 	ordered := ok && os.Ordered()
-	var lastErr error
 	var failed *MessageQueue
-	var first MessageQueue
-	attempts := 0
-	for attempt := 0; attempt <= p.cfg.retries; attempt++ {
+	if from > 0 {
+		failed = &first
+	}
+	attempts := from
+	for attempt := from; attempt <= p.cfg.retries; attempt++ {
 		attempts++
 		var mq MessageQueue
 		switch {
@@ -463,7 +546,7 @@ func (p *Producer) send(ctx context.Context, pm *prepared) (SendResult, error) {
 		p.log.Debug("send failed, retrying", "queue", mq.String(), "attempt", attempt+1, "err", err)
 		failed = &mq
 	}
-	return SendResult{}, fmt.Errorf("send to topic %q (%d attempts): %w", topic, attempts, lastErr)
+	return SendResult{}, fmt.Errorf("send to topic %q (%d attempts): %w", pm.msg.Topic, attempts, lastErr)
 }
 
 // avoid returns the queues a retry may use after failed failed: those on other brokers when
@@ -534,6 +617,19 @@ func (p *Producer) request(ctx context.Context, mq MessageQueue, pm *prepared) (
 	if err != nil {
 		return "", nil, fmt.Errorf("%w %q: %w", ErrNoRoute, mq.Topic, err)
 	}
+	return addr, p.newSendRequest(mq, pm), nil
+}
+
+// newSendRequest builds the send request of pm to mq.
+func (p *Producer) newSendRequest(mq MessageQueue, pm *prepared) *protocol.Command {
+	req := &sendRequest{}
+	req.init(p.sendHeader(mq, pm))
+	req.cmd.Body = pm.body
+	return &req.cmd
+}
+
+// sendHeader is the request code and header of pm's send to mq.
+func (p *Producer) sendHeader(mq MessageQueue, pm *prepared) (protocol.RequestCode, protocol.SendMessageRequestHeader) {
 	h := protocol.SendMessageRequestHeader{
 		ProducerGroup:         p.group,
 		Topic:                 mq.Topic,
@@ -555,7 +651,7 @@ func (p *Producer) request(ctx context.Context, mq MessageQueue, pm *prepared) (
 	if pm.reply {
 		code = protocol.SendReplyMessageV2
 	}
-	return addr, protocol.NewRequest(code, h.EncodeV2(), pm.body), nil
+	return code, h
 }
 
 // sendTo sends pm to mq once. stored reports that the broker said it stored the message
@@ -570,6 +666,11 @@ func (p *Producer) sendTo(ctx context.Context, mq MessageQueue, pm *prepared) (r
 	if err != nil {
 		return SendResult{}, false, fmt.Errorf("send to %s at %s: %w", mq, addr, err)
 	}
+	return sendResult(mq, addr, pm, resp)
+}
+
+// sendResult reads the broker's answer to pm's send to mq at addr; stored is as for sendTo.
+func sendResult(mq MessageQueue, addr string, pm *prepared, resp *protocol.Command) (res SendResult, stored bool, err error) {
 	res = SendResult{Status: SendOK, MsgID: pm.uniq}
 	switch resp.ResponseCode() {
 	case protocol.Success:
@@ -583,12 +684,25 @@ func (p *Producer) sendTo(ctx context.Context, mq MessageQueue, pm *prepared) (r
 		return SendResult{}, false, fmt.Errorf("send to %s at %s: %w", mq, addr, client.NewBrokerError(resp))
 	}
 	var rh protocol.SendMessageResponseHeader
-	if err := resp.DecodeHeader(&rh); err != nil {
-		return SendResult{}, true, fmt.Errorf("send to %s: stored (%s), but the answer is unreadable: %w", mq, res.Status, err)
+	if err := rh.Decode(resp.ExtFields); err != nil { // not through DecodeHeader: rh would escape
+		return SendResult{}, true, fmt.Errorf("send to %s: stored (%s), but the answer is unreadable: decode %s header: %w", mq, res.Status, resp.ResponseCode(), err)
 	}
 	res.OffsetMsgID = rh.MsgID
 	res.Queue = MessageQueue{Topic: mq.Topic, BrokerName: mq.BrokerName, QueueID: int(rh.QueueID)}
 	res.QueueOffset = rh.QueueOffset
 	res.TransactionID = rh.TransactionID
 	return res, true, nil
+}
+
+// sendRequest is a send request's command and its typed header in one allocation; the
+// command writes the header straight into its frame through Fields: no map per send.
+type sendRequest struct {
+	cmd protocol.Command
+	h   protocol.SendV2Fields
+}
+
+// init sets r to a request of code with header h, and no body.
+func (r *sendRequest) init(code protocol.RequestCode, h protocol.SendMessageRequestHeader) {
+	r.h = protocol.SendV2Fields(h)
+	r.cmd = protocol.Command{Code: int16(code), Language: protocol.LangGo, Version: protocol.Version, Fields: &r.h}
 }

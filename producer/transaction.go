@@ -118,13 +118,10 @@ func (p *Producer) SendInTransaction(ctx context.Context, msg *Message) (TxResul
 	if msg != nil && msg.DelayLevel > 0 {
 		return TxResult{}, fmt.Errorf("%w: transactional messages cannot be delayed (topic %q)", ErrInvalidMessage, msg.Topic)
 	}
-	pm, err := p.prepare(msg, true)
+	pm, err := p.prepare(msg, true, protocol.PropertyTransactionPrepared, "true", protocol.PropertyProducerGroup, p.group)
 	if err != nil {
 		return TxResult{}, err
 	}
-	pm.propsMap[protocol.PropertyTransactionPrepared] = "true"
-	pm.propsMap[protocol.PropertyProducerGroup] = p.group
-	pm.props = protocol.EncodeProperties(pm.propsMap)
 	pm.sysFlag |= protocol.MsgTransactionPrepared
 	res, err := p.send(ctx, pm)
 	if err != nil {

@@ -64,7 +64,11 @@ type Command struct {
 	Flag      int32
 	Remark    string
 	ExtFields map[string]string
-	Body      []byte
+	// Fields, when set, writes more header fields, after those of ExtFields, straight into
+	// the encoded header (see FieldAppender): a sender's way to skip the map. A key must not
+	// be in both. Decoding never sets it: a decoded command has all its fields in ExtFields.
+	Fields FieldAppender
+	Body   []byte
 	// Serialize is the header encoding the command came in with, or will go out with.
 	Serialize SerializeType
 }
@@ -164,6 +168,12 @@ func (c *Command) appendBinaryHeader(dst []byte) ([]byte, error) {
 		dst = binary.BigEndian.AppendUint32(dst, uint32(len(v)))
 		dst = append(dst, v...)
 	}
+	if c.Fields != nil {
+		var err error
+		if dst, err = c.appendFields(dst, false, len(c.ExtFields)); err != nil {
+			return dst, err
+		}
+	}
 	binary.BigEndian.PutUint32(dst[lenAt:], uint32(len(dst)-lenAt-4))
 	return dst, nil
 }
@@ -172,6 +182,12 @@ func (c *Command) appendBinaryHeader(dst []byte) ([]byte, error) {
 // length the prefix announced). The returned command's Body aliases frame. A frame whose
 // lengths add up but whose header cannot be read gives a *HeaderError.
 func DecodeFrame(frame []byte) (*Command, error) {
+	return decodeFrame(frame, false)
+}
+
+// decodeFrame is DecodeFrame; with copyBody the body is copied out of frame, which may then
+// be reused.
+func decodeFrame(frame []byte, copyBody bool) (*Command, error) {
 	if len(frame) > MaxFrameSize {
 		return nil, fmt.Errorf("decode frame: %d bytes exceeds %d: %w", len(frame), MaxFrameSize, ErrFrameTooLarge)
 	}
@@ -200,6 +216,9 @@ func DecodeFrame(frame []byte) (*Command, error) {
 	}
 	c.Serialize = st
 	if body := frame[4+headerLen:]; len(body) > 0 {
+		if copyBody {
+			body = append([]byte(nil), body...)
+		}
 		c.Body = body
 	}
 	return c, nil
@@ -243,7 +262,14 @@ func parseBinaryHeader(b []byte) (*Command, error) {
 		return nil, err
 	}
 	c.Remark = substringOf(whole, b[13:], remark)
-	ext := make(map[string]string, 16)
+	var ext map[string]string
+	if len(r) > 4 {
+		// Sized to the fields there are: a map of up to 8 costs one small allocation, one
+		// made for 16 several.
+		ext = make(map[string]string, countBinaryFields(r[4:]))
+	} else {
+		ext = make(map[string]string)
+	}
 	if len(r) > 0 {
 		extBytes, rest, err := takeBytes32(r, "ext fields")
 		if err != nil {
@@ -272,6 +298,25 @@ func parseBinaryHeader(b []byte) (*Command, error) {
 	}
 	c.ExtFields = ext
 	return c, nil
+}
+
+// countBinaryFields counts the fields of a binary ext-fields block, as far as their lengths
+// add up (the decoder reports what does not).
+func countBinaryFields(b []byte) int {
+	n := 0
+	for len(b) >= 2 {
+		kl := int(binary.BigEndian.Uint16(b))
+		if len(b) < 2+kl+4 {
+			break
+		}
+		vl := int64(binary.BigEndian.Uint32(b[2+kl:]))
+		if vl > int64(len(b)-2-kl-4) {
+			break
+		}
+		b = b[2+kl+4+int(vl):]
+		n++
+	}
+	return n
 }
 
 // substringOf returns the part of whole that corresponds to sub, a subslice of base (whole's
@@ -321,6 +366,21 @@ func ReadFrame(r *bufio.Reader, max int) (*Command, error) {
 	}
 	if n > max {
 		return nil, fmt.Errorf("read frame: length %d exceeds %d: %w", n, max, ErrFrameTooLarge)
+	}
+	if n <= r.Size() {
+		// The frame fits the reader's buffer: decode it there. Its header's strings are
+		// copied anyway and a body is copied out, so a frame without a body (most
+		// responses) costs no buffer of its own.
+		frame, err := r.Peek(n)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("read frame of %d bytes after %d: %w", n, len(frame), err)
+		}
+		c, err := decodeFrame(frame, true)
+		_, _ = r.Discard(n) // buffered: cannot fail
+		return c, err
 	}
 	frame := make([]byte, 0, min(n, frameChunk))
 	for len(frame) < n {

@@ -48,8 +48,12 @@ const (
 	// write; a larger batch is written with writev, frame by frame.
 	maxGatheredWrite = 256 << 10
 	// maxPooledFrame is the largest encode buffer kept for reuse: one large pull response must
-	// not pin megabytes per connection for its lifetime.
-	maxPooledFrame = 64 << 10
+	// not pin megabytes per connection for its lifetime. It holds a producer's batch of
+	// 256 KiB (WithAsyncBatching's usual bound) with its header.
+	maxPooledFrame = 260 << 10
+	// minWritevFrame: a batch holding a frame this large is written with writev rather than
+	// copied into one buffer, whatever its total.
+	minWritevFrame = 32 << 10
 	// maxIdleWorkers bounds the goroutines a connection keeps waiting for its next request.
 	maxIdleWorkers = 16
 )
@@ -154,23 +158,34 @@ type Conn struct {
 	// writer is done it hands the next batch to one of them. Nothing ever waits for more
 	// frames to arrive: a frame queued on an idle connection is written at once by its own
 	// caller.
+	//
+	// Frames of InvokeAsync calls have no caller waiting for their write: when no write is
+	// under way they are handed to the connection's flusher goroutine (started on the first
+	// such frame), which writes whatever is queued, again and again, until the queue is
+	// empty. A caller that sends many requests in a row thus only encodes and queues them,
+	// and they leave gathered while the previous write is in the kernel.
 	qmu     sync.Mutex
 	queue   []queuedFrame // guarded by qmu: frames waiting for the next write
-	qbatch  *writeBatch   // guarded by qmu: the batch the queued frames belong to
+	qbatch  *writeBatch   // guarded by qmu: the batch of the queued frames' waiting callers; nil when none waits
 	writing bool          // guarded by qmu: a writer holds or has been handed the queue
 	spare   []queuedFrame // guarded by qmu: the last written batch's slice, for reuse
+	// kick hands the queue to the flusher (one token: the flusher is then the writer).
+	kick     chan struct{}
+	flusher  bool           // guarded by qmu: the flusher goroutine was started
+	flushing sync.WaitGroup // the flusher goroutine; Add only under qmu on an open connection
 
 	wmu       sync.Mutex // held while frames are written to nc
 	wbuf      []byte     // guarded by wmu: where a batch's frames are gathered
 	wdeadline time.Time  // guarded by wmu: the write deadline last set on nc
 
 	pmu        sync.Mutex
-	pending    map[int32]chan *protocol.Command // guarded by pmu: waiting Invokes by opaque; nil once closed
-	nextOpaque int32                            // guarded by pmu
+	pending    map[int32]pendingCall // guarded by pmu: waiting calls by opaque; nil once closed
+	nextOpaque int32                 // guarded by pmu
 
 	closeOnce sync.Once
 	done      chan struct{}
-	err       error // set before done is closed
+	err       error        // set before done is closed
+	orphans   []*asyncCall // InvokeAsync calls pending at the close, set with err; failed by run
 
 	// Owned by the Server's idle sweeper goroutine.
 	idleSeen  uint64
@@ -189,7 +204,8 @@ func newConn(nc net.Conn, cfg *connConfig) *Conn {
 		br:        bufio.NewReaderSize(nc, readBufferSize),
 		ctx:       ctx,
 		cancel:    cancel,
-		pending:   make(map[int32]chan *protocol.Command),
+		pending:   make(map[int32]pendingCall),
+		kick:      make(chan struct{}, 1),
 		work:      make(chan *protocol.Command),
 		done:      make(chan struct{}),
 		idleSince: time.Now(),
@@ -230,12 +246,30 @@ func (c *Conn) closeWithErr(cause error) {
 	c.closeOnce.Do(func() {
 		c.err = &connClosedError{addr: c.raddr, cause: cause}
 		c.pmu.Lock()
+		var async []*asyncCall
+		for _, pc := range c.pending {
+			if pc.async != nil {
+				async = append(async, pc.async)
+			}
+		}
 		c.pending = nil
 		c.pmu.Unlock()
+		// Failed by the read goroutine once it sees the close (run), not here: this may run
+		// under the write lock, and callbacks may send.
+		c.orphans = async
 		close(c.done)
 		c.cancel(c.err)
 		_ = c.nc.Close()
 	})
+}
+
+// failOrphans fails the InvokeAsync calls the close left pending. Called by run after
+// closeWithErr, which (through closeOnce) has set orphans by then.
+func (c *Conn) failOrphans() {
+	for _, a := range c.orphans {
+		a.finish(nil, fmt.Errorf("invoke %s: %w", a.code, c.err))
+	}
+	c.orphans = nil
 }
 
 // closeBetweenFrames closes the connection if no frame is being written, so that the peer
@@ -256,6 +290,14 @@ func (c *Conn) idle() bool {
 	// to those before they take from in flight, so a request moving between them is seen in
 	// one or the other.
 	if c.inflight.Load() > 0 || c.parked.Load() > 0 || c.responding.Load() > 0 {
+		return false
+	}
+	// Then the writer: a response is queued (writing set) before it stops counting as
+	// responding, and writing stays set until the queue has been written.
+	c.qmu.Lock()
+	writing := c.writing
+	c.qmu.Unlock()
+	if writing {
 		return false
 	}
 	c.pmu.Lock()
@@ -318,12 +360,8 @@ func (c *Conn) invoke(ctx context.Context, req *protocol.Command) (resp *protoco
 		c.cfg.calls.Put(ch)
 		return nil, false, fmt.Errorf("invoke %s: %w", req.RequestCode(), c.err) // set before pending was cleared
 	}
-	opaque := c.nextOpaque + 1
-	for _, taken := c.pending[opaque]; taken; _, taken = c.pending[opaque] {
-		opaque++ // only after 2^32 calls, with one still waiting
-	}
-	c.nextOpaque = opaque
-	c.pending[opaque] = ch
+	opaque := c.nextOpaqueLocked()
+	c.pending[opaque] = pendingCall{ch: ch}
 	c.pmu.Unlock()
 
 	req.Opaque = opaque
@@ -350,6 +388,16 @@ func (c *Conn) invoke(ctx context.Context, req *protocol.Command) (resp *protoco
 	}
 }
 
+// nextOpaqueLocked returns an opaque no pending call uses; pmu must be held.
+func (c *Conn) nextOpaqueLocked() int32 {
+	opaque := c.nextOpaque + 1
+	for _, taken := c.pending[opaque]; taken; _, taken = c.pending[opaque] {
+		opaque++ // only after 2^32 calls, with one still waiting
+	}
+	c.nextOpaque = opaque
+	return opaque
+}
+
 // forget removes an abandoned call. If it was still pending nobody can send on ch any more
 // and ch is recycled; otherwise deliver holds it and it is left to the garbage collector.
 func (c *Conn) forget(opaque int32, ch chan *protocol.Command) {
@@ -364,10 +412,11 @@ func (c *Conn) forget(opaque int32, ch chan *protocol.Command) {
 	}
 }
 
-// deliver hands a response to the Invoke waiting for it.
+// deliver hands a response to the call waiting for it: an Invoke's channel, or an
+// InvokeAsync's callback, which runs here, on the read goroutine.
 func (c *Conn) deliver(resp *protocol.Command) {
 	c.pmu.Lock()
-	ch, ok := c.pending[resp.Opaque]
+	pc, ok := c.pending[resp.Opaque]
 	if ok {
 		delete(c.pending, resp.Opaque)
 	}
@@ -378,7 +427,11 @@ func (c *Conn) deliver(resp *protocol.Command) {
 		c.log.Debug("dropping response nobody waits for", "opaque", resp.Opaque, "code", resp.ResponseCode())
 		return
 	}
-	ch <- resp // buffered, and each channel gets one response
+	if pc.async != nil {
+		pc.async.finish(resp, nil)
+		return
+	}
+	pc.ch <- resp // buffered, and each channel gets one response
 }
 
 // queuedFrame is an encoded frame waiting to be written, with the pooled buffer it lives in.
@@ -446,6 +499,8 @@ func (c *Conn) writeFrame(cmd *protocol.Command, regions []FileRegion, release f
 		c.qbatch = b
 	}
 	if c.writing {
+		// Whoever writes now (a caller or the flusher) writes our frame next or hands its
+		// batch to one of us.
 		c.qmu.Unlock()
 		// A write is under way: ours leaves with the next one, written by whichever caller
 		// of this batch is handed it.
@@ -458,9 +513,97 @@ func (c *Conn) writeFrame(cmd *protocol.Command, regions []FileRegion, release f
 		c.writing = true
 		c.qmu.Unlock()
 	}
-	c.writeQueued()
+	c.writeQueued(false)
 	<-b.done // closed by writeQueued: our frame was in the batch it wrote
 	return b.written, b.err
+}
+
+// queueCommand encodes cmd and queues it for the flusher, without waiting for the write. An
+// encoding error is returned as is; a closed connection returns its error and queues nothing.
+// A failing write later closes the connection, which fails the calls pending on it.
+func (c *Conn) queueCommand(cmd *protocol.Command) error {
+	bp := c.cfg.getFrame()
+	frame, err := cmd.AppendFrame((*bp)[:0])
+	if err != nil {
+		c.cfg.putFrame(bp, frame)
+		return err
+	}
+	c.qmu.Lock()
+	select {
+	case <-c.done:
+		c.qmu.Unlock()
+		c.cfg.putFrame(bp, frame)
+		return c.err
+	default:
+	}
+	c.queue = append(c.queue, queuedFrame{bp: bp, frame: frame})
+	if !c.writing {
+		c.writing = true
+		c.kickFlusherLocked()
+	}
+	c.qmu.Unlock()
+	return nil
+}
+
+// flusherIdle is how long a flusher without work waits before it ends; the next queued frame
+// starts another. A busy connection keeps its flusher, an idle one (most of a broker's) costs
+// no goroutine.
+const flusherIdle = 5 * time.Second
+
+// kickFlusherLocked hands the queue to the flusher, which becomes the writer, starting it if
+// it is not running. qmu must be held, and the caller must be the writer (or have just set
+// writing). On a closed connection nobody writes any more: the queue is dropped (the close
+// fails the calls whose frames they were).
+func (c *Conn) kickFlusherLocked() {
+	select {
+	case <-c.done:
+		for i := range c.queue {
+			c.cfg.putFrame(c.queue[i].bp, c.queue[i].frame)
+			c.queue[i] = queuedFrame{}
+		}
+		c.queue = c.queue[:0]
+		c.writing = false
+		return
+	default:
+	}
+	if !c.flusher {
+		// Only here, under qmu on an open connection: run's barrier relies on it.
+		c.flusher = true
+		c.flushing.Add(1)
+		go c.flushLoop()
+	}
+	c.kick <- struct{}{} // buffered, one token: there is one writer
+}
+
+// flushLoop is the flusher: each token on kick makes it the writer until the queue is empty.
+// It ends after flusherIdle without a token, or when the connection closes.
+func (c *Conn) flushLoop() {
+	defer c.flushing.Done()
+	idle := time.NewTimer(flusherIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case <-c.kick:
+		case <-c.done:
+			select {
+			case <-c.kick: // handed the queue as the connection closed: release its callers
+			default:
+				return
+			}
+		case <-idle.C:
+			c.qmu.Lock()
+			if len(c.kick) == 0 { // tokens are only sent under qmu: none can come now
+				c.flusher = false
+				c.qmu.Unlock()
+				return
+			}
+			c.qmu.Unlock()
+			<-c.kick
+		}
+		for c.writeQueued(true) {
+		}
+		idle.Reset(flusherIdle)
+	}
 }
 
 // queuedFrames is how many frames wait for the next write.
@@ -470,17 +613,19 @@ func (c *Conn) queuedFrames() int {
 	return len(c.queue)
 }
 
-// writeQueued writes every frame queued now as one batch, then hands the queue on to a caller
-// of the next batch if frames were queued meanwhile. The caller must be the writer (it set
-// writing, or received the batch's lead token).
-func (c *Conn) writeQueued() {
+// writeQueued writes every frame queued now as one batch. If frames were queued meanwhile,
+// the flusher (flusher true) reports that it goes on writing them; a calling writer hands
+// them on to a caller waiting for the next batch, or, when none waits (only InvokeAsync
+// frames), to the flusher. The caller must be the writer (it set writing, received the
+// batch's lead token, or is the flusher handed the kick token).
+func (c *Conn) writeQueued(flusher bool) (again bool) {
 	c.qmu.Lock()
 	frames, b := c.queue, c.qbatch
 	c.queue, c.qbatch = c.spare[:0], nil
 	c.spare = nil
 	c.qmu.Unlock()
 
-	b.written, b.err = c.writeFrames(frames)
+	written, err := c.writeFrames(frames)
 	for i := range frames {
 		c.cfg.putFrame(frames[i].bp, frames[i].frame)
 		if frames[i].release != nil {
@@ -491,13 +636,22 @@ func (c *Conn) writeQueued() {
 
 	c.qmu.Lock()
 	c.spare = frames[:0]
-	if len(c.queue) > 0 {
-		c.qbatch.lead <- struct{}{} // buffered, one token per batch: we stay the writer until it is taken
-	} else {
+	switch {
+	case len(c.queue) == 0:
 		c.writing = false
+	case flusher:
+		again = true
+	case c.qbatch != nil:
+		c.qbatch.lead <- struct{}{} // buffered, one token per batch: we stay the writer until it is taken
+	default:
+		c.kickFlusherLocked() // only frames nobody waits for: the flusher takes them
 	}
 	c.qmu.Unlock()
-	close(b.done)
+	if b != nil {
+		b.written, b.err = written, err
+		close(b.done)
+	}
+	return again
 }
 
 // writeFrames writes frames to the socket with one system call where it can (large batches
@@ -518,10 +672,11 @@ func (c *Conn) writeFrames(frames []queuedFrame) (written bool, err error) {
 			_ = c.nc.SetWriteDeadline(c.wdeadline)
 		}
 	}
-	total := 0
+	total, largest := 0, 0
 	regions := false
 	for _, f := range frames {
 		total += len(f.frame)
+		largest = max(largest, len(f.frame))
 		regions = regions || len(f.regions) > 0
 	}
 	switch {
@@ -529,7 +684,7 @@ func (c *Conn) writeFrames(frames []queuedFrame) (written bool, err error) {
 		err = c.writeWithRegions(frames)
 	case len(frames) == 1:
 		_, err = c.nc.Write(frames[0].frame)
-	case total <= maxGatheredWrite:
+	case total <= maxGatheredWrite && largest < minWritevFrame:
 		// Gathered into one buffer: one write on any net.Conn, and small frames cost less to
 		// copy than to describe to writev one by one.
 		buf := c.wbuf[:0]
@@ -561,8 +716,14 @@ func (c *Conn) run() {
 		c.cfg.onOpen(c)
 	}
 	c.closeWithErr(c.readLoop())
+	c.failOrphans()
 	c.logClose()
 	c.handlers.Wait()
+	// The flusher is only started under qmu on an open connection: past this barrier none
+	// can start, and Wait cannot race an Add.
+	c.qmu.Lock()
+	c.qmu.Unlock() //nolint:staticcheck // an empty critical section is the barrier
+	c.flushing.Wait()
 	if c.cfg.onClose != nil {
 		c.cfg.onClose(c)
 	}
@@ -849,10 +1010,20 @@ func (c *Conn) respondFiles(req, resp *protocol.Command, regions []FileRegion, r
 		fixed.Flag = fixed.Flag&^protocol.FlagOneway | protocol.FlagResponse
 		resp = &fixed
 	}
-	_, err := c.writeFrame(resp, regions, release)
+	var err error
+	if len(regions) > 0 {
+		// Written before the handler's goroutine moves on: the regions pin their segments
+		// until they are out, and the goroutine's wait bounds how many a connection holds.
+		_, err = c.writeFrame(resp, regions, release)
+	} else {
+		// Queued for the flusher, not written here: the serving goroutine is free at once,
+		// and the responses of many requests leave together without each waiting for the
+		// write.
+		err = c.queueCommand(resp)
+	}
 	if err == nil || errors.Is(err, ErrConnClosed) {
 		return
 	}
 	c.log.Error("cannot encode response", "code", req.RequestCode(), "opaque", req.Opaque, "err", err)
-	_, _ = c.writeCommand(protocol.NewResponse(req, protocol.SystemError, "response could not be encoded: "+err.Error()))
+	_ = c.queueCommand(protocol.NewResponse(req, protocol.SystemError, "response could not be encoded: "+err.Error()))
 }

@@ -35,6 +35,17 @@
 //     are copied because a sendfile per kilobyte costs more than the copy it saves
 //     (BenchmarkFileRegions). A region that cannot be read whole once its header is out
 //     closes the connection, like a failed write.
+//   - Conn.InvokeAsync (and Client.InvokeAsync) sends a request without a goroutine waiting
+//     for it: the frame is queued, the connection's flusher goroutine (started on demand,
+//     ended after 5 s without work) writes whatever is queued whenever no write is under
+//     way, and the response
+//     runs the caller's callback on the read goroutine; a timer or the context ends the call
+//     otherwise. A caller sending many requests in a row thus only encodes and queues them,
+//     and they leave in few writes while the kernel takes the previous one. A writer that
+//     finds only such frames queued behind its own hands them to the flusher; one that finds a
+//     caller waiting hands them to that caller, as before.
+//   - A frame that fits the read buffer (16 KiB) is decoded in place and its body copied out:
+//     a response without a body costs no buffer of its own.
 //   - A request stops counting against MaxInFlightPerConn when its Handler returns, before
 //     its response is written, so that a client pipelining at the bound is not refused; it
 //     still keeps the connection from closing as idle until the response is out. Goroutines

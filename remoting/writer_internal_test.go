@@ -150,3 +150,80 @@ func TestWriterErrorFailsWholeBatch(t *testing.T) {
 	require.Equal(t, queued+1, n)
 	require.Equal(t, int32(1), f.writes.Load(), "nothing written after the connection failed")
 }
+
+// Frames queued without waiting (InvokeAsync's) by one goroutine while a write is under way
+// leave together: the caller only queues them, and the flusher writes what gathered.
+func TestFlusherGathersQueuedFrames(t *testing.T) {
+	g := &gatedConn{gate: make(chan struct{}), closed: make(chan struct{})}
+	cfg := &connConfig{logger: slog.New(slog.DiscardHandler), maxFrame: protocol.MaxFrameSize, maxInFlight: 1, writeTimeout: time.Second}
+	c := newConn(g, cfg)
+	defer c.Close()
+
+	frame := func(i int) *protocol.Command {
+		return protocol.NewResponse(&protocol.Command{Opaque: int32(i)}, protocol.Success, "")
+	}
+	var want int64
+	for i := 0; i <= 50; i++ {
+		b, err := frame(i).AppendFrame(nil)
+		require.NoError(t, err)
+		want += int64(len(b))
+		require.NoError(t, c.queueCommand(frame(i))) // returns at once, even while the write blocks
+		if i == 0 {
+			require.Eventually(t, func() bool { return g.writes.Load() == 1 }, 3*time.Second, time.Millisecond, "first write blocked")
+		}
+	}
+	require.Equal(t, 50, c.queuedFrames())
+	close(g.gate)
+	require.Eventually(t, func() bool { return g.bytes.Load() == want }, 3*time.Second, time.Millisecond)
+	assert.Equal(t, int32(2), g.writes.Load(), "the 50 queued frames left in one write")
+	assert.Zero(t, c.queuedFrames())
+}
+
+// A caller that writes its own frame and finds only queued frames without a waiting caller
+// behind it hands them to the flusher; a caller queued behind the flusher's write has its
+// frame written by the flusher.
+func TestWriterAndFlusherHandOver(t *testing.T) {
+	g := &gatedConn{gate: make(chan struct{}), closed: make(chan struct{})}
+	cfg := &connConfig{logger: slog.New(slog.DiscardHandler), maxFrame: protocol.MaxFrameSize, maxInFlight: 1, writeTimeout: time.Second}
+	c := newConn(g, cfg)
+	defer c.Close()
+	frame := func(i int) *protocol.Command {
+		return protocol.NewResponse(&protocol.Command{Opaque: int32(i)}, protocol.Success, "")
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		written, err := c.writeCommand(frame(0)) // the caller is the writer, held at the gate
+		assert.NoError(t, err)
+		assert.True(t, written)
+	})
+	require.Eventually(t, func() bool { return g.writes.Load() == 1 }, 3*time.Second, time.Millisecond)
+	for i := 1; i <= 10; i++ {
+		require.NoError(t, c.queueCommand(frame(i)))
+	}
+	close(g.gate)
+	wg.Wait()
+	require.Eventually(t, func() bool { return c.queuedFrames() == 0 && g.writes.Load() == 2 }, 3*time.Second, time.Millisecond,
+		"the flusher wrote the 10 queued frames in one write")
+
+	// Now the flusher writes, held by a second gate; a caller queued behind it is written by it.
+	g2 := &gatedConn{gate: make(chan struct{}), closed: make(chan struct{})}
+	c2 := newConn(g2, cfg)
+	defer c2.Close()
+	require.NoError(t, c2.queueCommand(frame(0)))
+	require.Eventually(t, func() bool { return g2.writes.Load() == 1 }, 3*time.Second, time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c2.writeCommand(frame(1))
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return c2.queuedFrames() == 1 }, 3*time.Second, time.Millisecond)
+	close(g2.gate)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a caller queued behind the flusher was never written")
+	}
+	assert.Equal(t, int32(2), g2.writes.Load())
+}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -32,6 +33,7 @@ type benchConfig struct {
 	baseline string // "jetstream" or "none"
 	batch    int    // WithAsyncBatching count of the batched produce run; < 2: no such run
 	json     bool   // print one JSON document instead of text
+	profile  string // write a CPU profile of each flowd produce run to profile.<scenario>
 }
 
 // benchResult is one figure of a run, in the --json document. The schema is stable: fields
@@ -102,6 +104,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.samples, "latency-samples", 2000, "send-to-poll delays to sample")
 	fs.StringVar(&c.baseline, "baseline", "jetstream", `what to compare with: "jetstream" (an embedded NATS JetStream, file store, one replica, under the data directory) or "none"`)
 	fs.IntVar(&c.batch, "batch", 64, "messages per batch of the batched produce run (producer.WithAsyncBatching); below 2: no batched run")
+	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of each flowd produce run (broker and producer, in this process) to `FILE`.produce and FILE.produce-batched")
 	fs.BoolVar(&c.json, "json", false, `print one JSON document {"messages","size","inflight","queues","results":[{"scenario","unit","flowd","baseline","ratio","baseline_name"}]} instead of text`)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -195,7 +198,12 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer p.Close(context.Background())
 		topic := fmt.Sprintf("flowd-bench-%d", time.Now().UnixNano())
+		stop, err := startProfile(c.profile, scenario)
+		if err != nil {
+			return "", err
+		}
 		rate, err := produce(ctx, p, topic, c)
+		stop()
 		if err != nil {
 			return "", err
 		}
@@ -269,6 +277,26 @@ func diskBaseline(c benchConfig) (float64, error) {
 		return 0, fmt.Errorf("bench: disk baseline: %w", err)
 	}
 	return float64(c.messages) * float64(c.size) / 1e6 / time.Since(start).Seconds(), nil
+}
+
+// startProfile starts a CPU profile written to file.scenario, and returns what stops it; with
+// no file it does nothing.
+func startProfile(file, scenario string) (stop func(), err error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(file + "." + scenario)
+	if err != nil {
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func produce(ctx context.Context, p *producer.Producer, topic string, c benchConfig) (float64, error) {

@@ -62,6 +62,19 @@ type Options struct {
 
 	// DialTimeout bounds connecting to a broker or name server. Default DefaultDialTimeout.
 	DialTimeout time.Duration
+
+	// JSONHeaders makes the client's requests carry JSON headers. By default they carry the
+	// binary ROCKETMQ headers, which cost a fraction of JSON to write and to read on both
+	// sides.
+	//
+	// The binary default is safe against any RocketMQ broker or name server: RocketMQ's
+	// RemotingCommand decodes a header by the serialize type in its frame's header mark (its
+	// headerDecode takes JSON and ROCKETMQ alike), and NettyRemotingAbstract answers each
+	// request in the request's own type (processRequestCommand copies the request's
+	// serializeTypeCurrentRPC into the response). Requests the broker sends the client
+	// (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE, …) are read in either type. Set
+	// this for a server that only reads JSON headers, such as a proxy that parses them.
+	JSONHeaders bool
 }
 
 // Open returns shared when it is not nil, and otherwise a new Client built from opts that the
@@ -185,7 +198,12 @@ func New(opts Options) (*Client, error) {
 	}
 	c.log = opts.Logger.With("client", c.id)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	serialize := protocol.RocketMQ
+	if opts.JSONHeaders {
+		serialize = protocol.JSON
+	}
 	c.rc = remoting.NewClient(remoting.ClientOptions{
+		Serialize:   serialize,
 		Handler:     remoting.HandlerFunc(c.serve),
 		Logger:      c.log,
 		DialTimeout: opts.DialTimeout,
@@ -282,6 +300,18 @@ func (c *Client) Invoke(ctx context.Context, addr string, req *protocol.Command)
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	return c.rc.Invoke(ctx, addr, req)
+}
+
+// InvokeAsync sends req to addr and calls done with the response or the error, without a
+// goroutine waiting for it: done runs on the connection's read goroutine (or a timer's), so it
+// must not block. timeout bounds the wait for the response (RequestTimeout when <= 0), and ctx
+// ends it early. Only a first call to addr waits, for the dial. When InvokeAsync returns an
+// error, done is not called. See remoting.Conn.InvokeAsync.
+func (c *Client) InvokeAsync(ctx context.Context, addr string, req *protocol.Command, timeout time.Duration, done func(*protocol.Command, error)) error {
+	if timeout <= 0 {
+		timeout = c.opts.RequestTimeout
+	}
+	return c.rc.InvokeAsync(ctx, addr, req, timeout, done)
 }
 
 // InvokeOneway sends req to addr without waiting for a response.

@@ -433,3 +433,38 @@ func TestSameEndpoint(t *testing.T) {
 		assert.Equal(t, tc.want, sameEndpoint(tc.route, tc.remote), "%s ~ %s", tc.route, tc.remote)
 	}
 }
+
+// TestHeaderEncoding: requests carry binary ROCKETMQ headers unless JSONHeaders is set, and
+// the answers, which come back in the request's encoding, are read either way.
+func TestHeaderEncoding(t *testing.T) {
+	route := &protocol.TopicRouteData{
+		QueueDatas:  []protocol.QueueData{{BrokerName: "broker-a", ReadQueueNums: 2, WriteQueueNums: 2, Perm: protocol.PermRead | protocol.PermWrite}},
+		BrokerDatas: []protocol.BrokerData{{Cluster: "c", BrokerName: "broker-a", BrokerAddrs: map[int64]string{protocol.MasterID: "127.0.0.1:1"}}},
+	}
+	body, err := route.Encode()
+	require.NoError(t, err)
+	seen := make(chan protocol.SerializeType, 16)
+	srv := remoting.NewServer(remoting.HandlerFunc(func(ctx context.Context, _ *remoting.Conn, req *protocol.Command) *protocol.Command {
+		seen <- req.Serialize
+		resp := protocol.NewResponse(req, protocol.Success, "")
+		resp.Body = body
+		return resp
+	}), remoting.ServerOptions{Logger: quietLogger()})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	for _, tc := range []struct {
+		json bool
+		want protocol.SerializeType
+	}{{false, protocol.RocketMQ}, {true, protocol.JSON}} {
+		c, err := New(Options{NameServers: []string{ln.Addr().String()}, Logger: quietLogger(), JSONHeaders: tc.json})
+		require.NoError(t, err)
+		r, err := c.UpdateRoute(context.Background(), "enc")
+		require.NoError(t, err)
+		assert.Len(t, r.PublishQueues, 2)
+		assert.Equal(t, tc.want, <-seen, "JSONHeaders=%v", tc.json)
+		require.NoError(t, c.Close(context.Background()))
+	}
+}

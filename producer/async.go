@@ -1,0 +1,186 @@
+package producer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// Unbatched SendAsync without a goroutine per send. The request is queued on the broker
+// connection (remoting.Conn.InvokeAsync) and the caller returns; the broker's answer is read
+// by the connection's read goroutine, which frees the send's slot and hands the callback to
+// the producer's callback goroutines (callbacks). Only a send that must be retried gets a
+// goroutine of its own, for its further attempts, and so does one whose topic route or broker
+// address is not cached yet (as before: it may wait for the name servers).
+
+// asyncSend is one unbatched SendAsync whose first attempt is in flight.
+type asyncSend struct {
+	p      *Producer
+	ctx    context.Context
+	pm     *prepared
+	done   func(SendResult, error)
+	queues []MessageQueue
+	mq     MessageQueue
+	addr   string
+	start  time.Time
+	req    sendRequest // the first attempt's request, in the same allocation
+}
+
+// sendAsyncDirect sends the admitted pm (slot taken, counted in p.async) with InvokeAsync and
+// reports true, when its topic's route and its broker's address are cached; otherwise it
+// does nothing and reports false.
+func (p *Producer) sendAsyncDirect(ctx context.Context, pm *prepared, done func(SendResult, error)) bool {
+	r, ok := p.cl.CachedRoute(pm.msg.Topic)
+	if !ok || len(r.PublishQueues) == 0 {
+		return false
+	}
+	mq := p.cfg.selector.Select(pm.msg, r.PublishQueues)
+	addr, ok := r.BrokerAddr(mq.BrokerName)
+	if !ok {
+		return false
+	}
+	a := &asyncSend{p: p, ctx: ctx, pm: pm, done: done, queues: r.PublishQueues, mq: mq, addr: addr, start: time.Now()}
+	a.req.init(p.sendHeader(mq, pm))
+	a.req.cmd.Body = pm.body
+	if err := p.cl.InvokeAsync(ctx, addr, &a.req.cmd, p.cfg.sendTimeout, a.answered); err != nil {
+		a.failed(fmt.Errorf("send to %s at %s: %w", mq, addr, err), false)
+	}
+	return true
+}
+
+// answered is the InvokeAsync callback: it runs on the connection's read goroutine, so it
+// only reads the answer and hands the outcome on.
+func (a *asyncSend) answered(resp *protocol.Command, err error) {
+	if err != nil {
+		a.failed(fmt.Errorf("send to %s at %s: %w", a.mq, a.addr, err), false)
+		return
+	}
+	res, stored, err := sendResult(a.mq, a.addr, a.pm, resp)
+	if err != nil {
+		a.failed(err, stored)
+		return
+	}
+	a.p.completeAsync(a.done, res, nil)
+}
+
+// failed ends the send with err, or, when another attempt may succeed, makes the further
+// attempts on a goroutine of their own, as Send would, within what is left of the send
+// timeout.
+func (a *asyncSend) failed(err error, stored bool) {
+	p := a.p
+	deadline := a.start.Add(p.cfg.sendTimeout)
+	if stored || !retriable(err) || a.ctx.Err() != nil || p.cfg.retries == 0 || !time.Now().Before(deadline) {
+		p.completeAsync(a.done, SendResult{}, fmt.Errorf("send to topic %q (1 attempts): %w", a.pm.msg.Topic, err))
+		return
+	}
+	p.log.Debug("send failed, retrying", "queue", a.mq.String(), "attempt", 1, "err", err)
+	go func() {
+		ctx, cancel := context.WithDeadline(a.ctx, deadline)
+		defer cancel()
+		res, err := p.sendAttempts(ctx, a.pm, a.queues, 1, a.mq, err)
+		p.completeAsync(a.done, res, err)
+	}()
+}
+
+// completeAsync ends one asynchronous send: it frees the send's slot at once and queues done
+// for the callback goroutines, which end the send's count in p.async once done returned.
+func (p *Producer) completeAsync(done func(SendResult, error), res SendResult, err error) {
+	<-p.asyncSlots
+	p.callbacks.push(asyncDone{done: done, res: res, err: err, finished: &p.async})
+}
+
+// asyncDone is a callback to run, with its outcome.
+type asyncDone struct {
+	done     func(SendResult, error)
+	res      SendResult
+	err      error
+	finished *sync.WaitGroup // Done once done returned
+}
+
+// maxCallbackGoroutines bounds the goroutines a producer runs SendAsync callbacks on.
+const maxCallbackGoroutines = 4
+
+// callbacks runs the callbacks of completed SendAsync calls on a few goroutines that it
+// keeps, in the order the sends completed; with more than one goroutine, callbacks of
+// different sends may run at the same time. Connections' read goroutines hand callbacks here
+// rather than run them: a callback may block (it may call SendAsync, which waits for a slot),
+// and the read goroutine must go on reading the answers that free slots. The queue is not
+// bounded by a count, but by the sends in flight: a callback is queued only after its send's
+// slot was freed, and each completed send queues one.
+type callbacks struct {
+	mu      sync.Mutex
+	cond    sync.Cond   // signalled when a callback is queued or the queue is stopped
+	queue   []asyncDone // guarded by mu: FIFO from head
+	head    int         // guarded by mu
+	running int         // guarded by mu: goroutines started and not ended
+	idle    int         // guarded by mu: of those, how many wait for a callback
+	stopped bool        // guarded by mu: goroutines end once the queue is empty
+}
+
+func (cb *callbacks) push(d asyncDone) {
+	cb.mu.Lock()
+	if cb.stopped {
+		cb.mu.Unlock()
+		late := d     // only this branch moves its copy to the heap
+		go late.run() // a send that completed after Close stopped the goroutines
+		return
+	}
+	if cb.head >= 256 && 2*cb.head >= len(cb.queue) {
+		// Never drained under a steady load: move the waiting ones down rather than grow.
+		n := copy(cb.queue, cb.queue[cb.head:])
+		clear(cb.queue[n:])
+		cb.queue, cb.head = cb.queue[:n], 0
+	}
+	cb.queue = append(cb.queue, d)
+	switch {
+	case cb.idle > 0:
+		cb.cond.Signal()
+	case cb.running < maxCallbackGoroutines:
+		cb.running++
+		go cb.work()
+	}
+	cb.mu.Unlock()
+}
+
+func (d *asyncDone) run() {
+	defer d.finished.Done()
+	d.done(d.res, d.err)
+}
+
+func (cb *callbacks) work() {
+	cb.mu.Lock()
+	for {
+		for cb.head == len(cb.queue) {
+			if cb.head > 0 {
+				clear(cb.queue)
+				cb.queue, cb.head = cb.queue[:0], 0
+			}
+			if cb.stopped {
+				cb.running--
+				cb.mu.Unlock()
+				return
+			}
+			cb.idle++
+			cb.cond.Wait()
+			cb.idle--
+		}
+		d := cb.queue[cb.head]
+		cb.queue[cb.head] = asyncDone{}
+		cb.head++
+		cb.mu.Unlock()
+		d.run()
+		cb.mu.Lock()
+	}
+}
+
+// stop makes the goroutines end once they have run every callback queued; callbacks queued
+// later run on goroutines of their own.
+func (cb *callbacks) stop() {
+	cb.mu.Lock()
+	cb.stopped = true
+	cb.cond.Broadcast()
+	cb.mu.Unlock()
+}

@@ -1,0 +1,121 @@
+package remoting_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/protocol"
+	"github.com/flowd-io/flowd/remoting"
+)
+
+type asyncResult struct {
+	resp *protocol.Command
+	err  error
+}
+
+// Many InvokeAsync calls made by one goroutine, without waiting, each get their own answer,
+// and every callback runs once.
+func TestInvokeAsyncAnswersEachRequest(t *testing.T) {
+	checkGoroutines(t)
+	srv := startServer(t, newTestHandler(), remoting.ServerOptions{Logger: quietLogger(), MaxInFlightPerConn: 1024})
+	for _, st := range []protocol.SerializeType{protocol.JSON, protocol.RocketMQ} {
+		c := dial(t, srv.addr, remoting.ClientOptions{Logger: quietLogger(), Serialize: st})
+		const n = 500
+		results := make([]chan asyncResult, n)
+		for i := range n {
+			results[i] = make(chan asyncResult, 2)
+			err := c.InvokeAsync(context.Background(), echoRequest(body(0, i)), 10*time.Second, func(resp *protocol.Command, err error) {
+				results[i] <- asyncResult{resp, err}
+			})
+			require.NoError(t, err)
+		}
+		for i := range n {
+			r := recv(t, results[i], "an answer")
+			require.NoError(t, r.err)
+			assert.Equal(t, body(0, i), r.resp.ExtFields["k"])
+			assert.Equal(t, st.String(), r.resp.ExtFields["serialize"])
+			assert.Equal(t, []byte(body(0, i)), r.resp.Body)
+			assert.Empty(t, results[i], "callback called twice")
+		}
+	}
+}
+
+// The call's timeout, its context and the connection's close each end a call whose answer
+// has not come, with an error saying which; an answer arriving afterwards is dropped.
+func TestInvokeAsyncEnds(t *testing.T) {
+	checkGoroutines(t)
+	h := newTestHandler()
+	srv := startServer(t, h, remoting.ServerOptions{Logger: quietLogger()})
+	c := dial(t, srv.addr, remoting.ClientOptions{Logger: quietLogger()})
+	block := func() *protocol.Command { return protocol.NewRequest(codeBlock, nil, nil) }
+	invoke := func(ctx context.Context, timeout time.Duration) chan asyncResult {
+		ch := make(chan asyncResult, 2)
+		require.NoError(t, c.InvokeAsync(ctx, block(), timeout, func(resp *protocol.Command, err error) { ch <- asyncResult{resp, err} }))
+		recv(t, h.entered, "the request to reach the handler")
+		return ch
+	}
+
+	timedOut := invoke(context.Background(), 20*time.Millisecond)
+	r := recv(t, timedOut, "the timeout")
+	require.ErrorIs(t, r.err, context.DeadlineExceeded)
+	require.Nil(t, r.resp)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancelled := invoke(ctx, time.Hour)
+	cancel()
+	r = recv(t, cancelled, "the cancellation")
+	require.ErrorIs(t, r.err, context.Canceled)
+
+	h.release <- struct{}{} // the two answers come now, and nobody waits for them
+	h.release <- struct{}{}
+	requireEcho(t, c, "still usable")
+	assert.Empty(t, timedOut)
+	assert.Empty(t, cancelled)
+
+	closed := invoke(context.Background(), time.Hour)
+	require.NoError(t, c.Close())
+	r = recv(t, closed, "the close")
+	require.ErrorIs(t, r.err, remoting.ErrConnClosed)
+
+	err := c.InvokeAsync(context.Background(), echoRequest("late"), time.Second, func(*protocol.Command, error) {
+		t.Error("done called for a call refused at once")
+	})
+	require.ErrorIs(t, err, remoting.ErrConnClosed)
+}
+
+// A callback may send again from the read goroutine it runs on.
+func TestInvokeAsyncFromCallback(t *testing.T) {
+	checkGoroutines(t)
+	srv := startServer(t, newTestHandler(), remoting.ServerOptions{Logger: quietLogger()})
+	c := newClient(t, remoting.ClientOptions{Logger: quietLogger()})
+	const n = 200
+	finished := make(chan error, 1)
+	var mu sync.Mutex
+	got := 0
+	var next func(resp *protocol.Command, err error)
+	next = func(resp *protocol.Command, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			finished <- err
+			return
+		}
+		if resp != nil {
+			got++
+		}
+		if got == n {
+			finished <- nil
+			return
+		}
+		if err := c.InvokeAsync(context.Background(), srv.addr, echoRequest(body(1, got)), 10*time.Second, next); err != nil {
+			finished <- err
+		}
+	}
+	next(nil, nil)
+	require.NoError(t, recv(t, finished, "the chain of calls"))
+}
