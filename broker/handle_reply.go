@@ -44,6 +44,21 @@ func (b *Broker) stampStored(c *remoting.Conn, group string, props map[string]st
 	return props
 }
 
+// stampStoredRaw is stampStored on a raw property block: it sets PropertyCluster in place
+// (protocol.SetProperty) and returns the block to store.
+func (b *Broker) stampStoredRaw(c *remoting.Conn, group, raw string) string {
+	raw = protocol.SetProperty(raw, protocol.PropertyCluster, b.cfg.Cluster)
+	if c == nil {
+		return raw
+	}
+	if id, _ := protocol.PropertyIn(raw, protocol.PropertyReplyToClient); id != "" {
+		if typ, _ := protocol.PropertyIn(raw, protocol.PropertyMessageType); typ != protocol.ReplyMessageType {
+			b.producers.seen(cmp.Or(group, id), id, c, time.Now())
+		}
+	}
+	return raw
+}
+
 // ErrRequesterGone is the cause in the remark of a SEND_REPLY_MESSAGE whose reply was stored
 // but could not be pushed: the requesting client has no connection to this broker.
 var ErrRequesterGone = errors.New("requesting client not connected")

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"encoding/binary"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/protocol"
 	"github.com/flowd-io/flowd/remoting"
 )
@@ -159,4 +161,49 @@ func TestReplyToAnAbsentRequesterIsStoredButAnsweredWithAnError(t *testing.T) {
 	requireCode(t, protocol.TopicNotExist, resp)
 	requireCode(t, protocol.InvalidParameter, responder.invoke(context.Background(), protocol.SendReplyMessage, nil, []byte("x")))
 	requireCode(t, protocol.InvalidParameter, responder.invoke(context.Background(), protocol.SendReplyMessageV2, nil, []byte("x")))
+}
+
+// The broker stores a producer's properties as they came, in the producer's order, with
+// CLUSTER appended; a CLUSTER the producer set is replaced, and a block without its trailing
+// separator still reads back whole.
+func TestStoredPropertiesKeepTheProducersBlockWithClusterAppended(t *testing.T) {
+	b := startBroker(t, func(c *broker.Config) { c.Cluster = "blue" })
+	c := newRawClient(t, b, nil)
+	c.createTopic("asis", 1)
+	send := func(props string) {
+		h := &protocol.SendMessageRequestHeader{ProducerGroup: "raw", Topic: "asis", QueueID: 0, BornTimestamp: time.Now().UnixMilli(), Properties: props}
+		requireCode(t, protocol.Success, c.invoke(context.Background(), protocol.SendMessage, h, []byte("x")))
+	}
+	send("zeta\x01z\x02alpha\x01a\x02")
+	send("zeta\x01z\x02CLUSTER\x01red\x02alpha\x01a")
+	send("")
+	require.Eventually(t, func() bool { return b.StoreMax("asis", 0) == 3 }, 5*time.Second, 5*time.Millisecond)
+
+	h := pullHeader("asis", 0, 0, "*")
+	resp := c.invoke(context.Background(), protocol.PullMessage, h, nil)
+	requireCode(t, protocol.Success, resp)
+	var blocks []string
+	for b := resp.Body; len(b) > 0; {
+		n := int(binary.BigEndian.Uint32(b))
+		props, err := store.StoredProperties(b[:n])
+		require.NoError(t, err)
+		blocks = append(blocks, string(props))
+		b = b[n:]
+	}
+	assert.Equal(t, []string{
+		"zeta\x01z\x02alpha\x01a\x02CLUSTER\x01blue\x02",
+		"zeta\x01z\x02alpha\x01a\x02CLUSTER\x01blue\x02",
+		"CLUSTER\x01blue\x02",
+	}, blocks)
+}
+
+// A properties block with a pair that has no name/value separator is refused, as before.
+func TestSendWithAMalformedPropertyIsRefused(t *testing.T) {
+	b := startBroker(t, nil)
+	c := newRawClient(t, b, nil)
+	c.createTopic("bad", 1)
+	h := &protocol.SendMessageRequestHeader{ProducerGroup: "raw", Topic: "bad", QueueID: 0, BornTimestamp: time.Now().UnixMilli(), Properties: "a\x01b\x02broken\x02"}
+	resp := c.invoke(context.Background(), protocol.SendMessage, h, []byte("x"))
+	requireCode(t, protocol.MessageIllegal, resp)
+	assert.Contains(t, resp.Remark, "broken")
 }

@@ -26,17 +26,31 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	if isSystemTopic(h.Topic) {
 		return errorResponse(req, protocol.NoPermission, fmt.Errorf("topic %q is reserved for the broker", h.Topic))
 	}
-	props, err := protocol.DecodeProperties([]byte(h.Properties))
-	if err != nil {
+	// The producer's properties are stored as they came, with the broker's appended
+	// (SetProperty), unless the message is a half, delayed or batched one: those are
+	// rewritten property by property, on a map.
+	raw := h.Properties
+	if err := protocol.CheckProperties(raw); err != nil {
 		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("properties: %w", err))
 	}
-	// CLUSTER on every message, as Java's broker stamps it (request-reply needs it).
-	props = b.stampStored(c, h.ProducerGroup, props)
+	batch := req.RequestCode() == protocol.SendBatchMessage || h.Batch
+	half := isHalfRaw(h.SysFlag, raw)
+	level := delayLevel(raw)
+	var props map[string]string
+	if half || level > 0 || batch {
+		if props, err = protocol.DecodeProperties([]byte(raw)); err != nil {
+			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("properties: %w", err))
+		}
+		raw = ""
+		// CLUSTER on every message, as Java's broker stamps it (request-reply needs it).
+		props = b.stampStored(c, h.ProducerGroup, props)
+	} else {
+		raw = b.stampStoredRaw(c, h.ProducerGroup, raw)
+	}
 	if err := checkTransactionType(h.Topic, h.SysFlag); err != nil { // before it creates a topic
 		return errorResponse(req, protocol.MessageIllegal, err)
 	}
-	half := isHalf(h.SysFlag, props)
-	if half && (req.RequestCode() == protocol.SendBatchMessage || h.Batch) {
+	if half && batch {
 		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("transactional messages cannot be batched (topic %q)", h.Topic))
 	}
 	tc, errResp := b.topicForSend(req, h)
@@ -52,6 +66,7 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	}
 	base := protocol.MessageExt{
 		Message:        protocol.Message{Topic: h.Topic, Flag: h.Flag, Properties: props},
+		RawProperties:  raw,
 		QueueID:        queueID,
 		SysFlag:        h.SysFlag,
 		BornTimestamp:  h.BornTimestamp,
@@ -74,7 +89,7 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 		}
 	}
 
-	if req.RequestCode() == protocol.SendBatchMessage || h.Batch {
+	if batch {
 		return b.sendBatch(ctx, req, &base)
 	}
 	if len(req.Body) == 0 {
@@ -97,8 +112,8 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 		(&protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: queueID, QueueOffset: res.QueueOffset}).EncodeTo(resp.ExtFields)
 		return resp
 	}
-	if lvl, _ := strconv.Atoi(props[protocol.PropertyDelayLevel]); lvl > 0 && !strings.HasPrefix(m.Topic, DLQTopicPrefix) {
-		b.delayed(&m, lvl)
+	if level > 0 && !strings.HasPrefix(m.Topic, DLQTopicPrefix) {
+		b.delayed(&m, level)
 	}
 	res, err := b.store.Put(ctx, &m)
 	if err != nil && !storedUnflushed(err, res.MsgID != "") {
@@ -110,6 +125,16 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	resp := storedResponse(req, err)
 	(&protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset}).EncodeTo(resp.ExtFields)
 	return resp
+}
+
+// delayLevel is the DELAY property of a raw property block, 0 when absent or not a number.
+func delayLevel(raw string) int {
+	v, ok := protocol.PropertyIn(raw, protocol.PropertyDelayLevel)
+	if !ok {
+		return 0
+	}
+	lvl, _ := strconv.Atoi(v)
+	return lvl
 }
 
 // storedUnflushed reports whether a Put that returned err (and a result, when haveResult)

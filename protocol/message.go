@@ -94,6 +94,13 @@ type MessageExt struct {
 	BodyCRC                   uint32
 	ReconsumeTimes            int32
 	PreparedTransactionOffset int64
+
+	// RawProperties, when not empty, is the encoded property block (key\x01value\x02…)
+	// AppendStored and StoredSize use instead of encoding Properties, which they then ignore.
+	// A broker storing what a producer sent keeps the producer's block as it came and appends
+	// its own properties (SetProperty), instead of decoding it into a map and encoding the
+	// map again for every message. Decoders never set it.
+	RawProperties string
 }
 
 // BodyCRC is the checksum stored with a body: CRC-32 (IEEE), masked to 31 bits as Java's
@@ -109,7 +116,10 @@ func hostLen(sysFlag int32, v6 int32) int {
 
 // StoredSize is the number of bytes m takes in the stored layout.
 func (m *MessageExt) StoredSize() int {
-	props := propertiesLen(m.Properties)
+	props := len(m.RawProperties)
+	if props == 0 {
+		props = propertiesLen(m.Properties)
+	}
 	return 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + hostLen(m.SysFlag, MsgFlagBornHostV6) + 8 +
 		hostLen(m.SysFlag, MsgFlagStoreHostV6) + 4 + 8 + 4 + len(m.Body) + 1 + len(m.Topic) + 2 + props
 }
@@ -151,7 +161,11 @@ func AppendStored(dst []byte, m *MessageExt) ([]byte, error) {
 	dst = append(dst, m.Topic...)
 	propsAt := len(dst)
 	dst = append(dst, 0, 0)
-	dst = AppendProperties(dst, m.Properties)
+	if m.RawProperties != "" {
+		dst = append(dst, m.RawProperties...)
+	} else {
+		dst = AppendProperties(dst, m.Properties)
+	}
 	n := len(dst) - propsAt - 2
 	if n > MaxPropertiesLength {
 		return dst[:start], fmt.Errorf("encode message to %q: properties of %d bytes exceed %d", m.Topic, n, MaxPropertiesLength)
@@ -313,6 +327,64 @@ func FindProperty(props []byte, key string) ([]byte, bool) {
 		}
 	}
 	return nil, false
+}
+
+// PropertyIn returns the value of key in a raw property block, as DecodeProperties would
+// read it: the last of duplicate keys wins, empty pairs are skipped.
+func PropertyIn(props, key string) (string, bool) {
+	val, found := "", false
+	for len(props) > 0 {
+		pair, rest, _ := strings.Cut(props, string(PropertySeparator))
+		props = rest
+		if len(pair) > len(key) && pair[len(key)] == NameValueSeparator && pair[:len(key)] == key {
+			val, found = pair[len(key)+1:], true
+		}
+	}
+	return val, found
+}
+
+// CheckProperties reports the error DecodeProperties would return for props (a pair without
+// its name/value separator), without building the map.
+func CheckProperties(props string) error {
+	for len(props) > 0 {
+		pair, rest, _ := strings.Cut(props, string(PropertySeparator))
+		props = rest
+		if len(pair) > 0 && strings.IndexByte(pair, NameValueSeparator) < 0 {
+			return fmt.Errorf("%w: property %q has no name/value separator", ErrMalformedMessage, truncateForError(pair))
+		}
+	}
+	return nil
+}
+
+// SetProperty returns the raw property block props with key set to value: every pair of key
+// is dropped and key\x01value\x02 appended; the other pairs keep their bytes and order (the
+// order of properties carries no meaning: RocketMQ's own broker writes them in hash order).
+// A block without the trailing separator some clients omit gets it. Without a pair of key
+// to drop, this is one allocation.
+func SetProperty(props, key, value string) string {
+	if _, ok := PropertyIn(props, key); ok {
+		var b strings.Builder
+		b.Grow(len(props) + len(key) + len(value) + 2)
+		for rest := props; len(rest) > 0; {
+			pair, r, _ := strings.Cut(rest, string(PropertySeparator))
+			rest = r
+			if len(pair) == 0 || (len(pair) > len(key) && pair[len(key)] == NameValueSeparator && pair[:len(key)] == key) {
+				continue
+			}
+			b.WriteString(pair)
+			b.WriteByte(PropertySeparator)
+		}
+		b.WriteString(key)
+		b.WriteByte(NameValueSeparator)
+		b.WriteString(value)
+		b.WriteByte(PropertySeparator)
+		return b.String()
+	}
+	sep := ""
+	if props != "" && props[len(props)-1] != PropertySeparator {
+		sep = string(PropertySeparator)
+	}
+	return props + sep + key + string(NameValueSeparator) + value + string(PropertySeparator)
 }
 
 // EncodeProperties is AppendProperties to a new slice, as a string.
