@@ -44,19 +44,19 @@ func (b *Broker) stampStored(c *remoting.Conn, group string, props map[string]st
 	return props
 }
 
-// stampStoredRaw is stampStored on a raw property block: it sets PropertyCluster in place
-// (protocol.SetProperty) and returns the block to store.
-func (b *Broker) stampStoredRaw(c *remoting.Conn, group, raw string) string {
-	raw = protocol.SetProperty(raw, protocol.PropertyCluster, b.cfg.Cluster)
+// stampStoredRaw is stampStored on a raw property block: it appends to dst the block with
+// PropertyCluster set in place (protocol.AppendSetProperty) and returns it.
+func (b *Broker) stampStoredRaw(dst []byte, c *remoting.Conn, group, raw string) []byte {
+	dst = protocol.AppendSetProperty(dst, raw, protocol.PropertyCluster, b.cfg.Cluster)
 	if c == nil {
-		return raw
+		return dst
 	}
 	if id, _ := protocol.PropertyIn(raw, protocol.PropertyReplyToClient); id != "" {
 		if typ, _ := protocol.PropertyIn(raw, protocol.PropertyMessageType); typ != protocol.ReplyMessageType {
 			b.producers.seen(cmp.Or(group, id), id, c, time.Now())
 		}
 	}
-	return raw
+	return dst
 }
 
 // ErrRequesterGone is the cause in the remark of a SEND_REPLY_MESSAGE whose reply was stored

@@ -177,10 +177,16 @@ func TestStoredPropertiesKeepTheProducersBlockWithClusterAppended(t *testing.T) 
 	send("zeta\x01z\x02alpha\x01a\x02")
 	send("zeta\x01z\x02CLUSTER\x01red\x02alpha\x01a")
 	send("")
-	require.Eventually(t, func() bool { return b.StoreMax("asis", 0) == 3 }, 5*time.Second, 5*time.Millisecond)
+	batch, err := protocol.EncodeBatch([]*protocol.Message{{Body: []byte("1"), Properties: map[string]string{"a": "1", "z": "2"}}, {Body: []byte("2")}})
+	require.NoError(t, err)
+	bh := &protocol.SendMessageRequestHeader{ProducerGroup: "raw", Topic: "asis", QueueID: 0, BornTimestamp: time.Now().UnixMilli(), Batch: true}
+	resp, err := c.cl.Invoke(context.Background(), b.Addr(), protocol.NewRequest(protocol.SendBatchMessage, bh.EncodeV2(), batch))
+	require.NoError(t, err)
+	requireCode(t, protocol.Success, resp)
+	require.Eventually(t, func() bool { return b.StoreMax("asis", 0) == 5 }, 5*time.Second, 5*time.Millisecond)
 
 	h := pullHeader("asis", 0, 0, "*")
-	resp := c.invoke(context.Background(), protocol.PullMessage, h, nil)
+	resp = c.invoke(context.Background(), protocol.PullMessage, h, nil)
 	requireCode(t, protocol.Success, resp)
 	var blocks []string
 	for b := resp.Body; len(b) > 0; {
@@ -193,6 +199,8 @@ func TestStoredPropertiesKeepTheProducersBlockWithClusterAppended(t *testing.T) 
 	assert.Equal(t, []string{
 		"zeta\x01z\x02alpha\x01a\x02CLUSTER\x01blue\x02",
 		"zeta\x01z\x02alpha\x01a\x02CLUSTER\x01blue\x02",
+		"CLUSTER\x01blue\x02",
+		"a\x011\x02z\x012\x02CLUSTER\x01blue\x02",
 		"CLUSTER\x01blue\x02",
 	}, blocks)
 }

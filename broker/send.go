@@ -27,25 +27,24 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 		return errorResponse(req, protocol.NoPermission, fmt.Errorf("topic %q is reserved for the broker", h.Topic))
 	}
 	// The producer's properties are stored as they came, with the broker's appended
-	// (SetProperty), unless the message is a half, delayed or batched one: those are
-	// rewritten property by property, on a map.
-	raw := h.Properties
-	if err := protocol.CheckProperties(raw); err != nil {
+	// (stampStoredRaw), unless the message is a half or delayed one: those are rewritten
+	// property by property, on a map. A batch's own properties are its entries'.
+	if err := protocol.CheckProperties(h.Properties); err != nil {
 		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("properties: %w", err))
 	}
 	batch := req.RequestCode() == protocol.SendBatchMessage || h.Batch
-	half := isHalfRaw(h.SysFlag, raw)
-	level := delayLevel(raw)
+	half := isHalfRaw(h.SysFlag, h.Properties)
+	level := delayLevel(h.Properties)
 	var props map[string]string
-	if half || level > 0 || batch {
-		if props, err = protocol.DecodeProperties([]byte(raw)); err != nil {
+	var raw []byte
+	if half || level > 0 {
+		if props, err = protocol.DecodeProperties([]byte(h.Properties)); err != nil {
 			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("properties: %w", err))
 		}
-		raw = ""
 		// CLUSTER on every message, as Java's broker stamps it (request-reply needs it).
 		props = b.stampStored(c, h.ProducerGroup, props)
 	} else {
-		raw = b.stampStoredRaw(c, h.ProducerGroup, raw)
+		raw = b.stampStoredRaw(make([]byte, 0, len(h.Properties)+len(protocol.PropertyCluster)+len(b.cfg.Cluster)+3), c, h.ProducerGroup, h.Properties)
 	}
 	if err := checkTransactionType(h.Topic, h.SysFlag); err != nil { // before it creates a topic
 		return errorResponse(req, protocol.MessageIllegal, err)
@@ -128,12 +127,12 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 }
 
 // delayLevel is the DELAY property of a raw property block, 0 when absent or not a number.
-func delayLevel(raw string) int {
+func delayLevel[P ~string | ~[]byte](raw P) int {
 	v, ok := protocol.PropertyIn(raw, protocol.PropertyDelayLevel)
 	if !ok {
 		return 0
 	}
-	lvl, _ := strconv.Atoi(v)
+	lvl, _ := strconv.Atoi(string(v))
 	return lvl
 }
 
@@ -159,27 +158,37 @@ func storedResponse(req *protocol.Command, err error) *protocol.Command {
 }
 
 func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *protocol.MessageExt) *protocol.Command {
-	entries, err := protocol.DecodeBatch(req.Body)
+	entries, err := protocol.DecodeBatchEntries(req.Body)
 	if err != nil {
 		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch body: %w", err))
 	}
 	if len(entries) == 0 {
 		return errorResponse(req, protocol.MessageIllegal, errors.New("batch is empty"))
 	}
+	// One allocation each for the messages, their pointers and every entry's properties.
+	n := 0
+	for _, e := range entries {
+		n += len(e.Properties) + 1 + len(protocol.PropertyCluster) + 2 + len(b.cfg.Cluster)
+	}
+	props := make([]byte, 0, n)
+	stored := make([]protocol.MessageExt, len(entries))
 	ms := make([]*protocol.MessageExt, len(entries))
 	for i, e := range entries {
 		if len(e.Body) > b.cfg.MaxMessageSize {
 			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch message %d: body of %d bytes exceeds the %d-byte limit", i, len(e.Body), b.cfg.MaxMessageSize))
 		}
-		if lvl, _ := strconv.Atoi(e.Properties[protocol.PropertyDelayLevel]); lvl > 0 {
+		if delayLevel(e.Properties) > 0 {
 			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch message %d: delayed messages cannot be batched", i))
 		}
-		if isHalf(base.SysFlag, e.Properties) {
+		if isHalfRaw(base.SysFlag, e.Properties) {
 			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch message %d: transactional messages cannot be batched (topic %q)", i, base.Topic))
 		}
-		m := *base
-		m.Flag, m.Properties, m.Body = e.Flag, b.stampStored(nil, "", e.Properties), e.Body
-		ms[i] = &m
+		m := &stored[i]
+		*m = *base
+		at := len(props)
+		props = protocol.AppendSetProperty(props, e.Properties, protocol.PropertyCluster, b.cfg.Cluster)
+		m.Flag, m.Properties, m.RawProperties, m.Body = e.Flag, nil, props[at:len(props):len(props)], e.Body
+		ms[i] = m
 	}
 	res, err := b.store.PutBatch(ctx, ms)
 	if err != nil && !storedUnflushed(err, len(res) == len(ms)) {

@@ -153,12 +153,12 @@ func isHalf(sysFlag int32, props map[string]string) bool {
 }
 
 // isHalfRaw is isHalf on a raw property block.
-func isHalfRaw(sysFlag int32, raw string) bool {
+func isHalfRaw[P ~string | ~[]byte](sysFlag int32, raw P) bool {
 	if sysFlag&protocol.MsgTransactionMask == protocol.MsgTransactionPrepared {
 		return true
 	}
 	v, _ := protocol.PropertyIn(raw, protocol.PropertyTransactionPrepared)
-	return strings.EqualFold(v, "true")
+	return strings.EqualFold(string(v), "true")
 }
 
 // toHalf rewrites m, a half message bound for its topic and queue, into the half topic.

@@ -100,7 +100,7 @@ type MessageExt struct {
 	// A broker storing what a producer sent keeps the producer's block as it came and appends
 	// its own properties (SetProperty), instead of decoding it into a map and encoding the
 	// map again for every message. Decoders never set it.
-	RawProperties string
+	RawProperties []byte
 }
 
 // BodyCRC is the checksum stored with a body: CRC-32 (IEEE), masked to 31 bits as Java's
@@ -161,7 +161,7 @@ func AppendStored(dst []byte, m *MessageExt) ([]byte, error) {
 	dst = append(dst, m.Topic...)
 	propsAt := len(dst)
 	dst = append(dst, 0, 0)
-	if m.RawProperties != "" {
+	if len(m.RawProperties) > 0 {
 		dst = append(dst, m.RawProperties...)
 	} else {
 		dst = AppendProperties(dst, m.Properties)
@@ -330,13 +330,15 @@ func FindProperty(props []byte, key string) ([]byte, bool) {
 }
 
 // PropertyIn returns the value of key in a raw property block, as DecodeProperties would
-// read it: the last of duplicate keys wins, empty pairs are skipped.
-func PropertyIn(props, key string) (string, bool) {
-	val, found := "", false
+// read it: the last of duplicate keys wins, empty pairs are skipped. (FindProperty returns the
+// first.)
+func PropertyIn[P ~string | ~[]byte](props P, key string) (P, bool) {
+	var val P
+	found := false
 	for len(props) > 0 {
-		pair, rest, _ := strings.Cut(props, string(PropertySeparator))
+		pair, rest := cutPair(props)
 		props = rest
-		if len(pair) > len(key) && pair[len(key)] == NameValueSeparator && pair[:len(key)] == key {
+		if isPairOf(pair, key) {
 			val, found = pair[len(key)+1:], true
 		}
 	}
@@ -345,46 +347,64 @@ func PropertyIn(props, key string) (string, bool) {
 
 // CheckProperties reports the error DecodeProperties would return for props (a pair without
 // its name/value separator), without building the map.
-func CheckProperties(props string) error {
+func CheckProperties[P ~string | ~[]byte](props P) error {
 	for len(props) > 0 {
-		pair, rest, _ := strings.Cut(props, string(PropertySeparator))
+		pair, rest := cutPair(props)
 		props = rest
-		if len(pair) > 0 && strings.IndexByte(pair, NameValueSeparator) < 0 {
-			return fmt.Errorf("%w: property %q has no name/value separator", ErrMalformedMessage, truncateForError(pair))
+		if len(pair) > 0 && indexByte(pair, NameValueSeparator) < 0 {
+			return fmt.Errorf("%w: property %q has no name/value separator", ErrMalformedMessage, truncateForError(string(pair)))
 		}
 	}
 	return nil
 }
 
-// SetProperty returns the raw property block props with key set to value: every pair of key
-// is dropped and key\x01value\x02 appended; the other pairs keep their bytes and order (the
-// order of properties carries no meaning: RocketMQ's own broker writes them in hash order).
-// A block without the trailing separator some clients omit gets it. Without a pair of key
-// to drop, this is one allocation.
-func SetProperty(props, key, value string) string {
-	if _, ok := PropertyIn(props, key); ok {
-		var b strings.Builder
-		b.Grow(len(props) + len(key) + len(value) + 2)
-		for rest := props; len(rest) > 0; {
-			pair, r, _ := strings.Cut(rest, string(PropertySeparator))
-			rest = r
-			if len(pair) == 0 || (len(pair) > len(key) && pair[len(key)] == NameValueSeparator && pair[:len(key)] == key) {
+// AppendSetProperty appends to dst the raw property block props with key set to value: every
+// pair of key is left out and key\x01value\x02 appended; the other pairs keep their bytes and
+// order (the order of properties carries no meaning: RocketMQ's own broker writes them in hash
+// order). A block without the trailing separator some clients omit gets it; empty pairs are
+// kept, decoders skip them.
+func AppendSetProperty[P ~string | ~[]byte](dst []byte, props P, key, value string) []byte {
+	if _, ok := PropertyIn(props, key); !ok {
+		dst = append(dst, props...)
+		if len(props) > 0 && props[len(props)-1] != PropertySeparator {
+			dst = append(dst, PropertySeparator)
+		}
+	} else {
+		for len(props) > 0 {
+			pair, rest := cutPair(props)
+			props = rest
+			if isPairOf(pair, key) {
 				continue
 			}
-			b.WriteString(pair)
-			b.WriteByte(PropertySeparator)
+			dst = append(dst, pair...)
+			dst = append(dst, PropertySeparator)
 		}
-		b.WriteString(key)
-		b.WriteByte(NameValueSeparator)
-		b.WriteString(value)
-		b.WriteByte(PropertySeparator)
-		return b.String()
 	}
-	sep := ""
-	if props != "" && props[len(props)-1] != PropertySeparator {
-		sep = string(PropertySeparator)
+	dst = append(dst, key...)
+	dst = append(dst, NameValueSeparator)
+	dst = append(dst, value...)
+	return append(dst, PropertySeparator)
+}
+
+// cutPair splits props at its first PropertySeparator.
+func cutPair[P ~string | ~[]byte](props P) (pair, rest P) {
+	if i := indexByte(props, PropertySeparator); i >= 0 {
+		return props[:i], props[i+1:]
 	}
-	return props + sep + key + string(NameValueSeparator) + value + string(PropertySeparator)
+	return props, props[len(props):]
+}
+
+func isPairOf[P ~string | ~[]byte](pair P, key string) bool {
+	return len(pair) > len(key) && pair[len(key)] == NameValueSeparator && string(pair[:len(key)]) == key
+}
+
+func indexByte[P ~string | ~[]byte](s P, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
 }
 
 // EncodeProperties is AppendProperties to a new slice, as a string.

@@ -559,7 +559,7 @@ func TestFindProperty(t *testing.T) {
 	require.False(t, ok)
 }
 
-func TestSetPropertyAppendsOrReplacesWithoutReordering(t *testing.T) {
+func TestAppendSetPropertyAppendsOrReplacesWithoutReordering(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"", "C\x01v\x02"},
 		{"z\x011\x02a\x012\x02", "z\x011\x02a\x012\x02C\x01v\x02"},
@@ -568,14 +568,15 @@ func TestSetPropertyAppendsOrReplacesWithoutReordering(t *testing.T) {
 		{"\x02z\x011\x02\x02", "\x02z\x011\x02\x02C\x01v\x02"},
 		{"CC\x01x\x02", "CC\x01x\x02C\x01v\x02"},
 	} {
-		got := SetProperty(tc.in, "C", "v")
-		assert.Equal(t, tc.want, got, "SetProperty(%q)", tc.in)
+		got := string(AppendSetProperty(nil, tc.in, "C", "v"))
+		assert.Equal(t, tc.want, got, "AppendSetProperty(%q)", tc.in)
+		assert.Equal(t, got, string(AppendSetProperty(nil, []byte(tc.in), "C", "v")), "the []byte form agrees")
 		want, err := DecodeProperties([]byte(tc.in))
 		require.NoError(t, err)
 		want["C"] = "v"
 		decoded, err := DecodeProperties([]byte(got))
 		require.NoError(t, err)
-		assert.Equal(t, want, decoded, "SetProperty(%q) decodes to the map with C set", tc.in)
+		assert.Equal(t, want, decoded, "AppendSetProperty(%q) decodes to the map with C set", tc.in)
 	}
 }
 
@@ -594,6 +595,7 @@ func TestCheckPropertiesAgreesWithDecodeProperties(t *testing.T) {
 	for _, raw := range []string{"", "a\x011\x02", "a\x02", "a\x011\x02b", "\x02\x02", "a\x011\x02b\x01"} {
 		_, derr := DecodeProperties([]byte(raw))
 		cerr := CheckProperties(raw)
+		assert.Equal(t, cerr, CheckProperties([]byte(raw)), "%q: the []byte form agrees", raw)
 		if derr == nil {
 			assert.NoError(t, cerr, "%q", raw)
 		} else {
@@ -603,7 +605,7 @@ func TestCheckPropertiesAgreesWithDecodeProperties(t *testing.T) {
 }
 
 func TestAppendStoredUsesRawProperties(t *testing.T) {
-	m := &MessageExt{Message: Message{Topic: "t", Body: []byte("b"), Properties: map[string]string{"ignored": "x"}}, RawProperties: "z\x011\x02a\x012\x02"}
+	m := &MessageExt{Message: Message{Topic: "t", Body: []byte("b"), Properties: map[string]string{"ignored": "x"}}, RawProperties: []byte("z\x011\x02a\x012\x02")}
 	b, err := AppendStored(nil, m)
 	require.NoError(t, err)
 	assert.Equal(t, m.StoredSize(), len(b))
@@ -611,5 +613,5 @@ func TestAppendStoredUsesRawProperties(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, len(b), n)
 	assert.Equal(t, map[string]string{"z": "1", "a": "2"}, got.Properties)
-	assert.True(t, bytes.HasSuffix(b, []byte(m.RawProperties)))
+	assert.True(t, bytes.HasSuffix(b, m.RawProperties))
 }
