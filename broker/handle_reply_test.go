@@ -215,3 +215,31 @@ func TestSendWithAMalformedPropertyIsRefused(t *testing.T) {
 	requireCode(t, protocol.MessageIllegal, resp)
 	assert.Contains(t, resp.Remark, "broken")
 }
+
+// A send in the binary (ROCKETMQ) header encoding is answered in it, single and batched, with
+// the answer's fields readable.
+func TestBinarySendIsAnsweredInBinary(t *testing.T) {
+	b := startBroker(t, nil)
+	c := newRawClient(t, b, nil)
+	c.createTopic("bin", 1)
+	bin := remoting.NewClient(remoting.ClientOptions{Serialize: protocol.RocketMQ})
+	t.Cleanup(func() { bin.Close() })
+	single := &protocol.SendMessageRequestHeader{ProducerGroup: "raw", Topic: "bin", QueueID: 0, BornTimestamp: time.Now().UnixMilli(), Properties: "k\x01v\x02"}
+	batchBody, err := protocol.EncodeBatch([]*protocol.Message{{Body: []byte("1")}, {Body: []byte("2")}})
+	require.NoError(t, err)
+	batch := &protocol.SendMessageRequestHeader{ProducerGroup: "raw", Topic: "bin", QueueID: 0, BornTimestamp: time.Now().UnixMilli(), Batch: true}
+	for i, req := range []*protocol.Command{
+		protocol.NewRequest(protocol.SendMessage, single.Encode(), []byte("x")),
+		protocol.NewRequest(protocol.SendMessageV2, single.EncodeV2(), []byte("y")),
+		protocol.NewRequest(protocol.SendBatchMessage, batch.EncodeV2(), batchBody),
+	} {
+		resp, err := bin.Invoke(context.Background(), b.Addr(), req)
+		require.NoError(t, err)
+		requireCode(t, protocol.Success, resp)
+		assert.Equal(t, protocol.RocketMQ, resp.Serialize, "request %d", i)
+		var rh protocol.SendMessageResponseHeader
+		require.NoError(t, resp.DecodeHeader(&rh))
+		assert.Equal(t, []int64{0, 1, 2}[i], rh.QueueOffset)
+		assert.NotEmpty(t, rh.MsgID)
+	}
+}

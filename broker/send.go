@@ -122,7 +122,8 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 		o.MessagesIn(m.Topic, 1, len(m.Body))
 	}
 	resp := storedResponse(req, err)
-	(&protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset}).EncodeTo(resp.ExtFields)
+	// Written straight into the frame: nothing reads a send's answer before it goes out.
+	resp.Fields = &protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset}
 	return resp
 }
 
@@ -206,7 +207,7 @@ func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *pro
 		ids[i] = r.MsgID
 	}
 	resp := storedResponse(req, err)
-	(&protocol.SendMessageResponseHeader{MsgID: strings.Join(ids, ","), QueueID: base.QueueID, QueueOffset: res[0].QueueOffset}).EncodeTo(resp.ExtFields)
+	resp.Fields = &protocol.SendMessageResponseHeader{MsgID: strings.Join(ids, ","), QueueID: base.QueueID, QueueOffset: res[0].QueueOffset}
 	return resp
 }
 

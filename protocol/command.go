@@ -64,7 +64,12 @@ type Command struct {
 	Flag      int32
 	Remark    string
 	ExtFields map[string]string
-	Body      []byte
+	// Fields, when set, are header fields written after ExtFields when the command is
+	// encoded, without passing through a map. They are for a command built to be sent: a
+	// received command has its fields in ExtFields only, and nothing that reads ExtFields
+	// before sending sees these.
+	Fields FieldAppender
+	Body   []byte
 	// Serialize is the header encoding the command came in with, or will go out with.
 	Serialize SerializeType
 }
@@ -163,6 +168,11 @@ func (c *Command) appendBinaryHeader(dst []byte) ([]byte, error) {
 		dst = append(dst, k...)
 		dst = binary.BigEndian.AppendUint32(dst, uint32(len(v)))
 		dst = append(dst, v...)
+	}
+	if c.Fields != nil {
+		w := FieldWriter{dst: dst}
+		c.Fields.AppendFields(&w)
+		dst = w.dst
 	}
 	binary.BigEndian.PutUint32(dst[lenAt:], uint32(len(dst)-lenAt-4))
 	return dst, nil

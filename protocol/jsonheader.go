@@ -37,7 +37,7 @@ func (c *Command) appendJSONHeader(dst []byte) ([]byte, error) {
 		dst = append(dst, `,"remark":`...)
 		dst = appendJSONString(dst, c.Remark)
 	}
-	if len(c.ExtFields) > 0 {
+	if len(c.ExtFields) > 0 || c.Fields != nil {
 		dst = append(dst, `,"extFields":{`...)
 		var stack [24]string
 		for i, k := range sortedKeys(c.ExtFields, stack[:0]) {
@@ -47,6 +47,11 @@ func (c *Command) appendJSONHeader(dst []byte) ([]byte, error) {
 			dst = appendJSONString(dst, k)
 			dst = append(dst, ':')
 			dst = appendJSONString(dst, c.ExtFields[k])
+		}
+		if c.Fields != nil {
+			w := FieldWriter{dst: dst, json: true, n: len(c.ExtFields)}
+			c.Fields.AppendFields(&w)
+			dst = w.dst
 		}
 		dst = append(dst, '}')
 	}
