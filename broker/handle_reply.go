@@ -107,7 +107,7 @@ func (b *Broker) processSendReply(ctx context.Context, c *remoting.Conn, req *pr
 	if err != nil && !storedUnflushed(err, res.MsgID != "") {
 		return storeErrorResponse(req, err)
 	}
-	resp := storedResponse(req, err)
+	resp := storedResponse(req, err, nil)
 	(&protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset}).EncodeTo(resp.ExtFields)
 	if err := b.pushReply(ctx, h, &m); err != nil {
 		b.log.Warn("reply stored but not pushed", "topic", h.Topic, "correlationId", props[protocol.PropertyCorrelationID], "err", err)

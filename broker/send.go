@@ -107,9 +107,7 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 		if err != nil && !storedUnflushed(err, res.MsgID != "") {
 			return storeErrorResponse(req, err)
 		}
-		resp := storedResponse(req, err)
-		(&protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: queueID, QueueOffset: res.QueueOffset}).EncodeTo(resp.ExtFields)
-		return resp
+		return storedResponse(req, err, &protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: queueID, QueueOffset: res.QueueOffset})
 	}
 	if level > 0 && !strings.HasPrefix(m.Topic, DLQTopicPrefix) {
 		b.delayed(&m, level)
@@ -121,10 +119,8 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	if o := b.cfg.Observer; o != nil {
 		o.MessagesIn(m.Topic, 1, len(m.Body))
 	}
-	resp := storedResponse(req, err)
 	// Written straight into the frame: nothing reads a send's answer before it goes out.
-	resp.Fields = &protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset}
-	return resp
+	return storedResponse(req, err, &protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset})
 }
 
 // delayLevel is the DELAY property of a raw property block, 0 when absent or not a number.
@@ -151,11 +147,18 @@ func storedUnflushed(err error, haveResult bool) bool {
 // when the fsync covering them did not finish in time (err says why). Both carry the message id, queue and
 // offset, as RocketMQ's do, because the message is stored and will be delivered: a client
 // that saw an error without them would resend it and store a second copy.
-func storedResponse(req *protocol.Command, err error) *protocol.Command {
+//
+// The answer's header is h, written straight into the frame (protocol.NewResponseWith), or,
+// when h is nil, the caller's to put in ExtFields.
+func storedResponse(req *protocol.Command, err error, h protocol.FieldAppender) *protocol.Command {
+	code, remark := protocol.Success, ""
 	if err != nil {
-		return protocol.NewResponse(req, protocol.FlushDiskTimeout, err.Error())
+		code, remark = protocol.FlushDiskTimeout, err.Error()
 	}
-	return protocol.NewResponse(req, protocol.Success, "")
+	if h != nil {
+		return protocol.NewResponseWith(req, code, remark, h)
+	}
+	return protocol.NewResponse(req, code, remark)
 }
 
 func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *protocol.MessageExt) *protocol.Command {
@@ -206,9 +209,7 @@ func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *pro
 	for i, r := range res {
 		ids[i] = r.MsgID
 	}
-	resp := storedResponse(req, err)
-	resp.Fields = &protocol.SendMessageResponseHeader{MsgID: strings.Join(ids, ","), QueueID: base.QueueID, QueueOffset: res[0].QueueOffset}
-	return resp
+	return storedResponse(req, err, &protocol.SendMessageResponseHeader{MsgID: strings.Join(ids, ","), QueueID: base.QueueID, QueueOffset: res[0].QueueOffset})
 }
 
 // topicForSend finds the topic a send goes to, creating it from the auto-create key when the

@@ -198,7 +198,10 @@ func (r *jsonReader) substring(start, n int) string {
 
 // strSlow decodes a string that has escapes or invalid UTF-8; start is just after the quote.
 func (r *jsonReader) strSlow(start int) (string, error) {
-	out := make([]byte, 0, r.pos-start+16)
+	// Unescaped, a string is no longer than the rest of the header (but for invalid UTF-8,
+	// each byte of which grows to three): one allocation for a properties value full of
+	// \u0001 and \u0002 escapes, where growing from a small buffer took two or three.
+	out := make([]byte, 0, len(r.b)-start)
 	out = append(out, r.b[start:r.pos]...)
 	for r.pos < len(r.b) {
 		c := r.b[r.pos]
