@@ -44,6 +44,21 @@ func (b *Broker) stampStored(c *remoting.Conn, group string, props map[string]st
 	return props
 }
 
+// stampStoredRaw is stampStored on a raw property block: it appends to dst the block with
+// PropertyCluster set in place (protocol.AppendSetProperty) and returns it.
+func (b *Broker) stampStoredRaw(dst []byte, c *remoting.Conn, group, raw string) []byte {
+	dst = protocol.AppendSetProperty(dst, raw, protocol.PropertyCluster, b.cfg.Cluster)
+	if c == nil {
+		return dst
+	}
+	if id, _ := protocol.PropertyIn(raw, protocol.PropertyReplyToClient); id != "" {
+		if typ, _ := protocol.PropertyIn(raw, protocol.PropertyMessageType); typ != protocol.ReplyMessageType {
+			b.producers.seen(cmp.Or(group, id), id, c, time.Now())
+		}
+	}
+	return dst
+}
+
 // ErrRequesterGone is the cause in the remark of a SEND_REPLY_MESSAGE whose reply was stored
 // but could not be pushed: the requesting client has no connection to this broker.
 var ErrRequesterGone = errors.New("requesting client not connected")
@@ -92,7 +107,7 @@ func (b *Broker) processSendReply(ctx context.Context, c *remoting.Conn, req *pr
 	if err != nil && !storedUnflushed(err, res.MsgID != "") {
 		return storeErrorResponse(req, err)
 	}
-	resp := storedResponse(req, err)
+	resp := storedResponse(req, err, nil)
 	(&protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset}).EncodeTo(resp.ExtFields)
 	if err := b.pushReply(ctx, h, &m); err != nil {
 		b.log.Warn("reply stored but not pushed", "topic", h.Topic, "correlationId", props[protocol.PropertyCorrelationID], "err", err)

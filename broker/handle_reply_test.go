@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"encoding/binary"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/protocol"
 	"github.com/flowd-io/flowd/remoting"
 )
@@ -159,4 +161,85 @@ func TestReplyToAnAbsentRequesterIsStoredButAnsweredWithAnError(t *testing.T) {
 	requireCode(t, protocol.TopicNotExist, resp)
 	requireCode(t, protocol.InvalidParameter, responder.invoke(context.Background(), protocol.SendReplyMessage, nil, []byte("x")))
 	requireCode(t, protocol.InvalidParameter, responder.invoke(context.Background(), protocol.SendReplyMessageV2, nil, []byte("x")))
+}
+
+// The broker stores a producer's properties as they came, in the producer's order, with
+// CLUSTER appended; a CLUSTER the producer set is replaced, and a block without its trailing
+// separator still reads back whole.
+func TestStoredPropertiesKeepTheProducersBlockWithClusterAppended(t *testing.T) {
+	b := startBroker(t, func(c *broker.Config) { c.Cluster = "blue" })
+	c := newRawClient(t, b, nil)
+	c.createTopic("asis", 1)
+	send := func(props string) {
+		h := &protocol.SendMessageRequestHeader{ProducerGroup: "raw", Topic: "asis", QueueID: 0, BornTimestamp: time.Now().UnixMilli(), Properties: props}
+		requireCode(t, protocol.Success, c.invoke(context.Background(), protocol.SendMessage, h, []byte("x")))
+	}
+	send("zeta\x01z\x02alpha\x01a\x02")
+	send("zeta\x01z\x02CLUSTER\x01red\x02alpha\x01a")
+	send("")
+	batch, err := protocol.EncodeBatch([]*protocol.Message{{Body: []byte("1"), Properties: map[string]string{"a": "1", "z": "2"}}, {Body: []byte("2")}})
+	require.NoError(t, err)
+	bh := &protocol.SendMessageRequestHeader{ProducerGroup: "raw", Topic: "asis", QueueID: 0, BornTimestamp: time.Now().UnixMilli(), Batch: true}
+	resp, err := c.cl.Invoke(context.Background(), b.Addr(), protocol.NewRequest(protocol.SendBatchMessage, bh.EncodeV2(), batch))
+	require.NoError(t, err)
+	requireCode(t, protocol.Success, resp)
+	require.Eventually(t, func() bool { return b.StoreMax("asis", 0) == 5 }, 5*time.Second, 5*time.Millisecond)
+
+	h := pullHeader("asis", 0, 0, "*")
+	resp = c.invoke(context.Background(), protocol.PullMessage, h, nil)
+	requireCode(t, protocol.Success, resp)
+	var blocks []string
+	for b := resp.Body; len(b) > 0; {
+		n := int(binary.BigEndian.Uint32(b))
+		props, err := store.StoredProperties(b[:n])
+		require.NoError(t, err)
+		blocks = append(blocks, string(props))
+		b = b[n:]
+	}
+	assert.Equal(t, []string{
+		"zeta\x01z\x02alpha\x01a\x02CLUSTER\x01blue\x02",
+		"zeta\x01z\x02alpha\x01a\x02CLUSTER\x01blue\x02",
+		"CLUSTER\x01blue\x02",
+		"a\x011\x02z\x012\x02CLUSTER\x01blue\x02",
+		"CLUSTER\x01blue\x02",
+	}, blocks)
+}
+
+// A properties block with a pair that has no name/value separator is refused, as before.
+func TestSendWithAMalformedPropertyIsRefused(t *testing.T) {
+	b := startBroker(t, nil)
+	c := newRawClient(t, b, nil)
+	c.createTopic("bad", 1)
+	h := &protocol.SendMessageRequestHeader{ProducerGroup: "raw", Topic: "bad", QueueID: 0, BornTimestamp: time.Now().UnixMilli(), Properties: "a\x01b\x02broken\x02"}
+	resp := c.invoke(context.Background(), protocol.SendMessage, h, []byte("x"))
+	requireCode(t, protocol.MessageIllegal, resp)
+	assert.Contains(t, resp.Remark, "broken")
+}
+
+// A send in the binary (ROCKETMQ) header encoding is answered in it, single and batched, with
+// the answer's fields readable.
+func TestBinarySendIsAnsweredInBinary(t *testing.T) {
+	b := startBroker(t, nil)
+	c := newRawClient(t, b, nil)
+	c.createTopic("bin", 1)
+	bin := remoting.NewClient(remoting.ClientOptions{Serialize: protocol.RocketMQ})
+	t.Cleanup(func() { bin.Close() })
+	single := &protocol.SendMessageRequestHeader{ProducerGroup: "raw", Topic: "bin", QueueID: 0, BornTimestamp: time.Now().UnixMilli(), Properties: "k\x01v\x02"}
+	batchBody, err := protocol.EncodeBatch([]*protocol.Message{{Body: []byte("1")}, {Body: []byte("2")}})
+	require.NoError(t, err)
+	batch := &protocol.SendMessageRequestHeader{ProducerGroup: "raw", Topic: "bin", QueueID: 0, BornTimestamp: time.Now().UnixMilli(), Batch: true}
+	for i, req := range []*protocol.Command{
+		protocol.NewRequest(protocol.SendMessage, single.Encode(), []byte("x")),
+		protocol.NewRequest(protocol.SendMessageV2, single.EncodeV2(), []byte("y")),
+		protocol.NewRequest(protocol.SendBatchMessage, batch.EncodeV2(), batchBody),
+	} {
+		resp, err := bin.Invoke(context.Background(), b.Addr(), req)
+		require.NoError(t, err)
+		requireCode(t, protocol.Success, resp)
+		assert.Equal(t, protocol.RocketMQ, resp.Serialize, "request %d", i)
+		var rh protocol.SendMessageResponseHeader
+		require.NoError(t, resp.DecodeHeader(&rh))
+		assert.Equal(t, []int64{0, 1, 2}[i], rh.QueueOffset)
+		assert.NotEmpty(t, rh.MsgID)
+	}
 }

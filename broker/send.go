@@ -26,17 +26,30 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	if isSystemTopic(h.Topic) {
 		return errorResponse(req, protocol.NoPermission, fmt.Errorf("topic %q is reserved for the broker", h.Topic))
 	}
-	props, err := protocol.DecodeProperties([]byte(h.Properties))
-	if err != nil {
+	// The producer's properties are stored as they came, with the broker's appended
+	// (stampStoredRaw), unless the message is a half or delayed one: those are rewritten
+	// property by property, on a map. A batch's own properties are its entries'.
+	if err := protocol.CheckProperties(h.Properties); err != nil {
 		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("properties: %w", err))
 	}
-	// CLUSTER on every message, as Java's broker stamps it (request-reply needs it).
-	props = b.stampStored(c, h.ProducerGroup, props)
+	batch := req.RequestCode() == protocol.SendBatchMessage || h.Batch
+	half := isHalfRaw(h.SysFlag, h.Properties)
+	level := delayLevel(h.Properties)
+	var props map[string]string
+	var raw []byte
+	if half || level > 0 {
+		if props, err = protocol.DecodeProperties([]byte(h.Properties)); err != nil {
+			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("properties: %w", err))
+		}
+		// CLUSTER on every message, as Java's broker stamps it (request-reply needs it).
+		props = b.stampStored(c, h.ProducerGroup, props)
+	} else {
+		raw = b.stampStoredRaw(make([]byte, 0, len(h.Properties)+len(protocol.PropertyCluster)+len(b.cfg.Cluster)+3), c, h.ProducerGroup, h.Properties)
+	}
 	if err := checkTransactionType(h.Topic, h.SysFlag); err != nil { // before it creates a topic
 		return errorResponse(req, protocol.MessageIllegal, err)
 	}
-	half := isHalf(h.SysFlag, props)
-	if half && (req.RequestCode() == protocol.SendBatchMessage || h.Batch) {
+	if half && batch {
 		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("transactional messages cannot be batched (topic %q)", h.Topic))
 	}
 	tc, errResp := b.topicForSend(req, h)
@@ -52,6 +65,7 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	}
 	base := protocol.MessageExt{
 		Message:        protocol.Message{Topic: h.Topic, Flag: h.Flag, Properties: props},
+		RawProperties:  raw,
 		QueueID:        queueID,
 		SysFlag:        h.SysFlag,
 		BornTimestamp:  h.BornTimestamp,
@@ -74,7 +88,7 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 		}
 	}
 
-	if req.RequestCode() == protocol.SendBatchMessage || h.Batch {
+	if batch {
 		return b.sendBatch(ctx, req, &base)
 	}
 	if len(req.Body) == 0 {
@@ -93,12 +107,10 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 		if err != nil && !storedUnflushed(err, res.MsgID != "") {
 			return storeErrorResponse(req, err)
 		}
-		resp := storedResponse(req, err)
-		(&protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: queueID, QueueOffset: res.QueueOffset}).EncodeTo(resp.ExtFields)
-		return resp
+		return storedResponse(req, err, &protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: queueID, QueueOffset: res.QueueOffset})
 	}
-	if lvl, _ := strconv.Atoi(props[protocol.PropertyDelayLevel]); lvl > 0 && !strings.HasPrefix(m.Topic, DLQTopicPrefix) {
-		b.delayed(&m, lvl)
+	if level > 0 && !strings.HasPrefix(m.Topic, DLQTopicPrefix) {
+		b.delayed(&m, level)
 	}
 	res, err := b.store.Put(ctx, &m)
 	if err != nil && !storedUnflushed(err, res.MsgID != "") {
@@ -107,9 +119,18 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	if o := b.cfg.Observer; o != nil {
 		o.MessagesIn(m.Topic, 1, len(m.Body))
 	}
-	resp := storedResponse(req, err)
-	(&protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset}).EncodeTo(resp.ExtFields)
-	return resp
+	// Written straight into the frame: nothing reads a send's answer before it goes out.
+	return storedResponse(req, err, &protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset})
+}
+
+// delayLevel is the DELAY property of a raw property block, 0 when absent or not a number.
+func delayLevel[P ~string | ~[]byte](raw P) int {
+	v, ok := protocol.PropertyIn(raw, protocol.PropertyDelayLevel)
+	if !ok {
+		return 0
+	}
+	lvl, _ := strconv.Atoi(string(v))
+	return lvl
 }
 
 // storedUnflushed reports whether a Put that returned err (and a result, when haveResult)
@@ -126,35 +147,52 @@ func storedUnflushed(err error, haveResult bool) bool {
 // when the fsync covering them did not finish in time (err says why). Both carry the message id, queue and
 // offset, as RocketMQ's do, because the message is stored and will be delivered: a client
 // that saw an error without them would resend it and store a second copy.
-func storedResponse(req *protocol.Command, err error) *protocol.Command {
+//
+// The answer's header is h, written straight into the frame (protocol.NewResponseWith), or,
+// when h is nil, the caller's to put in ExtFields.
+func storedResponse(req *protocol.Command, err error, h protocol.FieldAppender) *protocol.Command {
+	code, remark := protocol.Success, ""
 	if err != nil {
-		return protocol.NewResponse(req, protocol.FlushDiskTimeout, err.Error())
+		code, remark = protocol.FlushDiskTimeout, err.Error()
 	}
-	return protocol.NewResponse(req, protocol.Success, "")
+	if h != nil {
+		return protocol.NewResponseWith(req, code, remark, h)
+	}
+	return protocol.NewResponse(req, code, remark)
 }
 
 func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *protocol.MessageExt) *protocol.Command {
-	entries, err := protocol.DecodeBatch(req.Body)
+	entries, err := protocol.DecodeBatchEntries(req.Body)
 	if err != nil {
 		return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch body: %w", err))
 	}
 	if len(entries) == 0 {
 		return errorResponse(req, protocol.MessageIllegal, errors.New("batch is empty"))
 	}
+	// One allocation each for the messages, their pointers and every entry's properties.
+	n := 0
+	for _, e := range entries {
+		n += len(e.Properties) + 1 + len(protocol.PropertyCluster) + 2 + len(b.cfg.Cluster)
+	}
+	props := make([]byte, 0, n)
+	stored := make([]protocol.MessageExt, len(entries))
 	ms := make([]*protocol.MessageExt, len(entries))
 	for i, e := range entries {
 		if len(e.Body) > b.cfg.MaxMessageSize {
 			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch message %d: body of %d bytes exceeds the %d-byte limit", i, len(e.Body), b.cfg.MaxMessageSize))
 		}
-		if lvl, _ := strconv.Atoi(e.Properties[protocol.PropertyDelayLevel]); lvl > 0 {
+		if delayLevel(e.Properties) > 0 {
 			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch message %d: delayed messages cannot be batched", i))
 		}
-		if isHalf(base.SysFlag, e.Properties) {
+		if isHalfRaw(base.SysFlag, e.Properties) {
 			return errorResponse(req, protocol.MessageIllegal, fmt.Errorf("batch message %d: transactional messages cannot be batched (topic %q)", i, base.Topic))
 		}
-		m := *base
-		m.Flag, m.Properties, m.Body = e.Flag, b.stampStored(nil, "", e.Properties), e.Body
-		ms[i] = &m
+		m := &stored[i]
+		*m = *base
+		at := len(props)
+		props = protocol.AppendSetProperty(props, e.Properties, protocol.PropertyCluster, b.cfg.Cluster)
+		m.Flag, m.Properties, m.RawProperties, m.Body = e.Flag, nil, props[at:len(props):len(props)], e.Body
+		ms[i] = m
 	}
 	res, err := b.store.PutBatch(ctx, ms)
 	if err != nil && !storedUnflushed(err, len(res) == len(ms)) {
@@ -171,9 +209,7 @@ func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *pro
 	for i, r := range res {
 		ids[i] = r.MsgID
 	}
-	resp := storedResponse(req, err)
-	(&protocol.SendMessageResponseHeader{MsgID: strings.Join(ids, ","), QueueID: base.QueueID, QueueOffset: res[0].QueueOffset}).EncodeTo(resp.ExtFields)
-	return resp
+	return storedResponse(req, err, &protocol.SendMessageResponseHeader{MsgID: strings.Join(ids, ","), QueueID: base.QueueID, QueueOffset: res[0].QueueOffset})
 }
 
 // topicForSend finds the topic a send goes to, creating it from the auto-create key when the

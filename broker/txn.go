@@ -152,6 +152,15 @@ func isHalf(sysFlag int32, props map[string]string) bool {
 		strings.EqualFold(props[protocol.PropertyTransactionPrepared], "true")
 }
 
+// isHalfRaw is isHalf on a raw property block.
+func isHalfRaw[P ~string | ~[]byte](sysFlag int32, raw P) bool {
+	if sysFlag&protocol.MsgTransactionMask == protocol.MsgTransactionPrepared {
+		return true
+	}
+	v, _ := protocol.PropertyIn(raw, protocol.PropertyTransactionPrepared)
+	return strings.EqualFold(string(v), "true")
+}
+
 // toHalf rewrites m, a half message bound for its topic and queue, into the half topic.
 func toHalf(m *protocol.MessageExt, producerGroup string) {
 	m.Properties[protocol.PropertyRealTopic] = m.Topic

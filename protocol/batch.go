@@ -87,34 +87,72 @@ func EncodeBatch(msgs []*Message) ([]byte, error) {
 // MAGIC and BODYCRC are not checked: every known writer puts 0 in both, and the Java broker
 // ignores them too. TOTALSIZE must agree exactly with the fields.
 func DecodeBatchEntry(b []byte) (*Message, int, error) {
+	e, n, err := decodeBatchEntry(b)
+	if err != nil {
+		return nil, 0, err
+	}
+	m := &Message{Flag: e.Flag, Body: e.Body}
+	if m.Properties, err = DecodeProperties(e.Properties); err != nil {
+		return nil, 0, err
+	}
+	return m, n, nil
+}
+
+// BatchEntry is one entry of a SEND_BATCH_MESSAGE body as it came: Body and Properties (the
+// raw key\x01value\x02 block) alias the body.
+type BatchEntry struct {
+	Flag       int32
+	Body       []byte
+	Properties []byte
+}
+
+// DecodeBatchEntries is DecodeBatch without decoding the properties into maps, for a broker
+// that stores each entry's block as it came (MessageExt.RawProperties). The blocks are
+// checked as DecodeProperties would (CheckProperties).
+func DecodeBatchEntries(b []byte) ([]BatchEntry, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: empty batch", ErrMalformedMessage)
+	}
+	var out []BatchEntry
+	for len(b) > 0 {
+		e, n, err := decodeBatchEntry(b)
+		if err == nil {
+			err = CheckProperties(e.Properties)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("batch message %d: %w", len(out), err)
+		}
+		out = append(out, e)
+		b = b[n:]
+	}
+	return out, nil
+}
+
+func decodeBatchEntry(b []byte) (BatchEntry, int, error) {
+	var e BatchEntry
 	d := decoder{b: b}
 	total := d.i32("batch TOTALSIZE")
 	if d.err != nil {
-		return nil, 0, d.err
+		return e, 0, d.err
 	}
 	if total < batchEntryFixed || int64(total) > int64(len(b)) {
-		return nil, 0, fmt.Errorf("%w: batch entry TOTALSIZE %d, but %d bytes present and at least %d needed", ErrMalformedMessage, total, len(b), batchEntryFixed)
+		return e, 0, fmt.Errorf("%w: batch entry TOTALSIZE %d, but %d bytes present and at least %d needed", ErrMalformedMessage, total, len(b), batchEntryFixed)
 	}
 	d.b = b[:total]
 	d.u32("batch MAGIC")
 	d.u32("batch BODYCRC")
-	m := &Message{}
-	m.Flag = d.i32("batch FLAG")
+	e.Flag = d.i32("batch FLAG")
 	bodyLen := d.i32("batch BODYLEN")
-	m.Body = d.bytes(int(bodyLen), "batch BODY")
+	e.Body = d.bytes(int(bodyLen), "batch BODY")
 	propLen := d.u16("batch PROPLEN")
-	props := d.bytes(int(propLen), "batch PROPERTIES")
+	e.Properties = d.bytes(int(propLen), "batch PROPERTIES")
 	if d.err != nil {
-		return nil, 0, d.err
+		return e, 0, d.err
 	}
 	if d.off != int(total) {
-		return nil, 0, fmt.Errorf("%w: batch entry TOTALSIZE %d disagrees with the fields, which end at %d", ErrMalformedMessage, total, d.off)
+		return e, 0, fmt.Errorf("%w: batch entry TOTALSIZE %d disagrees with the fields, which end at %d", ErrMalformedMessage, total, d.off)
 	}
-	var err error
-	if m.Properties, err = DecodeProperties(props); err != nil {
-		return nil, 0, err
-	}
-	return m, int(total), nil
+	return e, int(total), nil
 }
 
 // DecodeBatch decodes every entry of a SEND_BATCH_MESSAGE body. An empty body is an error:

@@ -107,6 +107,21 @@ func NewResponse(req *Command, code ResponseCode, remark string) *Command {
 	}
 }
 
+// NewResponseWith is NewResponse with its header given as Fields, written straight into the
+// frame, and no ExtFields map: for an answer nothing reads before it is sent.
+func NewResponseWith(req *Command, code ResponseCode, remark string, h FieldAppender) *Command {
+	return &Command{
+		Code:      int16(code),
+		Language:  LangGo,
+		Version:   Version,
+		Opaque:    req.Opaque,
+		Flag:      FlagResponse,
+		Remark:    remark,
+		Fields:    h,
+		Serialize: req.Serialize,
+	}
+}
+
 // Version is the protocol version flowd announces (RocketMQ 4.9.x's V4_9_4).
 const Version = 317
 

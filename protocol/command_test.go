@@ -535,3 +535,27 @@ func TestReadFrameAllocatesAsBytesArrive(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, cmd, got)
 }
+
+// A header given as Command.Fields reads back, in both serialize types, exactly as the same
+// header encoded into ExtFields, alone or after other ExtFields.
+func TestFieldsEncodeAsExtFields(t *testing.T) {
+	h := &SendMessageResponseHeader{MsgID: "0A00000100002A9F000000000000002A", QueueID: 3, QueueOffset: -7, TransactionID: "tx \"1\"", TraceOn: true}
+	for _, st := range []SerializeType{JSON, RocketMQ} {
+		for _, extra := range []map[string]string{nil, {"a": "1", "zz": "2"}} {
+			want := h.Encode()
+			c := &Command{Code: 0, Flag: FlagResponse, Opaque: 9, Serialize: st, ExtFields: map[string]string{}, Fields: h}
+			for k, v := range extra {
+				c.ExtFields[k] = v
+				want[k] = v
+			}
+			frame, err := c.AppendFrame(nil)
+			require.NoError(t, err)
+			got, err := DecodeFrame(frame[4:])
+			require.NoError(t, err, "serialize %d", st)
+			require.Equal(t, want, got.ExtFields, "serialize %d, extra %v", st, extra)
+			var back SendMessageResponseHeader
+			require.NoError(t, got.DecodeHeader(&back))
+			require.Equal(t, *h, back)
+		}
+	}
+}

@@ -217,12 +217,27 @@ func FuzzDecodeBatch(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, b []byte) {
 		msgs, err := DecodeBatch(b)
+		entries, rawErr := DecodeBatchEntries(b)
 		if err != nil {
 			require.Nil(t, msgs)
 			require.ErrorIs(t, err, ErrMalformedMessage)
+			require.EqualError(t, rawErr, err.Error(), "DecodeBatchEntries refuses what DecodeBatch does")
 			return
 		}
 		require.NotEmpty(t, msgs)
+		require.NoError(t, rawErr)
+		require.Len(t, entries, len(msgs))
+		for i, e := range entries {
+			require.Equal(t, msgs[i].Flag, e.Flag)
+			require.Equal(t, msgs[i].Body, e.Body)
+			props, err := DecodeProperties(e.Properties)
+			require.NoError(t, err)
+			require.Equal(t, msgs[i].Properties, props)
+			stamped, err := DecodeProperties(AppendSetProperty(nil, e.Properties, "CLUSTER", "c"))
+			require.NoError(t, err)
+			props["CLUSTER"] = "c"
+			require.Equal(t, props, stamped, "AppendSetProperty sets one key and keeps the others")
+		}
 		enc, err := EncodeBatch(msgs)
 		for _, m := range msgs {
 			if propertiesLen(m.Properties) > MaxPropertiesLength {

@@ -221,6 +221,19 @@ func (h *SendMessageResponseHeader) EncodeTo(ext map[string]string) {
 	}
 }
 
+// AppendFields writes the fields EncodeTo would, straight into a frame (Command.Fields).
+func (h *SendMessageResponseHeader) AppendFields(w FieldWriter) FieldWriter {
+	w.String("msgId", h.MsgID)
+	w.Int(fieldQueueID, int64(h.QueueID))
+	w.Int("queueOffset", h.QueueOffset)
+	w.OptString("transactionId", h.TransactionID)
+	w.OptString("MSG_REGION", h.MsgRegion)
+	if h.TraceOn {
+		w.Bool("TRACE_ON", true)
+	}
+	return w
+}
+
 func (h *SendMessageResponseHeader) Decode(ext map[string]string) error {
 	r := fieldReader{ext: ext}
 	h.MsgID = r.str("msgId", true)

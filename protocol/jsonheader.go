@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -199,14 +200,19 @@ func (r *jsonReader) substring(start, n int) string {
 
 // strSlow decodes a string that has escapes or invalid UTF-8; start is just after the quote.
 func (r *jsonReader) strSlow(start int) (string, error) {
-	out := make([]byte, 0, r.pos-start+16)
-	out = append(out, r.b[start:r.pos]...)
+	// Unescaped, a string is no longer than the rest of the header (but for invalid UTF-8,
+	// each byte of which grows to three): one allocation for a properties value full of
+	// \u0001 and \u0002 escapes, where growing from a small buffer took two or three.
+	// A strings.Builder hands its buffer over as the string: one allocation, not two.
+	var out strings.Builder
+	out.Grow(len(r.b) - start)
+	out.Write(r.b[start:r.pos])
 	for r.pos < len(r.b) {
 		c := r.b[r.pos]
 		switch {
 		case c == '"':
 			r.pos++
-			return string(out), nil
+			return out.String(), nil
 		case c < 0x20:
 			return "", r.syntaxf("invalid character %q in string literal", c)
 		case c == '\\':
@@ -217,17 +223,17 @@ func (r *jsonReader) strSlow(start int) (string, error) {
 			r.pos += 2
 			switch e {
 			case '"', '\\', '/':
-				out = append(out, e)
+				out.WriteByte(e)
 			case 'b':
-				out = append(out, '\b')
+				out.WriteByte('\b')
 			case 'f':
-				out = append(out, '\f')
+				out.WriteByte('\f')
 			case 'n':
-				out = append(out, '\n')
+				out.WriteByte('\n')
 			case 'r':
-				out = append(out, '\r')
+				out.WriteByte('\r')
 			case 't':
-				out = append(out, '\t')
+				out.WriteByte('\t')
 			case 'u':
 				ch, ok := hex4(r.b[r.pos:])
 				if !ok {
@@ -241,23 +247,23 @@ func (r *jsonReader) strSlow(start int) (string, error) {
 						if lo, ok := hex4(r.b[r.pos+2:]); ok {
 							if dec := utf16.DecodeRune(ch, lo); dec != utf8.RuneError {
 								r.pos += 6
-								out = utf8.AppendRune(out, dec)
+								out.WriteRune(dec)
 								continue
 							}
 						}
 					}
 					ch = utf8.RuneError
 				}
-				out = utf8.AppendRune(out, ch)
+				out.WriteRune(ch)
 			default:
 				return "", r.syntaxf("invalid escape '\\%c'", e)
 			}
 		case c < utf8.RuneSelf:
-			out = append(out, c)
+			out.WriteByte(c)
 			r.pos++
 		default:
 			ch, size := utf8.DecodeRune(r.b[r.pos:])
-			out = utf8.AppendRune(out, ch) // RuneError for each invalid byte
+			out.WriteRune(ch) // RuneError for each invalid byte
 			r.pos += size
 		}
 	}

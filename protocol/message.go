@@ -94,6 +94,13 @@ type MessageExt struct {
 	BodyCRC                   uint32
 	ReconsumeTimes            int32
 	PreparedTransactionOffset int64
+
+	// RawProperties, when not empty, is the encoded property block (key\x01value\x02…)
+	// AppendStored and StoredSize use instead of encoding Properties, which they then ignore.
+	// A broker storing what a producer sent keeps the producer's block as it came and appends
+	// its own properties (SetProperty), instead of decoding it into a map and encoding the
+	// map again for every message. Decoders never set it.
+	RawProperties []byte
 }
 
 // BodyCRC is the checksum stored with a body: CRC-32 (IEEE), masked to 31 bits as Java's
@@ -109,7 +116,10 @@ func hostLen(sysFlag int32, v6 int32) int {
 
 // StoredSize is the number of bytes m takes in the stored layout.
 func (m *MessageExt) StoredSize() int {
-	props := propertiesLen(m.Properties)
+	props := len(m.RawProperties)
+	if props == 0 {
+		props = propertiesLen(m.Properties)
+	}
 	return 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + hostLen(m.SysFlag, MsgFlagBornHostV6) + 8 +
 		hostLen(m.SysFlag, MsgFlagStoreHostV6) + 4 + 8 + 4 + len(m.Body) + 1 + len(m.Topic) + 2 + props
 }
@@ -151,7 +161,11 @@ func AppendStored(dst []byte, m *MessageExt) ([]byte, error) {
 	dst = append(dst, m.Topic...)
 	propsAt := len(dst)
 	dst = append(dst, 0, 0)
-	dst = AppendProperties(dst, m.Properties)
+	if len(m.RawProperties) > 0 {
+		dst = append(dst, m.RawProperties...)
+	} else {
+		dst = AppendProperties(dst, m.Properties)
+	}
 	n := len(dst) - propsAt - 2
 	if n > MaxPropertiesLength {
 		return dst[:start], fmt.Errorf("encode message to %q: properties of %d bytes exceed %d", m.Topic, n, MaxPropertiesLength)
@@ -313,6 +327,84 @@ func FindProperty(props []byte, key string) ([]byte, bool) {
 		}
 	}
 	return nil, false
+}
+
+// PropertyIn returns the value of key in a raw property block, as DecodeProperties would
+// read it: the last of duplicate keys wins, empty pairs are skipped. (FindProperty returns the
+// first.)
+func PropertyIn[P ~string | ~[]byte](props P, key string) (P, bool) {
+	var val P
+	found := false
+	for len(props) > 0 {
+		pair, rest := cutPair(props)
+		props = rest
+		if isPairOf(pair, key) {
+			val, found = pair[len(key)+1:], true
+		}
+	}
+	return val, found
+}
+
+// CheckProperties reports the error DecodeProperties would return for props (a pair without
+// its name/value separator), without building the map.
+func CheckProperties[P ~string | ~[]byte](props P) error {
+	for len(props) > 0 {
+		pair, rest := cutPair(props)
+		props = rest
+		if len(pair) > 0 && indexByte(pair, NameValueSeparator) < 0 {
+			return fmt.Errorf("%w: property %q has no name/value separator", ErrMalformedMessage, truncateForError(string(pair)))
+		}
+	}
+	return nil
+}
+
+// AppendSetProperty appends to dst the raw property block props with key set to value: every
+// pair of key is left out and key\x01value\x02 appended; the other pairs keep their bytes and
+// order (the order of properties carries no meaning: RocketMQ's own broker writes them in hash
+// order). A block without the trailing separator some clients omit gets it; empty pairs are
+// kept, decoders skip them.
+func AppendSetProperty[P ~string | ~[]byte](dst []byte, props P, key, value string) []byte {
+	if _, ok := PropertyIn(props, key); !ok {
+		dst = append(dst, props...)
+		if len(props) > 0 && props[len(props)-1] != PropertySeparator {
+			dst = append(dst, PropertySeparator)
+		}
+	} else {
+		for len(props) > 0 {
+			pair, rest := cutPair(props)
+			props = rest
+			if isPairOf(pair, key) {
+				continue
+			}
+			dst = append(dst, pair...)
+			dst = append(dst, PropertySeparator)
+		}
+	}
+	dst = append(dst, key...)
+	dst = append(dst, NameValueSeparator)
+	dst = append(dst, value...)
+	return append(dst, PropertySeparator)
+}
+
+// cutPair splits props at its first PropertySeparator.
+func cutPair[P ~string | ~[]byte](props P) (pair, rest P) {
+	if i := indexByte(props, PropertySeparator); i >= 0 {
+		return props[:i], props[i+1:]
+	}
+	return props, props[len(props):]
+}
+
+func isPairOf[P ~string | ~[]byte](pair P, key string) bool {
+	return len(pair) > len(key) && pair[len(key)] == NameValueSeparator && string(pair[:len(key)]) == key
+}
+
+func indexByte[P ~string | ~[]byte](s P, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
 }
 
 // EncodeProperties is AppendProperties to a new slice, as a string.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -556,4 +557,61 @@ func TestFindProperty(t *testing.T) {
 	}
 	_, ok := FindProperty(nil, "TAGS")
 	require.False(t, ok)
+}
+
+func TestAppendSetPropertyAppendsOrReplacesWithoutReordering(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", "C\x01v\x02"},
+		{"z\x011\x02a\x012\x02", "z\x011\x02a\x012\x02C\x01v\x02"},
+		{"z\x011\x02a\x012", "z\x011\x02a\x012\x02C\x01v\x02"},
+		{"z\x011\x02C\x01old\x02a\x012\x02C\x01older", "z\x011\x02a\x012\x02C\x01v\x02"},
+		{"\x02z\x011\x02\x02", "\x02z\x011\x02\x02C\x01v\x02"},
+		{"CC\x01x\x02", "CC\x01x\x02C\x01v\x02"},
+	} {
+		got := string(AppendSetProperty(nil, tc.in, "C", "v"))
+		assert.Equal(t, tc.want, got, "AppendSetProperty(%q)", tc.in)
+		assert.Equal(t, got, string(AppendSetProperty(nil, []byte(tc.in), "C", "v")), "the []byte form agrees")
+		want, err := DecodeProperties([]byte(tc.in))
+		require.NoError(t, err)
+		want["C"] = "v"
+		decoded, err := DecodeProperties([]byte(got))
+		require.NoError(t, err)
+		assert.Equal(t, want, decoded, "AppendSetProperty(%q) decodes to the map with C set", tc.in)
+	}
+}
+
+func TestPropertyInReadsAsDecodePropertiesDoes(t *testing.T) {
+	for _, raw := range []string{"", "a\x011\x02", "a\x011\x02a\x012\x02", "ab\x011\x02a\x01\x02", "\x02\x02a\x01x", "b\x01a\x011\x02"} {
+		m, err := DecodeProperties([]byte(raw))
+		require.NoError(t, err)
+		v, ok := PropertyIn(raw, "a")
+		mv, mok := m["a"]
+		assert.Equal(t, mok, ok, "%q", raw)
+		assert.Equal(t, mv, v, "%q", raw)
+	}
+}
+
+func TestCheckPropertiesAgreesWithDecodeProperties(t *testing.T) {
+	for _, raw := range []string{"", "a\x011\x02", "a\x02", "a\x011\x02b", "\x02\x02", "a\x011\x02b\x01"} {
+		_, derr := DecodeProperties([]byte(raw))
+		cerr := CheckProperties(raw)
+		assert.Equal(t, cerr, CheckProperties([]byte(raw)), "%q: the []byte form agrees", raw)
+		if derr == nil {
+			assert.NoError(t, cerr, "%q", raw)
+		} else {
+			assert.EqualError(t, cerr, derr.Error(), "%q", raw)
+		}
+	}
+}
+
+func TestAppendStoredUsesRawProperties(t *testing.T) {
+	m := &MessageExt{Message: Message{Topic: "t", Body: []byte("b"), Properties: map[string]string{"ignored": "x"}}, RawProperties: []byte("z\x011\x02a\x012\x02")}
+	b, err := AppendStored(nil, m)
+	require.NoError(t, err)
+	assert.Equal(t, m.StoredSize(), len(b))
+	got, n, err := DecodeStored(b)
+	require.NoError(t, err)
+	assert.Equal(t, len(b), n)
+	assert.Equal(t, map[string]string{"z": "1", "a": "2"}, got.Properties)
+	assert.True(t, bytes.HasSuffix(b, m.RawProperties))
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"runtime"
 	"time"
 
 	"github.com/flowd-io/flowd/protocol"
@@ -243,6 +244,12 @@ func (s *Store) dispatchLoop() {
 	for {
 		select {
 		case <-s.dispatchReq:
+			// Let the appenders that are ready to run append first. Woken by every append,
+			// the dispatcher would otherwise pass over one or two messages at a time under
+			// load, and each pass costs a write per queue and two to the key index (1.5
+			// messages a pass in BenchmarkSendAsync; about 14 with the yield). A lone
+			// message is not delayed: with nothing else to run, the yield returns at once.
+			runtime.Gosched()
 			if !run() {
 				continue
 			}

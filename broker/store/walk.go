@@ -26,9 +26,12 @@ const (
 // segment that ends at segEnd, and calls each on every valid one, in order. It is the one
 // commit-log scan that recovery (which checks CRCs and cuts at the first bad message) and
 // dispatch (which trusts what was written) share. It returns where it stopped and why, or
-// each's error.
+// each's error. The *msgInfo each gets is only valid during the call.
 func walkMessages(chunk []byte, pos, segEnd int64, checkCRC bool, each func(*msgInfo) error) (p int64, stop walkStop, reason string, err error) {
 	n := int64(len(chunk))
+	// One msgInfo for the whole walk: each is handed to a func value, so a fresh one per
+	// message would be a heap allocation per message.
+	var m msgInfo
 	for {
 		if p+blankMin > n {
 			return p, walkNeedMore, "", nil
@@ -47,7 +50,8 @@ func walkMessages(chunk []byte, pos, segEnd int64, checkCRC bool, each func(*msg
 		if p+total > n {
 			return p, walkNeedMore, "", nil
 		}
-		m, perr := parseStored(chunk[p:p+total], pos+p, checkCRC)
+		var perr error
+		m, perr = parseStored(chunk[p:p+total], pos+p, checkCRC)
 		if perr != nil {
 			return p, walkBad, perr.Error(), nil
 		}
