@@ -63,6 +63,9 @@ type benchResult struct {
 	// message: what a throughput figure was allowed to skip.
 	Durability         string `json:"durability,omitempty"`
 	BaselineDurability string `json:"baseline_durability,omitempty"`
+	// MessagesPerFsync is, for the sync-flush scenario, how many acknowledged messages an
+	// fsync covered on average: group commit at work.
+	MessagesPerFsync float64 `json:"messages_per_fsync,omitempty"`
 }
 
 // benchReport is the --json document.
@@ -357,6 +360,9 @@ func formatResult(r benchResult) string {
 	line := fmt.Sprintf("  %-30s %s", r.Scenario, value)
 	if r.Ratio != nil {
 		line += fmt.Sprintf("  %s %.0f  ratio %.2f×", r.BaselineName, *r.Baseline, *r.Ratio)
+	}
+	if r.MessagesPerFsync > 0 {
+		line += fmt.Sprintf("  (%.1f messages per fsync)", r.MessagesPerFsync)
 	}
 	return line
 }

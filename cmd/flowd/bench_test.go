@@ -47,6 +47,7 @@ func TestBenchSmokeJSONAgainstJetStream(t *testing.T) {
 			assert.Equal(t, "disk-fsync", r.BaselineName)
 			assert.Equal(t, durSyncFlush, r.Durability)
 			assert.Equal(t, 4, r.Producers)
+			assert.Positive(t, r.MessagesPerFsync, "the broker's fsyncs during the run are counted")
 		default:
 			assert.Nil(t, r.Ratio, r.Scenario)
 		}
