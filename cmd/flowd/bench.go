@@ -218,7 +218,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.baseline, "baseline", "jetstream", `what to compare produce and consume with: "jetstream" (an embedded NATS JetStream, file store, one replica, under the data directory) or "none"`)
 	fs.IntVar(&c.batch, "batch", 64, "messages per batch of the batched runs (producer.WithAsyncBatching); below 2: no batched runs")
 	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenario names or patterns (produce-1024-*, consume-*); default all; --list prints them")
-	fs.BoolVar(&list, "list", false, "print the scenarios this configuration would run, and exit")
+	fs.BoolVar(&list, "list", false, "print the scenarios this configuration and --scenarios would run, and exit")
 	fs.BoolVar(&c.json, "json", false, `print one JSON document {"messages","size","sizes","inflight","queues","producers","rate","results":[{"scenario","unit","flowd","baseline","ratio","baseline_name",…}]} instead of text`)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -264,7 +264,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if list {
-		for _, sc := range benchScenarios(c) {
+		for _, sc := range plan {
 			fmt.Fprintln(stdout, sc.name)
 		}
 		return nil
