@@ -218,7 +218,8 @@ func BenchmarkScaleConsumerConns(b *testing.B) {
 func BenchmarkScaleParkedPulls(b *testing.B) {
 	for _, others := range []int{0, 10000} {
 		b.Run(fmt.Sprintf("parked=%d", others), func(b *testing.B) {
-			br := startBroker(b, nil)
+			// The idle pulls must stay parked for the whole run: no suspend cap below an hour.
+			br := startBroker(b, func(c *broker.Config) { c.MaxLongPoll = time.Hour })
 			const queues = 1000
 			createTopic(b, br, "idle", queues)
 			createTopic(b, br, "lat", 1)
@@ -229,7 +230,7 @@ func BenchmarkScaleParkedPulls(b *testing.B) {
 				conns = append(conns, rc)
 				for q0 := 0; q0 < queues; q0 += 128 {
 					for q := q0; q < min(q0+128, queues); q++ {
-						h := pullHeader("idle", 0, 30*time.Second, "*")
+						h := pullHeader("idle", 0, time.Hour, "*")
 						h.QueueID, h.ConsumerGroup = int32(q), "idle"
 						rc.write(b, protocol.PullMessage, h, nil)
 					}
