@@ -174,6 +174,10 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		}
 		res.Release()
 		if w == nil {
+			// The header is decoded, and the answer needs only req's opaque, code and flags:
+			// a parked pull must not hold the request's header map (about 1.5 KiB) for its
+			// whole suspend time.
+			req.ExtFields = nil
 			w = b.poll.park(h.Topic, h.QueueID, from, f, owner)
 			deadline = time.NewTimer(wait)
 			continue // the read after parking

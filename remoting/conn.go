@@ -868,10 +868,33 @@ func (c *Conn) worker(req *protocol.Command) {
 		select {
 		case req = <-c.work:
 			c.idleWorkers.Add(-1)
+			if req == nil { // shed: the connection went idle
+				return
+			}
 		case <-c.done:
 			c.idleWorkers.Add(-1)
 			return
 		}
+	}
+}
+
+// shed lets go of what a connection keeps only to serve its next burst faster: the request
+// goroutines waiting for work (each with a stack grown through the Handler, up to
+// maxIdleWorkers of them) and the buffer its last batch of frames was gathered in (up to
+// maxGatheredWrite). The Server's sweeper calls it on connections that stayed idle for a
+// sweep, so that many idle connections cost little more than their read goroutine and read
+// buffer; both come back with the next traffic.
+func (c *Conn) shed() {
+	for c.idleWorkers.Load() > 0 {
+		select {
+		case c.work <- nil:
+		default:
+			return // the worker counted has not reached its wait yet, or took a request
+		}
+	}
+	if c.wmu.TryLock() {
+		c.wbuf = nil
+		c.wmu.Unlock()
 	}
 }
 

@@ -424,6 +424,7 @@ func (s *Server) sweep() {
 					c.idleSeen, c.idleSince = a, now
 					continue
 				}
+				c.shed() // idle since the last look: keep only what an idle connection needs
 				if now.Sub(c.idleSince) >= s.idleTimeout {
 					c.closeBetweenFrames(errIdle) // or at the next tick
 				}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -10,30 +9,39 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
-	"sync"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/schollz/progressbar/v3"
+
 	"github.com/flowd-io/flowd/broker"
-	"github.com/flowd-io/flowd/consumer"
-	"github.com/flowd-io/flowd/producer"
+	"github.com/flowd-io/flowd/broker/store"
 )
 
 // benchConfig is what "flowd bench" measures.
 type benchConfig struct {
-	namesrv  string // a running flowd or RocketMQ name server; empty: an embedded broker
-	dataDir  string // where the embedded broker and the disk baseline write
-	size     int
-	messages int
-	inflight int
-	queues   int
-	samples  int    // latency samples
-	baseline string // "jetstream" or "none"
-	batch    int    // WithAsyncBatching count of the batched produce run; < 2: no such run
-	json     bool   // print one JSON document instead of text
-	profile  string // write a CPU profile of each flowd produce run to profile.<scenario>
+	namesrv       string // a running flowd or RocketMQ name server; empty: an embedded broker
+	dataDir       string // where the embedded brokers, JetStream and the disk baselines write
+	sizes         []int
+	messages      int
+	inflight      int
+	queues        int
+	producers     int // the "N producers" runs; 1: none besides the single-producer ones
+	syncProducers int // producers of the sync-flush run
+	samples       int // end-to-end delays to sample
+	rate          int // offered rate of the end-to-end delay run, msg/s
+	baseline      string
+	batch         int      // WithAsyncBatching count of the batched runs; < 2: no such runs
+	patterns      []string // --scenarios: path.Match patterns; empty: all
+	json          bool
+	progress      bool
+	embedded      bool   // namesrv is an embedded broker started by this run
+	profile       string // --cpuprofile: a CPU profile of each scenario to profile.<scenario>
 }
 
 // benchResult is one figure of a run, in the --json document. The schema is stable: fields
@@ -45,38 +53,43 @@ type benchResult struct {
 	Flowd    float64  `json:"flowd"`
 	Baseline *float64 `json:"baseline"`
 	Ratio    *float64 `json:"ratio"`
-	// BaselineName says what Baseline measured: "jetstream" (embedded NATS JetStream) or
-	// "disk" (sequential writes to the data directory).
+	// BaselineName says what Baseline measured: "jetstream" (embedded NATS JetStream),
+	// "disk-fsync" (1 KiB writes to the data directory, each followed by an fsync).
 	BaselineName string `json:"baseline_name,omitempty"`
+	// Size is the message body size of the scenario, Producers how many producers (each its
+	// own connection) sent at once, InFlight how many sends each had awaiting an answer.
+	Size      int `json:"size,omitempty"`
+	Producers int `json:"producers,omitempty"`
+	InFlight  int `json:"inflight,omitempty"`
+	// Durability says when flowd (and BaselineDurability when the baseline) acknowledged a
+	// message: what a throughput figure was allowed to skip.
+	Durability         string `json:"durability,omitempty"`
+	BaselineDurability string `json:"baseline_durability,omitempty"`
+	// MessagesPerFsync is, for the sync-flush scenario, how many acknowledged messages an
+	// fsync covered on average: group commit at work.
+	MessagesPerFsync float64 `json:"messages_per_fsync,omitempty"`
 }
 
 // benchReport is the --json document.
 type benchReport struct {
-	Messages int           `json:"messages"`
-	Size     int           `json:"size"`
-	InFlight int           `json:"inflight"`
-	Queues   int           `json:"queues"`
-	Results  []benchResult `json:"results"`
+	Messages  int           `json:"messages"`
+	Size      int           `json:"size"` // the first of Sizes, as before --sizes
+	Sizes     []int         `json:"sizes"`
+	InFlight  int           `json:"inflight"`
+	Queues    int           `json:"queues"`
+	Producers int           `json:"producers"`
+	Rate      int           `json:"rate"`
+	Results   []benchResult `json:"results"`
 }
 
-// benchLabel names a scenario in the text output.
-func benchLabel(scenario string) string {
-	switch scenario {
-	case "produce":
-		return "produce (async)"
-	case "produce-batched":
-		return "produce (async, batched)"
-	case "consume":
-		return "consume (poll)"
-	case "send-to-poll-p50":
-		return "send→poll delay p50"
-	case "send-to-poll-p99":
-		return "send→poll delay p99"
-	case "send-round-trip-p50":
-		return "sync send round trip p50"
-	}
-	return scenario
-}
+// Durability of what each side acknowledges, stated next to every figure.
+const (
+	durAsync     = "page cache (async flush: fsync within 500 ms..10 s)"
+	durSyncFlush = "fsync (SYNC_FLUSH, group commit)"
+	durJetStream = "page cache (JetStream file store default: fsync every 2 min)"
+	durFsync     = "fsync after every write"
+	durNone      = "page cache, no fsync"
+)
 
 func newResult(scenario, unit string, flowd float64, baselineName string, baseline float64) benchResult {
 	r := benchResult{Scenario: scenario, Unit: unit, Flowd: flowd}
@@ -87,42 +100,171 @@ func newResult(scenario, unit string, flowd float64, baselineName string, baseli
 	return r
 }
 
-// bench measures, in one run on this machine: a raw sequential-write baseline on the data
-// disk, async produce throughput, consume throughput with the lite-pull consumer, and the
-// delay from a send to a polling consumer. Throughput is reported next to the baseline so
-// that figures from a noisy machine still compare.
+// benchScenario is one step of a run. Most yield one result named after the step; the
+// end-to-end delay yields its percentiles (name-p50, name-p99, name-p999).
+type benchScenario struct {
+	name      string
+	kind      string // disk-write, disk-fsync, produce, consume, syncflush, e2e
+	size      int
+	mode      string // produce: sync, async or batched
+	producers int
+}
+
+// benchScenarios lists every scenario of a configuration, in the order they run.
+func benchScenarios(c benchConfig) []benchScenario {
+	var out []benchScenario
+	for _, s := range c.sizes {
+		out = append(out, benchScenario{name: fmt.Sprintf("disk-write-%d", s), kind: "disk-write", size: s})
+	}
+	out = append(out, benchScenario{name: "disk-fsync-1024", kind: "disk-fsync", size: 1024})
+	modes := []string{"async", "sync"}
+	if c.batch >= 2 {
+		modes = append(modes, "batched")
+	}
+	for _, s := range c.sizes {
+		for _, m := range modes {
+			counts := []int{1}
+			if c.producers > 1 {
+				counts = append(counts, c.producers)
+			}
+			for _, n := range counts {
+				name := fmt.Sprintf("produce-%d-%s", s, m)
+				if n > 1 {
+					name += fmt.Sprintf("-p%d", n)
+				}
+				out = append(out, benchScenario{name: name, kind: "produce", size: s, mode: m, producers: n})
+			}
+			if m == "async" {
+				out = append(out, benchScenario{name: fmt.Sprintf("consume-%d", s), kind: "consume", size: s})
+			}
+		}
+	}
+	out = append(out, benchScenario{name: fmt.Sprintf("produce-1024-syncflush-p%d", c.syncProducers), kind: "syncflush", size: 1024, mode: "sync", producers: c.syncProducers})
+	out = append(out, benchScenario{name: "e2e-delay", kind: "e2e", size: c.sizes[0], producers: 1})
+	return out
+}
+
+// selected reports whether a scenario is one --scenarios asked for. A pattern matches a
+// scenario's name or, for the delay, one of its results' names.
+func (c benchConfig) selected(sc benchScenario) bool {
+	if len(c.patterns) == 0 {
+		return true
+	}
+	names := []string{sc.name}
+	if sc.kind == "e2e" {
+		names = append(names, sc.name+"-p50", sc.name+"-p99", sc.name+"-p999")
+	}
+	for _, p := range c.patterns {
+		for _, n := range names {
+			if ok, _ := path.Match(p, n); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("bench: --sizes %q: %w", s, err)
+		}
+		if n < 8 || n > 4<<20 {
+			return nil, fmt.Errorf("bench: --size %d must be within 8..%d", n, 4<<20)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// bench measures, in one run on this machine: raw sequential-write and fsync-per-write
+// baselines on the data disk; produce throughput (synchronous, asynchronous with sends in
+// flight, batched) at each message size with one and with N producers, each next to the same
+// load on an embedded JetStream; consume throughput; produce with the store in SYNC_FLUSH
+// against the disk's fsync rate; and the delay from a send to a long-polling consumer at a
+// fixed offered rate. Every figure is reported next to a baseline of the same run, so that
+// figures from a noisy machine still compare.
 func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c benchConfig
-	fs.StringVar(&c.namesrv, "namesrv", "", "name server of the broker to measure (default: start an embedded broker)")
-	fs.StringVar(&c.dataDir, "data-dir", "", "data directory of the embedded broker and the disk baseline (default: a temporary directory, removed afterwards)")
-	fs.IntVar(&c.size, "size", 1024, "message body size in bytes")
-	fs.IntVar(&c.messages, "messages", 100000, "messages to produce and consume")
-	fs.IntVar(&c.inflight, "inflight", 64, "async sends in flight")
-	fs.IntVar(&c.queues, "queues", 8, "queues of the benchmark topic")
-	fs.IntVar(&c.samples, "latency-samples", 2000, "send-to-poll delays to sample")
-	fs.StringVar(&c.baseline, "baseline", "jetstream", `what to compare with: "jetstream" (an embedded NATS JetStream, file store, one replica, under the data directory) or "none"`)
-	fs.IntVar(&c.batch, "batch", 64, "messages per batch of the batched produce run (producer.WithAsyncBatching); below 2: no batched run")
-	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of each flowd produce run (broker and producer, in this process) to `FILE`.produce and FILE.produce-batched")
-	fs.BoolVar(&c.json, "json", false, `print one JSON document {"messages","size","inflight","queues","results":[{"scenario","unit","flowd","baseline","ratio","baseline_name"}]} instead of text`)
+	var sizes, scenarios string
+	var size int
+	var list bool
+	fs.StringVar(&c.namesrv, "namesrv", "", "name server of the broker to measure (default: start an embedded broker); the sync-flush run needs the embedded one")
+	fs.StringVar(&c.dataDir, "data-dir", "", "data directory of the embedded brokers, JetStream and the disk baselines (default: a temporary directory, removed afterwards)")
+	fs.StringVar(&sizes, "sizes", "128,1024", "message body sizes in bytes, comma-separated")
+	fs.IntVar(&size, "size", 0, "one message body size (overrides --sizes)")
+	fs.IntVar(&c.messages, "messages", 50000, "messages per produce and consume scenario")
+	fs.IntVar(&c.inflight, "inflight", 64, "async sends in flight per producer")
+	fs.IntVar(&c.queues, "queues", 8, "queues of the benchmark topics")
+	fs.IntVar(&c.producers, "producers", 8, "producers (one connection each) of the multi-producer scenarios")
+	fs.IntVar(&c.syncProducers, "sync-producers", 64, "synchronous producers of the sync-flush scenario")
+	fs.IntVar(&c.samples, "latency-samples", 20000, "messages sent in the end-to-end delay scenario")
+	fs.IntVar(&c.rate, "rate", 10000, "offered rate of the end-to-end delay scenario, msg/s")
+	fs.StringVar(&c.baseline, "baseline", "jetstream", `what to compare produce and consume with: "jetstream" (an embedded NATS JetStream, file store, one replica, under the data directory) or "none"`)
+	fs.IntVar(&c.batch, "batch", 64, "messages per batch of the batched runs (producer.WithAsyncBatching); below 2: no batched runs")
+	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenario names or patterns (produce-1024-*, consume-*); default all; --list prints them")
+	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of each scenario (everything in this process: with --baseline none, flowd's broker and clients alone) to `FILE`.<scenario>")
+	fs.BoolVar(&list, "list", false, "print the scenarios this configuration and --scenarios would run, and exit")
+	fs.BoolVar(&c.json, "json", false, `print one JSON document {"messages","size","sizes","inflight","queues","producers","rate","results":[{"scenario","unit","flowd","baseline","ratio","baseline_name",…}]} instead of text`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	var err error
+	if size != 0 {
+		sizes = strconv.Itoa(size)
+	}
+	if c.sizes, err = parseSizes(sizes); err != nil {
+		return err
+	}
 	switch {
-	case c.size < 8 || c.size > 4<<20:
-		return fmt.Errorf("bench: --size %d must be within 8..%d", c.size, 4<<20)
 	case c.messages < 1:
 		return fmt.Errorf("bench: --messages %d must be positive", c.messages)
 	case c.inflight < 1:
 		return fmt.Errorf("bench: --inflight %d must be positive", c.inflight)
 	case c.queues < 1 || c.queues > 1024:
 		return fmt.Errorf("bench: --queues %d must be within 1..1024", c.queues)
+	case c.producers < 1 || c.producers > 1000:
+		return fmt.Errorf("bench: --producers %d must be within 1..1000", c.producers)
+	case c.syncProducers < 1 || c.syncProducers > 1000:
+		return fmt.Errorf("bench: --sync-producers %d must be within 1..1000", c.syncProducers)
 	case c.baseline != "jetstream" && c.baseline != "none":
 		return fmt.Errorf(`bench: --baseline %q must be "jetstream" or "none"`, c.baseline)
 	case c.samples < 1:
 		return fmt.Errorf("bench: --latency-samples %d must be positive", c.samples)
+	case c.rate < 1 || c.rate > 1_000_000:
+		return fmt.Errorf("bench: --rate %d must be within 1..1000000", c.rate)
 	}
+	for _, p := range strings.Split(scenarios, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if _, err := path.Match(p, ""); err != nil {
+			return fmt.Errorf("bench: --scenarios %q: %w", p, err)
+		}
+		c.patterns = append(c.patterns, p)
+	}
+	var plan []benchScenario
+	for _, sc := range benchScenarios(c) {
+		if c.selected(sc) {
+			plan = append(plan, sc)
+		}
+	}
+	if list {
+		for _, sc := range plan {
+			fmt.Fprintln(stdout, sc.name)
+		}
+		return nil
+	}
+	if len(plan) == 0 {
+		return fmt.Errorf("bench: --scenarios %q matches none of this configuration's scenarios (see --list)", scenarios)
+	}
+	c.progress = !c.json && isTerminal(stderr)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	if c.dataDir == "" {
@@ -134,119 +276,68 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		c.dataDir = dir
 	}
 	if c.namesrv == "" {
-		b, err := broker.New(broker.Config{
-			DataDir: filepath.Join(c.dataDir, "broker"), Listen: "127.0.0.1:0", NamesrvListen: "127.0.0.1:0",
-			DefaultTopicQueues: c.queues, Logger: quiet,
-		})
+		b, err := startBenchBroker(c, "broker", store.FlushAsync, quiet)
 		if err != nil {
-			return fmt.Errorf("bench: start embedded broker: %w", err)
-		}
-		if err := b.Start(); err != nil {
-			return errors.Join(err, b.Shutdown(context.Background()))
+			return err
 		}
 		defer b.Shutdown(context.Background())
-		c.namesrv = b.NamesrvAddr()
+		c.namesrv, c.embedded = b.NamesrvAddr(), true
 	}
 	text := stdout
 	if c.json {
 		text = io.Discard
 	}
-	fmt.Fprintf(text, "flowd bench: %d messages of %d B, %d in flight, %d queues, name server %s\n", c.messages, c.size, c.inflight, c.queues, c.namesrv)
-	report := benchReport{Messages: c.messages, Size: c.size, InFlight: c.inflight, Queues: c.queues}
-	add := func(r benchResult, detail string) {
+	fmt.Fprintf(text, "flowd bench: %d messages of %v B per scenario, %d in flight per producer, 1 and %d producers, %d queues, name server %s\n",
+		c.messages, c.sizes, c.inflight, c.producers, c.queues, c.namesrv)
+	fmt.Fprintf(text, "flowd acknowledges in the %s; JetStream in the %s\n", durAsync, durJetStream)
+	report := benchReport{Messages: c.messages, Size: c.sizes[0], Sizes: c.sizes, InFlight: c.inflight,
+		Queues: c.queues, Producers: c.producers, Rate: c.rate}
+
+	var bar *progressbar.ProgressBar
+	if c.progress {
+		bar = progressbar.NewOptions(len(plan), progressbar.OptionSetWriter(stderr),
+			progressbar.OptionSetDescription("bench"), progressbar.OptionShowCount(),
+			progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
+		defer bar.Exit()
+	}
+	add := func(r benchResult) {
 		report.Results = append(report.Results, r)
-		label := benchLabel(r.Scenario)
-		line := fmt.Sprintf("  %-22s %10.0f %-6s", label, r.Flowd, r.Unit)
-		if r.Unit == "ns" {
-			line = fmt.Sprintf("  %-22s %10v", label, time.Duration(r.Flowd).Round(time.Microsecond))
+		if bar != nil {
+			_ = bar.Clear()
 		}
-		if r.Ratio != nil {
-			line += fmt.Sprintf("  %s %.0f  ratio %.2f×", r.BaselineName, *r.Baseline, *r.Ratio)
-		}
-		fmt.Fprintln(text, line+detail)
+		fmt.Fprintln(text, formatResult(r))
 	}
 
-	base, err := diskBaseline(c)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(text, "  disk baseline          %10.1f MB/s   sequential %d B writes to the data directory\n", base, c.size+150)
-
-	var js *jetStreamPeer
+	r := &benchRun{c: c, log: quiet, asyncTopic: map[int]string{}, jsSubject: map[int]string{}, jsAsync: map[[2]int]float64{}}
+	defer r.close()
 	if c.baseline == "jetstream" {
-		if js, err = startJetStream(ctx, c); err != nil {
-			return err
-		}
-		defer js.close()
-	}
-	jsProduce, jsConsume := 0.0, 0.0
-	if js != nil {
-		if jsProduce, err = js.produce(ctx, c); err != nil {
+		if r.js, err = startJetStream(ctx, c); err != nil {
 			return err
 		}
 	}
-
-	runProduce := func(scenario string, opts ...producer.Option) (string, error) {
-		opts = append([]producer.Option{producer.WithNameServers(c.namesrv), producer.WithLogger(quiet),
-			producer.WithDefaultTopicQueues(c.queues), producer.WithMaxInFlightAsync(c.inflight)}, opts...)
-		p, err := producer.New("flowd-bench", opts...)
+	for _, sc := range plan {
+		if bar != nil {
+			bar.Describe(sc.name)
+		}
+		stop, err := startProfile(c.profile, sc.name)
 		if err != nil {
-			return "", fmt.Errorf("bench: %w", err)
+			return err
 		}
-		if err := p.Start(ctx); err != nil {
-			return "", fmt.Errorf("bench: %w", err)
-		}
-		defer p.Close(context.Background())
-		topic := fmt.Sprintf("flowd-bench-%d", time.Now().UnixNano())
-		stop, err := startProfile(c.profile, scenario)
-		if err != nil {
-			return "", err
-		}
-		rate, err := produce(ctx, p, topic, c)
+		results, err := r.run(ctx, sc)
 		stop()
 		if err != nil {
-			return "", err
+			return fmt.Errorf("%s: %w", sc.name, err)
 		}
-		mbs := rate * float64(c.size) / 1e6
-		add(newResult(scenario, "msg/s", rate, c.baseline, jsProduce), fmt.Sprintf("   (%.1f MB/s, %.2f× the disk baseline)", mbs, mbs/base))
-		return topic, nil
-	}
-	topic, err := runProduce("produce")
-	if err != nil {
-		return err
-	}
-	if c.batch >= 2 {
-		if _, err := runProduce("produce-batched", producer.WithAsyncBatching(c.batch, 256<<10, 0)); err != nil {
-			return err
+		for _, res := range results {
+			add(res)
+		}
+		if bar != nil {
+			_ = bar.Add(1)
 		}
 	}
-
-	if js != nil {
-		if jsConsume, err = js.consume(ctx, c); err != nil {
-			return err
-		}
+	if bar != nil {
+		_ = bar.Finish()
 	}
-	rate, err := consume(ctx, topic, c, quiet)
-	if err != nil {
-		return err
-	}
-	add(newResult("consume", "msg/s", rate, c.baseline, jsConsume), "")
-
-	p, err := producer.New("flowd-bench-latency", producer.WithNameServers(c.namesrv), producer.WithLogger(quiet), producer.WithDefaultTopicQueues(c.queues))
-	if err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	if err := p.Start(ctx); err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	defer p.Close(context.Background())
-	p50, p99, rtt, err := latency(ctx, p, c, quiet)
-	if err != nil {
-		return err
-	}
-	add(newResult("send-to-poll-p50", "ns", float64(p50), "", 0), "")
-	add(newResult("send-to-poll-p99", "ns", float64(p99), "", 0), "")
-	add(newResult("send-round-trip-p50", "ns", float64(rtt), "", 0), "")
 	if c.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -257,29 +348,40 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// diskBaseline writes what the produce run will write, in message-sized writes to a file in
-// the data directory, with one fsync at the end, and returns MB/s of bodies.
-func diskBaseline(c benchConfig) (float64, error) {
-	f, err := os.CreateTemp(c.dataDir, "baseline-")
-	if err != nil {
-		return 0, fmt.Errorf("bench: disk baseline: %w", err)
+// formatResult is a result's line in the text output.
+func formatResult(r benchResult) string {
+	value := fmt.Sprintf("%12.0f %-5s", r.Flowd, r.Unit)
+	if r.Unit == "ns" {
+		value = fmt.Sprintf("%12v %-5s", time.Duration(r.Flowd).Round(time.Microsecond), "")
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	buf := make([]byte, c.size+150) // a stored message adds about 150 bytes of header and properties
-	start := time.Now()
-	for range c.messages {
-		if _, err := f.Write(buf); err != nil {
-			return 0, fmt.Errorf("bench: disk baseline: %w", err)
-		}
+	line := fmt.Sprintf("  %-30s %s", r.Scenario, value)
+	if r.Ratio != nil {
+		line += fmt.Sprintf("  %s %.0f  ratio %.2f×", r.BaselineName, *r.Baseline, *r.Ratio)
 	}
-	if err := f.Sync(); err != nil {
-		return 0, fmt.Errorf("bench: disk baseline: %w", err)
+	if r.MessagesPerFsync > 0 {
+		line += fmt.Sprintf("  (%.1f messages per fsync)", r.MessagesPerFsync)
 	}
-	return float64(c.messages) * float64(c.size) / 1e6 / time.Since(start).Seconds(), nil
+	return line
 }
 
-// startProfile starts a CPU profile written to file.scenario, and returns what stops it; with
+// startBenchBroker starts an embedded broker on loopback ports under the data directory.
+func startBenchBroker(c benchConfig, dir string, mode store.FlushMode, log *slog.Logger) (*broker.Broker, error) {
+	cfg := broker.Config{
+		DataDir: filepath.Join(c.dataDir, dir), Listen: "127.0.0.1:0", NamesrvListen: "127.0.0.1:0",
+		DefaultTopicQueues: c.queues, Logger: log,
+	}
+	cfg.Store.FlushMode = mode
+	b, err := broker.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bench: start embedded broker: %w", err)
+	}
+	if err := b.Start(); err != nil {
+		return nil, errors.Join(fmt.Errorf("bench: start embedded broker: %w", err), b.Shutdown(context.Background()))
+	}
+	return b, nil
+}
+
+// startProfile starts a CPU profile written to file.scenario and returns what stops it; with
 // no file it does nothing.
 func startProfile(file, scenario string) (stop func(), err error) {
 	if file == "" {
@@ -297,135 +399,4 @@ func startProfile(file, scenario string) (stop func(), err error) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}, nil
-}
-
-func produce(ctx context.Context, p *producer.Producer, topic string, c benchConfig) (float64, error) {
-	body := make([]byte, c.size)
-	if _, err := p.Send(ctx, &producer.Message{Topic: topic, Body: body}); err != nil { // creates the topic
-		return 0, fmt.Errorf("bench: first send: %w", err)
-	}
-	sem := make(chan struct{}, c.inflight)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	start := time.Now()
-	for i := 1; i < c.messages; i++ {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-		wg.Add(1)
-		p.SendAsync(ctx, &producer.Message{Topic: topic, Body: body}, func(_ producer.SendResult, err error) {
-			if err != nil {
-				mu.Lock()
-				firstErr = cmpOr(firstErr, err)
-				mu.Unlock()
-			}
-			<-sem
-			wg.Done()
-		})
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return 0, fmt.Errorf("bench: produce: %w", firstErr)
-	}
-	return float64(c.messages-1) / time.Since(start).Seconds(), nil
-}
-
-func consume(ctx context.Context, topic string, c benchConfig, log *slog.Logger) (float64, error) {
-	lp, err := consumer.NewLitePull(fmt.Sprintf("flowd-bench-%d", time.Now().UnixNano()),
-		consumer.WithNameServers(c.namesrv), consumer.WithLogger(log),
-		consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithPullBatchSize(32))
-	if err != nil {
-		return 0, fmt.Errorf("bench: %w", err)
-	}
-	if err := lp.Subscribe(topic, "*"); err != nil {
-		return 0, fmt.Errorf("bench: %w", err)
-	}
-	start := time.Now()
-	if err := lp.Start(ctx); err != nil {
-		return 0, fmt.Errorf("bench: %w", err)
-	}
-	defer lp.Close(context.Background())
-	got := 0
-	for got < c.messages {
-		msgs, err := lp.Poll(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("bench: poll after %d messages: %w", got, err)
-		}
-		got += len(msgs)
-	}
-	return float64(got) / time.Since(start).Seconds(), nil
-}
-
-// latency sends messages one at a time carrying their send time and measures when a lite-pull
-// consumer, already caught up and long polling, hands each out.
-func latency(ctx context.Context, p *producer.Producer, c benchConfig, log *slog.Logger) (p50, p99, rtt time.Duration, err error) {
-	topic := fmt.Sprintf("flowd-bench-lat-%d", time.Now().UnixNano())
-	body := make([]byte, max(c.size, 8))
-	if _, err := p.Send(ctx, &producer.Message{Topic: topic, Body: body}); err != nil {
-		return 0, 0, 0, fmt.Errorf("bench: latency topic: %w", err)
-	}
-	lp, err := consumer.NewLitePull(fmt.Sprintf("flowd-bench-lat-%d", time.Now().UnixNano()),
-		consumer.WithNameServers(c.namesrv), consumer.WithLogger(log), consumer.WithConsumeFrom(consumer.ConsumeFromLast))
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("bench: %w", err)
-	}
-	if err := lp.Subscribe(topic, "*"); err != nil {
-		return 0, 0, 0, fmt.Errorf("bench: %w", err)
-	}
-	if err := lp.Start(ctx); err != nil {
-		return 0, 0, 0, fmt.Errorf("bench: %w", err)
-	}
-	defer lp.Close(context.Background())
-	time.Sleep(500 * time.Millisecond) // let it take its queues and park its pulls
-
-	origin := time.Now()
-	delays := make([]time.Duration, 0, c.samples)
-	rtts := make([]time.Duration, 0, c.samples)
-	received := make(chan struct{})
-	var pollErr error
-	go func() {
-		defer close(received)
-		for len(delays) < c.samples {
-			msgs, err := lp.Poll(ctx)
-			if err != nil {
-				pollErr = err
-				return
-			}
-			now := time.Since(origin)
-			for _, m := range msgs {
-				delays = append(delays, now-time.Duration(binary.BigEndian.Uint64(m.Body)))
-			}
-		}
-	}()
-	for range c.samples {
-		binary.BigEndian.PutUint64(body, uint64(time.Since(origin)))
-		start := time.Now()
-		if _, err := p.Send(ctx, &producer.Message{Topic: topic, Body: body}); err != nil {
-			return 0, 0, 0, fmt.Errorf("bench: latency send: %w", err)
-		}
-		rtts = append(rtts, time.Since(start))
-		time.Sleep(200 * time.Microsecond)
-	}
-	select {
-	case <-received:
-	case <-time.After(30 * time.Second):
-		return 0, 0, 0, errors.New("bench: the consumer did not receive every latency sample within 30 s")
-	}
-	if pollErr != nil {
-		return 0, 0, 0, fmt.Errorf("bench: latency poll: %w", pollErr)
-	}
-	slices.Sort(delays)
-	slices.Sort(rtts)
-	at := func(d []time.Duration, q float64) time.Duration { return d[int(q*float64(len(d)-1))] }
-	return at(delays, 0.5), at(delays, 0.99), at(rtts, 0.5), nil
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,21 +15,21 @@ import (
 )
 
 // jetStreamPeer is the baseline flowd bench compares with: an embedded NATS server with
-// JetStream, a file-backed stream of one replica under the bench's data directory, measured
-// with the same message size, count and sends in flight on the same machine in the same run.
+// JetStream, a file-backed stream of one replica under the bench's data directory (the file
+// store's default sync interval: acknowledged in the page cache, as flowd's async flush),
+// measured with the same message sizes, counts, producers and sends in flight on the same
+// machine in the same run.
 type jetStreamPeer struct {
 	srv    *server.Server
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	stream jetstream.Stream
-	// failed counts asynchronous publishes that failed; firstErr keeps the first error.
-	failed   atomic.Int64
-	firstErr atomic.Value
+	seq    int // numbers the subjects of successive runs
 }
 
 const (
 	jsStreamName = "FLOWD_BENCH"
-	jsSubject    = "flowdbench.produce"
+	jsSubjects   = "flowdbench.>"
 )
 
 func startJetStream(ctx context.Context, c benchConfig) (*jetStreamPeer, error) {
@@ -50,16 +51,12 @@ func startJetStream(ctx context.Context, c benchConfig) (*jetStreamPeer, error) 
 		peer.close()
 		return nil, fmt.Errorf("bench: connect to JetStream: %w", err)
 	}
-	onErr := func(_ jetstream.JetStream, _ *nats.Msg, err error) {
-		peer.failed.Add(1)
-		peer.firstErr.CompareAndSwap(nil, err)
-	}
-	if peer.js, err = jetstream.New(peer.nc, jetstream.WithPublishAsyncMaxPending(c.inflight), jetstream.WithPublishAsyncErrHandler(onErr)); err != nil {
+	if peer.js, err = jetstream.New(peer.nc); err != nil {
 		peer.close()
 		return nil, fmt.Errorf("bench: JetStream context: %w", err)
 	}
 	peer.stream, err = peer.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: jsStreamName, Subjects: []string{jsSubject}, Storage: jetstream.FileStorage, Replicas: 1,
+		Name: jsStreamName, Subjects: []string{jsSubjects}, Storage: jetstream.FileStorage, Replicas: 1,
 	})
 	if err != nil {
 		peer.close()
@@ -76,50 +73,121 @@ func (p *jetStreamPeer) close() {
 	p.srv.WaitForShutdown()
 }
 
-// produce publishes c.messages bodies with PublishAsync, at most c.inflight awaiting their
-// acknowledgement, and returns messages per second once every one is acknowledged.
-func (p *jetStreamPeer) produce(ctx context.Context, c benchConfig) (float64, error) {
-	body := make([]byte, c.size)
-	if _, err := p.js.Publish(ctx, jsSubject, body); err != nil { // as flowd's first send, outside the clock
-		return 0, fmt.Errorf("bench: JetStream first publish: %w", err)
+// jsPublisher is one producer of a JetStream run: its own connection, as each flowd
+// producer has its own.
+type jsPublisher struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+// produce publishes messages bodies of size bytes to a new subject, shared out among
+// producers: with Publish, one at a time each ("sync"), or with PublishAsync, at most
+// inflight awaiting their acknowledgement each ("async"). It returns the subject and
+// messages per second once every one is acknowledged.
+func (p *jetStreamPeer) produce(ctx context.Context, size int, mode string, producers, inflight, messages int) (string, float64, error) {
+	p.seq++
+	subject := fmt.Sprintf("flowdbench.%d.%d", size, p.seq)
+	body := make([]byte, size)
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	onErr := func(_ jetstream.JetStream, _ *nats.Msg, err error) {
+		failed.Add(1)
+		firstErr.CompareAndSwap(nil, err)
 	}
+	pubs := make([]jsPublisher, 0, producers)
+	defer func() {
+		for _, pub := range pubs {
+			pub.nc.Close()
+		}
+	}()
+	for range producers {
+		nc, err := nats.Connect(p.srv.ClientURL())
+		if err != nil {
+			return "", 0, fmt.Errorf("bench: connect to JetStream: %w", err)
+		}
+		js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(inflight), jetstream.WithPublishAsyncErrHandler(onErr))
+		if err != nil {
+			nc.Close()
+			return "", 0, fmt.Errorf("bench: JetStream context: %w", err)
+		}
+		pubs = append(pubs, jsPublisher{nc, js})
+		if _, err := js.Publish(ctx, subject, body); err != nil { // as flowd's first sends, outside the clock
+			return "", 0, fmt.Errorf("bench: JetStream first publish: %w", err)
+		}
+	}
+	errs := make([]error, len(pubs))
+	var wg sync.WaitGroup
 	start := time.Now()
-	for i := 1; i < c.messages; i++ {
-		// Blocks while c.inflight acknowledgements are pending; failures go to onErr.
-		// The stall wait is long: on a loaded machine an acknowledgement may take longer than
-		// the client's default of 200 ms, and the bench measures throughput, not that bound.
-		if _, err := p.js.PublishAsync(jsSubject, body, jetstream.WithStallWait(30*time.Second)); err != nil {
-			return 0, fmt.Errorf("bench: JetStream publish: %w", err)
+	for i, pub := range pubs {
+		n := messages / producers
+		if i < messages%producers {
+			n++
+		}
+		wg.Go(func() { errs[i] = jsPublishN(ctx, pub.js, subject, body, n, mode) })
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return "", 0, err
+	}
+	if n := failed.Load(); n > 0 {
+		return "", 0, fmt.Errorf("bench: JetStream: %d publishes failed, first: %v", n, firstErr.Load())
+	}
+	return subject, float64(messages) / elapsed.Seconds(), nil
+}
+
+func jsPublishN(ctx context.Context, js jetstream.JetStream, subject string, body []byte, n int, mode string) error {
+	if mode == "sync" {
+		for range n {
+			if _, err := js.Publish(ctx, subject, body); err != nil {
+				return fmt.Errorf("bench: JetStream publish: %w", err)
+			}
+		}
+		return nil
+	}
+	for range n {
+		// Blocks while inflight acknowledgements are pending; failures go to onErr. The stall
+		// wait is long: on a loaded machine an acknowledgement may take longer than the
+		// client's default of 200 ms, and the bench measures throughput, not that bound.
+		if _, err := js.PublishAsync(subject, body, jetstream.WithStallWait(30*time.Second)); err != nil {
+			return fmt.Errorf("bench: JetStream publish: %w", err)
 		}
 	}
 	select {
-	case <-p.js.PublishAsyncComplete():
+	case <-js.PublishAsyncComplete():
+		return nil
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return ctx.Err()
 	case <-time.After(time.Minute):
-		return 0, errors.New("bench: JetStream publishes not acknowledged within a minute")
+		return errors.New("bench: JetStream publishes not acknowledged within a minute")
 	}
-	elapsed := time.Since(start)
-	if n := p.failed.Load(); n > 0 {
-		return 0, fmt.Errorf("bench: JetStream: %d publishes failed, first: %v", n, p.firstErr.Load())
-	}
-	return float64(c.messages-1) / elapsed.Seconds(), nil
 }
 
-// consume reads the stream from its start with a pull consumer, fetching up to 32 messages a
-// request (flowd's pull batch in the consume run) and acknowledging each, and returns messages
-// per second.
-func (p *jetStreamPeer) consume(ctx context.Context, c benchConfig) (float64, error) {
+// purge drops a run's messages, so that the data directory holds only what later runs read.
+func (p *jetStreamPeer) purge(ctx context.Context, subject string) error {
+	if err := p.stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+		return fmt.Errorf("bench: JetStream purge: %w", err)
+	}
+	return nil
+}
+
+// consume reads a subject from its start with a durable pull consumer, fetching up to 32
+// messages a request (flowd's pull batch in the consume run) and acknowledging each, and
+// returns messages per second.
+func (p *jetStreamPeer) consume(ctx context.Context, subject string, messages int) (float64, error) {
 	start := time.Now()
+	name := fmt.Sprintf("flowd-bench-%d", p.seq)
 	cons, err := p.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "flowd-bench", AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: subject,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("bench: JetStream consumer: %w", err)
 	}
+	defer func() { _ = p.stream.DeleteConsumer(context.Background(), name) }()
 	got := 0
-	for got < c.messages {
-		batch, err := cons.Fetch(min(32, c.messages-got), jetstream.FetchMaxWait(10*time.Second))
+	for got < messages {
+		batch, err := cons.Fetch(min(32, messages-got), jetstream.FetchMaxWait(10*time.Second))
 		if err != nil {
 			return 0, fmt.Errorf("bench: JetStream fetch after %d messages: %w", got, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,39 +12,52 @@ import (
 )
 
 // The smoke run of flowd bench measures flowd and the embedded JetStream peer in one run and
-// prints the --json document: every scenario once, with a baseline and a ratio where the run
-// had one.
+// prints the --json document: every selected scenario once, with a baseline and a ratio where
+// the run had one, and the durability each side acknowledged at.
 func TestBenchSmokeJSONAgainstJetStream(t *testing.T) {
 	var out, errs bytes.Buffer
-	err := bench(context.Background(), []string{"--json", "--data-dir", t.TempDir(), "--messages", "2000", "--inflight", "64",
-		"--latency-samples", "20", "--queues", "2", "--batch", "16"}, &out, &errs)
+	err := bench(context.Background(), []string{"--json", "--data-dir", t.TempDir(), "--messages", "500", "--inflight", "16",
+		"--latency-samples", "50", "--rate", "2000", "--queues", "2", "--batch", "16", "--producers", "2", "--sync-producers", "4",
+		"--sizes", "128", "--scenarios", "disk-*,produce-128-async*,consume-128,produce-128-batched,produce-1024-syncflush-*,e2e-delay-p99"}, &out, &errs)
 	require.NoError(t, err, errs.String())
+	assert.Empty(t, errs.String(), "no progress bar when stderr is not a terminal")
 
 	var doc map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(out.Bytes(), &doc), "stdout is one JSON document: %s", out.String())
-	assert.ElementsMatch(t, []string{"messages", "size", "inflight", "queues", "results"}, keys(doc))
+	assert.ElementsMatch(t, []string{"messages", "size", "sizes", "inflight", "queues", "producers", "rate", "results"}, keys(doc))
 
 	var report benchReport
 	require.NoError(t, json.Unmarshal(out.Bytes(), &report))
-	assert.Equal(t, 2000, report.Messages)
-	assert.Equal(t, 1024, report.Size)
-	assert.Equal(t, 64, report.InFlight)
+	assert.Equal(t, 500, report.Messages)
+	assert.Equal(t, 128, report.Size)
+	assert.Equal(t, []int{128}, report.Sizes)
+	assert.Equal(t, 16, report.InFlight)
 	var scenarios []string
 	for _, r := range report.Results {
 		scenarios = append(scenarios, r.Scenario)
 		assert.Positive(t, r.Flowd, r.Scenario)
-		switch r.Scenario {
-		case "produce", "produce-batched", "consume":
-			require.NotNil(t, r.Baseline, r.Scenario)
+		switch {
+		case strings.HasPrefix(r.Scenario, "produce-128-"), r.Scenario == "consume-128":
 			require.NotNil(t, r.Ratio, r.Scenario)
 			assert.Equal(t, "jetstream", r.BaselineName)
 			assert.Positive(t, *r.Baseline)
 			assert.InDelta(t, r.Flowd / *r.Baseline, *r.Ratio, 1e-9)
+		case r.Scenario == "produce-1024-syncflush-p4":
+			require.NotNil(t, r.Ratio, r.Scenario)
+			assert.Equal(t, "disk-fsync", r.BaselineName)
+			assert.Equal(t, durSyncFlush, r.Durability)
+			assert.Equal(t, 4, r.Producers)
+			assert.Positive(t, r.MessagesPerFsync, "the broker's fsyncs during the run are counted")
 		default:
 			assert.Nil(t, r.Ratio, r.Scenario)
 		}
+		if strings.HasPrefix(r.Scenario, "produce-") {
+			assert.NotEmpty(t, r.Durability, r.Scenario)
+			assert.NotEmpty(t, r.BaselineDurability, r.Scenario)
+		}
 	}
-	assert.Equal(t, []string{"produce", "produce-batched", "consume", "send-to-poll-p50", "send-to-poll-p99", "send-round-trip-p50"}, scenarios)
+	assert.Equal(t, []string{"disk-write-128", "disk-fsync-1024", "produce-128-async", "produce-128-async-p2", "consume-128",
+		"produce-128-batched", "produce-1024-syncflush-p4", "e2e-delay-p50", "e2e-delay-p99", "e2e-delay-p999"}, scenarios)
 
 	var raw []map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(doc["results"], &raw))
@@ -52,6 +66,36 @@ func TestBenchSmokeJSONAgainstJetStream(t *testing.T) {
 			assert.Contains(t, r, k, "every result has %q, null when there is no baseline", k)
 		}
 	}
+}
+
+// A consume scenario picked alone still has something to read: the bench writes it first,
+// unmeasured, and reports only what was asked for.
+func TestBenchConsumeAloneWritesWhatItReads(t *testing.T) {
+	var out, errs bytes.Buffer
+	err := bench(context.Background(), []string{"--json", "--data-dir", t.TempDir(), "--messages", "300", "--queues", "2",
+		"--sizes", "256", "--scenarios", "consume-*"}, &out, &errs)
+	require.NoError(t, err, errs.String())
+	var report benchReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &report))
+	require.Len(t, report.Results, 1)
+	assert.Equal(t, "consume-256", report.Results[0].Scenario)
+	require.NotNil(t, report.Results[0].Ratio)
+}
+
+func TestBenchScenarioSelection(t *testing.T) {
+	var out, errs bytes.Buffer
+	require.NoError(t, bench(context.Background(), []string{"--list", "--sizes", "128,1024", "--producers", "4"}, &out, &errs))
+	names := strings.Fields(out.String())
+	for _, want := range []string{"disk-write-128", "disk-write-1024", "disk-fsync-1024", "produce-128-sync", "produce-128-sync-p4",
+		"produce-1024-async", "produce-1024-async-p4", "produce-1024-batched", "produce-1024-batched-p4", "consume-1024",
+		"produce-1024-syncflush-p64", "e2e-delay"} {
+		assert.Contains(t, names, want)
+	}
+
+	err := bench(context.Background(), []string{"--scenarios", "kafka-*"}, &out, &errs)
+	require.ErrorContains(t, err, "matches none")
+	err = bench(context.Background(), []string{"--scenarios", "produce-[", "--baseline", "none"}, &out, &errs)
+	require.ErrorContains(t, err, "--scenarios")
 }
 
 func TestBenchRefusesAnUnknownBaseline(t *testing.T) {
