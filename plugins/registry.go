@@ -190,14 +190,16 @@ func (r *Registry) Remove(ctx context.Context, name, version string) error {
 	return nil
 }
 
-// List returns every deployed version, sorted by name and version string.
+// List returns every deployed version, sorted by name and version string. It does not wait
+// for a Deploy or Activate in progress (those hold mu across a compilation): it reads the
+// active versions under vmu.
 func (r *Registry) List(ctx context.Context) ([]Info, error) {
 	all, err := r.store.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.vmu.RLock()
+	defer r.vmu.RUnlock()
 	out := make([]Info, len(all))
 	for i, m := range all {
 		p := r.plugins[m.Name]

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -194,4 +195,51 @@ func TestRegistryHotSwapFailsNoCall(t *testing.T) {
 		require.NoError(t, err, "a call failed during a swap")
 		t.Fatal("a call returned wrong verdicts during a swap")
 	}
+}
+
+// blockingStore holds Get until released, standing for a deploy that takes long (a large
+// module compiled under load).
+type blockingStore struct {
+	Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *blockingStore) Get(ctx context.Context, name, version string) (*Manifest, []byte, error) {
+	s.entered <- struct{}{}
+	<-s.release
+	return s.Store.Get(ctx, name, version)
+}
+
+// Listing plugins answers while a deploy is under way: plugin.list (and the daemon's
+// readiness checks that use it) must not wait for another plugin's compilation.
+func TestListDoesNotWaitForADeploy(t *testing.T) {
+	ctx := context.Background()
+	dir, err := NewDirStore(t.TempDir())
+	require.NoError(t, err)
+	store := &blockingStore{Store: dir, entered: make(chan struct{}), release: make(chan struct{})}
+	reg, err := NewRegistry(ctx, newRuntime(t), store, nil)
+	require.NoError(t, err)
+
+	wasm := wasmModule(nil, tinyFilter())
+	deployed := make(chan error, 1)
+	go func() { deployed <- reg.Deploy(ctx, manifest("slow", KindFilter, wasm, nil), wasm) }()
+	<-store.entered // the deploy holds the registry's writer lock from here
+
+	listed := make(chan error, 1)
+	go func() {
+		_, err := reg.List(ctx)
+		listed <- err
+	}()
+	select {
+	case err := <-listed:
+		require.NoError(t, err)
+	case err := <-deployed:
+		t.Fatalf("the deploy ended before the list: %v", err)
+	case <-time.After(10 * time.Second):
+		close(store.release)
+		t.Fatal("List waited for the deploy in progress")
+	}
+	close(store.release)
+	require.NoError(t, <-deployed)
 }

@@ -38,11 +38,13 @@ func (s *Store) flushCommitLog() error {
 	began := time.Now()
 	for _, seg := range segs {
 		if err := seg.f.Sync(); err != nil {
-			err = s.fail(fmt.Errorf("fsync segment %s: %w", seg.path, err))
+			err = fmt.Errorf("fsync segment %s: %w", seg.path, err)
+			// Reported before the store fails: failing wakes the appenders waiting for
+			// this flush, and whoever sees their error may look for it in the metrics.
 			if fn := s.opts.OnFlush; fn != nil {
 				fn(time.Since(began), 0, err)
 			}
-			return err
+			return s.fail(err)
 		}
 	}
 	if fn := s.opts.OnFlush; fn != nil {

@@ -30,8 +30,10 @@ import (
 	"github.com/flowd-io/flowd/remoting"
 )
 
-// wait bounds what happens at once on a healthy machine.
-const wait = 30 * time.Second
+// wait bounds what happens at once on a healthy machine. It is only a deadline for
+// conditions: compiling a Go guest under the race detector on a loaded machine has taken
+// over 40 s, so it is generous.
+const wait = 90 * time.Second
 
 // wasmSelector subscribes through a deployed Wasm filter: the expression names it.
 type wasmSelector string
