@@ -67,6 +67,7 @@ func (o *ClientOptions) connConfig() (*connConfig, error) {
 		serialize:    o.Serialize,
 		onClose:      o.OnConnClose,
 	}
+	cfg.inline, _ = o.Handler.(InlineHandler)
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}

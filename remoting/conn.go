@@ -33,6 +33,25 @@ type Handler interface {
 	ServeRemoting(ctx context.Context, c *Conn, req *protocol.Command) *protocol.Command
 }
 
+// InlineHandler is a Handler that can tell, request by request, that serving a request never
+// blocks: it only works in memory (or appends to a page cache), with no lock held for long by
+// others, no disk sync and no network call. Such a request is served on the connection's read
+// goroutine, with no goroutine hand-off: a 1 KiB send costs less than the wake-up of another
+// goroutine and the growth of its stack through the Handler's call chain (see RATIONALE.md).
+//
+// Inline is asked for every request admitted under the in-flight bound, on the read
+// goroutine; it must be cheap and must not block (it looks at req's code and ExtFields and
+// at state in memory). It may answer false whenever unsure: the request is then served on
+// its own goroutine as usual. A request served inline is counted in flight like any other,
+// a panic in it is recovered and answered SYSTEM_ERROR, and its response is queued for the
+// connection's flusher as usual. Park called by an inline request returns false: the
+// Handler answers at once instead of waiting, since waiting would hold up the connection's
+// reads. While an inline request is served, no other frame of its connection is read.
+type InlineHandler interface {
+	Handler
+	Inline(req *protocol.Command) bool
+}
+
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, c *Conn, req *protocol.Command) *protocol.Command
 
@@ -72,7 +91,9 @@ const (
 // connConfig is what a Conn takes from the Server, Client or Dial call that made it. One value
 // is shared by all the Conns of its owner and does not change once they exist.
 type connConfig struct {
-	handler      Handler
+	handler Handler
+	// inline is handler when it implements InlineHandler, else nil.
+	inline       InlineHandler
 	maxFrame     int
 	maxInFlight  int32
 	maxParked    int32
@@ -847,6 +868,10 @@ func (c *Conn) dispatch(req *protocol.Command) {
 		return
 	}
 	c.handlers.Add(1)
+	if c.cfg.inline != nil && c.askInline(req) {
+		c.serve(req, true)
+		return
+	}
 	select {
 	case c.work <- req: // an idle worker takes it
 	default:
@@ -860,7 +885,7 @@ func (c *Conn) dispatch(req *protocol.Command) {
 // it once. Workers waiting are not in flight and end when the connection closes.
 func (c *Conn) worker(req *protocol.Command) {
 	for {
-		c.serve(req)
+		c.serve(req, false)
 		if c.idleWorkers.Add(1) > maxIdleWorkers {
 			c.idleWorkers.Add(-1)
 			return
@@ -875,8 +900,23 @@ func (c *Conn) worker(req *protocol.Command) {
 	}
 }
 
-func (c *Conn) serve(req *protocol.Command) {
-	rc := &requestCtx{Context: c.ctx, c: c}
+// askInline asks the InlineHandler whether req may be served on the read goroutine. A
+// panic in Inline is logged and taken as a no: the request is then served (and its panic,
+// if any, answered) on its own goroutine.
+func (c *Conn) askInline(req *protocol.Command) (inline bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("Inline panicked", "code", req.RequestCode(), "opaque", req.Opaque, "panic", r, "stack", string(debug.Stack()))
+			inline = false
+		}
+	}()
+	return c.cfg.inline.Inline(req)
+}
+
+// serve runs the Handler for req and queues its response; inline says that this is the
+// read goroutine (see InlineHandler).
+func (c *Conn) serve(req *protocol.Command, inline bool) {
+	rc := &requestCtx{Context: c.ctx, c: c, inline: inline}
 	defer c.handlers.Done()
 	resp := c.callHandler(rc, req)
 	answer := resp != nil && !req.IsOneway()
@@ -921,6 +961,8 @@ type requestCtx struct {
 	context.Context
 	c     *Conn
 	state atomic.Int32 // reqInFlight, reqParked or reqFinished
+	// inline: served on the read goroutine, which must not wait (Park refuses).
+	inline bool
 
 	// Set by RespondWithFiles on the Handler's goroutine, read by serve on the same one once
 	// the Handler returned.
@@ -949,11 +991,15 @@ func (rc *requestCtx) Value(key any) any {
 // Park returns false, and changes nothing, when the connection already has its bound of parked
 // requests: the Handler should then answer at once instead of waiting. It returns true when
 // the request is parked, also when it already was, and for a context that does not come from
-// this package (nothing to count).
+// this package (nothing to count). It returns false for a request served inline (see
+// InlineHandler): waiting there would stop the connection's reads.
 func Park(ctx context.Context) bool {
 	rc, ok := ctx.Value(requestCtxKey{}).(*requestCtx)
 	if !ok {
 		return true
+	}
+	if rc.inline {
+		return false
 	}
 	switch rc.state.Load() {
 	case reqParked:

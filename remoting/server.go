@@ -154,6 +154,7 @@ func NewServer(h Handler, opts ServerOptions) *Server {
 		onClose:      s.connClosed,
 		sendfileMin:  DefaultSendfileThreshold,
 	}
+	s.cfg.inline, _ = h.(InlineHandler)
 	if opts.SendfileThreshold != 0 {
 		s.cfg.sendfileMin = max(opts.SendfileThreshold, -1)
 	}
