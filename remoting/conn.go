@@ -25,7 +25,8 @@ import (
 // the response flag. A response to a oneway request is dropped.
 //
 // Each request is served on its own goroutine, so ServeRemoting may block (a long-polling pull
-// does) without holding up other requests on the same connection. ctx is cancelled when the
+// does) without holding up other requests on the same connection; only the requests an
+// InlineHandler vouches for are served on the connection's read goroutine. ctx is cancelled when the
 // connection closes; a Handler that blocks must watch it, and one that waits for an event
 // rather than working should call Park(ctx) first. req.Body is the Handler's to keep.
 // A panic is recovered, logged, and answered SYSTEM_ERROR.
