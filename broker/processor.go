@@ -21,6 +21,12 @@ func (h brokerHandler) ServeRemoting(ctx context.Context, c *remoting.Conn, req 
 
 func (h brokerHandler) Inline(req *protocol.Command) bool { return h.b.inline(req) }
 
+// RawExt: the send handler decodes its header from the raw binary fields
+// (protocol.DecodeSendHeader), without the ExtFields map.
+func (h brokerHandler) RawExt(code protocol.RequestCode) bool {
+	return code == protocol.SendMessageV2 || code == protocol.SendMessage || code == protocol.SendBatchMessage
+}
+
 // inline reports whether req never blocks, so that serving it on the connection's read
 // goroutine costs less than handing it to another (remoting.InlineHandler): a send to an
 // existing topic, when the store flushes asynchronously and has room in its active segment
@@ -32,9 +38,9 @@ func (b *Broker) inline(req *protocol.Command) bool {
 	var topic, props string
 	switch req.RequestCode() {
 	case protocol.SendMessageV2, protocol.SendBatchMessage:
-		topic, props = req.ExtFields["b"], req.ExtFields["i"]
+		topic, props = req.Ext("b"), req.Ext("i")
 	case protocol.SendMessage:
-		topic, props = req.ExtFields["topic"], req.ExtFields["properties"]
+		topic, props = req.Ext("topic"), req.Ext("properties")
 	default:
 		return false
 	}

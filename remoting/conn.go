@@ -53,6 +53,16 @@ type InlineHandler interface {
 	Inline(req *protocol.Command) bool
 }
 
+// RawExtHandler is a Handler that reads the header fields of some requests itself, from
+// protocol.Command.RawExt: for a request with a binary (ROCKETMQ) header whose code RawExt
+// reports true, the transport leaves ExtFields nil and does not build its map (see
+// protocol.ReadFrameRawExt). RawExt is asked on the read goroutine for every such frame and
+// must be cheap. Requests with JSON headers always come with ExtFields.
+type RawExtHandler interface {
+	Handler
+	RawExt(code protocol.RequestCode) bool
+}
+
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, c *Conn, req *protocol.Command) *protocol.Command
 
@@ -94,7 +104,9 @@ const (
 type connConfig struct {
 	handler Handler
 	// inline is handler when it implements InlineHandler, else nil.
-	inline       InlineHandler
+	inline InlineHandler
+	// rawExt is the handler's RawExt when it implements RawExtHandler, else nil.
+	rawExt       func(protocol.RequestCode) bool
 	maxFrame     int
 	maxInFlight  int32
 	maxParked    int32
@@ -762,7 +774,7 @@ func (c *Conn) readLoop() error {
 		if started {
 			c.frameStart.Store(1 + int64(time.Since(c.cfg.epoch)))
 		}
-		cmd, err := protocol.ReadFrame(c.br, c.cfg.maxFrame)
+		cmd, err := protocol.ReadFrameRawExt(c.br, c.cfg.maxFrame, c.cfg.rawExt)
 		if started {
 			c.frameStart.Store(0)
 		}

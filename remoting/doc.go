@@ -56,7 +56,10 @@
 //     finds only such frames queued behind its own hands them to the flusher; one that finds a
 //     caller waiting hands them to that caller, as before.
 //   - A frame that fits the read buffer (16 KiB) is decoded in place and its body copied out:
-//     a response without a body costs no buffer of its own.
+//     a response without a body costs no buffer of its own. A Handler that implements
+//     RawExtHandler gets the binary-header requests it names without their ExtFields map
+//     (protocol.Command.RawExt, read with Command.Ext or the typed decoders): the broker
+//     decodes a send's header straight from it, which spares the map and its hashing.
 //   - A request stops counting against MaxInFlightPerConn when its Handler returns, before
 //     its response is written, so that a client pipelining at the bound is not refused; it
 //     still keeps the connection from closing as idle until the response is out. Goroutines

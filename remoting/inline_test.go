@@ -133,3 +133,29 @@ func TestInlineNotHeldBackByABlockedRequest(t *testing.T) {
 	close(h.release)
 	require.NoError(t, recv(t, done, "the blocked request's answer"))
 }
+
+// rawExtHandler reads its requests' fields with Ext, and says whether they came as a map.
+type rawExtHandler struct{}
+
+func (rawExtHandler) RawExt(code protocol.RequestCode) bool { return code == codeEcho }
+
+func (rawExtHandler) ServeRemoting(_ context.Context, _ *remoting.Conn, req *protocol.Command) *protocol.Command {
+	resp := protocol.NewResponse(req, protocol.Success, "")
+	resp.ExtFields["k"] = req.Ext("k")
+	resp.ExtFields["map"] = strconv.FormatBool(req.ExtFields != nil)
+	return resp
+}
+
+// A RawExtHandler gets the binary requests it names without their ExtFields map, and JSON
+// ones with it.
+func TestRawExtHandler(t *testing.T) {
+	checkGoroutines(t)
+	srv := startServer(t, rawExtHandler{}, remoting.ServerOptions{})
+	for st, wantMap := range map[protocol.SerializeType]string{protocol.RocketMQ: "false", protocol.JSON: "true"} {
+		c := dial(t, srv.addr, remoting.ClientOptions{Serialize: st})
+		resp, err := c.Invoke(ctxTimeout(t, 3*time.Second), echoRequest("v"))
+		require.NoError(t, err)
+		assert.Equal(t, "v", resp.ExtFields["k"], st)
+		assert.Equal(t, wantMap, resp.ExtFields["map"], st)
+	}
+}

@@ -155,6 +155,9 @@ func NewServer(h Handler, opts ServerOptions) *Server {
 		sendfileMin:  DefaultSendfileThreshold,
 	}
 	s.cfg.inline, _ = h.(InlineHandler)
+	if rh, ok := h.(RawExtHandler); ok {
+		s.cfg.rawExt = rh.RawExt
+	}
 	if opts.SendfileThreshold != 0 {
 		s.cfg.sendfileMin = max(opts.SendfileThreshold, -1)
 	}
