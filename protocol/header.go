@@ -123,7 +123,9 @@ func (r *fieldReader) lookup(name string, required bool) (string, bool) {
 	var ok bool
 	if r.ext == nil && r.raw != nil {
 		for i := range r.raw {
-			if r.raw[i].key == name {
+			// Length and first byte first: the one-letter keys of SEND_MESSAGE_V2 are then
+			// told apart without a call to compare memory.
+			if k := r.raw[i].key; len(k) == len(name) && (k == "" || k[0] == name[0]) && k == name {
 				v, ok = r.raw[i].value, true // the last wins, as in a map
 			}
 		}

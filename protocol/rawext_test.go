@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func sendFrame(t *testing.T, code RequestCode, st SerializeType) []byte {
+func sendFrame(t testing.TB, code RequestCode, st SerializeType) []byte {
 	t.Helper()
 	h := &SendMessageRequestHeader{
 		ProducerGroup: "pg", Topic: "T", DefaultTopic: AutoCreateTopicKey, DefaultTopicQueueNums: 4,
@@ -113,4 +113,31 @@ func TestReadFrameRawExtAllocatesLess(t *testing.T) {
 	withMap, without := read(nil), read(allSends)
 	t.Logf("allocations per send header: %.0f with the map, %.0f without", withMap, without)
 	assert.Less(t, without, withMap)
+}
+
+// BenchmarkReadSendHeader reads a binary SEND_MESSAGE_V2 frame and decodes its header, with
+// the ExtFields map (map) and from the raw fields (raw).
+func BenchmarkReadSendHeader(b *testing.B) {
+	frame := sendFrame(b, SendMessageV2, RocketMQ)
+	for _, c := range []struct {
+		name   string
+		rawExt func(RequestCode) bool
+	}{{"map", nil}, {"raw", allSends}} {
+		b.Run(c.name, func(b *testing.B) {
+			r := bytes.NewReader(frame)
+			br := bufio.NewReaderSize(r, 16<<10)
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Reset(frame)
+				br.Reset(r)
+				cmd, err := ReadFrameRawExt(br, 0, c.rawExt)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := DecodeSendHeader(cmd); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
