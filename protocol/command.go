@@ -371,14 +371,15 @@ func (c *Command) Ext(key string) string {
 	if c.ExtFields != nil || c.RawExt == "" {
 		return c.ExtFields[key]
 	}
+	var found string
 	for raw := c.RawExt; raw != ""; {
-		var k, v string
-		k, v, raw = nextRawField(raw)
+		k, v, rest := nextRawField(raw)
 		if k == key {
-			return v // the last one wins in a map; a sender repeats no key
+			found = v // the last one, as in the map
 		}
+		raw = rest
 	}
-	return ""
+	return found
 }
 
 // countBinaryFields counts the fields of a binary ext-fields block, as far as their lengths
