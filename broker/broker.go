@@ -168,7 +168,7 @@ func (b *Broker) Start() error {
 	opts := b.cfg.Transport
 	opts.Logger = b.log
 	opts.OnConnClose = b.connClosed
-	b.server = remoting.NewServer(remoting.HandlerFunc(b.serveBroker), opts)
+	b.server = remoting.NewServer(brokerHandler{b}, opts)
 	b.goServe(b.server, b.ln)
 	if b.nsLn != nil {
 		b.nsServer = remoting.NewServer(remoting.HandlerFunc(b.serveNamesrv), remoting.ServerOptions{Logger: b.log})

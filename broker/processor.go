@@ -3,14 +3,62 @@ package broker
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/flowd-io/flowd/protocol"
 	"github.com/flowd-io/flowd/remoting"
 )
 
-// serveBroker is the broker listener's handler: one call per request, each on its own
-// goroutine, so a parked pull does not hold up the connection's other requests.
+// brokerHandler is the broker listener's remoting.Handler: serveBroker, plus Inline, which
+// lets the transport serve the sends that only append to the page cache on the connection's
+// read goroutine.
+type brokerHandler struct{ b *Broker }
+
+func (h brokerHandler) ServeRemoting(ctx context.Context, c *remoting.Conn, req *protocol.Command) *protocol.Command {
+	return h.b.serveBroker(ctx, c, req)
+}
+
+func (h brokerHandler) Inline(req *protocol.Command) bool { return h.b.inline(req) }
+
+// RawExt: the send handler decodes its header from the raw binary fields
+// (protocol.DecodeSendHeader), without the ExtFields map.
+func (h brokerHandler) RawExt(code protocol.RequestCode) bool {
+	return code == protocol.SendMessageV2 || code == protocol.SendMessage || code == protocol.SendBatchMessage
+}
+
+// inline reports whether req never blocks, so that serving it on the connection's read
+// goroutine costs less than handing it to another (remoting.InlineHandler): a send to an
+// existing topic, when the store flushes asynchronously and has room in its active segment
+// (Store.AppendReady). Everything else is served on a goroutine of its own: a SYNC_FLUSH send
+// waits for its fsync, a send that creates its topic writes the topic table, a send to a
+// retry topic may create the dead-letter topic, and a segment roll creates and syncs a file.
+// Half and delayed messages are plain appends too, and are inline.
+func (b *Broker) inline(req *protocol.Command) bool {
+	var topic, props string
+	switch req.RequestCode() {
+	case protocol.SendMessageV2, protocol.SendBatchMessage:
+		topic, props = req.Ext("b"), req.Ext("i")
+	case protocol.SendMessage:
+		topic, props = req.Ext("topic"), req.Ext("properties")
+	default:
+		return false
+	}
+	if strings.HasPrefix(topic, RetryTopicPrefix) {
+		return false
+	}
+	if _, ok := b.topics.get(topic); !ok {
+		return false
+	}
+	// A bound on the stored size: a batch's entries each grow by the stored header, the
+	// topic and the broker's properties; a few KiB more keep inline sends off the end of a
+	// segment.
+	return b.store.AppendReady(4*len(req.Body) + 2*len(props) + len(topic) + 4096)
+}
+
+// serveBroker serves the broker listener's requests: one call per request, each on its own
+// goroutine (sends that never block aside, see inline), so a parked pull does not hold up
+// the connection's other requests.
 func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protocol.Command) *protocol.Command {
 	// Any request proves the client alive, not only a heartbeat: a member whose heartbeats
 	// are refused or late but that pulls and commits must not expire.

@@ -52,3 +52,57 @@ func TestSendUnderASlowDiskAnswersFlushDiskTimeoutWithTheOffsets(t *testing.T) {
 
 	require.Eventually(t, func() bool { return b.StoreMax("slow", 0) == 3 }, 5*time.Second, 5*time.Millisecond)
 }
+
+// A SYNC_FLUSH send waiting for its fsync is not served on its connection's read goroutine
+// (inline): the requests sent after it on the same connection are answered meanwhile.
+func TestSyncFlushSendWaitingForItsFsyncHoldsUpNothing(t *testing.T) {
+	ffs := vfs.NewFaultFS(nil)
+	ffs.Match(func(name string) bool { return strings.Contains(name, "commitlog") })
+	b := startBroker(t, func(cfg *broker.Config) {
+		cfg.Store.FS = ffs
+		cfg.Store.FlushMode = store.FlushSync
+		cfg.Store.SyncFlushTimeout = time.Minute
+	})
+	c := newRawClient(t, b, nil)
+	c.createTopic("held", 1)
+	release := make(chan struct{})
+	ffs.HoldSyncs(release)
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(release)
+		}
+	})
+
+	answered := make(chan *protocol.Command, 1)
+	go func() {
+		h := &protocol.SendMessageRequestHeader{ProducerGroup: "raw", Topic: "held", BornTimestamp: time.Now().UnixMilli()}
+		resp, err := c.cl.Invoke(context.Background(), b.Addr(), protocol.NewRequest(protocol.SendMessageV2, h.EncodeV2(), []byte("one")))
+		if err != nil {
+			resp = nil
+		}
+		answered <- resp
+	}()
+	require.Eventually(t, func() bool { return b.StoreMax("held", 0) == 1 }, 5*time.Second, time.Millisecond, "the send is stored and waits for its fsync")
+
+	// Same client, same connection: answered while the send still waits.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.cl.Invoke(ctx, b.Addr(), protocol.NewRequestWith(protocol.GetMaxOffset, &protocol.GetMaxOffsetRequestHeader{Topic: "held", QueueID: 0}, nil))
+	require.NoError(t, err, "answered while the send waits for its fsync")
+	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	select {
+	case <-answered:
+		t.Fatal("the send was answered before its fsync finished")
+	default:
+	}
+	released = true
+	close(release)
+	select {
+	case resp := <-answered:
+		require.NotNil(t, resp)
+		require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the send was not answered once its fsync finished")
+	}
+}

@@ -69,6 +69,12 @@ type Command struct {
 	// be in both. Decoding never sets it: a decoded command has all its fields in ExtFields.
 	Fields FieldAppender
 	Body   []byte
+	// RawExt is set instead of ExtFields (then nil) on a request decoded by ReadFrameRawExt
+	// whose code its caller asked for: the binary header's ext-fields block, checked whole,
+	// as it arrived (a 2-byte key length, the key, a 4-byte value length, the value, and so
+	// on). Ext and the typed header decoders read it without building a map, which is the
+	// largest cost of decoding a send's header.
+	RawExt string
 	// Serialize is the header encoding the command came in with, or will go out with.
 	Serialize SerializeType
 }
@@ -197,12 +203,12 @@ func (c *Command) appendBinaryHeader(dst []byte) ([]byte, error) {
 // length the prefix announced). The returned command's Body aliases frame. A frame whose
 // lengths add up but whose header cannot be read gives a *HeaderError.
 func DecodeFrame(frame []byte) (*Command, error) {
-	return decodeFrame(frame, false)
+	return decodeFrame(frame, false, nil)
 }
 
 // decodeFrame is DecodeFrame; with copyBody the body is copied out of frame, which may then
 // be reused.
-func decodeFrame(frame []byte, copyBody bool) (*Command, error) {
+func decodeFrame(frame []byte, copyBody bool, rawExt func(RequestCode) bool) (*Command, error) {
 	if len(frame) > MaxFrameSize {
 		return nil, fmt.Errorf("decode frame: %d bytes exceeds %d: %w", len(frame), MaxFrameSize, ErrFrameTooLarge)
 	}
@@ -222,7 +228,7 @@ func decodeFrame(frame []byte, copyBody bool) (*Command, error) {
 	case JSON:
 		c, err = decodeJSONHeader(header)
 	case RocketMQ:
-		c, err = decodeBinaryHeader(header)
+		c, err = decodeBinaryHeader(header, rawExt)
 	default:
 		return nil, &HeaderError{Serialize: st, Err: fmt.Errorf("decode frame: %w %d", ErrUnknownSerialize, st)}
 	}
@@ -241,8 +247,8 @@ func decodeFrame(frame []byte, copyBody bool) (*Command, error) {
 
 // decodeBinaryHeader decodes a ROCKETMQ binary header; an error is a *HeaderError, which
 // carries the code, opaque and flag when the fixed part is there.
-func decodeBinaryHeader(b []byte) (*Command, error) {
-	c, err := parseBinaryHeader(b)
+func decodeBinaryHeader(b []byte, rawExt func(RequestCode) bool) (*Command, error) {
+	c, err := parseBinaryHeader(b, rawExt)
 	if err != nil {
 		he := &HeaderError{Serialize: RocketMQ, Err: err}
 		if len(b) >= 13 {
@@ -256,7 +262,7 @@ func decodeBinaryHeader(b []byte) (*Command, error) {
 	return c, nil
 }
 
-func parseBinaryHeader(b []byte) (*Command, error) {
+func parseBinaryHeader(b []byte, rawExt func(RequestCode) bool) (*Command, error) {
 	const fixed = 2 + 1 + 2 + 4 + 4 + 4
 	if len(b) < fixed {
 		return nil, fmt.Errorf("decode binary header: %d bytes is shorter than the fixed %d", len(b), fixed)
@@ -277,6 +283,12 @@ func parseBinaryHeader(b []byte) (*Command, error) {
 		return nil, err
 	}
 	c.Remark = substringOf(whole, b[13:], remark)
+	if rawExt != nil && c.Flag&FlagResponse == 0 && rawExt(RequestCode(c.Code)) {
+		if err := parseRawExt(c, whole, b[13:], r); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
 	var ext map[string]string
 	if len(r) > 4 {
 		// Sized to the fields there are: a map of up to 8 costs one small allocation, one
@@ -313,6 +325,61 @@ func parseBinaryHeader(b []byte) (*Command, error) {
 	}
 	c.ExtFields = ext
 	return c, nil
+}
+
+// parseRawExt checks the ext-fields block that follows the remark (r, within base, whose
+// string is whole) and sets it as c.RawExt, as parseBinaryHeader would have built the map.
+func parseRawExt(c *Command, whole string, base, r []byte) error {
+	if len(r) == 0 {
+		return nil
+	}
+	extBytes, rest, err := takeBytes32(r, "ext fields")
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 {
+		return fmt.Errorf("decode binary header: %d bytes after the ext fields", len(rest))
+	}
+	for b := extBytes; len(b) > 0; {
+		if len(b) < 2 {
+			return errors.New("decode binary header: truncated ext field key length")
+		}
+		kl := int(binary.BigEndian.Uint16(b))
+		b = b[2:]
+		if kl > len(b) {
+			return fmt.Errorf("decode binary header: ext field key length %d exceeds the %d bytes left", kl, len(b))
+		}
+		k := b[:kl]
+		if _, b, err = takeBytes32(b[kl:], "ext field value"); err != nil {
+			return fmt.Errorf("%w (key %q)", err, truncateForError(string(k)))
+		}
+	}
+	c.RawExt = substringOf(whole, base, extBytes)
+	return nil
+}
+
+// nextRawField splits the first field off a RawExt block checked by parseRawExt.
+func nextRawField(raw string) (key, value, rest string) {
+	kl := int(raw[0])<<8 | int(raw[1])
+	key, raw = raw[2:2+kl], raw[2+kl:]
+	vl := int(raw[0])<<24 | int(raw[1])<<16 | int(raw[2])<<8 | int(raw[3])
+	return key, raw[4 : 4+vl], raw[4+vl:]
+}
+
+// Ext returns the header field key, from ExtFields or, when the map was not built, RawExt.
+func (c *Command) Ext(key string) string {
+	if c.ExtFields != nil || c.RawExt == "" {
+		return c.ExtFields[key]
+	}
+	var found string
+	for raw := c.RawExt; raw != ""; {
+		k, v, rest := nextRawField(raw)
+		if k == key {
+			found = v // the last one, as in the map
+		}
+		raw = rest
+	}
+	return found
 }
 
 // countBinaryFields counts the fields of a binary ext-fields block, as far as their lengths
@@ -368,6 +435,13 @@ const frameChunk = 32 << 10
 // An error wrapping ErrMalformedFrame or ErrFrameTooLarge, or a read error, leaves r at an
 // unknown place in the stream. A *HeaderError leaves it at the start of the next frame.
 func ReadFrame(r *bufio.Reader, max int) (*Command, error) {
+	return ReadFrameRawExt(r, max, nil)
+}
+
+// ReadFrameRawExt is ReadFrame that, for a request with a binary header whose code rawExt
+// reports true, leaves ExtFields nil and sets RawExt: for a reader whose handler decodes
+// those requests' headers itself (see Command.RawExt). JSON headers always build the map.
+func ReadFrameRawExt(r *bufio.Reader, max int, rawExt func(RequestCode) bool) (*Command, error) {
 	if max <= 0 || max > MaxFrameSize {
 		max = MaxFrameSize
 	}
@@ -393,7 +467,7 @@ func ReadFrame(r *bufio.Reader, max int) (*Command, error) {
 			}
 			return nil, fmt.Errorf("read frame of %d bytes after %d: %w", n, len(frame), err)
 		}
-		c, err := decodeFrame(frame, true)
+		c, err := decodeFrame(frame, true, rawExt)
 		_, _ = r.Discard(n) // buffered: cannot fail
 		return c, err
 	}
@@ -413,5 +487,5 @@ func ReadFrame(r *bufio.Reader, max int) (*Command, error) {
 			return nil, fmt.Errorf("read frame of %d bytes after %d: %w", n, len(frame), err)
 		}
 	}
-	return DecodeFrame(frame)
+	return decodeFrame(frame, false, rawExt)
 }

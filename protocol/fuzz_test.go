@@ -65,6 +65,16 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		c, err := DecodeFrame(frame)
 
+		// Reading the ext fields raw accepts what the map accepts, with the same fields.
+		raw, rerr := decodeFrame(frame, false, func(RequestCode) bool { return true })
+		require.Equal(t, err == nil, rerr == nil, "map: %v; raw: %v", err, rerr)
+		if err == nil && raw.RawExt != "" {
+			require.Nil(t, raw.ExtFields)
+			for k, v := range c.ExtFields {
+				require.Equal(t, v, raw.Ext(k), "field %q", k)
+			}
+		}
+
 		// A frame is broken (its lengths do not add up) or intact with a header that cannot
 		// be read, never both; only the second may be answered.
 		var he *HeaderError

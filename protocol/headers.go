@@ -149,7 +149,10 @@ func (h *SendMessageRequestHeader) DecodeV2(ext map[string]string) error {
 }
 
 func (h *SendMessageRequestHeader) decode(ext map[string]string, n *[14]string) error {
-	r := fieldReader{ext: ext}
+	return h.read(fieldReader{ext: ext}, n)
+}
+
+func (h *SendMessageRequestHeader) read(r fieldReader, n *[14]string) error {
 	h.ProducerGroup = r.str(n[0], true)
 	h.Topic = r.str(n[1], true)
 	h.DefaultTopic = r.str(n[2], true)
@@ -173,11 +176,12 @@ func (h *SendMessageRequestHeader) decode(ext map[string]string, n *[14]string) 
 func DecodeSendHeader(cmd *Command) (*SendMessageRequestHeader, error) {
 	h := new(SendMessageRequestHeader)
 	var err error
+	var buf [len(sendShortNames) + 2]rawField
 	switch code := cmd.RequestCode(); code {
 	case SendMessage:
-		err = h.Decode(cmd.ExtFields)
+		err = h.read(readerOf(cmd, buf[:0]), &sendLongNames)
 	case SendMessageV2, SendBatchMessage:
-		err = h.DecodeV2(cmd.ExtFields)
+		err = h.read(readerOf(cmd, buf[:0]), &sendShortNames)
 		if code == SendBatchMessage {
 			h.Batch = true
 		}

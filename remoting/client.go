@@ -67,6 +67,10 @@ func (o *ClientOptions) connConfig() (*connConfig, error) {
 		serialize:    o.Serialize,
 		onClose:      o.OnConnClose,
 	}
+	cfg.inline, _ = o.Handler.(InlineHandler)
+	if rh, ok := o.Handler.(RawExtHandler); ok {
+		cfg.rawExt = rh.RawExt
+	}
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}

@@ -25,12 +25,42 @@ import (
 // the response flag. A response to a oneway request is dropped.
 //
 // Each request is served on its own goroutine, so ServeRemoting may block (a long-polling pull
-// does) without holding up other requests on the same connection. ctx is cancelled when the
+// does) without holding up other requests on the same connection; only the requests an
+// InlineHandler vouches for are served on the connection's read goroutine. ctx is cancelled when the
 // connection closes; a Handler that blocks must watch it, and one that waits for an event
 // rather than working should call Park(ctx) first. req.Body is the Handler's to keep.
 // A panic is recovered, logged, and answered SYSTEM_ERROR.
 type Handler interface {
 	ServeRemoting(ctx context.Context, c *Conn, req *protocol.Command) *protocol.Command
+}
+
+// InlineHandler is a Handler that can tell, request by request, that serving a request never
+// blocks: it only works in memory (or appends to a page cache), with no lock held for long by
+// others, no disk sync and no network call. Such a request is served on the connection's read
+// goroutine, with no goroutine hand-off: a 1 KiB send costs less than the wake-up of another
+// goroutine and the growth of its stack through the Handler's call chain (see RATIONALE.md).
+//
+// Inline is asked for every request admitted under the in-flight bound, on the read
+// goroutine; it must be cheap and must not block (it looks at req's code and ExtFields and
+// at state in memory). It may answer false whenever unsure: the request is then served on
+// its own goroutine as usual. A request served inline is counted in flight like any other,
+// a panic in it is recovered and answered SYSTEM_ERROR, and its response is queued for the
+// connection's flusher as usual. Park called by an inline request returns false: the
+// Handler answers at once instead of waiting, since waiting would hold up the connection's
+// reads. While an inline request is served, no other frame of its connection is read.
+type InlineHandler interface {
+	Handler
+	Inline(req *protocol.Command) bool
+}
+
+// RawExtHandler is a Handler that reads the header fields of some requests itself, from
+// protocol.Command.RawExt: for a request with a binary (ROCKETMQ) header whose code RawExt
+// reports true, the transport leaves ExtFields nil and does not build its map (see
+// protocol.ReadFrameRawExt). RawExt is asked on the read goroutine for every such frame and
+// must be cheap. Requests with JSON headers always come with ExtFields.
+type RawExtHandler interface {
+	Handler
+	RawExt(code protocol.RequestCode) bool
 }
 
 // HandlerFunc adapts a function to Handler.
@@ -72,7 +102,11 @@ const (
 // connConfig is what a Conn takes from the Server, Client or Dial call that made it. One value
 // is shared by all the Conns of its owner and does not change once they exist.
 type connConfig struct {
-	handler      Handler
+	handler Handler
+	// inline is handler when it implements InlineHandler, else nil.
+	inline InlineHandler
+	// rawExt is the handler's RawExt when it implements RawExtHandler, else nil.
+	rawExt       func(protocol.RequestCode) bool
 	maxFrame     int
 	maxInFlight  int32
 	maxParked    int32
@@ -740,7 +774,7 @@ func (c *Conn) readLoop() error {
 		if started {
 			c.frameStart.Store(1 + int64(time.Since(c.cfg.epoch)))
 		}
-		cmd, err := protocol.ReadFrame(c.br, c.cfg.maxFrame)
+		cmd, err := protocol.ReadFrameRawExt(c.br, c.cfg.maxFrame, c.cfg.rawExt)
 		if started {
 			c.frameStart.Store(0)
 		}
@@ -847,6 +881,10 @@ func (c *Conn) dispatch(req *protocol.Command) {
 		return
 	}
 	c.handlers.Add(1)
+	if c.cfg.inline != nil && c.askInline(req) {
+		c.serve(req, true)
+		return
+	}
 	select {
 	case c.work <- req: // an idle worker takes it
 	default:
@@ -860,7 +898,7 @@ func (c *Conn) dispatch(req *protocol.Command) {
 // it once. Workers waiting are not in flight and end when the connection closes.
 func (c *Conn) worker(req *protocol.Command) {
 	for {
-		c.serve(req)
+		c.serve(req, false)
 		if c.idleWorkers.Add(1) > maxIdleWorkers {
 			c.idleWorkers.Add(-1)
 			return
@@ -898,8 +936,23 @@ func (c *Conn) shed() {
 	}
 }
 
-func (c *Conn) serve(req *protocol.Command) {
-	rc := &requestCtx{Context: c.ctx, c: c}
+// askInline asks the InlineHandler whether req may be served on the read goroutine. A
+// panic in Inline is logged and taken as a no: the request is then served (and its panic,
+// if any, answered) on its own goroutine.
+func (c *Conn) askInline(req *protocol.Command) (inline bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("Inline panicked", "code", req.RequestCode(), "opaque", req.Opaque, "panic", r, "stack", string(debug.Stack()))
+			inline = false
+		}
+	}()
+	return c.cfg.inline.Inline(req)
+}
+
+// serve runs the Handler for req and queues its response; inline says that this is the
+// read goroutine (see InlineHandler).
+func (c *Conn) serve(req *protocol.Command, inline bool) {
+	rc := &requestCtx{Context: c.ctx, c: c, inline: inline}
 	defer c.handlers.Done()
 	resp := c.callHandler(rc, req)
 	answer := resp != nil && !req.IsOneway()
@@ -944,6 +997,8 @@ type requestCtx struct {
 	context.Context
 	c     *Conn
 	state atomic.Int32 // reqInFlight, reqParked or reqFinished
+	// inline: served on the read goroutine, which must not wait (Park refuses).
+	inline bool
 
 	// Set by RespondWithFiles on the Handler's goroutine, read by serve on the same one once
 	// the Handler returned.
@@ -972,11 +1027,15 @@ func (rc *requestCtx) Value(key any) any {
 // Park returns false, and changes nothing, when the connection already has its bound of parked
 // requests: the Handler should then answer at once instead of waiting. It returns true when
 // the request is parked, also when it already was, and for a context that does not come from
-// this package (nothing to count).
+// this package (nothing to count). It returns false for a request served inline (see
+// InlineHandler): waiting there would stop the connection's reads.
 func Park(ctx context.Context) bool {
 	rc, ok := ctx.Value(requestCtxKey{}).(*requestCtx)
 	if !ok {
 		return true
+	}
+	if rc.inline {
+		return false
 	}
 	switch rc.state.Load() {
 	case reqParked:

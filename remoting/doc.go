@@ -11,10 +11,21 @@
 //
 // # Notes
 //
-//   - Requests are pipelined. Each request is served on its own goroutine and its response is
+//   - Requests are pipelined. Each request is served on its own goroutine (unless inline, below) and its response is
 //     written whenever it is ready, so a long-polling pull parked for 20 s does not hold up the
 //     heartbeat sent after it on the same connection. Responses are matched by opaque, never by
 //     order, exactly as RocketMQ clients expect.
+//   - Inline requests. A Handler that implements InlineHandler is asked, per request, whether
+//     serving it never blocks; such a request is served on the connection's read goroutine,
+//     before the next frame is read, with no goroutine hand-off. The broker says so for
+//     sends to an existing topic when its store flushes asynchronously and the message fits
+//     the active segment: an append to the page cache costs less than waking a goroutine and
+//     growing its stack. Anything that may wait (a SYNC_FLUSH send waiting for its fsync, a
+//     pull that parks, a lock, a disk sync, a network call) is not inline, so that it cannot
+//     hold up the requests behind it. An inline request is admitted and counted in flight
+//     like any other, keeps the connection from closing idle while it runs, has its panic
+//     recovered and answered SYSTEM_ERROR, and its response queued for the flusher; Park
+//     refuses it.
 //   - The number of requests served at once on one connection is bounded
 //     (MaxInFlightPerConn). Beyond it a request is answered SYSTEM_BUSY at once without running
 //     the Handler, as RocketMQ's broker does when its executor queue is full: the client backs
@@ -45,7 +56,10 @@
 //     finds only such frames queued behind its own hands them to the flusher; one that finds a
 //     caller waiting hands them to that caller, as before.
 //   - A frame that fits the read buffer (16 KiB) is decoded in place and its body copied out:
-//     a response without a body costs no buffer of its own.
+//     a response without a body costs no buffer of its own. A Handler that implements
+//     RawExtHandler gets the binary-header requests it names without their ExtFields map
+//     (protocol.Command.RawExt, read with Command.Ext or the typed decoders): the broker
+//     decodes a send's header straight from it, which spares the map and its hashing.
 //   - A request stops counting against MaxInFlightPerConn when its Handler returns, before
 //     its response is written, so that a client pipelining at the bound is not refused; it
 //     still keeps the connection from closing as idle until the response is out. Goroutines

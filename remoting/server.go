@@ -154,6 +154,10 @@ func NewServer(h Handler, opts ServerOptions) *Server {
 		onClose:      s.connClosed,
 		sendfileMin:  DefaultSendfileThreshold,
 	}
+	s.cfg.inline, _ = h.(InlineHandler)
+	if rh, ok := h.(RawExtHandler); ok {
+		s.cfg.rawExt = rh.RawExt
+	}
 	if opts.SendfileThreshold != 0 {
 		s.cfg.sendfileMin = max(opts.SendfileThreshold, -1)
 	}

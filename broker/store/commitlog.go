@@ -268,6 +268,20 @@ func (s *Store) PutBatch(ctx context.Context, ms []*protocol.MessageExt) ([]PutR
 	return res, s.awaitDurable(ctx, end)
 }
 
+// AppendReady reports whether appending size bytes (a stored message's size, or a bound
+// on it) would most likely return without waiting for the disk: the store flushes
+// asynchronously (a Put does not wait for an fsync), no write has failed, and the active
+// segment has room for it (no roll, which creates and syncs a file). The broker serves such
+// sends on the connection's read goroutine. It is a hint read without the append lock: a
+// concurrent append may still make this one roll the segment.
+func (s *Store) AppendReady(size int) bool {
+	if s.opts.FlushMode != FlushAsync || s.failure.Load() != nil {
+		return false
+	}
+	seg := s.activeSeg.Load()
+	return seg != nil && s.written.Load()+int64(size)+blankMin <= seg.start+s.opts.SegmentSize
+}
+
 // append writes the encoded messages b (ms[i].StoreSize bytes each) at the end of the commit
 // log and returns the new end.
 //

@@ -75,7 +75,7 @@ type Store struct {
 	fsyncs     atomic.Int64
 	failure    atomic.Pointer[error]
 
-	activeSeg   atomic.Pointer[segment] // the active segment, for the prefaulter
+	activeSeg   atomic.Pointer[segment] // the active segment, for the prefaulter and AppendReady
 	prefaultReq chan struct{}           // cap 1: "the write position moved a step"
 	flushReq    chan struct{}           // cap 1: "a synchronous appender waits"
 	dispatchReq chan struct{}           // cap 1: "the commit log grew"
