@@ -152,7 +152,14 @@ func TestKillAndRestartResumesFromCommitted(t *testing.T) {
 			again++
 		}
 	}
-	assert.Equal(t, again, dups, "only what was acknowledged and not committed is delivered again")
+	var twice []pos
+	for k, n := range acked {
+		if n > 1 {
+			twice = append(twice, k)
+		}
+	}
+	assert.Equal(t, again, dups, "only what was acknowledged and not committed is delivered again: delivered more than once %v; acknowledged in run 1 %v; committed at the kill %v; resumed at %v",
+		twice, ackedRun1, committed, resumedAt)
 	assert.LessOrEqual(t, dups, queues*batch, "duplicates stay within the uncommitted window")
 }
 
