@@ -33,7 +33,7 @@ type benchConfig struct {
 	baseline string // "jetstream" or "none"
 	batch    int    // WithAsyncBatching count of the batched produce run; < 2: no such run
 	json     bool   // print one JSON document instead of text
-	profile  string // write a CPU profile of each flowd produce run to profile.<scenario>
+	profile  string // write a CPU profile of each flowd run to profile.<scenario>
 }
 
 // benchResult is one figure of a run, in the --json document. The schema is stable: fields
@@ -104,7 +104,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.samples, "latency-samples", 2000, "send-to-poll delays to sample")
 	fs.StringVar(&c.baseline, "baseline", "jetstream", `what to compare with: "jetstream" (an embedded NATS JetStream, file store, one replica, under the data directory) or "none"`)
 	fs.IntVar(&c.batch, "batch", 64, "messages per batch of the batched produce run (producer.WithAsyncBatching); below 2: no batched run")
-	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of each flowd produce run (broker and producer, in this process) to `FILE`.produce and FILE.produce-batched")
+	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of each flowd run (broker and client, in this process) to `FILE`.produce, FILE.produce-batched and FILE.consume")
 	fs.BoolVar(&c.json, "json", false, `print one JSON document {"messages","size","inflight","queues","results":[{"scenario","unit","flowd","baseline","ratio","baseline_name"}]} instead of text`)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -226,7 +226,12 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	stop, err := startProfile(c.profile, "consume")
+	if err != nil {
+		return err
+	}
 	rate, err := consume(ctx, topic, c, quiet)
+	stop()
 	if err != nil {
 		return err
 	}
