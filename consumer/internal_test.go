@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -188,3 +189,65 @@ func TestConnectionLostLapsesLocks(t *testing.T) {
 	msgs, _ = l.takeLocked(now)
 	assert.Nil(t, msgs)
 }
+
+// storedBody encodes messages with these bodies as a pull response body carries them.
+func storedBody(t *testing.T, topic string, bodies ...string) []byte {
+	t.Helper()
+	var out []byte
+	for i, body := range bodies {
+		m := &protocol.MessageExt{
+			Message:     protocol.Message{Topic: topic, Body: []byte(body), Properties: map[string]string{protocol.PropertyTags: "tag", protocol.PropertyUniqueKey: body}},
+			QueueOffset: int64(i),
+		}
+		var err error
+		out, err = protocol.AppendStored(out, m)
+		require.NoError(t, err)
+	}
+	return out
+}
+
+// TestDecodePullVerifiesCRCOnlyWhenAsked: a body damaged after it was stored fails the pull
+// with the verify option, and is handed out as it came without it (RocketMQ's client does
+// not check either).
+func TestDecodePullVerifiesCRCOnlyWhenAsked(t *testing.T) {
+	mq := MessageQueue{Topic: "t", BrokerName: "b", QueueID: 0}
+	body := storedBody(t, "t", "first", "second")
+	i := bytesIndex(body, "second")
+	require.Positive(t, i)
+	body[i] = 'S' // same length, different CRC
+
+	_, _, err := decodePull(body, mq, nil, 0, true, protocol.MaxFrameSize)
+	require.ErrorIs(t, err, protocol.ErrMalformedMessage)
+	assert.ErrorContains(t, err, "message 1")
+	assert.ErrorContains(t, err, "CRC")
+
+	msgs, n, err := decodePull(body, mq, nil, 0, false, protocol.MaxFrameSize)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	assert.Equal(t, "first", string(msgs[0].Body))
+	assert.Equal(t, "Second", string(msgs[1].Body))
+	assert.EqualValues(t, len("first")+len("second"), n)
+
+	// A layout error is caught whatever the option.
+	body[4] ^= 0xFF // first message's magic code
+	_, _, err = decodePull(body, mq, nil, 0, false, protocol.MaxFrameSize)
+	require.ErrorIs(t, err, protocol.ErrMalformedMessage)
+}
+
+// TestDecodePullReusesNoMessageState: messages decoded one after the other into one
+// MessageExt keep their own properties, bodies and ids.
+func TestDecodePullReusesNoMessageState(t *testing.T) {
+	mq := MessageQueue{Topic: "t", BrokerName: "b", QueueID: 0}
+	msgs, _, err := decodePull(storedBody(t, "t", "a", "b", "c"), mq, nil, 1, true, protocol.MaxFrameSize)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2, "the message before the pull offset is left out")
+	for i, want := range []string{"b", "c"} {
+		assert.Equal(t, want, string(msgs[i].Body))
+		assert.Equal(t, want, msgs[i].MsgID)
+		assert.Equal(t, want, msgs[i].Properties[protocol.PropertyUniqueKey])
+		assert.Equal(t, "tag", msgs[i].Tags)
+		assert.EqualValues(t, i+1, msgs[i].QueueOffset)
+	}
+}
+
+func bytesIndex(b []byte, s string) int { return strings.Index(string(b), s) }

@@ -218,24 +218,38 @@ func PatchStored(b []byte, queueOffset, physicalOffset, storeTimestamp int64) {
 // topic and properties are copied. A compressed body is returned as stored (see
 // MessageExt.UncompressedBody).
 func DecodeStored(b []byte) (*MessageExt, int, error) {
+	m := new(MessageExt)
+	n, err := DecodeStoredTo(m, b, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	return m, n, nil
+}
+
+// DecodeStoredTo decodes the first stored message in b into m, overwriting all of m, and
+// returns its size: DecodeStored without an allocation of its own, for a caller that decodes
+// many messages and keeps fields, not MessageExts. With verifyCRC false the body CRC is read
+// but not checked; the layout checks (magic code, TOTALSIZE against the fields) still apply.
+// On error m is left in an unspecified state.
+func DecodeStoredTo(m *MessageExt, b []byte, verifyCRC bool) (int, error) {
 	d := decoder{b: b}
 	total := d.i32("TOTALSIZE")
 	magic := d.u32("MAGICCODE")
 	if d.err != nil {
-		return nil, 0, d.err
+		return 0, d.err
 	}
 	if total < 4 || int(total) > len(b) {
-		return nil, 0, fmt.Errorf("%w: TOTALSIZE %d but %d bytes present", ErrMalformedMessage, total, len(b))
+		return 0, fmt.Errorf("%w: TOTALSIZE %d but %d bytes present", ErrMalformedMessage, total, len(b))
 	}
 	switch magic {
 	case MagicV1:
 	case MagicV2:
-		return nil, 0, fmt.Errorf("%w: v2 magic code 0x%08X is not supported", ErrMalformedMessage, magic)
+		return 0, fmt.Errorf("%w: v2 magic code 0x%08X is not supported", ErrMalformedMessage, magic)
 	default:
-		return nil, 0, fmt.Errorf("%w: bad magic code 0x%08X", ErrMalformedMessage, magic)
+		return 0, fmt.Errorf("%w: bad magic code 0x%08X", ErrMalformedMessage, magic)
 	}
 	d.b = b[:total]
-	m := &MessageExt{StoreSize: total}
+	*m = MessageExt{StoreSize: total}
 	m.BodyCRC = d.u32("BODYCRC")
 	m.QueueID = d.i32("QUEUEID")
 	m.Flag = d.i32("FLAG")
@@ -256,22 +270,24 @@ func DecodeStored(b []byte) (*MessageExt, int, error) {
 	propLen := d.u16("PROPLEN")
 	d.bytes(int(propLen), "PROPERTIES")
 	if d.err != nil {
-		return nil, 0, d.err
+		return 0, d.err
 	}
 	if d.off != int(total) {
-		return nil, 0, fmt.Errorf("%w: TOTALSIZE %d disagrees with the fields, which end at %d", ErrMalformedMessage, total, d.off)
+		return 0, fmt.Errorf("%w: TOTALSIZE %d disagrees with the fields, which end at %d", ErrMalformedMessage, total, d.off)
 	}
-	if crc := BodyCRC(m.Body); crc != m.BodyCRC {
-		return nil, 0, fmt.Errorf("%w: body CRC 0x%08X, stored 0x%08X (queue offset %d, physical offset %d)", ErrMalformedMessage, crc, m.BodyCRC, m.QueueOffset, m.CommitLogOffset)
+	if verifyCRC {
+		if crc := BodyCRC(m.Body); crc != m.BodyCRC {
+			return 0, fmt.Errorf("%w: body CRC 0x%08X, stored 0x%08X (queue offset %d, physical offset %d)", ErrMalformedMessage, crc, m.BodyCRC, m.QueueOffset, m.CommitLogOffset)
+		}
 	}
 	// Topic and properties are adjacent: one string holds both.
 	tail := string(b[topicAt:total])
 	m.Topic = tail[:topicLen]
 	var err error
 	if m.Properties, err = decodeProperties(tail[int(topicLen)+2:]); err != nil {
-		return nil, 0, err
+		return 0, err
 	}
-	return m, int(total), nil
+	return int(total), nil
 }
 
 // DecodeStoredAll decodes every message of a pull response body or a stretch of commit log.

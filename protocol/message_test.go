@@ -615,3 +615,36 @@ func TestAppendStoredUsesRawProperties(t *testing.T) {
 	assert.Equal(t, map[string]string{"z": "1", "a": "2"}, got.Properties)
 	assert.True(t, bytes.HasSuffix(b, m.RawProperties))
 }
+
+// TestDecodeStoredToSkipsOnlyTheCRC: without verification a damaged body decodes as it is;
+// the layout checks stay, and decoding into a used MessageExt leaves nothing of the last one.
+func TestDecodeStoredToSkipsOnlyTheCRC(t *testing.T) {
+	enc, err := AppendStored(nil, &MessageExt{Message: Message{Topic: "t", Body: []byte("body"), Properties: map[string]string{"k": "v"}}, ReconsumeTimes: 3})
+	require.NoError(t, err)
+	bad := bytes.Clone(enc)
+	bad[bytes.Index(bad, []byte("body"))] = 'B'
+
+	_, _, err = DecodeStored(bad)
+	require.ErrorIs(t, err, ErrMalformedMessage)
+	m := MessageExt{RawProperties: []byte("x"), Message: Message{Flag: 9}}
+	_, err = DecodeStoredTo(&m, bad, true)
+	require.ErrorIs(t, err, ErrMalformedMessage)
+
+	n, err := DecodeStoredTo(&m, bad, false)
+	require.NoError(t, err)
+	assert.Equal(t, len(enc), n)
+	assert.Equal(t, "Body", string(m.Body))
+	assert.Equal(t, map[string]string{"k": "v"}, m.Properties)
+	assert.EqualValues(t, 3, m.ReconsumeTimes)
+	assert.Zero(t, m.Flag)
+	assert.Nil(t, m.RawProperties)
+
+	want, _, err := DecodeStored(enc)
+	require.NoError(t, err)
+	_, err = DecodeStoredTo(&m, enc, true)
+	require.NoError(t, err)
+	assert.Equal(t, *want, m)
+
+	_, err = DecodeStoredTo(&m, enc[:len(enc)-1], false)
+	require.ErrorIs(t, err, ErrMalformedMessage)
+}
