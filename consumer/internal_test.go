@@ -244,10 +244,54 @@ func TestDecodePullReusesNoMessageState(t *testing.T) {
 	for i, want := range []string{"b", "c"} {
 		assert.Equal(t, want, string(msgs[i].Body))
 		assert.Equal(t, want, msgs[i].MsgID)
-		assert.Equal(t, want, msgs[i].Properties[protocol.PropertyUniqueKey])
+		assert.Equal(t, want, msgs[i].Properties()[protocol.PropertyUniqueKey])
 		assert.Equal(t, "tag", msgs[i].Tags)
 		assert.EqualValues(t, i+1, msgs[i].QueueOffset)
 	}
 }
 
 func bytesIndex(b []byte, s string) int { return strings.Index(string(b), s) }
+
+// TestLazyPropertiesReadAsDecoded: the map built on first use holds what the producer set,
+// Tags, Keys, MsgID and the retry topic are read from the block as a decoded map reads them
+// (the last of duplicate keys wins), concurrent first calls agree, and later calls return the
+// same map.
+func TestLazyPropertiesReadAsDecoded(t *testing.T) {
+	mq := MessageQueue{Topic: "%RETRY%g", BrokerName: "b", QueueID: 0}
+	raw := "TAGS\x01old\x02KEYS\x01k1  k2\x02UNIQ_KEY\x01id-1\x02RETRY_TOPIC\x01orders\x02region\x01eu\x02TAGS\x01new\x02"
+	enc, err := protocol.AppendStored(nil, &protocol.MessageExt{Message: protocol.Message{Topic: mq.Topic, Body: []byte("x")}, RawProperties: []byte(raw)})
+	require.NoError(t, err)
+	want, err := protocol.DecodeProperties([]byte(raw))
+	require.NoError(t, err)
+
+	msgs, _, err := decodePull(enc, mq, newSubscription("orders", TagSelector("new")), 0, false, protocol.MaxFrameSize)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	m := msgs[0]
+	assert.Equal(t, want[protocol.PropertyTags], m.Tags)
+	assert.Equal(t, []string{"k1", "k2"}, m.Keys)
+	assert.Equal(t, "id-1", m.MsgID)
+	assert.Equal(t, "orders", m.Topic)
+
+	var wg sync.WaitGroup
+	got := make([]map[string]string, 4)
+	for i := range got {
+		wg.Go(func() { got[i] = m.Properties() })
+	}
+	wg.Wait()
+	for _, g := range got {
+		assert.Equal(t, want, g)
+	}
+	m.Properties()["added"] = "1"
+	assert.Equal(t, "1", m.Property("added"), "the map is built once and kept")
+	assert.Equal(t, "eu", m.Property("region"))
+
+	// The tag re-check reads the block too: the first TAGS pair does not match.
+	msgs, _, err = decodePull(enc, mq, newSubscription("orders", TagSelector("old")), 0, false, protocol.MaxFrameSize)
+	require.NoError(t, err)
+	assert.Empty(t, msgs)
+
+	var none Message
+	assert.Nil(t, none.Properties())
+	assert.Empty(t, none.Property("x"))
+}

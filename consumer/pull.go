@@ -201,25 +201,34 @@ func decodePull(body []byte, mq MessageQueue, sub *subscription, offset int64, v
 	// pull of 32 costs one Message slab instead of 32 Messages.
 	n := countStored(body)
 	slab := make([]Message, n)
+	propSlab := make([]lazyProperties, n)
 	msgs = make([]*Message, 0, n)
 	var cv converter
 	var ext protocol.MessageExt // decoded into, message after message: convert copies it out
+	opts := protocol.DecodeOptions{VerifyCRC: verify, RawProperties: true, Topic: mq.Topic}
 	for b, i := body, 0; len(b) > 0; i++ {
-		size, err := protocol.DecodeStoredTo(&ext, b, verify)
+		size, err := protocol.DecodeStoredTo(&ext, b, opts)
 		if err != nil {
 			return nil, 0, fmt.Errorf("message %d: %w", i, err)
 		}
 		b = b[size:]
-		if ext.QueueOffset < offset || !sub.match(ext.Properties[protocol.PropertyTags]) {
+		if ext.QueueOffset < offset {
 			continue
 		}
-		var m *Message
-		if i < len(slab) {
-			m = &slab[i]
-		} else {
-			m = new(Message) // a message countStored did not count
+		if sub != nil && sub.tags != nil {
+			tags, _ := protocol.PropertyIn(ext.RawProperties, protocol.PropertyTags)
+			if !sub.match(string(tags)) {
+				continue
+			}
 		}
-		if err := cv.convert(m, mq, &ext, maxBody); err != nil {
+		var m *Message
+		var props *lazyProperties
+		if i < len(slab) {
+			m, props = &slab[i], &propSlab[i]
+		} else {
+			m, props = new(Message), new(lazyProperties) // a message countStored did not count
+		}
+		if err := cv.convert(m, mq, &ext, props, maxBody); err != nil {
 			return nil, 0, err
 		}
 		msgs = append(msgs, m)

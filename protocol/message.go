@@ -99,7 +99,8 @@ type MessageExt struct {
 	// AppendStored and StoredSize use instead of encoding Properties, which they then ignore.
 	// A broker storing what a producer sent keeps the producer's block as it came and appends
 	// its own properties (SetProperty), instead of decoding it into a map and encoding the
-	// map again for every message. Decoders never set it.
+	// map again for every message. Only DecodeStoredTo with DecodeOptions.RawProperties sets
+	// it when decoding.
 	RawProperties []byte
 }
 
@@ -219,19 +220,32 @@ func PatchStored(b []byte, queueOffset, physicalOffset, storeTimestamp int64) {
 // MessageExt.UncompressedBody).
 func DecodeStored(b []byte) (*MessageExt, int, error) {
 	m := new(MessageExt)
-	n, err := DecodeStoredTo(m, b, true)
+	n, err := DecodeStoredTo(m, b, DecodeOptions{VerifyCRC: true})
 	if err != nil {
 		return nil, 0, err
 	}
 	return m, n, nil
 }
 
+// DecodeOptions tune DecodeStoredTo for a reader of many messages, such as a consumer
+// decoding a pull.
+type DecodeOptions struct {
+	// VerifyCRC checks the body against its stored CRC. Without it the CRC is read but not
+	// checked; the layout checks (magic code, TOTALSIZE against the fields) apply regardless.
+	VerifyCRC bool
+	// RawProperties leaves Properties nil and sets RawProperties to the property block,
+	// aliasing b, for a reader that decodes the properties later or never. The block is
+	// still checked as DecodeProperties would check it.
+	RawProperties bool
+	// Topic, when the message's topic has the same bytes, is used as its Topic instead of a
+	// copy: the messages of a pull share their topic.
+	Topic string
+}
+
 // DecodeStoredTo decodes the first stored message in b into m, overwriting all of m, and
 // returns its size: DecodeStored without an allocation of its own, for a caller that decodes
-// many messages and keeps fields, not MessageExts. With verifyCRC false the body CRC is read
-// but not checked; the layout checks (magic code, TOTALSIZE against the fields) still apply.
-// On error m is left in an unspecified state.
-func DecodeStoredTo(m *MessageExt, b []byte, verifyCRC bool) (int, error) {
+// many messages and keeps fields, not MessageExts. On error m is left in an unspecified state.
+func DecodeStoredTo(m *MessageExt, b []byte, o DecodeOptions) (int, error) {
 	d := decoder{b: b}
 	total := d.i32("TOTALSIZE")
 	magic := d.u32("MAGICCODE")
@@ -275,10 +289,23 @@ func DecodeStoredTo(m *MessageExt, b []byte, verifyCRC bool) (int, error) {
 	if d.off != int(total) {
 		return 0, fmt.Errorf("%w: TOTALSIZE %d disagrees with the fields, which end at %d", ErrMalformedMessage, total, d.off)
 	}
-	if verifyCRC {
+	if o.VerifyCRC {
 		if crc := BodyCRC(m.Body); crc != m.BodyCRC {
 			return 0, fmt.Errorf("%w: body CRC 0x%08X, stored 0x%08X (queue offset %d, physical offset %d)", ErrMalformedMessage, crc, m.BodyCRC, m.QueueOffset, m.CommitLogOffset)
 		}
+	}
+	if o.RawProperties {
+		topic := b[topicAt : topicAt+int(topicLen)]
+		if string(topic) == o.Topic {
+			m.Topic = o.Topic
+		} else {
+			m.Topic = string(topic)
+		}
+		m.RawProperties = b[topicAt+int(topicLen)+2 : total : total]
+		if err := CheckProperties(m.RawProperties); err != nil {
+			return 0, err
+		}
+		return int(total), nil
 	}
 	// Topic and properties are adjacent: one string holds both.
 	tail := string(b[topicAt:total])
