@@ -91,8 +91,8 @@ type converter struct {
 	hostText string
 }
 
-// convert fills m from a decoded stored message, inflating a compressed body. ext holds its
-// raw properties (protocol.DecodeOptions.RawProperties), which props keeps as a string.
+// convert fills m from a decoded stored message, inflating a compressed body. props.raw holds
+// its property block (protocol.DecodeOptions.RawProperties) as a string.
 func (cv *converter) convert(m *Message, mq MessageQueue, ext *protocol.MessageExt, props *lazyProperties, limit int) error {
 	body := ext.Body
 	if ext.SysFlag&protocol.MsgFlagCompressed != 0 {
@@ -104,19 +104,15 @@ func (cv *converter) convert(m *Message, mq MessageQueue, ext *protocol.MessageE
 	if cv.hostText == "" || ext.BornHost != cv.host {
 		cv.host, cv.hostText = ext.BornHost, ext.BornHost.String()
 	}
-	props.raw = string(ext.RawProperties)
-	prop := func(key string) string {
-		v, _ := protocol.PropertyIn(props.raw, key)
-		return v
-	}
+	wk := readWellKnown(props.raw)
 	*m = Message{
 		Topic:           ext.Topic,
 		Queue:           mq,
 		QueueOffset:     ext.QueueOffset,
 		CommitLogOffset: ext.CommitLogOffset,
 		OffsetMsgID:     protocol.OffsetMsgID(ext.StoreHost, ext.CommitLogOffset),
-		Tags:            prop(protocol.PropertyTags),
-		Keys:            strings.Fields(prop(protocol.PropertyKeys)),
+		Tags:            wk.tags,
+		Keys:            strings.Fields(wk.keys),
 		props:           props,
 		Body:            body,
 		Flag:            ext.Flag,
@@ -125,15 +121,49 @@ func (cv *converter) convert(m *Message, mq MessageQueue, ext *protocol.MessageE
 		BornHost:        cv.hostText,
 		ReconsumeTimes:  ext.ReconsumeTimes,
 	}
-	if retry := prop(protocol.PropertyRetryTopic); isRetryTopic(ext.Topic) && retry != "" {
+	if isRetryTopic(ext.Topic) && wk.retryTopic != "" {
 		// A message sent back: the application sees the topic it was first sent to.
-		m.Topic = retry
+		m.Topic = wk.retryTopic
 	}
-	m.MsgID = prop(protocol.PropertyUniqueKey)
+	m.MsgID = wk.uniqKey
 	if m.MsgID == "" {
 		m.MsgID = m.OffsetMsgID
 	}
 	return nil
+}
+
+// wellKnown are the properties a Message has as fields.
+type wellKnown struct {
+	tags, keys, uniqKey, retryTopic string
+}
+
+// readWellKnown reads the well-known properties from a property block in one pass, as a
+// decoded map would hold them: the last of duplicate keys wins.
+func readWellKnown(raw string) wellKnown {
+	var wk wellKnown
+	for len(raw) > 0 {
+		pair := raw
+		if i := strings.IndexByte(raw, protocol.PropertySeparator); i >= 0 {
+			pair, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = ""
+		}
+		k, v, ok := strings.Cut(pair, string(protocol.NameValueSeparator))
+		if !ok {
+			continue
+		}
+		switch k {
+		case protocol.PropertyTags:
+			wk.tags = v
+		case protocol.PropertyKeys:
+			wk.keys = v
+		case protocol.PropertyUniqueKey:
+			wk.uniqKey = v
+		case protocol.PropertyRetryTopic:
+			wk.retryTopic = v
+		}
+	}
+	return wk
 }
 
 // Selector chooses which messages of a topic a subscription takes. The broker filters by it;

@@ -215,11 +215,9 @@ func decodePull(body []byte, mq MessageQueue, sub *subscription, offset int64, v
 		if ext.QueueOffset < offset {
 			continue
 		}
-		if sub != nil && sub.tags != nil {
-			tags, _ := protocol.PropertyIn(ext.RawProperties, protocol.PropertyTags)
-			if !sub.match(string(tags)) {
-				continue
-			}
+		raw := string(ext.RawProperties)
+		if sub != nil && sub.tags != nil && !sub.match(readWellKnown(raw).tags) {
+			continue
 		}
 		var m *Message
 		var props *lazyProperties
@@ -228,6 +226,7 @@ func decodePull(body []byte, mq MessageQueue, sub *subscription, offset int64, v
 		} else {
 			m, props = new(Message), new(lazyProperties) // a message countStored did not count
 		}
+		props.raw = raw
 		if err := cv.convert(m, mq, &ext, props, maxBody); err != nil {
 			return nil, 0, err
 		}

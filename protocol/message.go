@@ -302,7 +302,7 @@ func DecodeStoredTo(m *MessageExt, b []byte, o DecodeOptions) (int, error) {
 			m.Topic = string(topic)
 		}
 		m.RawProperties = b[topicAt+int(topicLen)+2 : total : total]
-		if err := CheckProperties(m.RawProperties); err != nil {
+		if err := checkPropertyBytes(m.RawProperties); err != nil {
 			return 0, err
 		}
 		return int(total), nil
@@ -395,6 +395,23 @@ func CheckProperties[P ~string | ~[]byte](props P) error {
 		pair, rest := cutPair(props)
 		props = rest
 		if len(pair) > 0 && indexByte(pair, NameValueSeparator) < 0 {
+			return fmt.Errorf("%w: property %q has no name/value separator", ErrMalformedMessage, truncateForError(string(pair)))
+		}
+	}
+	return nil
+}
+
+// checkPropertyBytes is CheckProperties for a []byte block, with bytes.IndexByte's
+// vectorised search instead of the generic byte loop: it runs for every pulled message.
+func checkPropertyBytes(props []byte) error {
+	for len(props) > 0 {
+		pair := props
+		if i := bytes.IndexByte(props, PropertySeparator); i >= 0 {
+			pair, props = props[:i], props[i+1:]
+		} else {
+			props = nil
+		}
+		if len(pair) > 0 && bytes.IndexByte(pair, NameValueSeparator) < 0 {
 			return fmt.Errorf("%w: property %q has no name/value separator", ErrMalformedMessage, truncateForError(string(pair)))
 		}
 	}
