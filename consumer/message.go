@@ -70,7 +70,7 @@ func (m *Message) Properties() map[string]string {
 	}
 	p.once.Do(func() {
 		// The block was checked when the pull was decoded: this cannot fail.
-		p.m, _ = protocol.DecodeProperties([]byte(p.raw))
+		p.m, _ = protocol.DecodeProperties(p.raw)
 	})
 	return p.m
 }

@@ -474,7 +474,8 @@ func EncodeProperties(props map[string]string) string {
 
 // DecodeProperties parses key\x01value\x02 pairs. A trailing pair without its \x02 is
 // accepted (some clients omit the last separator); a pair without \x01 is an error.
-func DecodeProperties(b []byte) (map[string]string, error) {
+// A string block is not copied: the keys and values share its memory.
+func DecodeProperties[P ~string | ~[]byte](b P) (map[string]string, error) {
 	return decodeProperties(string(b))
 }
 
