@@ -141,7 +141,7 @@ func TestSubscribePollMessageFields(t *testing.T) {
 		assert.Equal(t, m.Topic, m.Queue.Topic)
 		perQueue[m.Queue.QueueID] = append(perQueue[m.Queue.QueueID], m.QueueOffset)
 		assert.Len(t, m.MsgID, 32)
-		assert.Equal(t, m.Properties[protocol.PropertyUniqueKey], m.MsgID)
+		assert.Equal(t, m.Properties()[protocol.PropertyUniqueKey], m.MsgID)
 		assert.NotEqual(t, m.MsgID, m.OffsetMsgID)
 		host, off, err := protocol.ParseOffsetMsgID(m.OffsetMsgID)
 		require.NoError(t, err)
@@ -675,7 +675,7 @@ func TestSQLSelectorTakesMatchingMessagesOnly(t *testing.T) {
 	got := pollN(t, c, 5, wait)
 	var ns []int
 	for _, m := range got {
-		n, err := strconv.Atoi(m.Properties["n"])
+		n, err := strconv.Atoi(m.Properties()["n"])
 		require.NoError(t, err)
 		ns = append(ns, n)
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -187,4 +188,110 @@ func TestConnectionLostLapsesLocks(t *testing.T) {
 	assert.Len(t, msgs, 1)
 	msgs, _ = l.takeLocked(now)
 	assert.Nil(t, msgs)
+}
+
+// storedBody encodes messages with these bodies as a pull response body carries them.
+func storedBody(t *testing.T, topic string, bodies ...string) []byte {
+	t.Helper()
+	var out []byte
+	for i, body := range bodies {
+		m := &protocol.MessageExt{
+			Message:     protocol.Message{Topic: topic, Body: []byte(body), Properties: map[string]string{protocol.PropertyTags: "tag", protocol.PropertyUniqueKey: body}},
+			QueueOffset: int64(i),
+		}
+		var err error
+		out, err = protocol.AppendStored(out, m)
+		require.NoError(t, err)
+	}
+	return out
+}
+
+// TestDecodePullVerifiesCRCOnlyWhenAsked: a body damaged after it was stored fails the pull
+// with the verify option, and is handed out as it came without it (RocketMQ's client does
+// not check either).
+func TestDecodePullVerifiesCRCOnlyWhenAsked(t *testing.T) {
+	mq := MessageQueue{Topic: "t", BrokerName: "b", QueueID: 0}
+	body := storedBody(t, "t", "first", "second")
+	i := bytesIndex(body, "second")
+	require.Positive(t, i)
+	body[i] = 'S' // same length, different CRC
+
+	_, _, err := decodePull(body, mq, nil, 0, true, protocol.MaxFrameSize)
+	require.ErrorIs(t, err, protocol.ErrMalformedMessage)
+	assert.ErrorContains(t, err, "message 1")
+	assert.ErrorContains(t, err, "CRC")
+
+	msgs, n, err := decodePull(body, mq, nil, 0, false, protocol.MaxFrameSize)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	assert.Equal(t, "first", string(msgs[0].Body))
+	assert.Equal(t, "Second", string(msgs[1].Body))
+	assert.EqualValues(t, len("first")+len("second"), n)
+
+	// A layout error is caught whatever the option.
+	body[4] ^= 0xFF // first message's magic code
+	_, _, err = decodePull(body, mq, nil, 0, false, protocol.MaxFrameSize)
+	require.ErrorIs(t, err, protocol.ErrMalformedMessage)
+}
+
+// TestDecodePullReusesNoMessageState: messages decoded one after the other into one
+// MessageExt keep their own properties, bodies and ids.
+func TestDecodePullReusesNoMessageState(t *testing.T) {
+	mq := MessageQueue{Topic: "t", BrokerName: "b", QueueID: 0}
+	msgs, _, err := decodePull(storedBody(t, "t", "a", "b", "c"), mq, nil, 1, true, protocol.MaxFrameSize)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2, "the message before the pull offset is left out")
+	for i, want := range []string{"b", "c"} {
+		assert.Equal(t, want, string(msgs[i].Body))
+		assert.Equal(t, want, msgs[i].MsgID)
+		assert.Equal(t, want, msgs[i].Properties()[protocol.PropertyUniqueKey])
+		assert.Equal(t, "tag", msgs[i].Tags)
+		assert.EqualValues(t, i+1, msgs[i].QueueOffset)
+	}
+}
+
+func bytesIndex(b []byte, s string) int { return strings.Index(string(b), s) }
+
+// TestLazyPropertiesReadAsDecoded: the map built on first use holds what the producer set,
+// Tags, Keys, MsgID and the retry topic are read from the block as a decoded map reads them
+// (the last of duplicate keys wins), concurrent first calls agree, and later calls return the
+// same map.
+func TestLazyPropertiesReadAsDecoded(t *testing.T) {
+	mq := MessageQueue{Topic: "%RETRY%g", BrokerName: "b", QueueID: 0}
+	raw := "TAGS\x01old\x02KEYS\x01k1  k2\x02UNIQ_KEY\x01id-1\x02RETRY_TOPIC\x01orders\x02region\x01eu\x02TAGS\x01new\x02"
+	enc, err := protocol.AppendStored(nil, &protocol.MessageExt{Message: protocol.Message{Topic: mq.Topic, Body: []byte("x")}, RawProperties: []byte(raw)})
+	require.NoError(t, err)
+	want, err := protocol.DecodeProperties([]byte(raw))
+	require.NoError(t, err)
+
+	msgs, _, err := decodePull(enc, mq, newSubscription("orders", TagSelector("new")), 0, false, protocol.MaxFrameSize)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	m := msgs[0]
+	assert.Equal(t, want[protocol.PropertyTags], m.Tags)
+	assert.Equal(t, []string{"k1", "k2"}, m.Keys)
+	assert.Equal(t, "id-1", m.MsgID)
+	assert.Equal(t, "orders", m.Topic)
+
+	var wg sync.WaitGroup
+	got := make([]map[string]string, 4)
+	for i := range got {
+		wg.Go(func() { got[i] = m.Properties() })
+	}
+	wg.Wait()
+	for _, g := range got {
+		assert.Equal(t, want, g)
+	}
+	m.Properties()["added"] = "1"
+	assert.Equal(t, "1", m.Property("added"), "the map is built once and kept")
+	assert.Equal(t, "eu", m.Property("region"))
+
+	// The tag re-check reads the block too: the first TAGS pair does not match.
+	msgs, _, err = decodePull(enc, mq, newSubscription("orders", TagSelector("old")), 0, false, protocol.MaxFrameSize)
+	require.NoError(t, err)
+	assert.Empty(t, msgs)
+
+	var none Message
+	assert.Nil(t, none.Properties())
+	assert.Empty(t, none.Property("x"))
 }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/flowd-io/flowd/protocol"
@@ -32,8 +33,6 @@ type Message struct {
 	Tags string
 	// Keys is the KEYS property, split on spaces.
 	Keys []string
-	// Properties holds every property, the well-known ones included.
-	Properties map[string]string
 	// Body is the message body, decompressed if the producer compressed it.
 	Body []byte
 	// Flag is the producer's flag, opaque to the broker.
@@ -46,10 +45,38 @@ type Message struct {
 	BornHost string
 	// ReconsumeTimes counts earlier deliveries of a retried message.
 	ReconsumeTimes int32
+
+	props *lazyProperties
+}
+
+// lazyProperties is a message's property block as it came (key\x01value\x02…), decoded
+// into a map on first use. Most consumers read no property beyond the ones Message already
+// has as fields (Tags, Keys, MsgID), and building a map for every message was the largest
+// cost of decoding a pull after the body CRC.
+type lazyProperties struct {
+	once sync.Once
+	raw  string
+	m    map[string]string
+}
+
+// Properties returns every property, the well-known ones included. The map is built on the
+// first call, from the properties the message came with, and the same map is returned
+// afterwards (so changes to it are seen by later calls, as with a field); concurrent first
+// calls are safe.
+func (m *Message) Properties() map[string]string {
+	p := m.props
+	if p == nil {
+		return nil
+	}
+	p.once.Do(func() {
+		// The block was checked when the pull was decoded: this cannot fail.
+		p.m, _ = protocol.DecodeProperties(p.raw)
+	})
+	return p.m
 }
 
 // Property returns the named property, or "".
-func (m *Message) Property(name string) string { return m.Properties[name] }
+func (m *Message) Property(name string) string { return m.Properties()[name] }
 
 func (m *Message) String() string {
 	return fmt.Sprintf("Message{topic=%s queue=%d offset=%d id=%s tags=%q body=%dB}", m.Topic, m.Queue.QueueID, m.QueueOffset, m.MsgID, m.Tags, len(m.Body))
@@ -64,8 +91,9 @@ type converter struct {
 	hostText string
 }
 
-// convert fills m from a decoded stored message, inflating a compressed body.
-func (cv *converter) convert(m *Message, mq MessageQueue, ext *protocol.MessageExt, limit int) error {
+// convert fills m from a decoded stored message, inflating a compressed body. props.raw holds
+// its property block (protocol.DecodeOptions.RawProperties) as a string.
+func (cv *converter) convert(m *Message, mq MessageQueue, ext *protocol.MessageExt, props *lazyProperties, limit int) error {
 	body := ext.Body
 	if ext.SysFlag&protocol.MsgFlagCompressed != 0 {
 		var err error
@@ -76,16 +104,16 @@ func (cv *converter) convert(m *Message, mq MessageQueue, ext *protocol.MessageE
 	if cv.hostText == "" || ext.BornHost != cv.host {
 		cv.host, cv.hostText = ext.BornHost, ext.BornHost.String()
 	}
-	props := ext.Properties
+	wk := readWellKnown(props.raw)
 	*m = Message{
 		Topic:           ext.Topic,
 		Queue:           mq,
 		QueueOffset:     ext.QueueOffset,
 		CommitLogOffset: ext.CommitLogOffset,
 		OffsetMsgID:     protocol.OffsetMsgID(ext.StoreHost, ext.CommitLogOffset),
-		Tags:            props[protocol.PropertyTags],
-		Keys:            strings.Fields(props[protocol.PropertyKeys]),
-		Properties:      props,
+		Tags:            wk.tags,
+		Keys:            strings.Fields(wk.keys),
+		props:           props,
 		Body:            body,
 		Flag:            ext.Flag,
 		BornTimestamp:   time.UnixMilli(ext.BornTimestamp),
@@ -93,15 +121,49 @@ func (cv *converter) convert(m *Message, mq MessageQueue, ext *protocol.MessageE
 		BornHost:        cv.hostText,
 		ReconsumeTimes:  ext.ReconsumeTimes,
 	}
-	if isRetryTopic(ext.Topic) && props[protocol.PropertyRetryTopic] != "" {
+	if isRetryTopic(ext.Topic) && wk.retryTopic != "" {
 		// A message sent back: the application sees the topic it was first sent to.
-		m.Topic = props[protocol.PropertyRetryTopic]
+		m.Topic = wk.retryTopic
 	}
-	m.MsgID = props[protocol.PropertyUniqueKey]
+	m.MsgID = wk.uniqKey
 	if m.MsgID == "" {
 		m.MsgID = m.OffsetMsgID
 	}
 	return nil
+}
+
+// wellKnown are the properties a Message has as fields.
+type wellKnown struct {
+	tags, keys, uniqKey, retryTopic string
+}
+
+// readWellKnown reads the well-known properties from a property block in one pass, as a
+// decoded map would hold them: the last of duplicate keys wins.
+func readWellKnown(raw string) wellKnown {
+	var wk wellKnown
+	for len(raw) > 0 {
+		pair := raw
+		if i := strings.IndexByte(raw, protocol.PropertySeparator); i >= 0 {
+			pair, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = ""
+		}
+		k, v, ok := strings.Cut(pair, string(protocol.NameValueSeparator))
+		if !ok {
+			continue
+		}
+		switch k {
+		case protocol.PropertyTags:
+			wk.tags = v
+		case protocol.PropertyKeys:
+			wk.keys = v
+		case protocol.PropertyUniqueKey:
+			wk.uniqKey = v
+		case protocol.PropertyRetryTopic:
+			wk.retryTopic = v
+		}
+	}
+	return wk
 }
 
 // Selector chooses which messages of a topic a subscription takes. The broker filters by it;

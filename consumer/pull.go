@@ -185,34 +185,55 @@ func (l *LitePull) pull(ctx context.Context, mq MessageQueue, sub *subscription,
 	if code != protocol.Success || len(resp.Body) == 0 {
 		return res, nil
 	}
+	msgs, bytes, err := decodePull(resp.Body, mq, sub, offset, l.cfg.verifyCRC, l.cfg.maxBodySize)
+	if err != nil {
+		return nil, fmt.Errorf("pull %s at %d from %s: %w", mq, offset, addr, err)
+	}
+	res.msgs, res.bytes = msgs, bytes
+	return res, nil
+}
+
+// decodePull decodes the stored messages of a pull's body into Messages, leaving out those
+// before offset and those sub's tags do not match; bytes is the sum of their bodies. With
+// verify, a body that does not match its stored CRC fails the whole pull.
+func decodePull(body []byte, mq MessageQueue, sub *subscription, offset int64, verify bool, maxBody int) (msgs []*Message, bytes int64, err error) {
 	// The messages of a pull are handed out together, so they share one allocation: a
 	// pull of 32 costs one Message slab instead of 32 Messages.
-	n := countStored(resp.Body)
+	n := countStored(body)
 	slab := make([]Message, n)
-	res.msgs = make([]*Message, 0, n)
+	propSlab := make([]lazyProperties, n)
+	msgs = make([]*Message, 0, n)
 	var cv converter
-	for b, i := resp.Body, 0; len(b) > 0; i++ {
-		ext, size, err := protocol.DecodeStored(b)
+	var ext protocol.MessageExt // decoded into, message after message: convert copies it out
+	opts := protocol.DecodeOptions{VerifyCRC: verify, RawProperties: true, Topic: mq.Topic}
+	for b, i := body, 0; len(b) > 0; i++ {
+		size, err := protocol.DecodeStoredTo(&ext, b, opts)
 		if err != nil {
-			return nil, fmt.Errorf("pull %s at %d from %s: message %d: %w", mq, offset, addr, i, err)
+			return nil, 0, fmt.Errorf("message %d: %w", i, err)
 		}
 		b = b[size:]
-		if ext.QueueOffset < offset || !sub.match(ext.Properties[protocol.PropertyTags]) {
+		if ext.QueueOffset < offset {
+			continue
+		}
+		raw := string(ext.RawProperties)
+		if sub != nil && sub.tags != nil && !sub.match(readWellKnown(raw).tags) {
 			continue
 		}
 		var m *Message
+		var props *lazyProperties
 		if i < len(slab) {
-			m = &slab[i]
+			m, props = &slab[i], &propSlab[i]
 		} else {
-			m = new(Message) // a message countStored did not count
+			m, props = new(Message), new(lazyProperties) // a message countStored did not count
 		}
-		if err := cv.convert(m, mq, ext, l.cfg.maxBodySize); err != nil {
-			return nil, fmt.Errorf("pull %s at %d: %w", mq, offset, err)
+		props.raw = raw
+		if err := cv.convert(m, mq, &ext, props, maxBody); err != nil {
+			return nil, 0, err
 		}
-		res.msgs = append(res.msgs, m)
-		res.bytes += int64(len(m.Body))
+		msgs = append(msgs, m)
+		bytes += int64(len(m.Body))
 	}
-	return res, nil
+	return msgs, bytes, nil
 }
 
 // countStored counts the stored messages of a pull body from their TOTALSIZE fields, without

@@ -497,7 +497,7 @@ func (p *Pipeline) transform(ctx context.Context, msgs []*consumer.Message) ([][
 		cur[i] = plugins.Message{
 			Topic: m.Topic, QueueID: int32(m.Queue.QueueID), QueueOffset: m.QueueOffset,
 			StoreTimestamp: m.StoreTimestamp.UnixMilli(), Tags: m.Tags, Keys: strings.Join(m.Keys, " "),
-			Properties: protocol.AppendProperties(nil, userProperties(m.Properties)), Body: m.Body,
+			Properties: protocol.AppendProperties(nil, userProperties(m.Properties())), Body: m.Body,
 		}
 	}
 	// origin[i] is the index in msgs of cur[i].

@@ -89,7 +89,7 @@ func TestFilterAndTransformIntoTopicAndNATS(t *testing.T) {
 	for _, msg := range got {
 		assert.True(t, want[string(msg.Body)], "unexpected body %s", msg.Body)
 		assert.Equal(t, "pay", msg.Tags)
-		n, err := strconv.Atoi(msg.Properties["amount"])
+		n, err := strconv.Atoi(msg.Properties()["amount"])
 		require.NoError(t, err)
 		assert.GreaterOrEqual(t, n, 100)
 		assert.Equal(t, []string{"order-" + strconv.Itoa(n/10)}, msg.Keys)

@@ -49,7 +49,7 @@ func TestRemoteTopicAndFileSinks(t *testing.T) {
 		assert.Equal(t, []byte{0xff, byte(i)}, msg.Body)
 		assert.Equal(t, "t", msg.Tags)
 		assert.Equal(t, []string{fmt.Sprint("k", i)}, msg.Keys)
-		assert.Equal(t, fmt.Sprint(i), msg.Properties["i"])
+		assert.Equal(t, fmt.Sprint(i), msg.Properties()["i"])
 	}
 
 	var recs []pipeline.Record

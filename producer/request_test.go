@@ -46,7 +46,7 @@ func respond(t *testing.T, b *broker.Broker, topic string) {
 				// it and answers again once the requester has reconnected, within its timeout.
 				var err error
 				for deadline := time.Now().Add(5 * time.Second); ; {
-					if _, err = p.Reply(ctx, m.Properties, []byte("re:"+string(m.Body))); err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+					if _, err = p.Reply(ctx, m.Properties(), []byte("re:"+string(m.Body))); err == nil || ctx.Err() != nil || time.Now().After(deadline) {
 						break
 					}
 					select {

@@ -426,7 +426,9 @@ func takeBytes32(b []byte, what string) (field, rest []byte, err error) {
 // frameChunk is the first allocation for a frame larger than it; the buffer then doubles as
 // the frame's bytes arrive. A peer that announces 16 MiB and sends a few bytes holds this
 // much, not 16 MiB: memory follows what was received (at most twice it), not what was promised.
-const frameChunk = 32 << 10
+// It is 64 KiB so that the common large frame, a pull of 32 messages of 1 KiB (about 40 KiB),
+// is read into one allocation rather than into 32 KiB, copied into a second one.
+const frameChunk = 64 << 10
 
 // ReadFrame reads one length-prefixed frame from r and decodes it. It refuses a length over
 // max (MaxFrameSize when max <= 0) before allocating anything, and allocates the frame as its

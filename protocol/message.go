@@ -99,7 +99,8 @@ type MessageExt struct {
 	// AppendStored and StoredSize use instead of encoding Properties, which they then ignore.
 	// A broker storing what a producer sent keeps the producer's block as it came and appends
 	// its own properties (SetProperty), instead of decoding it into a map and encoding the
-	// map again for every message. Decoders never set it.
+	// map again for every message. Only DecodeStoredTo with DecodeOptions.RawProperties sets
+	// it when decoding.
 	RawProperties []byte
 }
 
@@ -218,24 +219,51 @@ func PatchStored(b []byte, queueOffset, physicalOffset, storeTimestamp int64) {
 // topic and properties are copied. A compressed body is returned as stored (see
 // MessageExt.UncompressedBody).
 func DecodeStored(b []byte) (*MessageExt, int, error) {
+	m := new(MessageExt)
+	n, err := DecodeStoredTo(m, b, DecodeOptions{VerifyCRC: true})
+	if err != nil {
+		return nil, 0, err
+	}
+	return m, n, nil
+}
+
+// DecodeOptions tune DecodeStoredTo for a reader of many messages, such as a consumer
+// decoding a pull.
+type DecodeOptions struct {
+	// VerifyCRC checks the body against its stored CRC. Without it the CRC is read but not
+	// checked; the layout checks (magic code, TOTALSIZE against the fields) apply regardless.
+	VerifyCRC bool
+	// RawProperties leaves Properties nil and sets RawProperties to the property block,
+	// aliasing b, for a reader that decodes the properties later or never. The block is
+	// still checked as DecodeProperties would check it.
+	RawProperties bool
+	// Topic, when the message's topic has the same bytes, is used as its Topic instead of a
+	// copy: the messages of a pull share their topic.
+	Topic string
+}
+
+// DecodeStoredTo decodes the first stored message in b into m, overwriting all of m, and
+// returns its size: DecodeStored without an allocation of its own, for a caller that decodes
+// many messages and keeps fields, not MessageExts. On error m is left in an unspecified state.
+func DecodeStoredTo(m *MessageExt, b []byte, o DecodeOptions) (int, error) {
 	d := decoder{b: b}
 	total := d.i32("TOTALSIZE")
 	magic := d.u32("MAGICCODE")
 	if d.err != nil {
-		return nil, 0, d.err
+		return 0, d.err
 	}
 	if total < 4 || int(total) > len(b) {
-		return nil, 0, fmt.Errorf("%w: TOTALSIZE %d but %d bytes present", ErrMalformedMessage, total, len(b))
+		return 0, fmt.Errorf("%w: TOTALSIZE %d but %d bytes present", ErrMalformedMessage, total, len(b))
 	}
 	switch magic {
 	case MagicV1:
 	case MagicV2:
-		return nil, 0, fmt.Errorf("%w: v2 magic code 0x%08X is not supported", ErrMalformedMessage, magic)
+		return 0, fmt.Errorf("%w: v2 magic code 0x%08X is not supported", ErrMalformedMessage, magic)
 	default:
-		return nil, 0, fmt.Errorf("%w: bad magic code 0x%08X", ErrMalformedMessage, magic)
+		return 0, fmt.Errorf("%w: bad magic code 0x%08X", ErrMalformedMessage, magic)
 	}
 	d.b = b[:total]
-	m := &MessageExt{StoreSize: total}
+	*m = MessageExt{StoreSize: total}
 	m.BodyCRC = d.u32("BODYCRC")
 	m.QueueID = d.i32("QUEUEID")
 	m.Flag = d.i32("FLAG")
@@ -256,22 +284,37 @@ func DecodeStored(b []byte) (*MessageExt, int, error) {
 	propLen := d.u16("PROPLEN")
 	d.bytes(int(propLen), "PROPERTIES")
 	if d.err != nil {
-		return nil, 0, d.err
+		return 0, d.err
 	}
 	if d.off != int(total) {
-		return nil, 0, fmt.Errorf("%w: TOTALSIZE %d disagrees with the fields, which end at %d", ErrMalformedMessage, total, d.off)
+		return 0, fmt.Errorf("%w: TOTALSIZE %d disagrees with the fields, which end at %d", ErrMalformedMessage, total, d.off)
 	}
-	if crc := BodyCRC(m.Body); crc != m.BodyCRC {
-		return nil, 0, fmt.Errorf("%w: body CRC 0x%08X, stored 0x%08X (queue offset %d, physical offset %d)", ErrMalformedMessage, crc, m.BodyCRC, m.QueueOffset, m.CommitLogOffset)
+	if o.VerifyCRC {
+		if crc := BodyCRC(m.Body); crc != m.BodyCRC {
+			return 0, fmt.Errorf("%w: body CRC 0x%08X, stored 0x%08X (queue offset %d, physical offset %d)", ErrMalformedMessage, crc, m.BodyCRC, m.QueueOffset, m.CommitLogOffset)
+		}
+	}
+	if o.RawProperties {
+		topic := b[topicAt : topicAt+int(topicLen)]
+		if string(topic) == o.Topic {
+			m.Topic = o.Topic
+		} else {
+			m.Topic = string(topic)
+		}
+		m.RawProperties = b[topicAt+int(topicLen)+2 : total : total]
+		if err := checkPropertyBytes(m.RawProperties); err != nil {
+			return 0, err
+		}
+		return int(total), nil
 	}
 	// Topic and properties are adjacent: one string holds both.
 	tail := string(b[topicAt:total])
 	m.Topic = tail[:topicLen]
 	var err error
 	if m.Properties, err = decodeProperties(tail[int(topicLen)+2:]); err != nil {
-		return nil, 0, err
+		return 0, err
 	}
-	return m, int(total), nil
+	return int(total), nil
 }
 
 // DecodeStoredAll decodes every message of a pull response body or a stretch of commit log.
@@ -358,6 +401,23 @@ func CheckProperties[P ~string | ~[]byte](props P) error {
 	return nil
 }
 
+// checkPropertyBytes is CheckProperties for a []byte block, with bytes.IndexByte's
+// vectorised search instead of the generic byte loop: it runs for every pulled message.
+func checkPropertyBytes(props []byte) error {
+	for len(props) > 0 {
+		pair := props
+		if i := bytes.IndexByte(props, PropertySeparator); i >= 0 {
+			pair, props = props[:i], props[i+1:]
+		} else {
+			props = nil
+		}
+		if len(pair) > 0 && bytes.IndexByte(pair, NameValueSeparator) < 0 {
+			return fmt.Errorf("%w: property %q has no name/value separator", ErrMalformedMessage, truncateForError(string(pair)))
+		}
+	}
+	return nil
+}
+
 // AppendSetProperty appends to dst the raw property block props with key set to value: every
 // pair of key is left out and key\x01value\x02 appended; the other pairs keep their bytes and
 // order (the order of properties carries no meaning: RocketMQ's own broker writes them in hash
@@ -414,7 +474,8 @@ func EncodeProperties(props map[string]string) string {
 
 // DecodeProperties parses key\x01value\x02 pairs. A trailing pair without its \x02 is
 // accepted (some clients omit the last separator); a pair without \x01 is an error.
-func DecodeProperties(b []byte) (map[string]string, error) {
+// A string block is not copied: the keys and values share its memory.
+func DecodeProperties[P ~string | ~[]byte](b P) (map[string]string, error) {
 	return decodeProperties(string(b))
 }
 

@@ -615,3 +615,62 @@ func TestAppendStoredUsesRawProperties(t *testing.T) {
 	assert.Equal(t, map[string]string{"z": "1", "a": "2"}, got.Properties)
 	assert.True(t, bytes.HasSuffix(b, m.RawProperties))
 }
+
+// TestDecodeStoredToSkipsOnlyTheCRC: without verification a damaged body decodes as it is;
+// the layout checks stay, and decoding into a used MessageExt leaves nothing of the last one.
+func TestDecodeStoredToSkipsOnlyTheCRC(t *testing.T) {
+	enc, err := AppendStored(nil, &MessageExt{Message: Message{Topic: "t", Body: []byte("body"), Properties: map[string]string{"k": "v"}}, ReconsumeTimes: 3})
+	require.NoError(t, err)
+	bad := bytes.Clone(enc)
+	bad[bytes.Index(bad, []byte("body"))] = 'B'
+
+	_, _, err = DecodeStored(bad)
+	require.ErrorIs(t, err, ErrMalformedMessage)
+	m := MessageExt{RawProperties: []byte("x"), Message: Message{Flag: 9}}
+	_, err = DecodeStoredTo(&m, bad, DecodeOptions{VerifyCRC: true})
+	require.ErrorIs(t, err, ErrMalformedMessage)
+
+	n, err := DecodeStoredTo(&m, bad, DecodeOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, len(enc), n)
+	assert.Equal(t, "Body", string(m.Body))
+	assert.Equal(t, map[string]string{"k": "v"}, m.Properties)
+	assert.EqualValues(t, 3, m.ReconsumeTimes)
+	assert.Zero(t, m.Flag)
+	assert.Nil(t, m.RawProperties)
+
+	want, _, err := DecodeStored(enc)
+	require.NoError(t, err)
+	_, err = DecodeStoredTo(&m, enc, DecodeOptions{VerifyCRC: true})
+	require.NoError(t, err)
+	assert.Equal(t, *want, m)
+
+	_, err = DecodeStoredTo(&m, enc[:len(enc)-1], DecodeOptions{})
+	require.ErrorIs(t, err, ErrMalformedMessage)
+}
+
+// TestDecodeStoredToRawProperties: the raw block reads the same as the decoded map, a topic
+// hint is used only when it matches, and a malformed block is still refused.
+func TestDecodeStoredToRawProperties(t *testing.T) {
+	props := map[string]string{"k": "v", PropertyTags: "a", PropertyKeys: "x y"}
+	enc, err := AppendStored(nil, &MessageExt{Message: Message{Topic: "topic", Body: []byte("b"), Properties: props}})
+	require.NoError(t, err)
+	var m MessageExt
+	_, err = DecodeStoredTo(&m, enc, DecodeOptions{RawProperties: true, Topic: "other"})
+	require.NoError(t, err)
+	assert.Nil(t, m.Properties)
+	assert.Equal(t, "topic", m.Topic)
+	got, err := DecodeProperties(m.RawProperties)
+	require.NoError(t, err)
+	assert.Equal(t, props, got)
+	_, err = DecodeStoredTo(&m, enc, DecodeOptions{RawProperties: true, Topic: "topic"})
+	require.NoError(t, err)
+	assert.Equal(t, "topic", m.Topic)
+
+	bad, err := AppendStored(nil, &MessageExt{Message: Message{Topic: "topic", Body: []byte("b")}, RawProperties: []byte("novalue\x02")})
+	require.NoError(t, err)
+	_, err = DecodeStoredTo(&m, bad, DecodeOptions{RawProperties: true})
+	require.ErrorIs(t, err, ErrMalformedMessage)
+	_, _, err = DecodeStored(bad)
+	require.ErrorIs(t, err, ErrMalformedMessage)
+}

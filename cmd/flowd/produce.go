@@ -269,7 +269,7 @@ version or "name@version"; see "flowd plugin").`,
 					got++
 					if output == "json" {
 						if err := enc.Encode(consumedMessage{Topic: m.Topic, Queue: m.Queue.QueueID, Offset: m.QueueOffset, MsgID: m.MsgID,
-							Tags: m.Tags, Keys: m.Keys, Properties: m.Properties, Body: string(m.Body), BornTime: m.BornTimestamp}); err != nil {
+							Tags: m.Tags, Keys: m.Keys, Properties: m.Properties(), Body: string(m.Body), BornTime: m.BornTimestamp}); err != nil {
 							return fmt.Errorf("consume: %w", err)
 						}
 						continue
