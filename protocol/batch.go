@@ -27,15 +27,20 @@ func AppendBatchEntry(dst []byte, m *Message) ([]byte, error) {
 	if size > MaxFrameSize {
 		return dst, fmt.Errorf("encode batch entry: %d bytes exceeds %d: %w", size, MaxFrameSize, ErrFrameTooLarge)
 	}
+	dst = appendBatchEntryHead(dst, size, m.Flag, m.Body)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(props))
+	return AppendProperties(dst, m.Properties), nil
+}
+
+// appendBatchEntryHead appends an entry of size bytes up to and including its body.
+func appendBatchEntryHead(dst []byte, size int, flag int32, body []byte) []byte {
 	dst = slices.Grow(dst, size)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(size))
 	dst = binary.BigEndian.AppendUint32(dst, 0) // MAGIC: writers put 0
 	dst = binary.BigEndian.AppendUint32(dst, 0) // BODYCRC: computed by the broker
-	dst = binary.BigEndian.AppendUint32(dst, uint32(m.Flag))
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(m.Body)))
-	dst = append(dst, m.Body...)
-	dst = binary.BigEndian.AppendUint16(dst, uint16(props))
-	return AppendProperties(dst, m.Properties), nil
+	dst = binary.BigEndian.AppendUint32(dst, uint32(flag))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(body)))
+	return append(dst, body...)
 }
 
 // AppendBatchEntryEncoded is AppendBatchEntry for a message whose properties are already
@@ -49,13 +54,7 @@ func AppendBatchEntryEncoded(dst []byte, flag int32, body []byte, props string) 
 	if size > MaxFrameSize {
 		return dst, fmt.Errorf("encode batch entry: %d bytes exceeds %d: %w", size, MaxFrameSize, ErrFrameTooLarge)
 	}
-	dst = slices.Grow(dst, size)
-	dst = binary.BigEndian.AppendUint32(dst, uint32(size))
-	dst = binary.BigEndian.AppendUint32(dst, 0) // MAGIC: writers put 0
-	dst = binary.BigEndian.AppendUint32(dst, 0) // BODYCRC: computed by the broker
-	dst = binary.BigEndian.AppendUint32(dst, uint32(flag))
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(body)))
-	dst = append(dst, body...)
+	dst = appendBatchEntryHead(dst, size, flag, body)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(len(props)))
 	return append(dst, props...), nil
 }

@@ -101,16 +101,9 @@ func NewRequest(code RequestCode, ext map[string]string, body []byte) *Command {
 
 // NewResponse makes the response to req: it echoes req's opaque and serialize type.
 func NewResponse(req *Command, code ResponseCode, remark string) *Command {
-	return &Command{
-		Code:      int16(code),
-		Language:  LangGo,
-		Version:   Version,
-		Opaque:    req.Opaque,
-		Flag:      FlagResponse,
-		Remark:    remark,
-		ExtFields: map[string]string{},
-		Serialize: req.Serialize,
-	}
+	c := NewResponseWith(req, code, remark, nil)
+	c.ExtFields = map[string]string{}
+	return c
 }
 
 // NewResponseWith is NewResponse with its header given as Fields, written straight into the
