@@ -19,12 +19,16 @@
 // broker, acked by JetStream or flushed to the NATS server, answered 2xx by the webhook,
 // written and synced to the file), the worker commits the offset past the batch. So an
 // offset is committed only after the sink acknowledged every message before it in its
-// queue, and a crash or a kill can only make a pipeline deliver again what was
-// acknowledged and not yet committed: at most one batch per queue (PullBatchSize). A
-// commit is durable once the broker wrote it: flowd's broker keeps commits in memory and
-// writes them within its offset flush interval (500ms, after an fsync of the store), so a
-// kill of the daemon hosting both the pipeline and its source broker also delivers again
-// what the commits since the last flush covered (e2e/ measures both terms).
+// queue, and a crash or a kill can only make a pipeline deliver again what it had not
+// committed: the records the sink acknowledged, and the record being delivered when it
+// stopped, which the sink may have received although its answer never came back (a
+// webhook can read a request written before the kill after the pipeline has stopped). All
+// of them belong to the batch each queue was processing: at most one batch per queue
+// (PullBatchSize). A commit is durable once the broker wrote it: flowd's broker keeps
+// commits in memory and writes them within its offset flush interval (500ms, after an
+// fsync of the store), so a kill of the daemon hosting both the pipeline and its source
+// broker also delivers again what the commits since the last flush covered (e2e/ measures
+// both terms).
 //
 // Messages the selector rejects are skipped by the broker and reach no batch. Between two
 // polls, at most once a second (and after every poll that found nothing), the poll loop
@@ -50,7 +54,8 @@
 // Manager.Stop drains: polling stops, the batches already polled are delivered and
 // committed, and the consumer leaves the group, so the other members take the queues at
 // the committed offsets, without duplicates. Cancelling the context given to Start kills
-// the pipeline instead: deliveries in progress are abandoned, nothing more is committed,
+// the pipeline instead: deliveries in progress are abandoned (a record one had already
+// written may still reach the sink after the stopped event), nothing more is committed,
 // and the next owner (or the same pipeline restarted) delivers the uncommitted window
 // again. When a rebalance takes queues away, batches of them not yet started are dropped
 // and the hand-over waits for the batch in progress to be delivered and committed, so a
