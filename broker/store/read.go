@@ -39,6 +39,12 @@ const (
 // the filter rejects): the read then stops at the first match it cannot take, which the
 // next read evaluates again.
 //
+// A message whose commit-log segment retention removed is passed over, with the rest of
+// that segment (MessageWasRemoving if nothing was taken), as RocketMQ does. A read that races
+// with retention can thus take messages on both sides of removed ones, or end its batch
+// with removed ones below NextBeginOffset: the batch's messages are then not the Count
+// queue offsets below NextBeginOffset, and each carries its own queue offset.
+//
 // The error is non-nil when ctx is done, the store is closed, or f.Match failed under
 // FailClosed before any message was taken (ErrFilterFailed); everything else is a status.
 // Call Release on the result when its Messages are no longer needed.

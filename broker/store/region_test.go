@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker/store/vfs"
+	"github.com/flowd-io/flowd/protocol"
 )
 
 // regionBytes concatenates r's regions read with ReadAt (from the mapping of the active
@@ -190,9 +192,19 @@ func TestRegionsOutliveRetention(t *testing.T) {
 }
 
 // TestRegionsConcurrentWithRetention reads regions while retention deletes the oldest
-// segments under the readers: each read gives either the right bytes or a status saying the
-// data moved, never other bytes, and nothing crashes.
+// segments under the readers: each read gives either stored messages with their right bytes
+// or a status saying the data moved, never other bytes, and nothing crashes.
 func TestRegionsConcurrentWithRetention(t *testing.T) {
+	testReadsConcurrentWithRetention(t, true)
+}
+
+// TestGetMessageConcurrentWithRetention is TestRegionsConcurrentWithRetention for the copy
+// path (GetMessage).
+func TestGetMessageConcurrentWithRetention(t *testing.T) {
+	testReadsConcurrentWithRetention(t, false)
+}
+
+func testReadsConcurrentWithRetention(t *testing.T, regions bool) {
 	o := testOptions()
 	o.SegmentSize = 4096
 	o.ConsumeQueueUnits = 16
@@ -220,7 +232,7 @@ func TestRegionsConcurrentWithRetention(t *testing.T) {
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var found, moved atomic.Int64
+	var found, moved, gaps atomic.Int64
 	errs := make(chan error, 4)
 	for r := range 4 {
 		wg.Go(func() {
@@ -231,7 +243,13 @@ func TestRegionsConcurrentWithRetention(t *testing.T) {
 				default:
 				}
 				off := int64((k*13 + r*101) % n)
-				g, err := s.GetRegions(context.Background(), "T", 0, off, 32, 0, nil)
+				var g *GetResult
+				var err error
+				if regions {
+					g, err = s.GetRegions(context.Background(), "T", 0, off, 32, 0, nil)
+				} else {
+					g, err = s.GetMessage(context.Background(), "T", 0, off, 32, 0, nil)
+				}
 				if err != nil {
 					errs <- err
 					return
@@ -241,21 +259,16 @@ func TestRegionsConcurrentWithRetention(t *testing.T) {
 					g.Release()
 					continue
 				}
-				var got []byte
-				for _, reg := range g.Regions {
-					b := make([]byte, reg.Length)
-					if _, err := reg.File.ReadAt(b, reg.Offset); err != nil {
-						errs <- fmt.Errorf("read pinned region: %w", err)
-						g.Release()
-						return
-					}
-					got = append(got, b...)
+				msgs := g.Messages
+				if regions {
+					msgs, err = splitRegions(g)
 				}
-				start := g.NextBeginOffset - int64(g.Count)
-				want := bytes.Join(bodies[start:g.NextBeginOffset], nil)
+				if err == nil {
+					err = checkBatch(g, msgs, off, bodies, s.minOffset.Load(), &gaps)
+				}
 				g.Release()
-				if !bytes.Equal(want, got) {
-					errs <- fmt.Errorf("offset %d: regions hold other bytes than the messages %d..%d", off, start, g.NextBeginOffset)
+				if err != nil {
+					errs <- err
 					return
 				}
 				found.Add(1)
@@ -264,7 +277,7 @@ func TestRegionsConcurrentWithRetention(t *testing.T) {
 	}
 	// Delete the log from its start, one segment at a time, while the readers run.
 	for s.Stats().Segments > 1 {
-		// Let the readers take regions of the oldest segment first.
+		// Let the readers take messages of the oldest segment first.
 		require.Eventually(t, func() bool { return found.Load() >= 20 || len(errs) > 0 }, 10*time.Second, time.Millisecond)
 		if len(errs) > 0 {
 			break
@@ -284,4 +297,75 @@ func TestRegionsConcurrentWithRetention(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, files, 1)
 	assert.Positive(t, moved.Load(), "some reads found their data deleted")
+	t.Logf("batches that passed over removed messages: %d", gaps.Load())
+}
+
+// splitRegions reads g's regions (pinned, so readable even once retention deleted their
+// segment) and cuts them into the stored messages they hold, by each one's total size.
+func splitRegions(g *GetResult) ([][]byte, error) {
+	var got []byte
+	for _, reg := range g.Regions {
+		b := make([]byte, reg.Length)
+		if _, err := reg.File.ReadAt(b, reg.Offset); err != nil {
+			return nil, fmt.Errorf("read pinned region: %w", err)
+		}
+		got = append(got, b...)
+	}
+	if len(got) != g.TotalBytes {
+		return nil, fmt.Errorf("regions hold %d bytes, TotalBytes says %d", len(got), g.TotalBytes)
+	}
+	var msgs [][]byte
+	for len(got) > 0 {
+		if len(got) < protocol.StoredPhysicalOffsetAt+8 {
+			return nil, fmt.Errorf("regions end in %d bytes, not a message", len(got))
+		}
+		size := int(binary.BigEndian.Uint32(got[protocol.StoredTotalSizeAt:]))
+		if size < protocol.StoredPhysicalOffsetAt+8 || size > len(got) {
+			return nil, fmt.Errorf("regions hold a message of size %d with %d bytes left", size, len(got))
+		}
+		msgs = append(msgs, got[:size])
+		got = got[size:]
+	}
+	return msgs, nil
+}
+
+// checkBatch checks a Found batch that a read from queue offset off answered: its Count
+// messages are, in order, stored messages of increasing queue offsets in [off,
+// NextBeginOffset) with their stored bytes. A queue offset the batch passes over (a read
+// skips the rest of a segment that retention removed under it, and may take later messages
+// after it, as RocketMQ does) must be one whose message is really gone: its commit-log
+// offset is below logMin, the log's start read after the batch. gaps counts batches with a
+// hole between two of their messages.
+func checkBatch(g *GetResult, msgs [][]byte, off int64, bodies [][]byte, logMin int64, gaps *atomic.Int64) error {
+	if len(msgs) != g.Count || g.Count == 0 {
+		return fmt.Errorf("offset %d: %d messages, Count %d", off, len(msgs), g.Count)
+	}
+	next := off // the first queue offset not yet accounted for
+	for k, m := range msgs {
+		qo := int64(binary.BigEndian.Uint64(m[protocol.StoredQueueOffsetAt:]))
+		if qo < next || qo >= g.NextBeginOffset || qo >= int64(len(bodies)) {
+			return fmt.Errorf("offset %d: message %d has queue offset %d, outside [%d, %d)", off, k, qo, next, g.NextBeginOffset)
+		}
+		if !bytes.Equal(m, bodies[qo]) {
+			return fmt.Errorf("offset %d: message %d (queue offset %d) holds other bytes than stored", off, k, qo)
+		}
+		if err := passedOver(bodies, next, qo, logMin, off); err != nil {
+			return err
+		}
+		if k > 0 && qo > next {
+			gaps.Add(1)
+		}
+		next = qo + 1
+	}
+	return passedOver(bodies, next, g.NextBeginOffset, logMin, off)
+}
+
+// passedOver checks that the messages of queue offsets [from, to) are below logMin.
+func passedOver(bodies [][]byte, from, to, logMin, off int64) error {
+	for j := from; j < to; j++ {
+		if phy := int64(binary.BigEndian.Uint64(bodies[j][protocol.StoredPhysicalOffsetAt:])); phy >= logMin {
+			return fmt.Errorf("offset %d: queue offset %d (log offset %d) passed over, but the log starts at %d", off, j, phy, logMin)
+		}
+	}
+	return nil
 }
