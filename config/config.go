@@ -70,6 +70,11 @@ type Store struct {
 	// MaxDiskUsage mirrors store.Options.MaxDiskUsage.
 	MaxDiskUsage float64 `yaml:"max_disk_usage" env:"FLOWD_MAX_DISK_USAGE" doc:"used fraction of the volume above which the oldest segments are deleted regardless of retention; negative disables"`
 	SegmentSize  Size    `yaml:"segment_size" env:"FLOWD_SEGMENT_SIZE" doc:"size of one commit-log segment file"`
+	// OffsetFlushInterval bounds what a crash of the whole daemon re-delivers: commits made
+	// since the last write of the offsets file are read again after a restart.
+	OffsetFlushInterval time.Duration `yaml:"offset_flush_interval" env:"FLOWD_OFFSET_FLUSH_INTERVAL" doc:"how often changed consumer offsets are written to disk (with an fsync); commits since the last write are re-delivered after a crash"`
+	// ZeroCopy mirrors the inverse of broker.Config.DisableZeroCopy.
+	ZeroCopy bool `yaml:"zero_copy" env:"FLOWD_ZERO_COPY" doc:"answer pulls without a content filter from the commit-log files with sendfile(2); false copies every pull through memory"`
 }
 
 // Limits bound what clients may use.
@@ -134,7 +139,8 @@ func Default() Config {
 		Cluster:    "local",
 		BrokerName: "broker-a",
 		Listen:     Listen{Broker: "127.0.0.1:10911", Namesrv: "127.0.0.1:9876"},
-		Store:      Store{Flush: "async", Retention: 72 * time.Hour, MaxDiskUsage: 0.75, SegmentSize: 1 << 30},
+		Store: Store{Flush: "async", Retention: 72 * time.Hour, MaxDiskUsage: 0.75, SegmentSize: 1 << 30,
+			OffsetFlushInterval: 500 * time.Millisecond, ZeroCopy: true},
 		Limits: Limits{MaxMessageSize: 4 << 20, MaxGroups: 10000, MaxConnections: 10000,
 			MaxInFlight: 256, MaxParked: 4096},
 		NATS: NATS{
@@ -308,6 +314,7 @@ func (c Config) Validate() error {
 	}
 	positive("store.retention", int64(c.Store.Retention))
 	positive("store.segment_size", int64(c.Store.SegmentSize))
+	positive("store.offset_flush_interval", int64(c.Store.OffsetFlushInterval))
 	if c.Store.MaxDiskUsage == 0 || c.Store.MaxDiskUsage > 1 {
 		bad("store.max_disk_usage", "must be in (0, 1], or negative to disable the rule, not %g", c.Store.MaxDiskUsage)
 	}

@@ -44,6 +44,12 @@ func TestDecodeKeepsDefaultsOfSettingsLeftOut(t *testing.T) {
 	cfg, err = config.Decode([]byte("limits:\n  max_message_size: 1024\n"))
 	require.NoError(t, err)
 	assert.Equal(t, config.Size(1024), cfg.Limits.MaxMessageSize, "a size may be a byte count")
+
+	cfg, err = config.Decode([]byte("store:\n  offset_flush_interval: 2s\n  zero_copy: false\n"))
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Second, cfg.Store.OffsetFlushInterval)
+	assert.False(t, cfg.Store.ZeroCopy)
+	assert.True(t, config.Default().Store.ZeroCopy, "pulls are answered from the files by default")
 }
 
 func TestDecodeRefusesUnknownKeysAndWrongTypesWithTheirLine(t *testing.T) {
@@ -96,11 +102,13 @@ func TestValidateNamesTheSetting(t *testing.T) {
 	c.Store.Retention = 0
 	c.Limits.MaxGroups = 0
 	c.Store.MaxDiskUsage = 0
+	c.Store.OffsetFlushInterval = 0
 	err = c.Validate()
 	require.ErrorIs(t, err, config.ErrInvalid)
 	assert.Contains(t, err.Error(), "store.retention: must be positive")
 	assert.Contains(t, err.Error(), "limits.max_groups: must be positive")
 	assert.Contains(t, err.Error(), "store.max_disk_usage")
+	assert.Contains(t, err.Error(), "store.offset_flush_interval: must be positive")
 	// Addresses are checked before anything listens.
 	c = config.Default()
 	c.Listen.Broker = "127.0.0.1:notaport"

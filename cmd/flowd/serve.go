@@ -136,6 +136,9 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 		MaxMessageSize: int(c.Limits.MaxMessageSize),
 		MaxGroups:      c.Limits.MaxGroups,
 		Logger:         log,
+
+		OffsetFlushInterval: c.Store.OffsetFlushInterval,
+		DisableZeroCopy:     !c.Store.ZeroCopy,
 	}
 	bc.Store.Retention = c.Store.Retention
 	bc.Store.MaxDiskUsage = c.Store.MaxDiskUsage
