@@ -25,11 +25,10 @@
 // webhook can read a request written before the kill after the pipeline has stopped). All
 // of them belong to the batch each queue was processing: at most one batch per queue
 // (PullBatchSize). A commit is durable once the broker wrote it: flowd's broker keeps
-// commits in memory and writes them within its offset flush interval (500ms by default,
-// the daemon's store.offset_flush_interval, after an
-// fsync of the store), so a kill of the daemon hosting both the pipeline and its source
-// broker also delivers again what the commits since the last flush covered (e2e/ measures
-// both terms).
+// commits in memory and writes them within its offset flush interval (the daemon's
+// store.offset_flush_interval, 500ms by default, after an fsync of the store), so a kill of
+// the daemon hosting both the pipeline and its source broker also delivers again what the
+// commits since the last flush covered (e2e/ measures both terms).
 //
 // Messages the selector rejects are skipped by the broker and reach no batch. Between two
 // polls, at most once a second (and after every poll that found nothing), the poll loop
