@@ -86,11 +86,11 @@ func TestAsyncBatchingResultsPerMessage(t *testing.T) {
 	}
 }
 
-// Messages given while a send of their queue is in flight leave together, as one batch, once
-// it is answered; a lone message leaves at once, alone.
+// With one batch in flight per queue, messages given while a send of their queue is in flight
+// leave together, as one batch, once it is answered; a lone message leaves at once, alone.
 func TestAsyncBatchingGathersWhileInFlight(t *testing.T) {
 	fb := startFakeBroker(t, 1)
-	p := newFakeProducer(t, fb, producer.WithAsyncBatching(100, 1<<20, 0))
+	p := newFakeProducer(t, fb, producer.WithAsyncBatching(100, 1<<20, 0), producer.WithAsyncBatchesInFlight(1))
 	fb.hold()
 	results := make(chan asyncOutcome, 10)
 	cb := func(res producer.SendResult, err error) { results <- asyncOutcome{res, err} }
@@ -120,7 +120,7 @@ func TestAsyncBatchingRefusedBatchAnswersEachMessage(t *testing.T) {
 	fb.mu.Lock()
 	fb.refuseBatches = true
 	fb.mu.Unlock()
-	p := newFakeProducer(t, fb, producer.WithAsyncBatching(100, 1<<20, 0))
+	p := newFakeProducer(t, fb, producer.WithAsyncBatching(100, 1<<20, 0), producer.WithAsyncBatchesInFlight(1))
 	fb.hold()
 	bodies := []string{"first", "a", "refuse", "b", "c"}
 	outs := make([]asyncOutcome, len(bodies))

@@ -79,11 +79,7 @@ func New(group string, opts ...Option) (*Producer, error) {
 	p.checkCtx, p.checkCancel = context.WithCancel(context.Background())
 	p.callbacks.cond.L = &p.callbacks.mu
 	if cfg.batchCount > 1 {
-		p.batcher = &asyncBatcher{
-			maxCount: cfg.batchCount, maxBytes: min(cfg.batchBytes, cfg.maxMessageSize), linger: cfg.batchLinger,
-			open: make(map[MessageQueue]*asyncBatch), full: make(map[MessageQueue][]*asyncBatch),
-			inFlight: make(map[MessageQueue]bool),
-		}
+		p.batcher = newAsyncBatcher(&cfg)
 	}
 	var err error
 	if p.cl, p.ownsClient, err = client.Open(cfg.shared, cfg.client); err != nil {
