@@ -83,6 +83,9 @@ type asyncBatch struct {
 	items []asyncItem
 	bytes int
 	timer *time.Timer // the linger; nil when none is armed
+	// onAnswer is ab.answered, bound once for the batch's lifetime (pooled batches
+	// included): a method value made per send would be an allocation per batch.
+	onAnswer func(*protocol.Command, error)
 
 	// The send in flight. Its request is allocated apart, per send: once handed to
 	// InvokeAsync it is never written again (the batch is recycled, the request is not).
@@ -103,6 +106,16 @@ type asyncItem struct {
 const batchEntryOverhead = 4 + 4 + 4 + 4 + 4 + 2
 
 func (pm *prepared) batchSize() int { return batchEntryOverhead + len(pm.msg.Body) + len(pm.props) }
+
+// earlyLeaveLocked reports whether q's open batch ob may leave while others of q are in
+// flight (fewer than the bound). A batch that left with its first message would make every
+// batch small once several may be in flight, so it waits for a share of what the queue can
+// hold: 1/maxInFlight of maxCount or of maxBytes, where maxCount is at most the queue's part
+// of the sends in flight (WithMaxInFlightAsync shared evenly among the queues with batches).
+func (b *asyncBatcher) earlyLeaveLocked(p *Producer, ob *asyncBatch) bool {
+	share := min(b.maxCount, cap(p.asyncSlots)/max(len(b.queues), 1))
+	return len(ob.items) >= max(1, share/b.maxInFlight) || ob.bytes >= b.maxBytes/b.maxInFlight
+}
 
 func newAsyncBatcher(cfg *config) *asyncBatcher {
 	n := cfg.batchInFlight
@@ -178,6 +191,8 @@ func (b *asyncBatcher) add(p *Producer, mq MessageQueue, it asyncItem) {
 		b.closeLocked(q)
 	case q.inFlight+len(q.ready) >= b.maxInFlight:
 		// It gathers until a batch in flight finishes.
+	case q.inFlight+len(q.ready) > 0 && !b.earlyLeaveLocked(p, ob):
+		// It gathers until a batch in flight finishes, or until it is large enough to leave.
 	case b.linger == 0:
 		b.closeLocked(q)
 	case ob.timer == nil:
@@ -196,6 +211,7 @@ func (b *asyncBatcher) newBatchLocked(p *Producer, q *batchQueue) *asyncBatch {
 	ab, _ := b.batches.Get().(*asyncBatch)
 	if ab == nil {
 		ab = &asyncBatch{items: make([]asyncItem, 0, min(b.maxCount, 64))}
+		ab.onAnswer = ab.answered
 	}
 	b.gen++
 	ab.p, ab.q, ab.gen = p, q, b.gen
@@ -339,7 +355,7 @@ func (p *Producer) startBatch(ab *asyncBatch) {
 		}
 	}
 	req := p.newSendRequest(mq, &ab.pm)
-	err := p.cl.InvokeAsync(ctx, addr, req, p.cfg.sendTimeout, ab.answered)
+	err := p.cl.InvokeAsync(ctx, addr, req, p.cfg.sendTimeout, ab.onAnswer)
 	// InvokeAsync encoded the request, body included, before it returned: the buffer may
 	// serve another batch. The answer may have come already, and ab be recycled: ab is not
 	// touched again unless InvokeAsync failed, in which case its callback is not called.
