@@ -17,11 +17,13 @@ import (
 // messages.
 //
 // Each queue has at most WithAsyncBatchesInFlight batches in flight (handed to the broker
-// connection and not yet finished, retries included). While that many are in flight, messages
-// for the queue gather, and the next batch leaves when one of them finishes; a batch that fills
-// up (count or bytes) meanwhile waits its turn behind the others closed before it. With room in
-// flight, a batch leaves at once when the linger is 0, so a lone message waits for nothing, or
-// once the linger has passed since its first message. The batch size thus follows the load.
+// connection and not yet finished, retries included). With nothing of its queue in flight, a
+// batch leaves at once when the linger is 0, so a lone message waits for nothing, or once the
+// linger has passed since its first message. While some are in flight, the next batch gathers:
+// it leaves once they have all finished, or, with room in flight, once it is half full
+// (earlyLeaveLocked) or its linger has passed; a batch that fills up (count or bytes) waits for
+// room behind the others closed before it. The batch size thus follows the load, and a busy
+// queue has a batch gathering while one or more are on their way.
 //
 // No goroutine waits for a batch: it is handed to the connection with InvokeAsync, and its
 // answer, read on the connection's read goroutine, frees its messages' slots, queues their
@@ -107,14 +109,17 @@ const batchEntryOverhead = 4 + 4 + 4 + 4 + 4 + 2
 
 func (pm *prepared) batchSize() int { return batchEntryOverhead + len(pm.msg.Body) + len(pm.props) }
 
-// earlyLeaveLocked reports whether q's open batch ob may leave while others of q are in
-// flight (fewer than the bound). A batch that left with its first message would make every
-// batch small once several may be in flight, so it waits for a share of what the queue can
-// hold: 1/maxInFlight of maxCount or of maxBytes, where maxCount is at most the queue's part
-// of the sends in flight (WithMaxInFlightAsync shared evenly among the queues with batches).
+// earlyLeaveLocked reports whether q's open batch ob may leave while other batches of q are
+// in flight (fewer than the bound), rather than wait for them to finish: once it is half
+// full, where full is maxBytes, or maxCount capped by the queue's part of the sends in flight
+// (WithMaxInFlightAsync shared evenly among the queues with batches), which is as many
+// messages as a batch of the queue can gather. A batch that left with its first message
+// would make every batch small once several may be in flight; half full keeps batches large
+// (the cost of a request is mostly per request, on both sides) while the next one overlaps
+// the round trip of the one before.
 func (b *asyncBatcher) earlyLeaveLocked(p *Producer, ob *asyncBatch) bool {
-	share := min(b.maxCount, cap(p.asyncSlots)/max(len(b.queues), 1))
-	return len(ob.items) >= max(1, share/b.maxInFlight) || ob.bytes >= b.maxBytes/b.maxInFlight
+	full := min(b.maxCount, cap(p.asyncSlots)/max(len(b.queues), 1))
+	return len(ob.items) >= max(1, full/2) || ob.bytes >= b.maxBytes/2
 }
 
 func newAsyncBatcher(cfg *config) *asyncBatcher {
@@ -295,11 +300,13 @@ func (b *asyncBatcher) lingerEnded(q *batchQueue, ob *asyncBatch, gen uint64) {
 }
 
 // finished records that a batch of q in flight has its outcome, and sends what may leave in
-// its place: the oldest ready batch, or else the open one, whose gathering ends here.
+// its place: the oldest ready batch; the open one when nothing else of q is in flight (its
+// gathering ends here), or when it may leave early.
 func (b *asyncBatcher) finished(q *batchQueue) {
 	b.mu.Lock()
 	q.inFlight--
-	if q.open != nil && q.inFlight+len(q.ready) < b.maxInFlight {
+	if ob := q.open; ob != nil && (q.inFlight+len(q.ready) == 0 ||
+		q.inFlight+len(q.ready) < b.maxInFlight && b.earlyLeaveLocked(ob.p, ob)) {
 		b.closeLocked(q)
 	}
 	turn := b.takeTurnLocked(q)

@@ -252,20 +252,20 @@ func collect(t *testing.T, ch <-chan indexedOutcome, n int) []asyncOutcome {
 // the callbacks of a batch run in its order (QueueOffset counts up within each batch).
 func TestAsyncBatchingSeveralBatchesInFlight(t *testing.T) {
 	fb := startFakeBroker(t, 1)
-	// One queue, 128 sends in flight: a batch leaves early, with others in flight, at
-	// min(100, 128)/3 = 33 messages.
-	p := newFakeProducer(t, fb, producer.WithAsyncBatching(100, 1<<20, 0), producer.WithAsyncBatchesInFlight(3))
+	// One queue, 128 sends in flight: a batch is half full, and may leave while others are
+	// in flight, at min(40, 128)/2 = 20 messages.
+	p := newFakeProducer(t, fb, producer.WithAsyncBatching(40, 1<<20, 0), producer.WithAsyncBatchesInFlight(3))
 	fb.hold()
-	outs := make(chan indexedOutcome, 200)
+	outs := make(chan indexedOutcome, 100)
 	sendEach(p, outs, 0, "first")
 	<-fb.entered // alone: nothing was in flight
-	sendEach(p, outs, 1, bodies("a", 33)...)
+	sendEach(p, outs, 1, bodies("a", 20)...)
 	<-fb.entered // a second batch in flight
-	sendEach(p, outs, 34, bodies("b", 33)...)
+	sendEach(p, outs, 21, bodies("b", 20)...)
 	<-fb.entered // a third
-	sendEach(p, outs, 67, bodies("c", 40)...)
+	sendEach(p, outs, 41, bodies("c", 30)...)
 	fb.open()
-	got := collect(t, outs, 107)
+	got := collect(t, outs, 71)
 	ids := map[string]bool{}
 	for i, o := range got {
 		require.NoError(t, o.err, "message %d", i)
@@ -273,16 +273,35 @@ func TestAsyncBatchingSeveralBatchesInFlight(t *testing.T) {
 		ids[o.res.MsgID] = true
 	}
 	// Within a batch, results count up from the broker's one answer (0 from this broker).
-	for k := range 33 {
+	for k := range 20 {
 		assert.Equal(t, int64(k), got[1+k].res.QueueOffset, "message a-%d", k)
 	}
-	for k := range 40 {
-		assert.Equal(t, int64(k), got[67+k].res.QueueOffset, "message c-%d", k)
+	for k := range 30 {
+		assert.Equal(t, int64(k), got[41+k].res.QueueOffset, "message c-%d", k)
 	}
 	counts, held := fb.sentCounts()
-	assert.Equal(t, []int{1, 33, 33, 40}, counts, "the 40 gathered behind the three in flight")
+	assert.Equal(t, []int{1, 20, 20, 30}, counts, "the 30 gathered behind the three in flight")
 	assert.Equal(t, []bool{true, true, true, false}, held, "the fourth left only once one in flight was answered")
 	assert.Equal(t, []protocol.RequestCode{protocol.SendMessageV2, protocol.SendBatchMessage, protocol.SendBatchMessage, protocol.SendBatchMessage}, fb.sentCodes())
+}
+
+// While batches of a queue are in flight, the next one leaves early only once it is half
+// full; smaller, it waits for them to finish.
+func TestAsyncBatchingSmallBatchWaitsForThoseInFlight(t *testing.T) {
+	fb := startFakeBroker(t, 1)
+	p := newFakeProducer(t, fb, producer.WithAsyncBatching(40, 1<<20, 0), producer.WithAsyncBatchesInFlight(4))
+	fb.hold()
+	outs := make(chan indexedOutcome, 100)
+	sendEach(p, outs, 0, "first")
+	<-fb.entered
+	sendEach(p, outs, 1, bodies("a", 19)...) // one short of half full
+	fb.open()
+	for i, o := range collect(t, outs, 20) {
+		require.NoError(t, o.err, "message %d", i)
+	}
+	counts, held := fb.sentCounts()
+	assert.Equal(t, []int{1, 19}, counts)
+	assert.Equal(t, []bool{true, false}, held)
 }
 
 // A selector that keeps order gets one batch in flight per queue unless the option says
@@ -317,7 +336,7 @@ func TestAsyncBatchingFailuresWithSeveralInFlight(t *testing.T) {
 	outs := make(chan indexedOutcome, 100)
 	sendEach(p, outs, 0, "first")
 	<-fb.entered
-	// min(8, 128)/2 = 4 messages make a batch leave early.
+	// Half full, min(8, 128)/2 = 4 messages, a batch may leave while another is in flight.
 	sendEach(p, outs, 1, "a", "refuse", "b", "c")
 	<-fb.entered
 	sendEach(p, outs, 5, bodies("d", 8)...) // gathers: two in flight

@@ -288,10 +288,11 @@ const MaxAsyncBatchLinger = time.Millisecond
 
 // WithAsyncBatching makes SendAsync gather messages bound for the same queue into one
 // SEND_BATCH_MESSAGE of at most maxCount messages and about maxBytes bytes (at most the
-// maximum message size). A queue's batch leaves at once when fewer of that queue's batches
-// than WithAsyncBatchesInFlight allows are in flight, so a lone message is not delayed (with
-// a linger of 0); otherwise it gathers until a batch in flight is answered, until it is full,
-// or until linger (0 to MaxAsyncBatchLinger) has passed since its first message. Each message
+// maximum message size). A queue's batch leaves at once when none of that queue is in
+// flight, so a lone message is not delayed (with a linger of 0); otherwise it gathers until
+// the queue's batches in flight have been answered, until linger (0 to MaxAsyncBatchLinger)
+// has passed since its first message, or, when fewer than WithAsyncBatchesInFlight are in
+// flight, until it is half full; a full batch waits for room in flight. Each message
 // still gets its own callback with its own MsgID, OffsetMsgID and QueueOffset; the callbacks of
 // one batch run in the batch's order, one after another. A batch the broker refuses as a whole
 // is sent again one message at a time, so each message gets its own answer.
@@ -325,8 +326,9 @@ const DefaultAsyncBatchesInFlight = 4
 // flight at once: handed to the broker connection and not yet finished, retries included
 // (like Kafka's max.in.flight.requests.per.connection, but per queue). While that many are in
 // flight, the queue's next messages gather into the next batch. One batch at a time makes
-// each message wait for the batch before it to be answered; several overlap their round trips
-// and the producer's and broker's work.
+// each message wait for the batch before it to be answered; with more, a batch that is half
+// full leaves while others are on their way, overlapping their round trips and the producer's
+// and the broker's work.
 //
 // Order: a queue's batches are handed to the connection in the order their messages were
 // given, and leave on it in that order. With n = 1 a batch leaves only once the one before it
