@@ -346,12 +346,13 @@ func (p *Producer) Send(ctx context.Context, msg *Message) (SendResult, error) {
 // sends possibly at the same time (no order between them is promised); with
 // WithAsyncBatching, the callbacks of one batch run in the batch's order, one after another.
 //
-// No goroutine waits for an unbatched send: its request is queued on the broker connection,
-// whose writer sends the requests queued meanwhile together, and the answer is read by the
-// connection's reader, which frees the slot and queues the callback. A send that must be
-// retried gets a goroutine for its further attempts, and so does the first send to a topic
-// whose route is not known yet. SendAsync may wait for the connection to the broker to be
-// dialed, on its first use.
+// No goroutine waits for a send, batched or not: its request is queued on the broker
+// connection, whose writer sends the requests queued meanwhile together, and the answer is
+// read by the connection's reader, which frees the slot and queues the callback. A send (or a
+// batch) that must be retried gets a goroutine for its further attempts, and so does the first
+// send to a topic whose route is not known yet. SendAsync may wait for the connection to the
+// broker to be dialed, on its first use; with WithAsyncBatching it may also encode and queue
+// batches of its message's queue that are ready to leave.
 func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendResult, error)) {
 	if done == nil {
 		done = func(SendResult, error) {}
