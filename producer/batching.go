@@ -96,10 +96,11 @@ type asyncBatch struct {
 	pm    prepared // the batch as one send (a lone message's own, copied)
 }
 
-// asyncItem is one SendAsync message in a batch.
+// asyncItem is one SendAsync message in a batch, prepared message included (kept by value:
+// no allocation of its own).
 type asyncItem struct {
 	ctx  context.Context
-	pm   *prepared
+	pm   prepared
 	done func(SendResult, error)
 }
 
@@ -146,7 +147,7 @@ func (p *Producer) batchable(msg *Message) bool {
 // enqueueAsync adds an admitted SendAsync message (slot taken, counted in p.async) to its
 // queue's batch. The queue is chosen now, by the selector, so that an ordered selector's
 // choice holds; finding it may wait for the topic's route on the first send to a topic.
-func (p *Producer) enqueueAsync(ctx context.Context, pm *prepared, done func(SendResult, error)) {
+func (p *Producer) enqueueAsync(ctx context.Context, pm prepared, done func(SendResult, error)) {
 	var queues []MessageQueue
 	if r, ok := p.cl.CachedRoute(pm.msg.Topic); ok && len(r.PublishQueues) > 0 {
 		queues = r.PublishQueues // the usual case: no context, no timer per message
@@ -161,7 +162,7 @@ func (p *Producer) enqueueAsync(ctx context.Context, pm *prepared, done func(Sen
 		}
 	}
 	mq := p.cfg.selector.Select(pm.msg, queues)
-	p.batcher.add(p, mq, asyncItem{ctx: ctx, pm: pm, done: done})
+	p.batcher.add(p, mq, &asyncItem{ctx: ctx, pm: pm, done: done})
 }
 
 // finishAsync ends one asynchronous send on the caller's goroutine: frees its slot, then
@@ -172,7 +173,7 @@ func (p *Producer) finishAsync(done func(SendResult, error), res SendResult, err
 	done(res, err)
 }
 
-func (b *asyncBatcher) add(p *Producer, mq MessageQueue, it asyncItem) {
+func (b *asyncBatcher) add(p *Producer, mq MessageQueue, it *asyncItem) {
 	size := it.pm.batchSize()
 	b.mu.Lock()
 	q := b.queues[mq]
@@ -189,7 +190,7 @@ func (b *asyncBatcher) add(p *Producer, mq MessageQueue, it asyncItem) {
 		ob = b.newBatchLocked(p, q)
 		q.open = ob
 	}
-	ob.items = append(ob.items, it)
+	ob.items = append(ob.items, *it)
 	ob.bytes += size
 	switch {
 	case len(ob.items) >= b.maxCount || ob.bytes >= b.maxBytes:
@@ -353,7 +354,7 @@ func (p *Producer) startBatch(ab *asyncBatch) {
 	ab.addr = addr
 	var bp *[]byte
 	if len(live) == 1 {
-		ab.pm = *live[0].pm
+		ab.pm = live[0].pm
 	} else {
 		var err error
 		if bp, err = ab.encode(); err != nil {
@@ -417,16 +418,16 @@ func (b *asyncBatcher) putBuf(bp *[]byte) {
 // uncompressed body.
 func appendBatch(dst []byte, items []asyncItem) ([]byte, error) {
 	n := 0
-	for _, it := range items {
-		n += it.pm.batchSize()
+	for i := range items {
+		n += items[i].pm.batchSize()
 	}
 	if n > protocol.MaxFrameSize {
 		return dst, fmt.Errorf("encode batch: %d bytes exceeds %d: %w", n, protocol.MaxFrameSize, protocol.ErrFrameTooLarge)
 	}
 	dst = grow(dst, n)
 	var err error
-	for i, it := range items {
-		pm := it.pm
+	for i := range items {
+		pm := &items[i].pm
 		if dst, err = protocol.AppendBatchEntryEncoded(dst, pm.msg.Flag, pm.msg.Body, pm.props); err != nil {
 			return dst, fmt.Errorf("message %d: %w", i, err)
 		}
@@ -494,8 +495,9 @@ func (ab *asyncBatch) retry(lastErr error, from int) {
 	var be *client.BrokerError
 	if len(ab.items) > 1 && errors.As(lastErr, &be) && !retriable(lastErr) {
 		p.log.Debug("batch refused, sending its messages one by one", "queue", mq.String(), "messages", len(ab.items), "err", lastErr)
-		for _, it := range ab.items {
-			res, err := p.sendToQueue(it.ctx, mq, it.pm)
+		for i := range ab.items {
+			it := &ab.items[i]
+			res, err := p.sendToQueue(it.ctx, mq, &it.pm)
 			p.completeAsync(it.done, res, err)
 		}
 		p.batcher.finished(ab.q) // only now: with one batch in flight, order holds
@@ -506,7 +508,7 @@ func (ab *asyncBatch) retry(lastErr error, from int) {
 		var cancelItem context.CancelFunc
 		ctx, cancelItem = context.WithDeadline(ab.items[0].ctx, ab.start.Add(p.cfg.sendTimeout))
 		defer cancelItem()
-		ab.pm = *ab.items[0].pm
+		ab.pm = ab.items[0].pm
 		res, err := p.attemptsOnQueue(ctx, mq, &ab.pm, from, lastErr)
 		p.completeBatch(ab, res, err)
 		return

@@ -51,7 +51,8 @@ func TestEncodeProperties(t *testing.T) {
 		Topic: "t", Tags: "tagA", Keys: []string{"k1", "k2"}, DelayLevel: 3,
 		Properties: map[string]string{"b": "2", "a": "1", protocol.PropertyTags: "overridden", "x": "own"},
 	}
-	s := encodeProperties(msg, "UNIQ", []string{"x", "extra", protocol.PropertyProducerGroup, "g"})
+	s, at := encodeProperties(msg, []byte("UNIQ"), []string{"x", "extra", protocol.PropertyProducerGroup, "g"})
+	assert.Equal(t, "UNIQ", s[at:at+4], "the id's place in the encoding")
 	got, err := protocol.DecodeProperties([]byte(s))
 	assert.NoError(t, err)
 	assert.Equal(t, map[string]string{
@@ -62,6 +63,6 @@ func TestEncodeProperties(t *testing.T) {
 	assert.True(t, len(s) > 4 && s[:4] == "a\x011\x02", "own keys sorted first: %q", s)
 	assert.Equal(t, strings.Count(s, "\x02"), len(got), "each key once")
 
-	bare := encodeProperties(&Message{Topic: "t"}, "U", nil)
+	bare, _ := encodeProperties(&Message{Topic: "t"}, []byte("U"), nil)
 	assert.Equal(t, "UNIQ_KEY\x01U\x02WAIT\x01true\x02", bare)
 }

@@ -36,17 +36,25 @@ func newUniqGen(ip string) *uniqGen {
 	return g
 }
 
+// uniqLen is the length of a message id.
+const uniqLen = 32
+
 func (g *uniqGen) next() string {
+	var out [uniqLen]byte
+	g.fill(&out)
+	return string(out[:])
+}
+
+// fill writes the next id into out.
+func (g *uniqGen) fill(out *[uniqLen]byte) {
 	now := time.Now()
 	monthStart := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, now.Location())
 	var raw [6]byte
 	binary.BigEndian.PutUint32(raw[:], uint32(now.Sub(monthStart).Milliseconds()))
 	binary.BigEndian.PutUint16(raw[4:], uint16(g.counter.Add(1)))
-	var out [32]byte
 	copy(out[:], g.prefix[:])
 	for i, c := range raw {
 		out[20+2*i] = hexDigits[c>>4]
 		out[20+2*i+1] = hexDigits[c&0xF]
 	}
-	return string(out[:])
 }
