@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/internal/client"
 	"github.com/flowd-io/flowd/protocol"
@@ -42,6 +45,21 @@ func TestUniqIDShape(t *testing.T) {
 	assert.NotEqual(t, a, b)
 	assert.Equal(t, "0A000001", a[:8], "starts with the client address")
 	assert.Equal(t, a[:20], b[:20], "fixed prefix")
+}
+
+// The id's time part is the milliseconds since the start of the local month, as RocketMQ's.
+func TestUniqIDTime(t *testing.T) {
+	g := newUniqGen("10.0.0.1")
+	for range 2 { // the second from the cached month
+		before := time.Now()
+		id := g.next()
+		after := time.Now()
+		ms, err := strconv.ParseUint(id[20:28], 16, 32)
+		require.NoError(t, err)
+		start := time.Date(before.Year(), before.Month(), 1, 0, 0, 0, 0, before.Location())
+		assert.GreaterOrEqual(t, int64(ms), before.UnixMilli()-start.UnixMilli())
+		assert.LessOrEqual(t, int64(ms), after.UnixMilli()-start.UnixMilli())
+	}
 }
 
 // encodeProperties gives the properties the message's own map, then its fields, then the
