@@ -85,6 +85,9 @@ type asyncBatch struct {
 	items []asyncItem
 	bytes int
 	timer *time.Timer // the linger; nil when none is armed
+	// lingered: the linger passed while there was no room in flight; the batch leaves as soon
+	// as there is.
+	lingered bool
 	// onAnswer is ab.answered, bound once for the batch's lifetime (pooled batches
 	// included): a method value made per send would be an allocation per batch.
 	onAnswer func(*protocol.Command, error)
@@ -192,16 +195,20 @@ func (b *asyncBatcher) add(p *Producer, mq MessageQueue, it *asyncItem) {
 	}
 	ob.items = append(ob.items, *it)
 	ob.bytes += size
+	ahead := q.inFlight + len(q.ready)
 	switch {
 	case len(ob.items) >= b.maxCount || ob.bytes >= b.maxBytes:
 		b.closeLocked(q)
-	case q.inFlight+len(q.ready) >= b.maxInFlight:
-		// It gathers until a batch in flight finishes.
-	case q.inFlight+len(q.ready) > 0 && !b.earlyLeaveLocked(p, ob):
-		// It gathers until a batch in flight finishes, or until it is large enough to leave.
+	case ahead >= b.maxInFlight:
+		// No room in flight: it gathers until a batch in flight finishes.
+	case ahead > 0:
+		if b.earlyLeaveLocked(p, ob) {
+			b.closeLocked(q)
+		}
 	case b.linger == 0:
 		b.closeLocked(q)
-	case ob.timer == nil:
+	}
+	if q.open == ob && b.linger > 0 && ob.timer == nil && !ob.lingered {
 		gen := ob.gen
 		ob.timer = time.AfterFunc(b.linger, func() { b.lingerEnded(q, ob, gen) })
 	}
@@ -230,7 +237,7 @@ func (b *asyncBatcher) newBatchLocked(p *Producer, q *batchQueue) *asyncBatch {
 func (b *asyncBatcher) recycle(ab *asyncBatch) {
 	clear(ab.items)
 	ab.items = ab.items[:0]
-	ab.p, ab.q, ab.bytes, ab.timer = nil, nil, 0, nil
+	ab.p, ab.q, ab.bytes, ab.timer, ab.lingered = nil, nil, 0, nil, false
 	ab.start, ab.addr, ab.pm = time.Time{}, "", prepared{}
 	b.batches.Put(ab)
 }
@@ -281,7 +288,7 @@ func (b *asyncBatcher) sendReady(q *batchQueue) {
 }
 
 // lingerEnded closes q's batch ob, numbered gen, if it is still open, and sends it when there
-// is room in flight (otherwise the end of a batch in flight sends it). It reads nothing of ob
+// is room in flight (otherwise the end of a batch in flight does). It reads nothing of ob
 // before knowing that ob is q's open batch: ob may have been sent and recycled meanwhile.
 func (b *asyncBatcher) lingerEnded(q *batchQueue, ob *asyncBatch, gen uint64) {
 	b.mu.Lock()
@@ -292,6 +299,8 @@ func (b *asyncBatcher) lingerEnded(q *batchQueue, ob *asyncBatch, gen uint64) {
 	ob.timer = nil
 	if q.inFlight+len(q.ready) < b.maxInFlight {
 		b.closeLocked(q)
+	} else {
+		ob.lingered = true
 	}
 	turn := b.takeTurnLocked(q)
 	b.mu.Unlock()
@@ -302,12 +311,12 @@ func (b *asyncBatcher) lingerEnded(q *batchQueue, ob *asyncBatch, gen uint64) {
 
 // finished records that a batch of q in flight has its outcome, and sends what may leave in
 // its place: the oldest ready batch; the open one when nothing else of q is in flight (its
-// gathering ends here), or when it may leave early.
+// gathering ends here), or when it may leave early, or its linger has passed.
 func (b *asyncBatcher) finished(q *batchQueue) {
 	b.mu.Lock()
 	q.inFlight--
 	if ob := q.open; ob != nil && (q.inFlight+len(q.ready) == 0 ||
-		q.inFlight+len(q.ready) < b.maxInFlight && b.earlyLeaveLocked(ob.p, ob)) {
+		q.inFlight+len(q.ready) < b.maxInFlight && (ob.lingered || b.earlyLeaveLocked(ob.p, ob))) {
 		b.closeLocked(q)
 	}
 	turn := b.takeTurnLocked(q)

@@ -440,3 +440,27 @@ func TestAsyncBatchingOrderWithManyInFlight(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, len(perQueue), 2)
 }
+
+// With a linger, a small batch gathering behind another in flight leaves once its linger has
+// passed, when there is room in flight, without waiting for the one in flight.
+func TestAsyncBatchingLingerWithOthersInFlight(t *testing.T) {
+	fb := startFakeBroker(t, 1)
+	p := newFakeProducer(t, fb, producer.WithAsyncBatching(40, 1<<20, producer.MaxAsyncBatchLinger), producer.WithAsyncBatchesInFlight(2))
+	fb.hold()
+	outs := make(chan indexedOutcome, 10)
+	sendEach(p, outs, 0, "first")
+	<-fb.entered // once its linger passed, alone
+	sendEach(p, outs, 1, "a", "b", "c")
+	select {
+	case <-fb.entered:
+	case <-time.After(wait):
+		t.Fatal("the small batch did not leave once its linger passed")
+	}
+	fb.open()
+	for i, o := range collect(t, outs, 4) {
+		require.NoError(t, o.err, "message %d", i)
+	}
+	counts, held := fb.sentCounts()
+	assert.Equal(t, []int{1, 3}, counts)
+	assert.Equal(t, []bool{true, true}, held)
+}
