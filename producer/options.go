@@ -288,14 +288,14 @@ const MaxAsyncBatchLinger = time.Millisecond
 
 // WithAsyncBatching makes SendAsync gather messages bound for the same queue into one
 // SEND_BATCH_MESSAGE of at most maxCount messages and about maxBytes bytes (at most the
-// maximum message size). A queue's batch leaves at once when none of that queue is in
-// flight, so a lone message is not delayed (with a linger of 0); otherwise it gathers until
-// the queue's batches in flight have been answered, until linger (0 to MaxAsyncBatchLinger)
-// has passed since its first message, or, when fewer than WithAsyncBatchesInFlight are in
-// flight, until it is half full; a full batch waits for room in flight. Each message
-// still gets its own callback with its own MsgID, OffsetMsgID and QueueOffset; the callbacks of
-// one batch run in the batch's order, one after another. A batch the broker refuses as a whole
-// is sent again one message at a time, so each message gets its own answer.
+// maximum message size). With a linger of 0, a queue's batch leaves at once when none of that
+// queue is in flight, so a lone message is not delayed. Otherwise it gathers until the queue's
+// batches in flight have all been answered, until linger (0 to MaxAsyncBatchLinger) has passed
+// since its first message, or until it is half full, and then leaves as soon as fewer than
+// WithAsyncBatchesInFlight of the queue are in flight. Each message still gets its own
+// callback with its own MsgID, OffsetMsgID and QueueOffset; the callbacks of one batch run in
+// the batch's order, one after another. A batch the broker refuses as a whole is sent again
+// one message at a time, so each message gets its own answer.
 //
 // Off by default: a batch goes to the queue the selector chose for each of its messages (the
 // same for all), but its messages are stored uncompressed (bodies over WithCompressOver and
