@@ -42,8 +42,8 @@
 //
 // # Lock order
 //
-// A Producer has one lock, its lifecycle lock, which it never holds while waiting; see
-// Producer.
+// A Producer's lifecycle lock, its batcher's lock and its callback queue's lock are never
+// held together, nor while waiting; see Producer.
 //
 // # Notes
 //

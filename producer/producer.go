@@ -24,6 +24,9 @@ import (
 // mu (a read-write lock) guards the lifecycle: sends hold it for reading while they check
 // the state and register an asynchronous send, Start and Close hold it for writing. No other
 // lock is taken under it, and it is never held while waiting (for a slot, or the network).
+// The batcher's lock (WithAsyncBatching) and the callback queue's are each taken alone, never
+// under another, and held only to change their state: encoding and queueing a batch happen
+// outside them.
 type Producer struct {
 	group      string
 	cfg        config
@@ -35,7 +38,7 @@ type Producer struct {
 	asyncSlots chan struct{} // one token per asynchronous send in flight
 	closing    chan struct{} // closed by Close: wakes SendAsync calls waiting for a slot
 	batcher    *asyncBatcher // nil unless WithAsyncBatching
-	callbacks  callbacks     // runs the callbacks of unbatched SendAsync calls
+	callbacks  callbacks     // runs the callbacks of SendAsync calls, batched or not
 
 	mu    sync.RWMutex
 	state int // stateNew, stateRunning, stateClosed
