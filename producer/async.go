@@ -92,12 +92,15 @@ func (p *Producer) completeAsync(done func(SendResult, error), res SendResult, e
 	p.callbacks.push(asyncDone{done: done, res: res, err: err, finished: &p.async})
 }
 
-// asyncDone is a callback to run, with its outcome.
+// asyncDone is a callback to run, with its outcome, or the callbacks of a batch's messages
+// (batch set, done nil), which run one after another, each with its own result drawn from
+// res, the answer to the whole batch, or with err.
 type asyncDone struct {
 	done     func(SendResult, error)
+	batch    *asyncBatch
 	res      SendResult
 	err      error
-	finished *sync.WaitGroup // Done once done returned
+	finished *sync.WaitGroup // Done once done returned (for a batch: once per message)
 }
 
 // maxCallbackGoroutines bounds the goroutines a producer runs SendAsync callbacks on.
@@ -146,6 +149,10 @@ func (cb *callbacks) push(d asyncDone) {
 }
 
 func (d *asyncDone) run() {
+	if d.batch != nil {
+		d.batch.runCallbacks(d.res, d.err, d.finished)
+		return
+	}
 	defer d.finished.Done()
 	d.done(d.res, d.err)
 }

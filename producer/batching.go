@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,37 +16,94 @@ import (
 // SEND_BATCH_MESSAGE requests: one request, one broker write and one answer carry many
 // messages.
 //
-// Each queue has at most one batch in flight, so that its batches are stored in the order
-// their messages were given. While one is in flight, messages for the queue gather, and the
-// next batch leaves when it is answered; a batch that fills up (count or bytes) meanwhile waits
-// its turn behind it. With no batch in flight, a batch leaves at once when the linger is 0,
-// so a lone message waits for nothing, or once the linger has passed since its first message.
-// The batch size thus follows the load.
+// Each queue has at most WithAsyncBatchesInFlight batches in flight (handed to the broker
+// connection and not yet finished, retries included). With nothing of its queue in flight, a
+// batch leaves at once when the linger is 0, so a lone message waits for nothing, or once the
+// linger has passed since its first message. While some are in flight, the next batch gathers:
+// it leaves once they have all finished, or, with room in flight, once it is half full
+// (earlyLeaveLocked) or its linger has passed; a batch that fills up (count or bytes) waits for
+// room behind the others closed before it. The batch size thus follows the load, and a busy
+// queue has a batch gathering while one or more are on their way.
+//
+// No goroutine waits for a batch: it is handed to the connection with InvokeAsync, and its
+// answer, read on the connection's read goroutine, frees its messages' slots, queues their
+// callbacks for the producer's callback goroutines as one entry (they run in the batch's order,
+// one after another), and hands the queue's next batch, if one is waiting, to the connection.
+// Only a batch that must be retried, or resent message by message, gets a goroutine.
+//
+// # Order
+//
+// One goroutine at a time hands a queue's batches to the connection (the one holding the
+// queue's turn, batchQueue.sending), in the order they were closed, which is the order their
+// messages were given; the connection writes its requests in the order they were queued. So
+// the batches of a queue reach the broker in order. A broker that serves one connection's
+// sends one after another stores them in that order: flowd does in asynchronous-flush mode
+// (sends are served on the connection's read goroutine), and so does RocketMQ's broker with
+// its default of one send thread. Several batches in flight may be stored in another order
+// when the broker serves them concurrently (flowd in SYNC_FLUSH mode, or while it rolls a
+// commit-log segment), and when one of them is retried, or resent message by message, while
+// later ones are stored. With one batch in flight per queue (the default for a selector that
+// keeps order), a batch leaves only once the one before it has finished, so the order holds
+// in every case.
 
 // asyncBatcher holds the batches of each queue.
 type asyncBatcher struct {
-	maxCount int
-	maxBytes int
-	linger   time.Duration
+	maxCount    int
+	maxBytes    int
+	linger      time.Duration
+	maxInFlight int // per queue
 
-	mu       sync.Mutex
-	open     map[MessageQueue]*asyncBatch   // guarded by mu: the batch still taking messages
-	full     map[MessageQueue][]*asyncBatch // guarded by mu: closed batches waiting, oldest first
-	inFlight map[MessageQueue]bool          // guarded by mu: a batch was sent and not yet answered
+	bufs    sync.Pool // *[]byte: batch encode buffers
+	batches sync.Pool // *asyncBatch, with its items' backing array
+
+	mu     sync.Mutex
+	queues map[MessageQueue]*batchQueue // guarded by mu: queues with a batch open, waiting or in flight
+	gen    uint64                       // guarded by mu: numbers the batches, for their linger timers
 }
 
-// asyncBatch is a batch being gathered.
+// batchQueue is one queue's batches. Every field is guarded by the batcher's mu.
+type batchQueue struct {
+	mq       MessageQueue
+	open     *asyncBatch   // the batch still taking messages, or nil
+	ready    []*asyncBatch // closed batches waiting for room in flight, oldest first
+	inFlight int           // batches handed to the connection and not yet finished
+	// sending is the queue's turn to hand ready batches to the connection: whoever set it
+	// sends them, in order, until none may leave.
+	sending bool
+}
+
+// idle reports whether q holds nothing, so that it can leave the batcher's map.
+func (q *batchQueue) idle() bool {
+	return q.open == nil && len(q.ready) == 0 && q.inFlight == 0 && !q.sending
+}
+
+// asyncBatch is a batch being gathered, waiting, or in flight.
 type asyncBatch struct {
-	mq    MessageQueue
+	p     *Producer
+	q     *batchQueue
+	gen   uint64 // set under the batcher's mu when the batch is opened
 	items []asyncItem
 	bytes int
 	timer *time.Timer // the linger; nil when none is armed
+	// lingered: the linger passed while there was no room in flight; the batch leaves as soon
+	// as there is.
+	lingered bool
+	// onAnswer is ab.answered, bound once for the batch's lifetime (pooled batches
+	// included): a method value made per send would be an allocation per batch.
+	onAnswer func(*protocol.Command, error)
+
+	// The send in flight. Its request is allocated apart, per send: once handed to
+	// InvokeAsync it is never written again (the batch is recycled, the request is not).
+	start time.Time
+	addr  string
+	pm    prepared // the batch as one send (a lone message's own, copied)
 }
 
-// asyncItem is one SendAsync message in a batch.
+// asyncItem is one SendAsync message in a batch, prepared message included (kept by value:
+// no allocation of its own).
 type asyncItem struct {
 	ctx  context.Context
-	pm   *prepared
+	pm   prepared
 	done func(SendResult, error)
 }
 
@@ -54,6 +112,33 @@ type asyncItem struct {
 const batchEntryOverhead = 4 + 4 + 4 + 4 + 4 + 2
 
 func (pm *prepared) batchSize() int { return batchEntryOverhead + len(pm.msg.Body) + len(pm.props) }
+
+// earlyLeaveLocked reports whether q's open batch ob may leave while other batches of q are
+// in flight (fewer than the bound), rather than wait for them to finish: once it is half
+// full, where full is maxBytes, or maxCount capped by the queue's part of the sends in flight
+// (WithMaxInFlightAsync shared evenly among the queues with batches), which is as many
+// messages as a batch of the queue can gather. A batch that left with its first message
+// would make every batch small once several may be in flight; half full keeps batches large
+// (the cost of a request is mostly per request, on both sides) while the next one overlaps
+// the round trip of the one before.
+func (b *asyncBatcher) earlyLeaveLocked(p *Producer, ob *asyncBatch) bool {
+	full := min(b.maxCount, cap(p.asyncSlots)/max(len(b.queues), 1))
+	return len(ob.items) >= max(1, full/2) || ob.bytes >= b.maxBytes/2
+}
+
+func newAsyncBatcher(cfg *config) *asyncBatcher {
+	n := cfg.batchInFlight
+	if n == 0 {
+		n = DefaultAsyncBatchesInFlight
+		if os, ok := cfg.selector.(OrderedSelector); ok && os.Ordered() {
+			n = 1
+		}
+	}
+	return &asyncBatcher{
+		maxCount: cfg.batchCount, maxBytes: min(cfg.batchBytes, cfg.maxMessageSize), linger: cfg.batchLinger,
+		maxInFlight: n, queues: make(map[MessageQueue]*batchQueue),
+	}
+}
 
 // batchable reports whether msg may join a batch: a batch stores its entries as they are, so a
 // body that would be compressed, and a delayed message, travel alone. (A batchable message is
@@ -65,7 +150,7 @@ func (p *Producer) batchable(msg *Message) bool {
 // enqueueAsync adds an admitted SendAsync message (slot taken, counted in p.async) to its
 // queue's batch. The queue is chosen now, by the selector, so that an ordered selector's
 // choice holds; finding it may wait for the topic's route on the first send to a topic.
-func (p *Producer) enqueueAsync(ctx context.Context, pm *prepared, done func(SendResult, error)) {
+func (p *Producer) enqueueAsync(ctx context.Context, pm prepared, done func(SendResult, error)) {
 	var queues []MessageQueue
 	if r, ok := p.cl.CachedRoute(pm.msg.Topic); ok && len(r.PublishQueues) > 0 {
 		queues = r.PublishQueues // the usual case: no context, no timer per message
@@ -80,184 +165,429 @@ func (p *Producer) enqueueAsync(ctx context.Context, pm *prepared, done func(Sen
 		}
 	}
 	mq := p.cfg.selector.Select(pm.msg, queues)
-	p.batcher.add(p, mq, asyncItem{ctx: ctx, pm: pm, done: done})
+	p.batcher.add(p, mq, &asyncItem{ctx: ctx, pm: pm, done: done})
 }
 
-// finishAsync ends one asynchronous send: frees its slot, then calls done.
+// finishAsync ends one asynchronous send on the caller's goroutine: frees its slot, then
+// calls done.
 func (p *Producer) finishAsync(done func(SendResult, error), res SendResult, err error) {
 	defer p.async.Done()
 	<-p.asyncSlots
 	done(res, err)
 }
 
-func (b *asyncBatcher) add(p *Producer, mq MessageQueue, it asyncItem) {
+func (b *asyncBatcher) add(p *Producer, mq MessageQueue, it *asyncItem) {
 	size := it.pm.batchSize()
 	b.mu.Lock()
-	ob := b.open[mq]
+	q := b.queues[mq]
+	if q == nil {
+		q = &batchQueue{mq: mq}
+		b.queues[mq] = q
+	}
+	ob := q.open
 	if ob != nil && (len(ob.items) >= b.maxCount || ob.bytes+size > b.maxBytes) {
-		b.closeLocked(ob)
+		b.closeLocked(q)
 		ob = nil
 	}
 	if ob == nil {
-		ob = &asyncBatch{mq: mq}
-		b.open[mq] = ob
+		ob = b.newBatchLocked(p, q)
+		q.open = ob
 	}
-	ob.items = append(ob.items, it)
+	ob.items = append(ob.items, *it)
 	ob.bytes += size
-	isFull := len(ob.items) >= b.maxCount || ob.bytes >= b.maxBytes
-	var ready *asyncBatch
+	ahead := q.inFlight + len(q.ready)
 	switch {
-	case b.inFlight[mq]:
-		if isFull {
-			b.closeLocked(ob)
+	case len(ob.items) >= b.maxCount || ob.bytes >= b.maxBytes:
+		b.closeLocked(q)
+	case ahead >= b.maxInFlight:
+		// No room in flight: it gathers until a batch in flight finishes.
+	case ahead > 0:
+		if b.earlyLeaveLocked(p, ob) {
+			b.closeLocked(q)
 		}
-	case isFull || b.linger == 0 || len(b.full[mq]) > 0:
-		ready = b.nextLocked(mq)
-	case ob.timer == nil:
-		ob.timer = time.AfterFunc(b.linger, func() { b.lingerEnded(p, ob) })
+	case b.linger == 0:
+		b.closeLocked(q)
 	}
+	if q.open == ob && b.linger > 0 && ob.timer == nil && !ob.lingered {
+		gen := ob.gen
+		ob.timer = time.AfterFunc(b.linger, func() { b.lingerEnded(q, ob, gen) })
+	}
+	turn := b.takeTurnLocked(q)
 	b.mu.Unlock()
-	if ready != nil {
-		go p.sendAsyncBatch(ready)
+	if turn {
+		b.sendReady(q)
 	}
 }
 
-// closeLocked closes the open batch ob: it takes no more messages and waits behind the
-// closed batches of its queue for its turn to be sent.
-func (b *asyncBatcher) closeLocked(ob *asyncBatch) {
+// newBatchLocked returns an empty batch of q, recycled when one is at hand.
+func (b *asyncBatcher) newBatchLocked(p *Producer, q *batchQueue) *asyncBatch {
+	ab, _ := b.batches.Get().(*asyncBatch)
+	if ab == nil {
+		ab = &asyncBatch{items: make([]asyncItem, 0, min(b.maxCount, 64))}
+		ab.onAnswer = ab.answered
+	}
+	b.gen++
+	ab.p, ab.q, ab.gen = p, q, b.gen
+	return ab
+}
+
+// recycle makes ab, whose messages were all answered, available to newBatchLocked. It leaves
+// gen alone, which only changes under the batcher's lock: a linger timer that fires late
+// compares it (see lingerEnded).
+func (b *asyncBatcher) recycle(ab *asyncBatch) {
+	clear(ab.items)
+	ab.items = ab.items[:0]
+	ab.p, ab.q, ab.bytes, ab.timer, ab.lingered = nil, nil, 0, nil, false
+	ab.start, ab.addr, ab.pm = time.Time{}, "", prepared{}
+	b.batches.Put(ab)
+}
+
+// closeLocked closes q's open batch: it takes no more messages and waits behind the closed
+// batches of its queue for room in flight.
+func (b *asyncBatcher) closeLocked(q *batchQueue) {
+	ob := q.open
 	if ob.timer != nil {
 		ob.timer.Stop()
 		ob.timer = nil
 	}
-	delete(b.open, ob.mq)
-	b.full[ob.mq] = append(b.full[ob.mq], ob)
+	q.open = nil
+	q.ready = append(q.ready, ob)
 }
 
-// nextLocked returns mq's next batch to send, the oldest closed one or else the open one,
-// and marks mq in flight; nil, and mq not in flight, when there is none.
-func (b *asyncBatcher) nextLocked(mq MessageQueue) *asyncBatch {
-	var next *asyncBatch
-	if q := b.full[mq]; len(q) > 0 {
-		next = q[0]
-		q[0] = nil
-		if len(q) == 1 {
-			delete(b.full, mq)
-		} else {
-			b.full[mq] = q[1:]
-		}
-	} else if ob := b.open[mq]; ob != nil {
-		if ob.timer != nil {
-			ob.timer.Stop()
-			ob.timer = nil
-		}
-		delete(b.open, mq)
-		next = ob
+// takeTurnLocked reports whether a batch of q may leave now and nobody else is sending q's
+// batches; the caller then holds q's turn and must call sendReady.
+func (b *asyncBatcher) takeTurnLocked(q *batchQueue) bool {
+	if q.sending || len(q.ready) == 0 || q.inFlight >= b.maxInFlight {
+		return false
 	}
-	if next == nil {
-		delete(b.inFlight, mq)
-		return nil
-	}
-	b.inFlight[mq] = true
-	return next
+	q.sending = true
+	return true
 }
 
-// lingerEnded sends ob if it is still open and nothing of its queue is in flight (else the
-// answer to the batch in flight sends it).
-func (b *asyncBatcher) lingerEnded(p *Producer, ob *asyncBatch) {
+// sendReady hands q's ready batches to the connection, oldest first, while there is room in
+// flight; the caller holds q's turn, which it gives up on return.
+func (b *asyncBatcher) sendReady(q *batchQueue) {
+	for {
+		b.mu.Lock()
+		if len(q.ready) == 0 || q.inFlight >= b.maxInFlight {
+			q.sending = false
+			if q.idle() {
+				delete(b.queues, q.mq)
+			}
+			b.mu.Unlock()
+			return
+		}
+		ab := q.ready[0]
+		n := copy(q.ready, q.ready[1:]) // a short list: its array is kept
+		q.ready[n] = nil
+		q.ready = q.ready[:n]
+		q.inFlight++
+		b.mu.Unlock()
+		ab.p.startBatch(ab)
+	}
+}
+
+// lingerEnded closes q's batch ob, numbered gen, if it is still open, and sends it when there
+// is room in flight (otherwise the end of a batch in flight does). It reads nothing of ob
+// before knowing that ob is q's open batch: ob may have been sent and recycled meanwhile.
+func (b *asyncBatcher) lingerEnded(q *batchQueue, ob *asyncBatch, gen uint64) {
 	b.mu.Lock()
-	if b.open[ob.mq] != ob || b.inFlight[ob.mq] {
+	if q.open != ob || ob.gen != gen {
 		b.mu.Unlock()
 		return
 	}
-	ready := b.nextLocked(ob.mq)
+	ob.timer = nil
+	if q.inFlight+len(q.ready) < b.maxInFlight {
+		b.closeLocked(q)
+	} else {
+		ob.lingered = true
+	}
+	turn := b.takeTurnLocked(q)
 	b.mu.Unlock()
-	p.sendAsyncBatch(ready)
-}
-
-// sent records that mq's batch in flight was answered, and returns the queue's next batch,
-// if any, now in flight in its place.
-func (b *asyncBatcher) sent(mq MessageQueue) *asyncBatch {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.nextLocked(mq)
-}
-
-// sendAsyncBatch sends ab and reports each message's outcome to its own callback, then sends
-// the queue's next batch if one gathered in the meantime.
-func (p *Producer) sendAsyncBatch(ab *asyncBatch) {
-	for ab != nil {
-		p.deliverBatch(ab.mq, ab.items)
-		ab = p.batcher.sent(ab.mq)
+	if turn {
+		b.sendReady(q)
 	}
 }
 
-func (p *Producer) deliverBatch(mq MessageQueue, items []asyncItem) {
-	live := items[:0:0]
-	for _, it := range items {
+// finished records that a batch of q in flight has its outcome, and sends what may leave in
+// its place: the oldest ready batch; the open one when nothing else of q is in flight (its
+// gathering ends here), or when it may leave early, or its linger has passed.
+func (b *asyncBatcher) finished(q *batchQueue) {
+	b.mu.Lock()
+	q.inFlight--
+	if ob := q.open; ob != nil && (q.inFlight+len(q.ready) == 0 ||
+		q.inFlight+len(q.ready) < b.maxInFlight && (ob.lingered || b.earlyLeaveLocked(ob.p, ob))) {
+		b.closeLocked(q)
+	}
+	turn := b.takeTurnLocked(q)
+	if !turn && q.idle() {
+		delete(b.queues, q.mq)
+	}
+	b.mu.Unlock()
+	if turn {
+		b.sendReady(q)
+	}
+}
+
+// startBatch sends ab, just taken off its queue's ready list and counted in flight: a lone
+// message as itself, several as one SEND_BATCH_MESSAGE. Messages whose context ended are
+// answered with its error first.
+func (p *Producer) startBatch(ab *asyncBatch) {
+	mq := ab.q.mq
+	live := ab.items[:0]
+	for _, it := range ab.items {
 		if err := it.ctx.Err(); err != nil {
-			p.finishAsync(it.done, SendResult{}, fmt.Errorf("send to topic %q: %w", mq.Topic, err))
+			p.completeAsync(it.done, SendResult{}, fmt.Errorf("send to topic %q: %w", mq.Topic, err))
 			continue
 		}
 		live = append(live, it)
 	}
-	switch len(live) {
-	case 0:
-		return
-	case 1:
-		res, err := p.sendToQueue(live[0].ctx, mq, live[0].pm)
-		p.finishAsync(live[0].done, res, err)
+	clear(ab.items[len(live):])
+	ab.items = live
+	if len(live) == 0 {
+		p.batcher.finished(ab.q)
+		p.batcher.recycle(ab)
 		return
 	}
-	results, err := p.sendBatchTo(mq, live)
-	var be *client.BrokerError
-	if err != nil && errors.As(err, &be) && !errors.Is(err, errStoredUnreadable) {
-		// The broker refused the batch as a whole (one message too large for it, say):
-		// nothing was stored, so each message goes alone and gets its own answer.
-		p.log.Debug("batch refused, sending its messages one by one", "queue", mq.String(), "messages", len(live), "err", err)
-		for _, it := range live {
-			res, err := p.sendToQueue(it.ctx, mq, it.pm)
-			p.finishAsync(it.done, res, err)
+	ab.start = time.Now()
+	ctx := context.Background() // a batch is not bound by any one caller's context, whose end was checked
+	if len(live) == 1 {
+		ctx = live[0].ctx
+	}
+	addr, ok := p.cachedBrokerAddr(mq)
+	if !ok {
+		// Not known yet (or forgotten): the synchronous path finds it, on a goroutine.
+		go ab.retry(errors.New("broker address not cached"), 0)
+		return
+	}
+	ab.addr = addr
+	var bp *[]byte
+	if len(live) == 1 {
+		ab.pm = live[0].pm
+	} else {
+		var err error
+		if bp, err = ab.encode(); err != nil {
+			p.completeBatch(ab, SendResult{}, fmt.Errorf("send to topic %q in a batch of %d: %w: %w", mq.Topic, len(live), ErrMessageTooLarge, err))
+			return
 		}
+	}
+	req := p.newSendRequest(mq, &ab.pm)
+	err := p.cl.InvokeAsync(ctx, addr, req, p.cfg.sendTimeout, ab.onAnswer)
+	// InvokeAsync encoded the request, body included, before it returned: the buffer may
+	// serve another batch. The answer may have come already, and ab be recycled: ab is not
+	// touched again unless InvokeAsync failed, in which case its callback is not called.
+	if bp != nil {
+		p.batcher.putBuf(bp)
+	}
+	if err != nil {
+		ab.failed(fmt.Errorf("send to %s at %s: %w", mq, addr, err), false)
+	}
+}
+
+// cachedBrokerAddr is the address of mq's broker when its topic's route is cached.
+func (p *Producer) cachedBrokerAddr(mq MessageQueue) (string, bool) {
+	r, ok := p.cl.CachedRoute(mq.Topic)
+	if !ok {
+		return "", false
+	}
+	return r.BrokerAddr(mq.BrokerName)
+}
+
+// encode sets ab.pm to ab's messages as one batch send, its body in a pooled buffer, which it
+// returns for putBuf once the body is no longer needed.
+func (ab *asyncBatch) encode() (*[]byte, error) {
+	b := ab.p.batcher
+	bp, _ := b.bufs.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
+	}
+	body, err := appendBatch((*bp)[:0], ab.items)
+	if err != nil {
+		b.putBuf(bp)
+		return nil, err
+	}
+	*bp = body
+	ab.pm = prepared{msg: ab.items[0].pm.msg, body: body, batch: true}
+	return bp, nil
+}
+
+// maxPooledBatchBuf is the largest encode buffer kept for reuse.
+const maxPooledBatchBuf = 1 << 20
+
+func (b *asyncBatcher) putBuf(bp *[]byte) {
+	if cap(*bp) > maxPooledBatchBuf {
 		return
 	}
-	for i, it := range live {
+	*bp = (*bp)[:0]
+	b.bufs.Put(bp)
+}
+
+// appendBatch appends items as a SEND_BATCH_MESSAGE body to dst, each entry with the
+// properties string its message was prepared with (encoded once, in prepare) and its
+// uncompressed body.
+func appendBatch(dst []byte, items []asyncItem) ([]byte, error) {
+	n := 0
+	for i := range items {
+		n += items[i].pm.batchSize()
+	}
+	if n > protocol.MaxFrameSize {
+		return dst, fmt.Errorf("encode batch: %d bytes exceeds %d: %w", n, protocol.MaxFrameSize, protocol.ErrFrameTooLarge)
+	}
+	dst = grow(dst, n)
+	var err error
+	for i := range items {
+		pm := &items[i].pm
+		if dst, err = protocol.AppendBatchEntryEncoded(dst, pm.msg.Flag, pm.msg.Body, pm.props); err != nil {
+			return dst, fmt.Errorf("message %d: %w", i, err)
+		}
+	}
+	return dst, nil
+}
+
+// grow returns b with room for n more bytes.
+func grow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b
+	}
+	nb := make([]byte, len(b), len(b)+n)
+	copy(nb, b)
+	return nb
+}
+
+// answered is the InvokeAsync callback: it runs on the connection's read goroutine.
+func (ab *asyncBatch) answered(resp *protocol.Command, err error) {
+	mq := ab.q.mq
+	if err != nil {
+		ab.failed(fmt.Errorf("send to %s at %s: %w", mq, ab.addr, err), false)
+		return
+	}
+	res, stored, err := sendResult(mq, ab.addr, &ab.pm, resp)
+	if err != nil {
+		ab.failed(err, stored)
+		return
+	}
+	ab.p.completeBatch(ab, res, nil)
+}
+
+// failed handles the failure err of ab's first attempt: it ends the batch with err, or, when
+// another attempt may succeed, makes the further attempts on a goroutine. stored says the
+// broker stored the batch but its answer is unreadable: it is never sent again.
+func (ab *asyncBatch) failed(err error, stored bool) {
+	p := ab.p
+	if stored {
+		p.completeBatch(ab, SendResult{}, fmt.Errorf("send to %s (1 attempts): %w: %w", ab.q.mq, errStoredUnreadable, err))
+		return
+	}
+	var be *client.BrokerError
+	refused := len(ab.items) > 1 && errors.As(err, &be) && !retriable(err)
+	if !refused && (!retriable(err) || p.cfg.retries == 0 || !time.Now().Before(ab.start.Add(p.cfg.sendTimeout)) ||
+		(len(ab.items) == 1 && ab.items[0].ctx.Err() != nil)) {
+		p.completeBatch(ab, SendResult{}, fmt.Errorf("send to %s (1 attempts): %w", ab.q.mq, err))
+		return
+	}
+	go ab.retry(err, 1)
+}
+
+// retry makes the attempts of ab from the from-th on (0: all of them), the earlier ones having
+// failed with lastErr, on the same queue (the batcher chose it, perhaps for order), within
+// what is left of the send timeout; it runs on a goroutine of its own. A batch the broker
+// refused as a whole (one message too large for it, say) stored nothing: each of its messages
+// is then sent alone and gets its own answer.
+func (ab *asyncBatch) retry(lastErr error, from int) {
+	p := ab.p
+	mq := ab.q.mq
+	if ab.start.IsZero() {
+		ab.start = time.Now()
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), ab.start.Add(p.cfg.sendTimeout))
+	defer cancel()
+	var be *client.BrokerError
+	if len(ab.items) > 1 && errors.As(lastErr, &be) && !retriable(lastErr) {
+		p.log.Debug("batch refused, sending its messages one by one", "queue", mq.String(), "messages", len(ab.items), "err", lastErr)
+		for i := range ab.items {
+			it := &ab.items[i]
+			res, err := p.sendToQueue(it.ctx, mq, &it.pm)
+			p.completeAsync(it.done, res, err)
+		}
+		p.batcher.finished(ab.q) // only now: with one batch in flight, order holds
+		p.batcher.recycle(ab)
+		return
+	}
+	if len(ab.items) == 1 {
+		var cancelItem context.CancelFunc
+		ctx, cancelItem = context.WithDeadline(ab.items[0].ctx, ab.start.Add(p.cfg.sendTimeout))
+		defer cancelItem()
+		ab.pm = ab.items[0].pm
+		res, err := p.attemptsOnQueue(ctx, mq, &ab.pm, from, lastErr)
+		p.completeBatch(ab, res, err)
+		return
+	}
+	bp, err := ab.encode()
+	if err != nil {
+		p.completeBatch(ab, SendResult{}, fmt.Errorf("%w: %w", ErrMessageTooLarge, err))
+		return
+	}
+	res, err := p.attemptsOnQueue(ctx, mq, &ab.pm, from, lastErr)
+	ab.pm.body = nil
+	p.batcher.putBuf(bp)
+	if err != nil && errors.As(err, &be) && !retriable(err) && !errors.Is(err, errStoredUnreadable) {
+		ab.retry(err, 0) // refused on a later attempt: message by message
+		return
+	}
+	p.completeBatch(ab, res, err)
+}
+
+// completeBatch ends ab with the broker's answer res (one for the whole batch) or err: its
+// queue's next batch may leave, its messages' slots are freed, and their callbacks are queued
+// as one entry, which recycles ab once they ran.
+func (p *Producer) completeBatch(ab *asyncBatch, res SendResult, err error) {
+	p.batcher.finished(ab.q)
+	if err != nil && len(ab.items) > 1 {
+		err = fmt.Errorf("send to topic %q in a batch of %d: %w", ab.q.mq.Topic, len(ab.items), err)
+	}
+	for range ab.items {
+		<-p.asyncSlots
+	}
+	p.callbacks.push(asyncDone{batch: ab, res: res, err: err, finished: &p.async})
+}
+
+// runCallbacks calls the callback of each of ab's messages, in order, with its own result
+// drawn from res, the answer to the whole batch (or with err), and recycles ab.
+func (ab *asyncBatch) runCallbacks(res SendResult, err error, finished *sync.WaitGroup) {
+	items := ab.items
+	if len(items) == 1 {
+		items[0].done(res, err)
+		finished.Done()
+		ab.p.batcher.recycle(ab)
+		return
+	}
+	// The broker answers with the first message's queue offset and the messages' offset ids
+	// joined with commas (RocketMQ's form); a broker that sends some other number of ids
+	// leaves OffsetMsgID empty rather than guessing which is whose.
+	ids := res.OffsetMsgID
+	split := err == nil && strings.Count(ids, ",") == len(items)-1
+	for i, it := range items {
 		if err != nil {
-			p.finishAsync(it.done, SendResult{}, fmt.Errorf("send to topic %q in a batch of %d: %w", mq.Topic, len(live), err))
+			it.done(SendResult{}, err)
+			finished.Done()
 			continue
 		}
-		p.finishAsync(it.done, results[i], nil)
+		r := SendResult{Status: res.Status, MsgID: it.pm.uniq, Queue: res.Queue, QueueOffset: res.QueueOffset + int64(i), TransactionID: res.TransactionID}
+		if split {
+			r.OffsetMsgID, ids, _ = strings.Cut(ids, ",")
+		}
+		it.done(r, nil)
+		finished.Done()
 	}
+	ab.p.batcher.recycle(ab)
 }
 
 // errStoredUnreadable marks a send the broker stored but whose answer could not be read: it
 // must not be sent again, alone or together.
 var errStoredUnreadable = errors.New("stored, but the answer is unreadable")
 
-// sendBatchTo sends items as one SEND_BATCH_MESSAGE to mq, retrying on mq what the broker
-// certainly did not store, within the send timeout.
-func (p *Producer) sendBatchTo(mq MessageQueue, items []asyncItem) ([]SendResult, error) {
-	pms := make([]*prepared, len(items))
-	uniqs := make([]string, len(items))
-	for i, it := range items {
-		pms[i] = it.pm
-		uniqs[i] = it.pm.uniq
-	}
-	body, err := encodeBatch(pms)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMessageTooLarge, err)
-	}
-	pm := &prepared{msg: items[0].pm.msg, uniq: joinUniqs(uniqs), body: body, batch: true}
-	// The batch is its messages' send: it is not bound by any one caller's context, whose end
-	// was checked before, but by the send timeout.
-	res, err := p.sendToQueue(context.Background(), mq, pm)
-	if err != nil {
-		return nil, err
-	}
-	return splitBatchResult(res, uniqs), nil
-}
-
-// encodeBatch encodes pms as a SEND_BATCH_MESSAGE body, each entry with the properties
-// string its message was prepared with (encoded once, in prepare) and its uncompressed body.
+// encodeBatch encodes pms as a SEND_BATCH_MESSAGE body (SendBatch's), each entry with the
+// properties string its message was prepared with and its uncompressed body.
 func encodeBatch(pms []*prepared) ([]byte, error) {
 	n := 0
 	for _, pm := range pms {
@@ -276,29 +606,22 @@ func encodeBatch(pms []*prepared) ([]byte, error) {
 	return b, nil
 }
 
-func joinUniqs(uniqs []string) string {
-	n := len(uniqs) - 1
-	for _, u := range uniqs {
-		n += len(u)
-	}
-	b := make([]byte, 0, n)
-	for i, u := range uniqs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, u...)
-	}
-	return string(b)
-}
-
 // sendToQueue sends pm to mq, retrying on the same queue (the batcher chose it, perhaps for
 // order) failures after which nothing was stored, within the send timeout.
 func (p *Producer) sendToQueue(ctx context.Context, mq MessageQueue, pm *prepared) (SendResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
 	defer cancel()
-	var lastErr error
-	attempts := 0
-	for attempt := 0; attempt <= p.cfg.retries; attempt++ {
+	return p.attemptsOnQueue(ctx, mq, pm, 0, nil)
+}
+
+// attemptsOnQueue makes pm's attempts on mq from the from-th on (0: all of them), within ctx;
+// when from > 0 the last earlier one failed with lastErr.
+func (p *Producer) attemptsOnQueue(ctx context.Context, mq MessageQueue, pm *prepared, from int, lastErr error) (SendResult, error) {
+	attempts := from
+	for attempt := from; attempt <= p.cfg.retries; attempt++ {
+		if attempt > 0 {
+			p.log.Debug("send failed, retrying", "queue", mq.String(), "attempt", attempt, "err", lastErr)
+		}
 		attempts++
 		res, stored, err := p.sendTo(ctx, mq, pm)
 		if err == nil {

@@ -11,7 +11,10 @@
 // the background, with at most WithMaxInFlightAsync sends in flight (past that it blocks, on
 // its context, like franz-go's buffered-records bound); SendOneway does not wait at all;
 // SendBatch stores several messages of one topic together in one queue with one request
-// (SEND_BATCH_MESSAGE) and returns a result per message.
+// (SEND_BATCH_MESSAGE) and returns a result per message. WithAsyncBatching (off by default)
+// makes SendAsync gather the messages of each queue into such requests by itself, each
+// message keeping its own callback and result; WithAsyncBatchesInFlight says how many of a
+// queue's batches may be in flight at once, and what order that keeps.
 //
 // A message the broker stored but could not flush (or replicate) in time is reported as sent,
 // with a SendResult.Status other than SendOK, and is never sent again: only failures after
@@ -39,8 +42,8 @@
 //
 // # Lock order
 //
-// A Producer has one lock, its lifecycle lock, which it never holds while waiting; see
-// Producer.
+// A Producer's lifecycle lock, its batcher's lock and its callback queue's lock are never
+// held together, nor while waiting; see Producer.
 //
 // # Notes
 //

@@ -140,6 +140,10 @@ type fakeBroker struct {
 	busy  int           // answer SYSTEM_BUSY to this many sends first
 	sends []int32
 	codes []protocol.RequestCode // the request code of every send
+	// counts is the number of messages of every send (a batch's entries), and held whether
+	// it arrived while sends were held.
+	counts []int
+	held   []bool
 	// refuseBatches answers every SEND_BATCH_MESSAGE MESSAGE_ILLEGAL; a single message whose
 	// body is "refuse" is always refused so.
 	refuseBatches bool
@@ -188,6 +192,14 @@ func (fb *fakeBroker) sentCodes() []protocol.RequestCode {
 	return append([]protocol.RequestCode(nil), fb.codes...)
 }
 
+// sentCounts is the number of messages of every send so far, and whether each arrived while
+// sends were held.
+func (fb *fakeBroker) sentCounts() ([]int, []bool) {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	return append([]int(nil), fb.counts...), append([]bool(nil), fb.held...)
+}
+
 func (fb *fakeBroker) sent() []int32 {
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
@@ -217,9 +229,19 @@ func (fb *fakeBroker) serve(ctx context.Context, _ *remoting.Conn, req *protocol
 		if err != nil {
 			return protocol.NewResponse(req, protocol.InvalidParameter, err.Error())
 		}
+		count := 1
+		if req.RequestCode() == protocol.SendBatchMessage {
+			entries, err := protocol.DecodeBatchEntries(req.Body)
+			if err != nil {
+				return protocol.NewResponse(req, protocol.MessageIllegal, err.Error())
+			}
+			count = len(entries)
+		}
 		fb.mu.Lock()
 		fb.sends = append(fb.sends, h.QueueID)
 		fb.codes = append(fb.codes, req.RequestCode())
+		fb.counts = append(fb.counts, count)
+		fb.held = append(fb.held, fb.gate != nil)
 		refuse := (fb.refuseBatches && req.RequestCode() == protocol.SendBatchMessage) || string(req.Body) == "refuse"
 		gate := fb.gate
 		busy := fb.busy > 0

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/internal/client"
 	"github.com/flowd-io/flowd/protocol"
@@ -44,6 +47,21 @@ func TestUniqIDShape(t *testing.T) {
 	assert.Equal(t, a[:20], b[:20], "fixed prefix")
 }
 
+// The id's time part is the milliseconds since the start of the local month, as RocketMQ's.
+func TestUniqIDTime(t *testing.T) {
+	g := newUniqGen("10.0.0.1")
+	for range 2 { // the second from the cached month
+		before := time.Now()
+		id := g.next()
+		after := time.Now()
+		ms, err := strconv.ParseUint(id[20:28], 16, 32)
+		require.NoError(t, err)
+		start := time.Date(before.Year(), before.Month(), 1, 0, 0, 0, 0, before.Location())
+		assert.GreaterOrEqual(t, int64(ms), before.UnixMilli()-start.UnixMilli())
+		assert.LessOrEqual(t, int64(ms), after.UnixMilli()-start.UnixMilli())
+	}
+}
+
 // encodeProperties gives the properties the message's own map, then its fields, then the
 // extra ones set, each later one taking precedence; the message's own keys come sorted.
 func TestEncodeProperties(t *testing.T) {
@@ -51,7 +69,8 @@ func TestEncodeProperties(t *testing.T) {
 		Topic: "t", Tags: "tagA", Keys: []string{"k1", "k2"}, DelayLevel: 3,
 		Properties: map[string]string{"b": "2", "a": "1", protocol.PropertyTags: "overridden", "x": "own"},
 	}
-	s := encodeProperties(msg, "UNIQ", []string{"x", "extra", protocol.PropertyProducerGroup, "g"})
+	s, at := encodeProperties(msg, []byte("UNIQ"), []string{"x", "extra", protocol.PropertyProducerGroup, "g"})
+	assert.Equal(t, "UNIQ", s[at:at+4], "the id's place in the encoding")
 	got, err := protocol.DecodeProperties([]byte(s))
 	assert.NoError(t, err)
 	assert.Equal(t, map[string]string{
@@ -62,6 +81,6 @@ func TestEncodeProperties(t *testing.T) {
 	assert.True(t, len(s) > 4 && s[:4] == "a\x011\x02", "own keys sorted first: %q", s)
 	assert.Equal(t, strings.Count(s, "\x02"), len(got), "each key once")
 
-	bare := encodeProperties(&Message{Topic: "t"}, "U", nil)
+	bare, _ := encodeProperties(&Message{Topic: "t"}, []byte("U"), nil)
 	assert.Equal(t, "UNIQ_KEY\x01U\x02WAIT\x01true\x02", bare)
 }

@@ -54,6 +54,7 @@ type config struct {
 	batchCount     int // WithAsyncBatching; <= 1: off
 	batchBytes     int
 	batchLinger    time.Duration
+	batchInFlight  int // WithAsyncBatchesInFlight; 0: the default
 }
 
 func defaultConfig() config {
@@ -287,17 +288,20 @@ const MaxAsyncBatchLinger = time.Millisecond
 
 // WithAsyncBatching makes SendAsync gather messages bound for the same queue into one
 // SEND_BATCH_MESSAGE of at most maxCount messages and about maxBytes bytes (at most the
-// maximum message size). A queue's batch leaves at once when none of that queue is in flight,
-// so a lone message is not delayed; otherwise it gathers until the batch in flight is
-// answered, until it is full, or until linger (0 to MaxAsyncBatchLinger) has passed since its
-// first message. Each message still gets its own callback with its own MsgID, OffsetMsgID and
-// QueueOffset; a batch the broker refuses as a whole is sent again one message at a time, so
-// each message gets its own answer.
+// maximum message size). With a linger of 0, a queue's batch leaves at once when none of that
+// queue is in flight, so a lone message is not delayed. Otherwise it gathers until the queue's
+// batches in flight have all been answered, until linger (0 to MaxAsyncBatchLinger) has passed
+// since its first message, or until it is half full, and then leaves as soon as fewer than
+// WithAsyncBatchesInFlight of the queue are in flight. Each message still gets its own
+// callback with its own MsgID, OffsetMsgID and QueueOffset; the callbacks of one batch run in
+// the batch's order, one after another. A batch the broker refuses as a whole is sent again
+// one message at a time, so each message gets its own answer.
 //
 // Off by default: a batch goes to the queue the selector chose for each of its messages (the
 // same for all), but its messages are stored uncompressed (bodies over WithCompressOver and
-// delayed messages are never batched and travel alone), and a failed batch fails, or retries,
-// all its messages together. maxCount of 1 turns batching off.
+// delayed messages are never batched and travel alone), a failed batch fails, or retries, all
+// its messages together, and with several batches of a queue in flight their order can change
+// when one is retried (see WithAsyncBatchesInFlight). maxCount of 1 turns batching off.
 func WithAsyncBatching(maxCount, maxBytes int, linger time.Duration) Option {
 	return func(c *config) error {
 		if maxCount < 1 {
@@ -310,6 +314,42 @@ func WithAsyncBatching(maxCount, maxBytes int, linger time.Duration) Option {
 			return fmt.Errorf("%w: async batch linger must be within 0 and %s, got %s", ErrInvalidOption, MaxAsyncBatchLinger, linger)
 		}
 		c.batchCount, c.batchBytes, c.batchLinger = maxCount, maxBytes, linger
+		return nil
+	}
+}
+
+// DefaultAsyncBatchesInFlight is how many batches of one queue WithAsyncBatching keeps in
+// flight by default (WithAsyncBatchesInFlight), unless the selector keeps order.
+const DefaultAsyncBatchesInFlight = 4
+
+// WithAsyncBatchesInFlight bounds the batches of one queue that WithAsyncBatching has in
+// flight at once: handed to the broker connection and not yet finished, retries included
+// (like Kafka's max.in.flight.requests.per.connection, but per queue). While that many are in
+// flight, the queue's next messages gather into the next batch. One batch at a time makes
+// each message wait for the batch before it to be answered; with more, a batch that is half
+// full leaves while others are on their way, overlapping their round trips and the producer's
+// and the broker's work.
+//
+// Order: a queue's batches are handed to the connection in the order their messages were
+// given, and leave on it in that order. With n = 1 a batch leaves only once the one before it
+// finished, so they are stored in that order whatever happens (retries included). With n > 1
+// they are stored in that order when nothing fails and the broker serves one connection's
+// sends one after another: a flowd broker in asynchronous-flush mode does, and so does a
+// RocketMQ broker with its default single send thread. A batch that is retried, or resent
+// message by message after the broker refused it, may be stored after later batches of its
+// queue; and a broker that serves sends concurrently (flowd in SYNC_FLUSH mode, or while it
+// starts a new commit-log segment) may store batches in flight together in either order.
+//
+// Default DefaultAsyncBatchesInFlight (4), or 1 when the selector is an OrderedSelector whose
+// Ordered reports true (HashByKey): a selector chosen for order keeps it unless this option
+// says otherwise. Messages in batches count against WithMaxInFlightAsync like any other, which
+// bounds the memory they hold.
+func WithAsyncBatchesInFlight(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: async batches in flight must be positive, got %d", ErrInvalidOption, n)
+		}
+		c.batchInFlight = n
 		return nil
 	}
 }

@@ -24,6 +24,9 @@ import (
 // mu (a read-write lock) guards the lifecycle: sends hold it for reading while they check
 // the state and register an asynchronous send, Start and Close hold it for writing. No other
 // lock is taken under it, and it is never held while waiting (for a slot, or the network).
+// The batcher's lock (WithAsyncBatching) and the callback queue's are each taken alone, never
+// under another, and held only to change their state: encoding and queueing a batch happen
+// outside them.
 type Producer struct {
 	group      string
 	cfg        config
@@ -35,7 +38,7 @@ type Producer struct {
 	asyncSlots chan struct{} // one token per asynchronous send in flight
 	closing    chan struct{} // closed by Close: wakes SendAsync calls waiting for a slot
 	batcher    *asyncBatcher // nil unless WithAsyncBatching
-	callbacks  callbacks     // runs the callbacks of unbatched SendAsync calls
+	callbacks  callbacks     // runs the callbacks of SendAsync calls, batched or not
 
 	mu    sync.RWMutex
 	state int // stateNew, stateRunning, stateClosed
@@ -79,11 +82,7 @@ func New(group string, opts ...Option) (*Producer, error) {
 	p.checkCtx, p.checkCancel = context.WithCancel(context.Background())
 	p.callbacks.cond.L = &p.callbacks.mu
 	if cfg.batchCount > 1 {
-		p.batcher = &asyncBatcher{
-			maxCount: cfg.batchCount, maxBytes: min(cfg.batchBytes, cfg.maxMessageSize), linger: cfg.batchLinger,
-			open: make(map[MessageQueue]*asyncBatch), full: make(map[MessageQueue][]*asyncBatch),
-			inFlight: make(map[MessageQueue]bool),
-		}
+		p.batcher = newAsyncBatcher(&cfg)
 	}
 	var err error
 	if p.cl, p.ownsClient, err = client.Open(cfg.shared, cfg.client); err != nil {
@@ -212,22 +211,36 @@ type prepared struct {
 // and compress is set. extra are more properties, key and value in turn, that take
 // precedence over the message's own.
 func (p *Producer) prepare(msg *Message, compress bool, extra ...string) (*prepared, error) {
+	pm := new(prepared)
+	if err := p.prepareTo(pm, msg, compress, extra...); err != nil {
+		return nil, err
+	}
+	return pm, nil
+}
+
+// prepareTo is prepare into pm, which the caller may keep by value: a batched SendAsync keeps
+// it in its batch, with no allocation of its own.
+func (p *Producer) prepareTo(pm *prepared, msg *Message, compress bool, extra ...string) error {
 	if msg == nil {
-		return nil, fmt.Errorf("%w: nil message", ErrInvalidMessage)
+		return fmt.Errorf("%w: nil message", ErrInvalidMessage)
 	}
 	if msg.Topic == "" || len(msg.Topic) > protocol.MaxTopicLength {
-		return nil, fmt.Errorf("%w: topic %q must have 1 to %d bytes", ErrInvalidMessage, msg.Topic, protocol.MaxTopicLength)
+		return fmt.Errorf("%w: topic %q must have 1 to %d bytes", ErrInvalidMessage, msg.Topic, protocol.MaxTopicLength)
 	}
 	if len(msg.Body) == 0 {
-		return nil, fmt.Errorf("%w: empty body (topic %q)", ErrInvalidMessage, msg.Topic)
+		return fmt.Errorf("%w: empty body (topic %q)", ErrInvalidMessage, msg.Topic)
 	}
 	if len(msg.Body) > p.cfg.maxMessageSize {
-		return nil, fmt.Errorf("%w: body of %d bytes exceeds %d (topic %q)", ErrMessageTooLarge, len(msg.Body), p.cfg.maxMessageSize, msg.Topic)
+		return fmt.Errorf("%w: body of %d bytes exceeds %d (topic %q)", ErrMessageTooLarge, len(msg.Body), p.cfg.maxMessageSize, msg.Topic)
 	}
-	pm := &prepared{msg: msg, uniq: p.uniq.next(), body: msg.Body}
-	pm.props = encodeProperties(msg, pm.uniq, extra)
+	var id [uniqLen]byte
+	p.uniq.fill(&id)
+	*pm = prepared{msg: msg, body: msg.Body}
+	var at int
+	pm.props, at = encodeProperties(msg, id[:], extra)
+	pm.uniq = pm.props[at : at+uniqLen] // the id is in the properties: no string of its own
 	if len(pm.props) > protocol.MaxPropertiesLength {
-		return nil, fmt.Errorf("%w: properties of %d bytes exceed %d (topic %q)", ErrInvalidMessage, len(pm.props), protocol.MaxPropertiesLength, msg.Topic)
+		return fmt.Errorf("%w: properties of %d bytes exceed %d (topic %q)", ErrInvalidMessage, len(pm.props), protocol.MaxPropertiesLength, msg.Topic)
 	}
 	if compress && len(msg.Body) > p.cfg.compressOver {
 		if c, _ := p.comp.Get().(*protocol.Compressor); c != nil {
@@ -238,14 +251,14 @@ func (p *Producer) prepare(msg *Message, compress bool, extra ...string) (*prepa
 			}
 		}
 	}
-	return pm, nil
+	return nil
 }
 
 // encodeProperties encodes the properties a message is sent with, in the key\x01value\x02
 // form, straight into one string: the message's own (sorted by key, for a stable encoding),
 // then the well-known ones its fields set, which take precedence, then extra (key and value
 // in turn), which take precedence over both. No map is built: this runs once per message.
-func encodeProperties(msg *Message, uniq string, extra []string) string {
+func encodeProperties(msg *Message, uniq []byte, extra []string) (props string, uniqAt int) {
 	var keys string
 	if len(msg.Keys) > 0 {
 		keys = strings.Join(msg.Keys, " ")
@@ -312,12 +325,16 @@ func encodeProperties(msg *Message, uniq string, extra []string) string {
 	if delay != "" {
 		add(protocol.PropertyDelayLevel, delay)
 	}
-	add(protocol.PropertyUniqueKey, uniq)
+	b.WriteString(protocol.PropertyUniqueKey)
+	b.WriteByte(protocol.NameValueSeparator)
+	uniqAt = b.Len()
+	b.Write(uniq)
+	b.WriteByte(protocol.PropertySeparator)
 	add(protocol.PropertyWaitStoreOK, "true")
 	for i := 0; i+1 < len(extra); i += 2 {
 		add(extra[i], extra[i+1])
 	}
-	return b.String()
+	return b.String(), uniqAt
 }
 
 // Send sends msg and waits for the broker to store it, retrying retriable failures on another
@@ -350,12 +367,13 @@ func (p *Producer) Send(ctx context.Context, msg *Message) (SendResult, error) {
 // sends possibly at the same time (no order between them is promised); with
 // WithAsyncBatching, the callbacks of one batch run in the batch's order, one after another.
 //
-// No goroutine waits for an unbatched send: its request is queued on the broker connection,
-// whose writer sends the requests queued meanwhile together, and the answer is read by the
-// connection's reader, which frees the slot and queues the callback. A send that must be
-// retried gets a goroutine for its further attempts, and so does the first send to a topic
-// whose route is not known yet. SendAsync may wait for the connection to the broker to be
-// dialed, on its first use.
+// No goroutine waits for a send, batched or not: its request is queued on the broker
+// connection, whose writer sends the requests queued meanwhile together, and the answer is
+// read by the connection's reader, which frees the slot and queues the callback. A send (or a
+// batch) that must be retried gets a goroutine for its further attempts, and so does the first
+// send to a topic whose route is not known yet. SendAsync may wait for the connection to the
+// broker to be dialed, on its first use; with WithAsyncBatching it may also encode and queue
+// batches of its message's queue that are ready to leave.
 func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendResult, error)) {
 	if done == nil {
 		done = func(SendResult, error) {}
@@ -364,8 +382,8 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendRe
 		done(SendResult{}, err)
 		return
 	}
-	pm, err := p.prepare(msg, true)
-	if err != nil {
+	var pmv prepared // kept by value in its batch when batched: moved to the heap only otherwise
+	if err := p.prepareTo(&pmv, msg, true); err != nil {
 		done(SendResult{}, err)
 		return
 	}
@@ -394,9 +412,11 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendRe
 	p.async.Add(1)
 	p.mu.RUnlock()
 	if p.batchable(msg) {
-		p.enqueueAsync(ctx, pm, done)
+		p.enqueueAsync(ctx, pmv, done)
 		return
 	}
+	pm := new(prepared)
+	*pm = pmv
 	if p.sendAsyncDirect(ctx, pm, done) {
 		return
 	}

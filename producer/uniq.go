@@ -16,7 +16,11 @@ import (
 type uniqGen struct {
 	prefix  [20]byte // hex of the fixed 10 bytes
 	counter atomic.Uint32
+	month   atomic.Pointer[monthSpan] // the current month, computed once a month, not per id
 }
+
+// monthSpan is a month of local time, in Unix milliseconds: [start, end).
+type monthSpan struct{ start, end int64 }
 
 const hexDigits = "0123456789ABCDEF"
 
@@ -36,17 +40,31 @@ func newUniqGen(ip string) *uniqGen {
 	return g
 }
 
+// uniqLen is the length of a message id.
+const uniqLen = 32
+
 func (g *uniqGen) next() string {
+	var out [uniqLen]byte
+	g.fill(&out)
+	return string(out[:])
+}
+
+// fill writes the next id into out.
+func (g *uniqGen) fill(out *[uniqLen]byte) {
 	now := time.Now()
-	monthStart := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, now.Location())
+	ms := now.UnixMilli()
+	m := g.month.Load()
+	if m == nil || ms < m.start || ms >= m.end {
+		start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, now.Location())
+		m = &monthSpan{start: start.UnixMilli(), end: start.AddDate(0, 1, 0).UnixMilli()}
+		g.month.Store(m)
+	}
 	var raw [6]byte
-	binary.BigEndian.PutUint32(raw[:], uint32(now.Sub(monthStart).Milliseconds()))
+	binary.BigEndian.PutUint32(raw[:], uint32(ms-m.start))
 	binary.BigEndian.PutUint16(raw[4:], uint16(g.counter.Add(1)))
-	var out [32]byte
 	copy(out[:], g.prefix[:])
 	for i, c := range raw {
 		out[20+2*i] = hexDigits[c>>4]
 		out[20+2*i+1] = hexDigits[c&0xF]
 	}
-	return string(out[:])
 }

@@ -72,7 +72,9 @@ func (a *asyncCall) expire() {
 // block, and should hand any real work elsewhere. It may call InvokeAsync.
 //
 // Like Invoke, it sets req's opaque, flags and serialize type. The frame is queued for the
-// connection's flusher, so requests sent in a row leave gathered in few writes.
+// connection's flusher, so requests sent in a row leave gathered in few writes. req, body
+// included, is encoded into the frame before InvokeAsync returns: the caller may then reuse
+// the body's buffer.
 func (c *Conn) InvokeAsync(ctx context.Context, req *protocol.Command, timeout time.Duration, done func(*protocol.Command, error)) error {
 	_, err := c.invokeAsync(ctx, req, timeout, done)
 	return err
