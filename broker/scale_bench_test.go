@@ -77,7 +77,7 @@ func sendOne(b *testing.B, cl *remoting.Client, br *testBroker, topic string, qu
 	}
 }
 
-func createTopic(b *testing.B, br *testBroker, name string, queues int) {
+func createTopic(b testing.TB, br *testBroker, name string, queues int) {
 	require.NoError(b, br.CreateTopic(broker.TopicConfig{Name: name, ReadQueueNums: queues, WriteQueueNums: queues, Perm: protocol.PermRead | protocol.PermWrite}))
 }
 
