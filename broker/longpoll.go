@@ -102,7 +102,7 @@ type pollWaiter struct {
 	// The pull, set before it parks and read-only afterwards.
 	d         remoting.Deferred
 	requested int64 // the queue offset the request asked for (for the answer's code)
-	began     int64 // nanoseconds since longPoll.epoch, for the Observer
+	began     int64 // when the request began, in nanoseconds since longPoll.epoch (with an Observer)
 	maxMsgs   int32
 	maxBytes  int32
 	zeroCopy  bool
@@ -144,9 +144,7 @@ func (l *longPoll) watch(topic string, queueID int32, offset int64) *pollWaiter 
 // another for the same queue would otherwise leave the old one holding a parked slot of its
 // connection until the suspend time ends.
 func (l *longPoll) park(w *pollWaiter, wait time.Duration) {
-	now := l.now()
-	w.began = now
-	w.deadline = now + int64(wait)
+	w.deadline = l.now() + int64(wait)
 	w.heapAt = -1
 	w.running = true
 	l.mu.Lock()

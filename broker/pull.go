@@ -134,6 +134,9 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 	}
 	res.Release()
 	w.d = d
+	if b.cfg.Observer != nil {
+		w.began = int64(began.Sub(b.poll.epoch))
+	}
 	b.poll.park(w, wait)
 	// The read after parking, on this goroutine: a message dispatched between the first read
 	// and the parking has not woken the waiter. Then the handler returns, and the answer

@@ -28,7 +28,8 @@ import (
 // does) without holding up other requests on the same connection; only the requests an
 // InlineHandler vouches for are served on the connection's read goroutine. ctx is cancelled when the
 // connection closes; a Handler that blocks must watch it, and one that waits for an event
-// rather than working should call Park(ctx) first. req.Body is the Handler's to keep.
+// rather than working should call Park(ctx) first, or Defer(ctx) and return, answering later
+// through the Deferred without holding a goroutine. req.Body is the Handler's to keep.
 // A panic is recovered, logged, and answered SYSTEM_ERROR.
 type Handler interface {
 	ServeRemoting(ctx context.Context, c *Conn, req *protocol.Command) *protocol.Command
