@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,4 +149,36 @@ func TestShutdownAnswersParkedPulls(t *testing.T) {
 	}
 	require.NoError(t, <-shut)
 	assert.Zero(t, br.WaitingPulls())
+}
+
+// panicObserver panics when told of a parked pull's latency, once armed.
+type panicObserver struct{ armed atomic.Bool }
+
+func (o *panicObserver) MessagesIn(string, int, int)  {}
+func (o *panicObserver) MessagesOut(string, int, int) {}
+func (o *panicObserver) PullLatency(_ time.Duration, parked bool) {
+	if parked && o.armed.Load() {
+		panic("observer bug")
+	}
+}
+
+// A panic while a woken pull is served (here in the Observer, after the answer) is
+// recovered on the runner, as the transport recovers a Handler's: the broker goes on serving,
+// and the pull leaves the long-poll table.
+func TestAPanicInAWokenPullIsRecovered(t *testing.T) {
+	o := &panicObserver{}
+	br := startBroker(t, func(c *broker.Config) { c.Observer = o })
+	c := newRawClient(t, br, nil)
+	c.send("boom", "first", "")
+	require.Eventually(t, func() bool { return br.StoreMax("boom", 0) == 1 }, 5*time.Second, 5*time.Millisecond)
+	o.armed.Store(true)
+	done := c.pullAsync(context.Background(), pullHeader("boom", 1, 20*time.Second, "*"))
+	require.Eventually(t, func() bool { return br.WaitingPulls() == 1 }, 5*time.Second, time.Millisecond)
+	c.send("boom", "second", "")
+	r := <-done
+	require.NoError(t, r.err)
+	assert.Equal(t, protocol.Success, r.resp.ResponseCode(), r.resp.Remark)
+	assert.Zero(t, br.WaitingPulls())
+	resp := c.invoke(context.Background(), protocol.PullMessage, pullHeader("boom", 0, 0, "*"), nil)
+	assert.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
 }

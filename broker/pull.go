@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -193,7 +194,18 @@ func (b *Broker) answerPull(ctx context.Context, req *protocol.Command, topic st
 // filter, in one read: when they all fail the filter it moves past them and parks again,
 // so the client is answered only for a message that matches (or at its timeout, with
 // nextBeginOffset past what was rejected).
+//
+// A panic (a filter's, say) is recovered and answered SYSTEM_ERROR, as the transport does for
+// a Handler: on a runner there is no Handler call around it to do so.
 func (b *Broker) serveParked(w *pollWaiter) {
+	defer func() {
+		if r := recover(); r != nil {
+			b.log.Error("parked pull panicked", "group", w.owner.group, "topic", w.key.topic, "queue", w.key.queueID,
+				"panic", r, "stack", string(debug.Stack()))
+			b.poll.unpark(w)
+			w.d.Respond(protocol.NewResponse(w.request(), protocol.SystemError, fmt.Sprintf("handler panic: %v", r)))
+		}
+	}()
 	ctx := w.d.Context()
 	for {
 		if ctx.Err() != nil {
