@@ -74,6 +74,8 @@
 //     than exit, keeping the stack they grew. On a Server, a connection found idle by the
 //     sweeper lets them go, with its gathered write buffer: an idle connection keeps only its
 //     read goroutine and read buffer (about 28 KiB, BenchmarkIdleConnMemory in the broker).
+//     So does a connection on which nothing happened since the sweeper's last look but
+//     deferred requests wait (a consumer's, its long-polling pulls parked).
 //   - A broken frame (a length prefix out of range, a header length beyond the frame, a
 //     stream that ends mid-frame) closes that connection alone: the stream can no longer be
 //     trusted to be in step. The reason is logged and is the cause in Conn.Err. A frame that
