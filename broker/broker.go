@@ -75,7 +75,8 @@ func New(c Config) (*Broker, error) {
 		return nil, err
 	}
 	events := newEventBus(cfg.Cluster, cfg.BrokerName, cfg.EventQueueSize)
-	b := &Broker{cfg: cfg, log: cfg.Logger, delays: delays, started: time.Now(), events: events, consumers: newConsumerManager(events, cfg.Logger), producers: newProducerManager(), txn: newTxnTable(), locks: newLockTable(cfg.LockLease), poll: newLongPoll()}
+	b := &Broker{cfg: cfg, log: cfg.Logger, delays: delays, started: time.Now(), events: events, consumers: newConsumerManager(events, cfg.Logger), producers: newProducerManager(), txn: newTxnTable(), locks: newLockTable(cfg.LockLease)}
+	b.poll = newLongPoll(b.serveParked)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.rebalance = newRebalanceWatch(cfg.RebalanceSettle, func(group string) map[protocol.MessageQueue]string {
 		return b.locks.held(group, time.Now())

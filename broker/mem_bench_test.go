@@ -19,7 +19,8 @@ import (
 // on a real broker on 127.0.0.1. The client side is raw sockets in the same process: a
 // net.Conn each, a few hundred bytes, counted in the figures (they err high, not low).
 //
-// Targets: at most 64 KiB per idle connection, at most 2 KiB per parked pull (heap). Run with
+// Targets: at most 64 KiB per idle connection, at most 2 KiB per parked pull, heap and
+// goroutine stacks counted together (B/conn, B/parked-pull). Run with
 //
 //	go test -run '^$' -bench 'Memory' -benchtime 1x ./broker/
 
@@ -122,7 +123,9 @@ func BenchmarkIdleConnMemory(b *testing.B) {
 // BenchmarkParkedPullMemory parks pulls on empty queues (one per queue per connection, as a
 // consumer does) and reports the memory each parked pull holds, apart from its connection
 // and its queue: the pulls are counted against a baseline taken once the connections are open
-// and every queue has been read once.
+// and every queue has been read once. B/parked-pull is heap plus goroutine stacks (a pull
+// that held a goroutine while parked paid 4 KiB of stack or more on top of its heap);
+// goroutines/parked-pull is the growth of the goroutine count over the pulls.
 func BenchmarkParkedPullMemory(b *testing.B) {
 	const (
 		conns   = 10
@@ -139,7 +142,7 @@ func BenchmarkParkedPullMemory(b *testing.B) {
 		h.ConsumerGroup = "park-group"
 		c.write(b, protocol.PullMessage, h, nil)
 	}
-	var perPull, heapPerPull, stackPerPull float64
+	var perPull, heapPerPull, stackPerPull, goroutinesPerPull float64
 	for range b.N {
 		cs := make([]*rawConn, conns)
 		for i := range cs {
@@ -156,6 +159,7 @@ func BenchmarkParkedPullMemory(b *testing.B) {
 			}
 		}
 		before := readMem()
+		goroutines := runtime.NumGoroutine()
 		parked := 0
 		for _, c := range cs {
 			for q0 := 0; q0 < queues; q0 += window {
@@ -167,6 +171,7 @@ func BenchmarkParkedPullMemory(b *testing.B) {
 			}
 		}
 		after := readMem()
+		goroutinesPerPull = float64(runtime.NumGoroutine()-goroutines) / pulls
 		heap := float64(int64(after.heap-before.heap)) / pulls
 		stack := float64(int64(after.stack-before.stack)) / pulls
 		heapPerPull, stackPerPull, perPull = heap, stack, heap+stack
@@ -178,6 +183,7 @@ func BenchmarkParkedPullMemory(b *testing.B) {
 	b.ReportMetric(perPull, "B/parked-pull")
 	b.ReportMetric(heapPerPull, "heap-B/parked-pull")
 	b.ReportMetric(stackPerPull, "stack-B/parked-pull")
+	b.ReportMetric(goroutinesPerPull, "goroutines/parked-pull")
 	b.ReportMetric(0, "ns/op")
 }
 

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/flowd-io/flowd/broker/filter"
@@ -85,7 +88,6 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 	maxMsgs := min(max(int(h.MaxMsgNums), 1), maxPullMsgs)
 	maxBytes := int(h.MaxMsgBytes)
 
-	owner := pollOwner{c, h.ConsumerGroup}
 	suspend := h.SysFlag&protocol.PullFlagSuspend != 0 && h.SuspendTimeoutMillis > 0
 	var wait time.Duration
 	if suspend {
@@ -97,109 +99,172 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 	}
 
 	// Read first: a consumer that is behind finds messages without touching the long-poll
-	// table. Only a pull that finds nothing parks, and then reads once more, so that a message
-	// dispatched between its first read and its parking still wakes it.
-	//
-	// A parked pull is woken by any arrival whose tag code its filter admits (the dispatcher
-	// checks nothing else: see longPoll) and decides on the arrivals itself, with the full
-	// filter, in one read: when they all fail the filter it moves past them and parks again,
-	// so the client is answered only for a message that matches (or at its timeout, with
-	// nextBeginOffset past what was rejected).
+	// table. Only a pull that finds nothing parks (see serveParked for what follows).
 	// Answer from the commit-log files unless the filter reads the messages' content.
 	zeroCopy := !b.cfg.DisableZeroCopy && (f == nil || f.Match == nil)
-	from := h.QueueOffset // where this pull reads: moves only past rejected messages
-	// Once parked, the pull stays registered until it answers: a wake-up that comes while it
-	// reads waits in w.ready, and a newer pull of the same client finds it to supersede.
-	var w *pollWaiter
-	var deadline *time.Timer // set when this pull parks
-	defer func() {
-		if w != nil {
-			b.poll.unpark(w)
+	res, err := b.readPull(ctx, h.Topic, h.QueueID, h.QueueOffset, maxMsgs, maxBytes, f, zeroCopy)
+	if err != nil {
+		return b.pullReadError(req, h.ConsumerGroup, h.Topic, h.QueueID, err)
+	}
+	code := pullCode(res.Status, h.QueueOffset)
+	// OFFSET_FOUND_NULL is not "caught up": the consume-queue file at the offset is gone and
+	// NextBeginOffset says where the next one starts, so answer at once (RocketMQ would park
+	// it for the whole suspend time before telling the consumer).
+	if code != protocol.PullNotFound || !suspend || res.Status == store.OffsetFoundNull {
+		return b.answerPull(ctx, req, h.Topic, h.QueueID, pollOwner{c, h.ConsumerGroup}, code, res, began)
+	}
+
+	// Park. The waiter keeps what the pull needs to read again and answer, not the request:
+	// the topic's name is the topic table's, the group's a copy, so the request's header
+	// (its map, or the header text its strings point into) goes with the request.
+	w := &pollWaiter{
+		key:       pollKey{tc.Name, h.QueueID},
+		owner:     pollOwner{c, strings.Clone(h.ConsumerGroup)},
+		offset:    h.QueueOffset,
+		filter:    f,
+		requested: h.QueueOffset,
+		maxMsgs:   int32(maxMsgs),
+		maxBytes:  int32(min(maxBytes, math.MaxInt32)),
+		zeroCopy:  zeroCopy,
+	}
+	d, ok := remoting.Defer(ctx, func() { b.poll.unpark(w) })
+	if !ok {
+		// The connection has all the parked pulls it may have (or this is no transport
+		// request): answer now, with what there is.
+		return b.answerPull(ctx, req, h.Topic, h.QueueID, pollOwner{c, h.ConsumerGroup}, code, res, began)
+	}
+	res.Release()
+	w.d = d
+	if b.cfg.Observer != nil {
+		w.began = int64(began.Sub(b.poll.epoch))
+	}
+	b.poll.park(w, wait)
+	// The read after parking, on this goroutine: a message dispatched between the first read
+	// and the parking has not woken the waiter. Then the handler returns, and the answer
+	// goes through d.
+	b.serveParked(w)
+	return nil
+}
+
+// readPull reads a pull's messages: their regions in the commit-log files, or (zeroCopy
+// false: the filter reads content) their bytes.
+func (b *Broker) readPull(ctx context.Context, topic string, queueID int32, from int64, maxMsgs, maxBytes int, f *store.Filter, zeroCopy bool) (*store.GetResult, error) {
+	if zeroCopy {
+		return b.store.GetRegions(ctx, topic, queueID, from, maxMsgs, maxBytes, f)
+	}
+	return b.store.GetMessage(ctx, topic, queueID, from, maxMsgs, maxBytes, f)
+}
+
+// pullReadError answers a pull whose read failed.
+func (b *Broker) pullReadError(req *protocol.Command, group, topic string, queueID int32, err error) *protocol.Command {
+	if errors.Is(err, store.ErrFilterFailed) {
+		// Fail-closed filter: the consumer retries from its offset after its error back-off;
+		// no other queue waits for this one.
+		b.log.Warn("pull: message filter failed", "group", group, "topic", topic, "queue", queueID, "err", err)
+		return errorResponse(req, protocol.SystemError, err)
+	}
+	return storeErrorResponse(req, err)
+}
+
+// answerPull answers a pull that did not park, with what res holds.
+func (b *Broker) answerPull(ctx context.Context, req *protocol.Command, topic string, queueID int32, owner pollOwner, code protocol.ResponseCode, res *store.GetResult, began time.Time) *protocol.Command {
+	b.poll.supersede(topic, queueID, owner) // this pull replaces any the owner parked
+	n, size := res.Count, res.TotalBytes
+	// pullResponse releases res or hands it to the transport, whatever follows.
+	resp := b.pullResponse(ctx, req, code, res, remoting.Deferred{})
+	if o := b.cfg.Observer; o != nil {
+		if n > 0 {
+			o.MessagesOut(topic, n, size)
 		}
-		if deadline != nil {
-			deadline.Stop()
+		o.PullLatency(time.Since(began), false)
+	}
+	return resp
+}
+
+// serveParked runs a parked pull: it reads the queue from where the pull waits and answers
+// through the pull's Deferred, or parks it again (longPoll.rest) when there is nothing to
+// answer with yet. It runs on the goroutine of the request that parked (the read after
+// parking) and afterwards on a long-poll runner each time the pull is woken: by an arrival,
+// its timeout, a newer pull of its owner (superseded), or shutdown. The last three make it
+// answer with what there is, as a pull that did not suspend; a dropped pull (its connection
+// closed) is forgotten without an answer.
+//
+// A parked pull is woken by any arrival whose tag code its filter admits (the dispatcher
+// checks nothing else: see longPoll) and decides on the arrivals itself, with the full
+// filter, in one read: when they all fail the filter it moves past them and parks again,
+// so the client is answered only for a message that matches (or at its timeout, with
+// nextBeginOffset past what was rejected).
+//
+// A panic (a filter's, say) is recovered and answered SYSTEM_ERROR, as the transport does for
+// a Handler: on a runner there is no Handler call around it to do so.
+func (b *Broker) serveParked(w *pollWaiter) {
+	defer func() {
+		if r := recover(); r != nil {
+			b.log.Error("parked pull panicked", "group", w.owner.group, "topic", w.key.topic, "queue", w.key.queueID,
+				"panic", r, "stack", string(debug.Stack()))
+			b.poll.unpark(w)
+			w.d.Respond(protocol.NewResponse(w.request(), protocol.SystemError, fmt.Sprintf("handler panic: %v", r)))
 		}
 	}()
+	ctx := w.d.Context()
 	for {
-		var res *store.GetResult
-		var err error
-		if zeroCopy {
-			res, err = b.store.GetRegions(ctx, h.Topic, h.QueueID, from, maxMsgs, maxBytes, f)
-		} else {
-			res, err = b.store.GetMessage(ctx, h.Topic, h.QueueID, from, maxMsgs, maxBytes, f)
+		if ctx.Err() != nil {
+			// The connection closed: nobody to answer (and its close may have dropped the
+			// pull before it was parked).
+			b.poll.unpark(w)
+			w.d.Respond(nil)
+			return
 		}
+		from, final := b.poll.reading(w)
+		res, err := b.readPull(ctx, w.key.topic, w.key.queueID, from, int(w.maxMsgs), int(w.maxBytes), w.filter, w.zeroCopy)
 		if err != nil {
-			if errors.Is(err, store.ErrFilterFailed) {
-				// Fail-closed filter: the consumer retries from its offset after its error
-				// back-off; no other queue waits for this one.
-				b.log.Warn("pull: message filter failed", "group", h.ConsumerGroup, "topic", h.Topic, "queue", h.QueueID, "err", err)
-				return errorResponse(req, protocol.SystemError, err)
-			}
-			return storeErrorResponse(req, err)
+			b.poll.unpark(w)
+			w.d.Respond(b.pullReadError(w.request(), w.owner.group, w.key.topic, w.key.queueID, err))
+			return
 		}
-		code := pullCode(res.Status, h.QueueOffset)
-		// OFFSET_FOUND_NULL is not "caught up": the consume-queue file at the offset is gone
-		// and NextBeginOffset says where the next one starts, so answer at once (RocketMQ
-		// would park it for the whole suspend time before telling the consumer).
-		if res.Status == store.OffsetFoundNull {
-			suspend = false
-		}
-		if w != nil && w.superseded.Load() {
-			suspend = false // the client moved on: answer now with what is there
-		}
-		if res.Status == store.NoMatchedMessage && suspend && w != nil {
-			// Parked, and what arrived does not match: skip it and keep waiting.
-			from = res.NextBeginOffset
+		code := pullCode(res.Status, w.requested)
+		suspend := !final && res.Status != store.OffsetFoundNull
+		if res.Status == store.NoMatchedMessage && suspend {
+			// What arrived does not match: skip it and keep waiting.
 			res.Release()
-			b.poll.advance(w, from)
+			b.poll.advance(w, res.NextBeginOffset)
 			continue
 		}
-		if code == protocol.PullNotFound && suspend && w == nil && !remoting.Park(ctx) {
-			suspend = false // the connection has all the parked pulls it may have: answer now
-		}
 		if code != protocol.PullNotFound || !suspend {
-			if w == nil {
-				b.poll.supersede(h.Topic, h.QueueID, owner) // this pull replaces any the owner parked
-			}
+			b.poll.unpark(w)
 			n, size := res.Count, res.TotalBytes
 			// pullResponse releases res or hands it to the transport, whatever follows.
-			resp := b.pullResponse(ctx, req, code, res)
+			if resp := b.pullResponse(ctx, w.request(), code, res, w.d); resp != nil {
+				w.d.Respond(resp)
+			}
 			if o := b.cfg.Observer; o != nil {
 				if n > 0 {
-					o.MessagesOut(h.Topic, n, size)
+					o.MessagesOut(w.key.topic, n, size)
 				}
-				o.PullLatency(time.Since(began), w != nil)
+				o.PullLatency(time.Duration(b.poll.now()-w.began), true)
 			}
-			return resp
+			return
 		}
 		res.Release()
-		if w == nil {
-			// The header is decoded, and the answer needs only req's opaque, code and flags:
-			// a parked pull must not hold the request's header map (about 1.5 KiB) for its
-			// whole suspend time.
-			req.ExtFields = nil
-			w = b.poll.park(h.Topic, h.QueueID, from, f, owner)
-			deadline = time.NewTimer(wait)
-			continue // the read after parking
+		if !b.poll.rest(w) {
+			return
 		}
-		b.poll.waiting.Add(1)
-		select {
-		case <-w.ready:
-		case <-deadline.C:
-			suspend = false // out of time: answer with whatever is there now
-		case <-ctx.Done():
-			suspend = false
-		case <-b.ctx.Done():
-			suspend = false
-		}
-		b.poll.waiting.Add(-1)
 	}
+}
+
+// request is what a parked pull's answer is built from: the transport sets its opaque and
+// serialize type from the request it deferred.
+func (w *pollWaiter) request() *protocol.Command {
+	return &protocol.Command{Code: int16(protocol.PullMessage)}
 }
 
 // pullResponse answers a pull with what res holds. Regions go to the transport, which sends
 // them from the files and releases res once they are written; everything else is copied
 // into the body and res released here.
-func (b *Broker) pullResponse(ctx context.Context, req *protocol.Command, code protocol.ResponseCode, res *store.GetResult) *protocol.Command {
+//
+// A parked pull's answer (d not zero) with regions goes through d.RespondFiles, and
+// pullResponse then returns nil; any other answer is returned for the caller to send.
+func (b *Broker) pullResponse(ctx context.Context, req *protocol.Command, code protocol.ResponseCode, res *store.GetResult, d remoting.Deferred) *protocol.Command {
 	resp := protocol.NewResponse(req, code, res.Status.String())
 	(&protocol.PullMessageResponseHeader{
 		NextBeginOffset: res.NextBeginOffset,
@@ -214,6 +279,10 @@ func (b *Broker) pullResponse(ctx context.Context, req *protocol.Command, code p
 		regions := make([]remoting.FileRegion, len(res.Regions))
 		for i, r := range res.Regions {
 			regions[i] = remoting.FileRegion{File: r.File, Offset: r.Offset, Length: r.Length}
+		}
+		if d != (remoting.Deferred{}) {
+			d.RespondFiles(resp, regions, res.Release)
+			return nil
 		}
 		if remoting.RespondWithFiles(ctx, resp, regions, res.Release) {
 			return resp

@@ -77,7 +77,7 @@ func sendOne(b *testing.B, cl *remoting.Client, br *testBroker, topic string, qu
 	}
 }
 
-func createTopic(b *testing.B, br *testBroker, name string, queues int) {
+func createTopic(b testing.TB, br *testBroker, name string, queues int) {
 	require.NoError(b, br.CreateTopic(broker.TopicConfig{Name: name, ReadQueueNums: queues, WriteQueueNums: queues, Perm: protocol.PermRead | protocol.PermWrite}))
 }
 
@@ -213,8 +213,8 @@ func BenchmarkScaleConsumerConns(b *testing.B) {
 
 // BenchmarkScaleParkedPulls: the delay from a send to a pull parked on its queue receiving
 // the message, with no other pull parked and with 10 000 others parked on other queues (10
-// connections of 1000 pulls each); and the heap the 10 000 hold (as
-// BenchmarkParkedPullMemory, here next to the delay).
+// connections of 1000 pulls each); and the memory the 10 000 hold, heap and goroutine stacks
+// (as BenchmarkParkedPullMemory, here next to the delay).
 func BenchmarkScaleParkedPulls(b *testing.B) {
 	for _, others := range []int{0, 10000} {
 		b.Run(fmt.Sprintf("parked=%d", others), func(b *testing.B) {
@@ -237,10 +237,11 @@ func BenchmarkScaleParkedPulls(b *testing.B) {
 					waitParked(b, br, c*queues+min(q0+128, queues))
 				}
 			}
-			perPull := 0.0
+			heapPerPull, perPull := 0.0, 0.0
 			if others > 0 {
 				after := readMem()
-				perPull = float64(int64(after.heap-before.heap)) / float64(others)
+				heapPerPull = float64(int64(after.heap-before.heap)) / float64(others)
+				perPull = heapPerPull + float64(int64(after.stack-before.stack))/float64(others)
 			}
 			c := newRawClientB(b, br)
 			delays := make([]time.Duration, 0, b.N)
@@ -268,7 +269,8 @@ func BenchmarkScaleParkedPulls(b *testing.B) {
 			b.ReportMetric(q(0.5), "p50-delay-µs")
 			b.ReportMetric(q(0.99), "p99-delay-µs")
 			if others > 0 {
-				b.ReportMetric(perPull, "heap-B/parked-pull")
+				b.ReportMetric(heapPerPull, "heap-B/parked-pull")
+				b.ReportMetric(perPull, "B/parked-pull")
 			}
 			for _, rc := range conns {
 				rc.nc.Close()

@@ -36,7 +36,7 @@ func (b *Broker) scheduleLoop(ctx context.Context, level int) {
 				b.offsets.commit(scheduleGroup, ScheduleTopic, qid, res.NextBeginOffset, time.Now(), nil)
 				continue
 			}
-			w := b.poll.park(ScheduleTopic, qid, offset, nil, pollOwner{})
+			w := b.poll.watch(ScheduleTopic, qid, offset)
 			if b.store.MaxOffset(ScheduleTopic, qid) > offset {
 				b.poll.unpark(w)
 				continue

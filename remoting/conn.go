@@ -28,7 +28,8 @@ import (
 // does) without holding up other requests on the same connection; only the requests an
 // InlineHandler vouches for are served on the connection's read goroutine. ctx is cancelled when the
 // connection closes; a Handler that blocks must watch it, and one that waits for an event
-// rather than working should call Park(ctx) first. req.Body is the Handler's to keep.
+// rather than working should call Park(ctx) first, or Defer(ctx) and return, answering later
+// through the Deferred without holding a goroutine. req.Body is the Handler's to keep.
 // A panic is recovered, logged, and answered SYSTEM_ERROR.
 type Handler interface {
 	ServeRemoting(ctx context.Context, c *Conn, req *protocol.Command) *protocol.Command
@@ -215,6 +216,11 @@ type Conn struct {
 	pmu        sync.Mutex
 	pending    map[int32]pendingCall // guarded by pmu: waiting calls by opaque; nil once closed
 	nextOpaque int32                 // guarded by pmu
+
+	// Deferred requests waiting for their answer (see Defer), so that a close can drop them.
+	dmu     sync.Mutex
+	dhead   *requestCtx // guarded by dmu
+	dclosed bool        // guarded by dmu: set once the close dropped them; Defer refuses then
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -750,6 +756,7 @@ func (c *Conn) run() {
 		c.cfg.onOpen(c)
 	}
 	c.closeWithErr(c.readLoop())
+	c.dropDeferred()
 	c.failOrphans()
 	c.logClose()
 	c.handlers.Wait()
@@ -952,9 +959,20 @@ func (c *Conn) askInline(req *protocol.Command) (inline bool) {
 // serve runs the Handler for req and queues its response; inline says that this is the
 // read goroutine (see InlineHandler).
 func (c *Conn) serve(req *protocol.Command, inline bool) {
-	rc := &requestCtx{Context: c.ctx, c: c, inline: inline}
+	rc := &requestCtx{Context: c.ctx, c: c, inline: inline, code: req.Code, opaque: req.Opaque,
+		serialize: req.Serialize, oneway: req.IsOneway()}
 	defer c.handlers.Done()
 	resp := c.callHandler(rc, req)
+	if rc.deferred {
+		// The request's slot and its answer belong to its Deferred now. A Handler that
+		// deferred and still returned a response (a panic's SYSTEM_ERROR, say) answers
+		// through it: whichever comes first goes out.
+		if resp != nil {
+			Deferred{rc}.Respond(resp)
+		}
+		c.activity.Add(1)
+		return
+	}
 	answer := resp != nil && !req.IsOneway()
 	files := rc.fileResp != nil && rc.fileResp == resp && answer
 	if rc.fileResp != nil && !files && rc.fileRelease != nil {
@@ -999,6 +1017,21 @@ type requestCtx struct {
 	state atomic.Int32 // reqInFlight, reqParked or reqFinished
 	// inline: served on the read goroutine, which must not wait (Park refuses).
 	inline bool
+	oneway bool
+
+	// What a deferred answer needs of the request (see Defer), so that the request itself
+	// is not kept while it waits.
+	code      int16
+	opaque    int32
+	serialize protocol.SerializeType
+
+	// deferred is set by Defer on the Handler's goroutine, before the Deferred escapes it.
+	deferred bool
+	// Guarded by the connection's dmu: the connection's list of deferred requests not yet
+	// answered, and what to call if it closes first.
+	listed       bool
+	dprev, dnext *requestCtx
+	onDrop       func()
 
 	// Set by RespondWithFiles on the Handler's goroutine, read by serve on the same one once
 	// the Handler returned.

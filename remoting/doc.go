@@ -33,6 +33,13 @@
 //     A Handler that waits for an event rather than works (a long-polling pull) calls Park:
 //     the request then counts against a bound of its own (MaxParkedPerConn), so that a
 //     consumer with a parked pull per queue still gets its heartbeats and commits through.
+//   - Deferred answers. A Handler that waits for an event (a long-polling pull) may instead
+//     call Defer and return: the request keeps a parked slot, but no goroutine, until its
+//     Deferred is answered, once, from any goroutine (Respond, or RespondFiles for a body of
+//     file regions), through the same writer as every frame. A connection that closes first
+//     drops its deferred requests and tells their owners (Defer's onDrop); a later answer is
+//     refused and releases its regions. A goroutine's stack (4 KiB or more) is then no part
+//     of what a waiting request costs.
 //   - One writer per connection. Frames are encoded outside any lock and queued; the caller
 //     that finds no write under way writes its frame at once, and frames queued during a write
 //     leave together in the next one (one write(2), or writev for large batches), written by
@@ -67,6 +74,8 @@
 //     than exit, keeping the stack they grew. On a Server, a connection found idle by the
 //     sweeper lets them go, with its gathered write buffer: an idle connection keeps only its
 //     read goroutine and read buffer (about 28 KiB, BenchmarkIdleConnMemory in the broker).
+//     So does a connection on which nothing happened since the sweeper's last look but
+//     deferred requests wait (a consumer's, its long-polling pulls parked).
 //   - A broken frame (a length prefix out of range, a header length beyond the frame, a
 //     stream that ends mid-frame) closes that connection alone: the stream can no longer be
 //     trusted to be in step. The reason is logged and is the cause in Conn.Err. A frame that
@@ -86,5 +95,6 @@
 // Server.mu and Client.mu are leaves: neither is held while another lock is taken, and no
 // callback runs under them. Within a Conn the write lock (wmu) may be held while the
 // pending-call lock (pmu) is taken (a failing write closes the connection), never the other way
-// round. The write queue's lock (qmu) is a leaf, never held during a write.
+// round. The write queue's lock (qmu) is a leaf, never held during a write. The deferred list's
+// lock (dmu) is a leaf too: a Deferred's answer is written, and onDrop called, outside it.
 package remoting

@@ -40,15 +40,16 @@ const DefaultSendfileThreshold = 16 << 10
 // another response (a panic's SYSTEM_ERROR, say).
 //
 // It returns false, and keeps nothing, when ctx is not a Handler's context of this package
-// (a test calling the Handler directly) or resp has a body: the caller must then put the
-// bytes in resp.Body itself, and release is not called.
+// (a test calling the Handler directly), resp has a body, or the request was deferred (use
+// Deferred.RespondFiles): the caller must then put the bytes in resp.Body itself, and release
+// is not called.
 //
 // A region that cannot be read completely when it is written (the file shrank, an I/O error)
 // leaves the peer a truncated frame: the connection is closed, as for a failed write. The
 // caller must therefore keep the regions' bytes stable until release.
 func RespondWithFiles(ctx context.Context, resp *protocol.Command, regions []FileRegion, release func()) bool {
 	rc, ok := ctx.Value(requestCtxKey{}).(*requestCtx)
-	if !ok || len(resp.Body) != 0 || rc.state.Load() == reqFinished {
+	if !ok || len(resp.Body) != 0 || rc.deferred || rc.state.Load() == reqFinished {
 		return false
 	}
 	if rc.fileResp != nil && rc.fileRelease != nil {

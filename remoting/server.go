@@ -424,11 +424,21 @@ func (s *Server) sweep() {
 				// A change in the activity count since the last look, or anything in flight,
 				// restarts the idle clock; the clock is only read here, so a connection is
 				// never closed early, and at most two ticks late.
-				if a := c.activity.Load(); a != c.idleSeen || !c.idle() {
+				if a := c.activity.Load(); a != c.idleSeen {
 					c.idleSeen, c.idleSince = a, now
 					continue
 				}
-				c.shed() // idle since the last look: keep only what an idle connection needs
+				// Nothing happened since the last look. Nothing working either (deferred
+				// requests, such as long-polling pulls, may wait, holding no goroutine):
+				// keep only what an idle connection needs. A consumer's connection always
+				// has pulls parked, and would otherwise keep its burst's workers for good.
+				if c.inflight.Load() == 0 && c.responding.Load() == 0 {
+					c.shed()
+				}
+				if !c.idle() {
+					c.idleSince = now
+					continue
+				}
 				if now.Sub(c.idleSince) >= s.idleTimeout {
 					c.closeBetweenFrames(errIdle) // or at the next tick
 				}

@@ -69,3 +69,66 @@ func TestIdleConnectionShedsWorkersAndWriteBuffer(t *testing.T) {
 	require.NoError(t, err)
 	assert.NoError(t, sc.Err(), "shedding does not close the connection")
 }
+
+// A connection whose only requests are deferred (long-polling pulls waiting, with no
+// goroutine) is quiet too: it sheds its burst's workers, and stays open.
+func TestQuietConnectionWithDeferredRequestsSheds(t *testing.T) {
+	const burst = 8
+	gate := make(chan struct{})
+	var entered sync.WaitGroup
+	entered.Add(burst)
+	deferred := make(chan Deferred, 1)
+	h := HandlerFunc(func(ctx context.Context, c *Conn, req *protocol.Command) *protocol.Command {
+		switch string(req.Body) {
+		case "burst":
+			entered.Done()
+			<-gate
+		case "defer":
+			d, ok := Defer(ctx, nil)
+			if ok {
+				deferred <- d
+				return nil
+			}
+		}
+		return protocol.NewResponse(req, protocol.Success, "")
+	})
+	conns := make(chan *Conn, 1)
+	srv := NewServer(h, ServerOptions{IdleTimeout: 8 * time.Second, Logger: slog.New(slog.DiscardHandler),
+		OnConnOpen: func(c *Conn) { conns <- c }})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		assert.NoError(t, srv.Shutdown(ctx))
+	})
+	client, err := Dial(context.Background(), ln.Addr().String(), ClientOptions{})
+	require.NoError(t, err)
+	defer client.Close()
+	sc := <-conns
+
+	answered := make(chan *protocol.Command, 1)
+	go func() {
+		resp, err := client.Invoke(context.Background(), protocol.NewRequest(protocol.PullMessage, nil, []byte("defer")))
+		assert.NoError(t, err)
+		answered <- resp
+	}()
+	d := <-deferred
+	var wg sync.WaitGroup
+	for range burst {
+		wg.Go(func() {
+			_, err := client.Invoke(context.Background(), protocol.NewRequest(protocol.HeartBeat, nil, []byte("burst")))
+			assert.NoError(t, err)
+		})
+	}
+	entered.Wait()
+	close(gate)
+	wg.Wait()
+
+	require.Eventually(t, func() bool { return sc.idleWorkers.Load() == 0 }, 5*time.Second, 10*time.Millisecond,
+		"a connection with only deferred requests lets its waiting workers go")
+	assert.NoError(t, sc.Err(), "and is not closed as idle")
+	require.True(t, d.Respond(protocol.NewResponse(&protocol.Command{}, protocol.Success, "later")))
+	assert.Equal(t, "later", (<-answered).Remark)
+}

@@ -1,0 +1,163 @@
+package remoting
+
+import (
+	"context"
+
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// Deferred is a request whose Handler returned without answering it: the answer is sent
+// later, once, from any goroutine, with Respond or RespondFiles. Until then the request holds
+// a parked slot of its connection (MaxParkedPerConn) and keeps it from closing as idle, as a
+// parked Handler does, but no goroutine: a long-polling pull waiting for a message is then a
+// few hundred bytes held by whatever will wake it, not a goroutine and its stack.
+//
+// The zero Deferred is no request: Respond and RespondFiles do nothing and report false.
+// A Deferred is a small value; copies refer to the same request.
+type Deferred struct{ rc *requestCtx }
+
+// Defer tells the transport that the Handler serving ctx (a Handler's context, or one derived
+// from it) will answer later, through the returned Deferred, rather than by returning the
+// answer. The Handler then returns; whatever it returns after a successful Defer is sent
+// through the Deferred too (so a panic's SYSTEM_ERROR still answers), and a nil return sends
+// nothing.
+//
+// onDrop, if not nil, is called once if the connection closes before the request was
+// answered, on the connection's read goroutine, after which Respond reports false: it lets
+// the owner forget the request. It must not block.
+//
+// Defer reports false, and changes nothing, when the request cannot wait: the connection has
+// its bound of parked requests (see Park), the request is served inline or is oneway, it has
+// already been deferred or has finished, the connection has closed, or ctx is not a Handler's
+// context of this package (a test calling the Handler directly). The Handler should then
+// answer at once by returning.
+func Defer(ctx context.Context, onDrop func()) (Deferred, bool) {
+	rc, ok := ctx.Value(requestCtxKey{}).(*requestCtx)
+	if !ok || rc.oneway || rc.deferred || !Park(ctx) {
+		return Deferred{}, false
+	}
+	// Parked from here on: if the Handler returns without deferring after all, serve gives
+	// the parked slot back as for any parked request.
+	c := rc.c
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if c.dclosed {
+		return Deferred{}, false
+	}
+	rc.onDrop = onDrop
+	rc.listed = true
+	rc.dnext = c.dhead
+	if c.dhead != nil {
+		c.dhead.dprev = rc
+	}
+	c.dhead = rc
+	rc.deferred = true
+	return Deferred{rc}, true
+}
+
+// Context is the context of the deferred request: its connection's, cancelled when the
+// connection closes; RespondWithFiles does not apply to it (use RespondFiles). The zero
+// Deferred's is context.Background().
+func (d Deferred) Context() context.Context {
+	if d.rc == nil {
+		return context.Background()
+	}
+	return d.rc
+}
+
+// Respond sends resp as the answer to the deferred request and frees its parked slot. The
+// transport makes resp fit the request (opaque, serialize type, response flag) as for a
+// returned response; a nil resp sends nothing. Only the first Respond or RespondFiles of a
+// request, made before its connection closed, reports true; later ones, and any after the
+// close, do nothing. Like a returned response, resp is queued for the connection's writer
+// and Respond does not wait for the write.
+func (d Deferred) Respond(resp *protocol.Command) bool {
+	return d.RespondFiles(resp, nil, nil)
+}
+
+// RespondFiles is Respond for a response whose body is regions of files (see
+// RespondWithFiles, whose rules apply). release, if not nil, is called exactly once, also
+// when the answer is not sent (the request was answered already, or its connection closed).
+// Unlike Respond, it returns once the frame is written (or failed), on the caller's
+// goroutine: the regions pin their files until then.
+func (d Deferred) RespondFiles(resp *protocol.Command, regions []FileRegion, release func()) bool {
+	rc := d.rc
+	if rc == nil || !rc.state.CompareAndSwap(reqParked, reqFinished) {
+		if release != nil {
+			release()
+		}
+		return false
+	}
+	c := rc.c
+	c.unlistDeferred(rc)
+	if resp == nil {
+		if release != nil {
+			release()
+		}
+		c.parked.Add(-1)
+		c.activity.Add(1)
+		return true
+	}
+	// Counted as responding before it stops counting as parked, so that Shutdown and the
+	// idle sweeper always see it in one or the other (as serve does).
+	c.responding.Add(1)
+	c.parked.Add(-1)
+	req := protocol.Command{Code: rc.code, Opaque: rc.opaque, Serialize: rc.serialize}
+	if len(regions) > 0 && len(resp.Body) == 0 {
+		c.respondFiles(&req, resp, regions, release)
+	} else {
+		if release != nil {
+			release()
+		}
+		c.respond(&req, resp)
+	}
+	c.responding.Add(-1)
+	c.activity.Add(1)
+	return true
+}
+
+// unlistDeferred takes an answered request off the connection's deferred list.
+func (c *Conn) unlistDeferred(rc *requestCtx) {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	rc.onDrop = nil
+	if !rc.listed {
+		return // the close took the list
+	}
+	rc.listed = false
+	if rc.dprev != nil {
+		rc.dprev.dnext = rc.dnext
+	} else {
+		c.dhead = rc.dnext
+	}
+	if rc.dnext != nil {
+		rc.dnext.dprev = rc.dprev
+	}
+	rc.dprev, rc.dnext = nil, nil
+}
+
+// dropDeferred, once the connection has closed, frees the slots of the deferred requests
+// not yet answered and tells their owners (onDrop). Called by run; Defer refuses afterwards.
+func (c *Conn) dropDeferred() {
+	var dropped []*requestCtx
+	c.dmu.Lock()
+	c.dclosed = true
+	for rc := c.dhead; rc != nil; {
+		next := rc.dnext
+		rc.listed = false
+		rc.dprev, rc.dnext = nil, nil
+		if rc.state.CompareAndSwap(reqParked, reqFinished) {
+			dropped = append(dropped, rc)
+		}
+		rc = next
+	}
+	c.dhead = nil
+	c.dmu.Unlock()
+	for _, rc := range dropped {
+		c.parked.Add(-1)
+		if rc.onDrop != nil {
+			rc.onDrop()
+		}
+		rc.onDrop = nil
+	}
+}
