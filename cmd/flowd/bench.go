@@ -68,7 +68,7 @@ type benchResult struct {
 	// MessagesPerFsync is, for the sync-flush scenario, how many acknowledged messages an
 	// fsync covered on average: group commit at work.
 	MessagesPerFsync float64 `json:"messages_per_fsync,omitempty"`
-	// LateSends is, for the delay scenario, the share of its sends made more than 1 ms after
+	// LateSends is, for the delay scenario (its p99 result), the share of its sends made more than 1 ms after
 	// their scheduled time, and MaxSendLateness (ns) the latest one's lateness: the sender did
 	// not run in time and its owed sends went out as a burst (see pacer).
 	LateSends       float64 `json:"late_sends,omitempty"`
