@@ -367,10 +367,11 @@ type pacer struct {
 	maxLate  time.Duration // the latest send's lateness
 }
 
-// lateAfter is the lateness from which a send counts as late: the resolution of a Go timer
-// in an idle process (the runtime waits in epoll with a millisecond timeout), so an on-time
-// pacer's sleeps never reach it.
-const lateAfter = time.Millisecond
+// lateAfter is the lateness from which a send counts as late: twice the resolution of a Go
+// timer in an idle process (the runtime waits in epoll with a millisecond timeout, so a
+// sleep of 100 µs may last a millisecond and a little more), which a pacer that runs when
+// it asks to does not reach.
+const lateAfter = 2 * time.Millisecond
 
 // due is when send i is due.
 func (p *pacer) due(i int) time.Time { return p.start.Add(time.Duration(i) * p.interval) }
