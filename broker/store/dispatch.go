@@ -220,7 +220,8 @@ func (d *dispatcher) commit(upTo int64) error {
 // batch wait. Nor is any message while a reader waits for one (Options.DispatchAwaited):
 // a busy pass is most often a burst, and holding back then delayed the rest of the burst
 // by the wait (1 ms, 2 ms and more once the timer's wake-up was late on a loaded machine),
-// which was most of the send-to-poll tail at 10 000 msg/s.
+// which fell on the send-to-poll tail (flowd bench at 10 000 msg/s: up to 118 holds of
+// about 3 ms in a 2-second run).
 const (
 	dispatchBatchWait  = time.Millisecond
 	dispatchBatchBytes = 64 << 10
