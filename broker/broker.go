@@ -120,6 +120,8 @@ func New(c Config) (*Broker, error) {
 		}
 	}
 	sopts.OnDispatch = b.poll.arrived
+	// A parked pull waits for the next message: the dispatcher must not hold it back.
+	sopts.DispatchAwaited = func() bool { return b.poll.parked.Load() > 0 }
 	sopts.OnFailure = func(err error) {
 		b.events.emit(Event{Type: StoreFailed, Time: time.Now(), Reason: err.Error()})
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 )
 
@@ -71,6 +72,18 @@ func (s *Store) syncFlushLoop() {
 	}
 }
 
+// yieldBeforeSync lets the goroutines queued on this goroutine's P run before a periodic
+// fsync blocks it. A goroutine in a system call keeps its P (the Go scheduler's processor,
+// with its queue of runnable goroutines) until the runtime's monitor notices, and that
+// monitor, once the process has been busy without long system calls, looks only every
+// 10 ms and hands a P over on its second look: the goroutines queued behind an fsync of
+// several milliseconds waited up to 20 ms, with other Ps busy, whatever they were. The
+// flusher's ticker makes it the next to run on the P that fired it, ahead of what was
+// already waiting there, such as a parked pull the dispatcher had just woken (traced: a pull
+// woken 24.8 ms before it ran, the P handed over 20.9 ms into a 32 ms fdatasync). Yielding
+// puts the flusher behind them, so it syncs once they ran or once another P takes it.
+func yieldBeforeSync() { runtime.Gosched() }
+
 // asyncFlushLoop is FlushAsync's flusher: every FlushInterval it fsyncs if at least
 // FlushMinPages pages are dirty, and unconditionally once FullFlushInterval has passed.
 func (s *Store) asyncFlushLoop() {
@@ -88,6 +101,7 @@ func (s *Store) asyncFlushLoop() {
 		dirty := s.written.Load() - s.flushed.Load()
 		full := time.Since(lastFull) >= s.opts.FullFlushInterval
 		if dirty >= minDirty || (full && dirty > 0) {
+			yieldBeforeSync()
 			s.flushCommitLog()
 		}
 		if full {
@@ -104,6 +118,7 @@ func (s *Store) checkpointLoop() {
 	for {
 		select {
 		case <-t.C:
+			yieldBeforeSync()
 			if s.writeFailure() == nil {
 				if err := s.checkpoint(); err != nil {
 					s.log.Error("checkpoint failed", "err", err)

@@ -122,6 +122,13 @@ type Options struct {
 	// must not block; Properties is freshly allocated and may be kept.
 	OnDispatch func(DispatchEvent)
 
+	// DispatchAwaited, if set, reports whether a reader waits for the next dispatched message
+	// (the broker: a pull is parked). While one does, the dispatcher never holds back after a
+	// busy pass (see dispatchBatchWait): the hold saves passes when nobody waits, and would
+	// otherwise add a millisecond or more to every message appended during it, the messages
+	// of a burst. It is called on the dispatch goroutine and must be quick.
+	DispatchAwaited func() bool
+
 	// OnFlush, if set, is called after every flush of the commit log that had something to
 	// flush (the flusher's, a FlushSync group commit, Sync): how long its fsyncs took, how
 	// many bytes became durable, and the error that failed the store, if one did. It runs on

@@ -73,7 +73,10 @@ type Store struct {
 	dispatched atomic.Int64 // consume queues cover [minOffset, dispatched)
 	minOffset  atomic.Int64
 	fsyncs     atomic.Int64
-	failure    atomic.Pointer[error]
+	// dispatchHolds counts the dispatcher's holds after a busy pass (dispatchBatchWait), so
+	// that the tests can tell a hold from a quick dispatch without timing it.
+	dispatchHolds atomic.Int64
+	failure       atomic.Pointer[error]
 
 	activeSeg   atomic.Pointer[segment] // the active segment, for the prefaulter and AppendReady
 	prefaultReq chan struct{}           // cap 1: "the write position moved a step"

@@ -611,3 +611,33 @@ func TestHalfMessagesAreNeverStored(t *testing.T) {
 	assert.Equal(t, int64(0), r.QueueOffset, "nothing was stored before")
 	assert.Equal(t, int64(0), r.CommitLogOffset)
 }
+
+// A pass over dispatchBatchBytes or more makes the dispatcher hold back for
+// dispatchBatchWait, unless a reader waits for the next message (Options.DispatchAwaited):
+// then the next append is dispatched at once. Whether it held is read from the hold count
+// after the next pass, which comes only after the decision about the busy one.
+func TestDispatchHoldsBackOnlyWhenNobodyWaits(t *testing.T) {
+	o := testOptions()
+	var awaited atomic.Bool
+	o.DispatchAwaited = awaited.Load
+	s := openT(t, t.TempDir(), o)
+	defer s.Close()
+	busyThenSmall := func() {
+		t.Helper()
+		m := newMsg("H", 0, "big", "")
+		m.Body = make([]byte, dispatchBatchBytes+1024) // one message makes a busy pass
+		_, err := s.Put(context.Background(), m)
+		require.NoError(t, err)
+		waitDispatch(t, s)
+		putN(t, s, "H", 0, 1, "")
+		waitDispatch(t, s)
+	}
+
+	busyThenSmall()
+	require.Equal(t, int64(1), s.dispatchHolds.Load(), "nobody waits: the busy pass is followed by a hold")
+
+	awaited.Store(true)
+	busyThenSmall()
+	require.Equal(t, int64(1), s.dispatchHolds.Load(), "a reader waits: no hold after the busy pass")
+	assert.Equal(t, int64(4), s.MaxOffset("H", 0))
+}

@@ -68,6 +68,12 @@ type benchResult struct {
 	// MessagesPerFsync is, for the sync-flush scenario, how many acknowledged messages an
 	// fsync covered on average: group commit at work.
 	MessagesPerFsync float64 `json:"messages_per_fsync,omitempty"`
+	// LateSends is, for the delay scenario (its p99 result), the share of its sends made
+	// more than 2 ms after their scheduled time, and MaxSendLateness (ns) the latest one's
+	// lateness: the sender did not run in time and its owed sends went out as a burst (see
+	// pacer).
+	LateSends       float64 `json:"late_sends,omitempty"`
+	MaxSendLateness int64   `json:"max_send_lateness,omitempty"`
 }
 
 // benchReport is the --json document.
@@ -360,6 +366,10 @@ func formatResult(r benchResult) string {
 	}
 	if r.MessagesPerFsync > 0 {
 		line += fmt.Sprintf("  (%.1f messages per fsync)", r.MessagesPerFsync)
+	}
+	if r.MaxSendLateness > 0 {
+		line += fmt.Sprintf("  (%.1f %% of sends >2 ms late, the latest by %v)", 100*r.LateSends,
+			time.Duration(r.MaxSendLateness).Round(10*time.Microsecond))
 	}
 	return line
 }

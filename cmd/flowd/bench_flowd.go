@@ -212,7 +212,7 @@ func (r *benchRun) syncFlush(ctx context.Context, sc benchScenario) ([]benchResu
 }
 
 func (r *benchRun) e2e(ctx context.Context, sc benchScenario) ([]benchResult, error) {
-	h, err := e2eDelay(ctx, r.c, sc.size, r.log)
+	h, pc, err := e2eDelay(ctx, r.c, sc.size, r.log)
 	if err != nil {
 		return nil, err
 	}
@@ -223,6 +223,9 @@ func (r *benchRun) e2e(ctx context.Context, sc benchScenario) ([]benchResult, er
 	}{{"p50", 50}, {"p99", 99}, {"p999", 99.9}} {
 		res := newResult(sc.name+"-"+q.suffix, "ns", float64(h.ValueAtQuantile(q.pct)), "", 0)
 		res.Size, res.Producers, res.Durability = sc.size, 1, durAsync
+		if q.suffix == "p99" { // once, with the figure the target is about
+			res.LateSends, res.MaxSendLateness = pc.lateShare(), int64(pc.maxLate)
+		}
 		out = append(out, res)
 	}
 	return out, nil
@@ -350,18 +353,59 @@ func consume(ctx context.Context, topic string, c benchConfig, log *slog.Logger)
 	return float64(got) / time.Since(start).Seconds(), nil
 }
 
+// pacer schedules the sends of the delay scenario: send i is due at start + i×interval. It
+// counts the sends made more than lateAfter past their time. Such a send says that the
+// sending goroutine did not run in time (the process or the machine stalled, or the sends in
+// flight were at their limit) and that the sends it owed went out together as a burst; the
+// delay is measured from the send, so the lateness itself is not in it, but the burst's
+// queueing is. A run whose tail is made of bursts tells a stalled machine.
+type pacer struct {
+	start    time.Time
+	interval time.Duration
+	sends    int
+	late     int           // sends more than lateAfter past their time
+	maxLate  time.Duration // the latest send's lateness
+}
+
+// lateAfter is the lateness from which a send counts as late: twice the resolution of a Go
+// timer in an idle process (the runtime waits in epoll with a millisecond timeout, so a
+// sleep of 100 µs may last a millisecond and a little more), which a pacer that runs when
+// it asks to does not reach.
+const lateAfter = 2 * time.Millisecond
+
+// due is when send i is due.
+func (p *pacer) due(i int) time.Time { return p.start.Add(time.Duration(i) * p.interval) }
+
+// sent records that send i went at now.
+func (p *pacer) sent(i int, now time.Time) {
+	late := now.Sub(p.due(i))
+	if late > lateAfter {
+		p.late++
+	}
+	p.maxLate = max(p.maxLate, late)
+	p.sends++
+}
+
+// lateShare is the share of the sends that were late.
+func (p *pacer) lateShare() float64 {
+	if p.sends == 0 {
+		return 0
+	}
+	return float64(p.late) / float64(p.sends)
+}
+
 // e2eDelay offers c.samples messages at c.rate msg/s (async sends, paced by the clock, late
 // sends catching up at once) to a topic a lite-pull consumer is long polling, and returns the
-// delays from each send call to Poll handing the message out. Each body carries its send
-// time; one process holds both ends, so the clocks are one.
-func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (*hdrhistogram.Histogram, error) {
+// delays from each send call to Poll handing the message out, and how punctual the sends
+// were. Each body carries its send time; one process holds both ends, so the clocks are one.
+func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (*hdrhistogram.Histogram, *pacer, error) {
 	topic := fmt.Sprintf("flowd-bench-e2e-%d", time.Now().UnixNano())
 	p, err := newBenchProducer(c, c.namesrv, "flowd-bench-e2e", log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := p.Start(ctx); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, fmt.Errorf("bench: %w", err)
 	}
 	defer p.Close(context.Background())
 	const (
@@ -376,18 +420,18 @@ func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (*
 		return b
 	}
 	if _, err := p.Send(ctx, &producer.Message{Topic: topic, Body: newBody(false)}); err != nil {
-		return nil, fmt.Errorf("bench: e2e topic: %w", err)
+		return nil, nil, fmt.Errorf("bench: e2e topic: %w", err)
 	}
 	lp, err := consumer.NewLitePull(fmt.Sprintf("flowd-bench-e2e-%d", time.Now().UnixNano()),
 		consumer.WithNameServers(c.namesrv), consumer.WithLogger(log), consumer.WithConsumeFrom(consumer.ConsumeFromLast))
 	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, fmt.Errorf("bench: %w", err)
 	}
 	if err := lp.Subscribe(topic, "*"); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, fmt.Errorf("bench: %w", err)
 	}
 	if err := lp.Start(ctx); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, fmt.Errorf("bench: %w", err)
 	}
 	defer lp.Close(context.Background())
 
@@ -428,37 +472,38 @@ func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (*
 	warmBy := time.After(30 * time.Second)
 	for warming := true; warming; {
 		if _, err := p.Send(ctx, &producer.Message{Topic: topic, Body: newBody(false)}); err != nil {
-			return nil, fmt.Errorf("bench: e2e warm-up: %w", err)
+			return nil, nil, fmt.Errorf("bench: e2e warm-up: %w", err)
 		}
 		select {
 		case <-warm:
 			warming = false
 		case err := <-done:
-			return nil, cmpOr(err, errors.New("bench: e2e poller ended during warm-up"))
+			return nil, nil, cmpOr(err, errors.New("bench: e2e poller ended during warm-up"))
 		case <-warmBy:
-			return nil, errors.New("bench: e2e: the consumer did not receive from every queue within 30 s")
+			return nil, nil, errors.New("bench: e2e: the consumer did not receive from every queue within 30 s")
 		case <-time.After(5 * time.Millisecond):
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 
 	sem := make(chan struct{}, c.inflight)
 	var mu sync.Mutex
 	var sendErr error
-	interval := time.Second / time.Duration(c.rate)
-	start := time.Now()
+	pc := &pacer{start: time.Now(), interval: time.Second / time.Duration(c.rate)}
 	for i := range c.samples {
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+		if d := time.Until(pc.due(i)); d > 0 {
 			time.Sleep(d)
 		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 		body := newBody(true)
-		binary.BigEndian.PutUint64(body[stampAt:], uint64(time.Since(origin)))
+		now := time.Now()
+		pc.sent(i, now)
+		binary.BigEndian.PutUint64(body[stampAt:], uint64(now.Sub(origin)))
 		p.SendAsync(ctx, &producer.Message{Topic: topic, Body: body}, func(_ producer.SendResult, err error) {
 			if err != nil {
 				mu.Lock()
@@ -471,16 +516,16 @@ func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (*
 	select {
 	case err := <-done:
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	case <-time.After(30 * time.Second):
 		mu.Lock()
 		defer mu.Unlock()
-		return nil, cmpOr(sendErr, errors.New("bench: e2e: the consumer did not receive every message within 30 s"))
+		return nil, nil, cmpOr(sendErr, errors.New("bench: e2e: the consumer did not receive every message within 30 s"))
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
-	return hist, nil
+	return hist, pc, nil
 }
 
 func cmpOr(a, b error) error {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -50,6 +51,10 @@ func TestBenchSmokeJSONAgainstJetStream(t *testing.T) {
 			assert.Positive(t, r.MessagesPerFsync, "the broker's fsyncs during the run are counted")
 		default:
 			assert.Nil(t, r.Ratio, r.Scenario)
+		}
+		if r.Scenario == "e2e-delay-p99" {
+			assert.Positive(t, r.MaxSendLateness, "how punctual the sends were is reported")
+			assert.LessOrEqual(t, r.LateSends, 1.0)
 		}
 		if strings.HasPrefix(r.Scenario, "produce-") {
 			assert.NotEmpty(t, r.Durability, r.Scenario)
@@ -110,4 +115,24 @@ func keys(m map[string]json.RawMessage) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// The delay scenario's pacer schedules send i at start + i×interval and counts the sends
+// made more than 2 ms late, the catch-up bursts of a sender that did not run.
+func TestBenchPacerCountsLateSends(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	p := &pacer{start: start, interval: 100 * time.Microsecond}
+	assert.Equal(t, start.Add(250*time.Millisecond), p.due(2500))
+	assert.Zero(t, p.lateShare(), "no sends yet")
+
+	p.sent(0, start.Add(40*time.Microsecond))      // on time within a timer's resolution
+	p.sent(1, p.due(1).Add(1900*time.Microsecond)) // a timer's late wake-up, not a stall
+	p.sent(2, p.due(1).Add(3*time.Millisecond))    // a stall: sends 2 to 4 go at once
+	p.sent(3, p.due(1).Add(3*time.Millisecond))
+	p.sent(4, p.due(1).Add(3*time.Millisecond))
+	assert.InDelta(t, 3.0/5, p.lateShare(), 1e-9)
+	assert.Equal(t, 2900*time.Microsecond, p.maxLate, "send 2 was due at 200 µs and went at 3.1 ms")
+
+	assert.Contains(t, formatResult(benchResult{Scenario: "e2e-delay-p99", Unit: "ns", Flowd: 2e6, LateSends: p.lateShare(),
+		MaxSendLateness: int64(p.maxLate)}), "(60.0 % of sends >2 ms late, the latest by 2.9ms)")
 }
