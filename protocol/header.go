@@ -89,7 +89,14 @@ type fieldReader struct {
 	ext map[string]string
 	// raw, when ext is nil, holds the fields of a Command.RawExt block.
 	raw []rawField
-	err error
+	// letters, when has is not 0, holds instead a RawExt block whose keys are all one lowercase
+	// letter (SEND_MESSAGE_V2's), indexed by letter, the last of a repeated key winning as
+	// in a map; has marks the letters present. A lookup is then an index, not a scan of
+	// every field: on the broker's inline send path the scans were 5 % of the CPU.
+	// (By value: behind a pointer the array escaped to the heap through err.)
+	letters [26]string
+	has     uint32 // 0: no letters
+	err     error
 }
 
 // rawField is one field of a Command.RawExt block.
@@ -110,6 +117,28 @@ func readerOf(cmd *Command, buf []rawField) fieldReader {
 	return fieldReader{raw: raw}
 }
 
+// readLetters sets r up for cmd's header when its keys are meant to be single letters:
+// when every key of the RawExt block is one lowercase letter, the values are indexed by
+// letter; otherwise (JSON headers, a sender using other keys) r is readerOf(cmd, buf).
+func (r *fieldReader) readLetters(cmd *Command, buf []rawField) {
+	if cmd.ExtFields != nil || cmd.RawExt == "" {
+		r.ext = cmd.ExtFields
+		return
+	}
+	var has uint32
+	for rest := cmd.RawExt; rest != ""; {
+		k, v, next := nextRawField(rest)
+		if len(k) != 1 || k[0] < 'a' || k[0] > 'z' {
+			*r = readerOf(cmd, buf)
+			return
+		}
+		r.letters[k[0]-'a'] = v
+		has |= 1 << (k[0] - 'a')
+		rest = next
+	}
+	r.has = has
+}
+
 func (r *fieldReader) fail(name, value, want string, sentinel error) {
 	if r.err == nil {
 		r.err = &FieldError{Field: name, Value: value, Want: want, Err: sentinel}
@@ -121,7 +150,12 @@ func (r *fieldReader) fail(name, value, want string, sentinel error) {
 func (r *fieldReader) lookup(name string, required bool) (string, bool) {
 	var v string
 	var ok bool
-	if r.ext == nil && r.raw != nil {
+	if r.has != 0 {
+		if len(name) == 1 && name[0] >= 'a' && name[0] <= 'z' {
+			i := name[0] - 'a'
+			v, ok = r.letters[i], r.has&(1<<i) != 0
+		}
+	} else if r.ext == nil && r.raw != nil {
 		for i := range r.raw {
 			// Length and first byte first: the one-letter keys of SEND_MESSAGE_V2 are then
 			// told apart without a call to compare memory.

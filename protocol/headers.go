@@ -149,10 +149,10 @@ func (h *SendMessageRequestHeader) DecodeV2(ext map[string]string) error {
 }
 
 func (h *SendMessageRequestHeader) decode(ext map[string]string, n *[14]string) error {
-	return h.read(fieldReader{ext: ext}, n)
+	return h.read(&fieldReader{ext: ext}, n)
 }
 
-func (h *SendMessageRequestHeader) read(r fieldReader, n *[14]string) error {
+func (h *SendMessageRequestHeader) read(r *fieldReader, n *[14]string) error {
 	h.ProducerGroup = r.str(n[0], true)
 	h.Topic = r.str(n[1], true)
 	h.DefaultTopic = r.str(n[2], true)
@@ -179,9 +179,12 @@ func DecodeSendHeader(cmd *Command) (*SendMessageRequestHeader, error) {
 	var buf [len(sendShortNames) + 2]rawField
 	switch code := cmd.RequestCode(); code {
 	case SendMessage:
-		err = h.read(readerOf(cmd, buf[:0]), &sendLongNames)
+		r := readerOf(cmd, buf[:0])
+		err = h.read(&r, &sendLongNames)
 	case SendMessageV2, SendBatchMessage:
-		err = h.read(readerOf(cmd, buf[:0]), &sendShortNames)
+		var r fieldReader
+		r.readLetters(cmd, buf[:0])
+		err = h.read(&r, &sendShortNames)
 		if code == SendBatchMessage {
 			h.Batch = true
 		}

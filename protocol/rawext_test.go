@@ -141,3 +141,54 @@ func BenchmarkReadSendHeader(b *testing.B) {
 		})
 	}
 }
+
+// rawBlock encodes key/value pairs as a binary ext-fields block (Command.RawExt), in order
+// and with repeats, as a sender may write them.
+func rawBlock(kv ...string) string {
+	var b []byte
+	for i := 0; i < len(kv); i += 2 {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(kv[i])))
+		b = append(b, kv[i]...)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(kv[i+1])))
+		b = append(b, kv[i+1]...)
+	}
+	return string(b)
+}
+
+// SEND_MESSAGE_V2's one-letter keys are read from the raw block by letter; whatever the
+// block holds (keys out of order, repeated, other keys among them, fields missing or
+// malformed), the result and the error are those of the map the block would make.
+func TestDecodeSendHeaderLettersAsTheMap(t *testing.T) {
+	full := []string{"a", "pg", "b", "T", "c", "TBW102", "d", "4", "e", "3", "f", "0", "g", "1700000000000",
+		"h", "7", "i", "KEYS\x01k\x02", "j", "2", "k", "false", "l", "16", "m", "false", "n", "b"}
+	cases := map[string][]string{
+		"in order":        full,
+		"reversed":        {"n", "b", "m", "false", "l", "16", "k", "false", "j", "2", "i", "p", "h", "7", "g", "1", "f", "0", "e", "3", "d", "4", "c", "d", "b", "T", "a", "pg"},
+		"repeated":        append(append([]string{}, full...), "b", "T2", "e", "5"),
+		"other keys":      append(append([]string{}, full...), "zz", "1", "topic", "X"),
+		"capital letter":  append(append([]string{}, full...), "B", "X"),
+		"optional absent": {"a", "pg", "b", "T", "c", "d", "d", "4", "e", "3", "f", "0", "g", "1", "h", "7"},
+		"empty values":    {"a", "", "b", "", "c", "", "d", "4", "e", "3", "f", "0", "g", "1", "h", "7", "i", ""},
+		"required absent": {"a", "pg", "c", "d", "d", "4", "e", "3", "f", "0", "g", "1", "h", "7"},
+		"bad number":      {"a", "pg", "b", "T", "c", "d", "d", "4", "e", "x", "f", "0", "g", "1", "h", "7"},
+		"bad bool":        append(append([]string{}, full...), "k", "yes"),
+	}
+	for name, kv := range cases {
+		for _, code := range []RequestCode{SendMessageV2, SendBatchMessage} {
+			ext := map[string]string{}
+			for i := 0; i < len(kv); i += 2 {
+				ext[kv[i]] = kv[i+1]
+			}
+			want, wantErr := DecodeSendHeader(&Command{Code: int16(code), ExtFields: ext})
+			got, err := DecodeSendHeader(&Command{Code: int16(code), RawExt: rawBlock(kv...)})
+			if wantErr != nil {
+				assert.Equal(t, wantErr.Error(), err.Error(), name)
+				var fe *FieldError
+				assert.True(t, errors.As(err, &fe), name)
+				continue
+			}
+			require.NoError(t, err, name)
+			assert.Equal(t, want, got, "%s %s", name, code)
+		}
+	}
+}
