@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -191,4 +192,39 @@ func TestDecodeSendHeaderLettersAsTheMap(t *testing.T) {
 			assert.Equal(t, want, got, "%s %s", name, code)
 		}
 	}
+}
+
+// ReadFrameLent leaves the body of a frame that fits the buffer in the buffer (lent, and
+// capped so that an append cannot run into the next frame); a frame without a body, or one
+// larger than the buffer, lends nothing.
+func TestReadFrameLent(t *testing.T) {
+	small := sendFrame(t, SendMessageV2, RocketMQ)
+	bare, err := NewResponse(&Command{Serialize: RocketMQ}, Success, "").AppendFrame(nil)
+	require.NoError(t, err)
+	bigReq := NewRequest(SendMessageV2, map[string]string{"b": "T"}, bytes.Repeat([]byte("x"), 20<<10))
+	big, err := bigReq.AppendFrame(nil)
+	require.NoError(t, err)
+	stream := append(append(append(append([]byte{}, small...), bare...), big...), small...)
+	br := bufio.NewReaderSize(bytes.NewReader(stream), 16<<10)
+
+	c, lent, err := ReadFrameLent(br, 0, allSends)
+	require.NoError(t, err)
+	assert.True(t, lent)
+	assert.Equal(t, "body", string(c.Body))
+	assert.Equal(t, len(c.Body), cap(c.Body))
+	buffered, err := br.Peek(br.Buffered())
+	require.NoError(t, err)
+	assert.Equal(t, unsafe.Pointer(unsafe.SliceData(buffered)), unsafe.Add(unsafe.Pointer(unsafe.SliceData(c.Body)), len(c.Body)),
+		"the body is in the buffer, just before the next frame")
+
+	_, lent, err = ReadFrameLent(br, 0, allSends)
+	require.NoError(t, err)
+	assert.False(t, lent, "no body")
+	c, lent, err = ReadFrameLent(br, 0, allSends)
+	require.NoError(t, err)
+	assert.False(t, lent, "larger than the buffer: read into a frame of its own")
+	assert.Len(t, c.Body, 20<<10)
+	c, err = ReadFrameRawExt(br, 0, allSends)
+	require.NoError(t, err)
+	assert.Equal(t, "body", string(c.Body))
 }
