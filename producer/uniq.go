@@ -16,7 +16,14 @@ import (
 type uniqGen struct {
 	prefix  [20]byte // hex of the fixed 10 bytes
 	counter atomic.Uint32
+	// month is the current month's span, so that an id costs no calendar arithmetic
+	// (time.Date per id was about 1 % of a producer's CPU); replaced when a send falls out
+	// of it.
+	month atomic.Pointer[monthSpan]
 }
+
+// monthSpan is [start, end) of one month in local time.
+type monthSpan struct{ start, end time.Time }
 
 const hexDigits = "0123456789ABCDEF"
 
@@ -38,9 +45,14 @@ func newUniqGen(ip string) *uniqGen {
 
 func (g *uniqGen) next() string {
 	now := time.Now()
-	monthStart := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, now.Location())
+	m := g.month.Load()
+	if m == nil || now.Before(m.start) || !now.Before(m.end) {
+		start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, now.Location())
+		m = &monthSpan{start: start, end: start.AddDate(0, 1, 0)}
+		g.month.Store(m)
+	}
 	var raw [6]byte
-	binary.BigEndian.PutUint32(raw[:], uint32(now.Sub(monthStart).Milliseconds()))
+	binary.BigEndian.PutUint32(raw[:], uint32(now.Sub(m.start).Milliseconds()))
 	binary.BigEndian.PutUint16(raw[4:], uint16(g.counter.Add(1)))
 	var out [32]byte
 	copy(out[:], g.prefix[:])
