@@ -570,16 +570,6 @@ func (c *Conn) writeFrame(cmd *protocol.Command, regions []FileRegion, release f
 // encoding error is returned as is; a closed connection returns its error and queues nothing.
 // A failing write later closes the connection, which fails the calls pending on it.
 func (c *Conn) queueCommand(cmd *protocol.Command) error {
-	return c.queueFrame(cmd, false)
-}
-
-// queueFrame is queueCommand; with hold (the read goroutine queuing the answer of a request
-// it served inline) a frame queued while no write is under way is not handed to the flusher:
-// the read goroutine writes it, with the answers after it, before it next waits for input
-// (writeHeld). Handing each read buffer's answers to the flusher cost a goroutine wake-up,
-// and the flusher, readied on the read goroutine's processor, often waited there until the
-// read goroutine blocked anyway (up to 46 % of the time in a trace of one producer).
-func (c *Conn) queueFrame(cmd *protocol.Command, hold bool) error {
 	bp := c.cfg.getFrame()
 	frame, err := cmd.AppendFrame((*bp)[:0])
 	if err != nil {
@@ -595,27 +585,12 @@ func (c *Conn) queueFrame(cmd *protocol.Command, hold bool) error {
 	default:
 	}
 	c.queue = append(c.queue, queuedFrame{bp: bp, frame: frame})
-	if !c.writing && !hold {
+	if !c.writing {
 		c.writing = true
 		c.kickFlusherLocked()
 	}
 	c.qmu.Unlock()
 	return nil
-}
-
-// writeHeld writes the frames the read goroutine queued with hold, unless another writer
-// has taken them meanwhile (any queued frame goes with the next write). The read goroutine
-// calls it before every read that may wait for input, so an answer is held at most while
-// the rest of the read buffer is served.
-func (c *Conn) writeHeld() {
-	c.qmu.Lock()
-	if c.writing || len(c.queue) == 0 {
-		c.qmu.Unlock()
-		return
-	}
-	c.writing = true
-	c.qmu.Unlock()
-	c.writeQueued(false)
 }
 
 // flusherIdle is how long a flusher without work waits before it ends; the next queued frame
@@ -804,9 +779,6 @@ func (c *Conn) run() {
 
 func (c *Conn) readLoop() error {
 	for {
-		if !c.frameBuffered() {
-			c.writeHeld() // before a read that may wait: see queueFrame
-		}
 		// Wait for a frame's first byte with no clock running: between frames, only the idle
 		// timeout applies.
 		if _, err := c.br.Peek(1); err != nil {
@@ -1035,7 +1007,7 @@ func (c *Conn) serve(req *protocol.Command, inline bool) {
 		if files {
 			c.respondFiles(req, resp, rc.fileRegions, rc.fileRelease)
 		} else {
-			c.respondHold(req, resp, inline)
+			c.respond(req, resp)
 		}
 		c.responding.Add(-1)
 	}
@@ -1138,19 +1110,9 @@ func (c *Conn) respond(req, resp *protocol.Command) {
 	c.respondFiles(req, resp, nil, nil)
 }
 
-// respondHold is respond; hold (the read goroutine answering a request it served inline)
-// leaves the answer for the read goroutine to write (see queueFrame).
-func (c *Conn) respondHold(req, resp *protocol.Command, hold bool) {
-	c.respondTo(req, resp, nil, nil, hold)
-}
-
 // respondFiles is respond for a response whose body is regions of files (none: resp.Body);
 // release, if not nil, is called once.
 func (c *Conn) respondFiles(req, resp *protocol.Command, regions []FileRegion, release func()) {
-	c.respondTo(req, resp, regions, release, false)
-}
-
-func (c *Conn) respondTo(req, resp *protocol.Command, regions []FileRegion, release func(), hold bool) {
 	if resp.Opaque != req.Opaque || resp.Serialize != req.Serialize ||
 		resp.Flag&(protocol.FlagResponse|protocol.FlagOneway) != protocol.FlagResponse {
 		// Fix a copy: the Handler may share its response value.
@@ -1166,10 +1128,10 @@ func (c *Conn) respondTo(req, resp *protocol.Command, regions []FileRegion, rele
 		// until they are out, and the goroutine's wait bounds how many a connection holds.
 		_, err = c.writeFrame(resp, regions, release)
 	} else {
-		// Queued for the flusher (or held for the read goroutine), not written here: the
-		// serving goroutine is free at once, and the responses of many requests leave
-		// together without each waiting for the write.
-		err = c.queueFrame(resp, hold)
+		// Queued for the flusher, not written here: the serving goroutine is free at once,
+		// and the responses of many requests leave together without each waiting for the
+		// write.
+		err = c.queueCommand(resp)
 	}
 	if err == nil || errors.Is(err, ErrConnClosed) {
 		return

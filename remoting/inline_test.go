@@ -1,10 +1,8 @@
 package remoting_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"net"
 	"runtime"
 	"strconv"
 	"sync"
@@ -226,54 +224,4 @@ func TestLendingInlineHandlerBodies(t *testing.T) {
 	resp := recv(t, done, "the blocked request's answer")
 	require.NotNil(t, resp)
 	assert.Equal(t, string(held), string(resp.Body), "the body of a request not served inline is its own")
-}
-
-// flushers counts the goroutines running a connection's flusher.
-func flushers() int {
-	buf := make([]byte, 1<<20)
-	n := runtime.Stack(buf, true)
-	return bytes.Count(buf[:n], []byte("remoting.(*Conn).flushLoop"))
-}
-
-// The answers of requests served inline are written by the read goroutine itself, before it
-// waits for the next request: no flusher goroutine is woken (or started) for them. The
-// client's Invoke writes its own requests, so neither side starts one.
-func TestInlineAnswersWrittenByTheReadGoroutine(t *testing.T) {
-	checkGoroutines(t)
-	h, c := startInline(t)
-	base := flushers()
-	for range 20 {
-		assert.Equal(t, h.readGoroutine(), where(t, c, "1").ExtFields["g"])
-	}
-	assert.Equal(t, base, flushers(), "no flusher started for inline answers")
-	where(t, c, "0") // served on a goroutine of its own: its answer goes to the flusher
-	assert.Equal(t, base+1, flushers())
-}
-
-// Requests pipelined in one write and followed by the end of the peer's stream are all
-// answered: the read goroutine writes the answers it holds before the read that finds EOF.
-func TestInlineAnswersWrittenBeforeEOF(t *testing.T) {
-	checkGoroutines(t)
-	srv := startServer(t, &inlineHandler{testHandler: newTestHandler()}, remoting.ServerOptions{})
-	nc, err := net.Dial("tcp", srv.addr)
-	require.NoError(t, err)
-	defer nc.Close()
-	var frames []byte
-	const n = 50
-	for i := range n {
-		req := protocol.NewRequest(codeWhere, map[string]string{"inline": "1"}, nil)
-		req.Opaque = int32(i + 1)
-		frames, err = req.AppendFrame(frames)
-		require.NoError(t, err)
-	}
-	_, err = nc.Write(frames)
-	require.NoError(t, err)
-	require.NoError(t, nc.(*net.TCPConn).CloseWrite())
-	br := bufio.NewReader(nc)
-	for i := range n {
-		resp, err := protocol.ReadFrame(br, 0)
-		require.NoError(t, err, "answer %d", i)
-		assert.Equal(t, int32(i+1), resp.Opaque)
-		assert.Equal(t, protocol.Success, resp.ResponseCode())
-	}
 }
