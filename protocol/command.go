@@ -467,8 +467,8 @@ func readFrame(r *bufio.Reader, max int, rawExt func(RequestCode) bool, copyBody
 	}
 	if n <= r.Size() {
 		// The frame fits the reader's buffer: decode it there. Its header's strings are
-		// copied anyway and a body is copied out, so a frame without a body (most
-		// responses) costs no buffer of its own.
+		// copied anyway and a body is copied out (unless lent), so a frame without a body
+		// (most responses) costs no buffer of its own.
 		frame, err := r.Peek(n)
 		if err != nil {
 			if errors.Is(err, io.EOF) {

@@ -67,9 +67,9 @@ type RawExtHandler interface {
 // LendingInlineHandler is an InlineHandler whose inline requests borrow their body: the
 // Body of a request served on the read goroutine points into the connection's read buffer
 // (protocol.ReadFrameLent) and is valid only until ServeRemoting returns; the Handler
-// copies whatever it keeps of it, and does not answer with it. That saves a copy and an allocation per request (a 1 KiB
-// send: the body was a quarter of the bytes allocated per message). Requests served on
-// goroutines of their own, and responses, still own their body.
+// copies whatever it keeps of it, and does not answer with it. That saves a copy and an
+// allocation per request (a 1 KiB send: the body was a quarter of the bytes allocated per
+// message). Requests served on goroutines of their own, and responses, own their body.
 type LendingInlineHandler interface {
 	InlineHandler
 	LendInlineBody()
