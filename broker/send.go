@@ -120,7 +120,7 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 		o.MessagesIn(m.Topic, 1, len(m.Body))
 	}
 	// Written straight into the frame: nothing reads a send's answer before it goes out.
-	return storedResponse(req, err, &protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset})
+	return sendAnswer(req, err, protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset})
 }
 
 // delayLevel is the DELAY property of a raw property block, 0 when absent or not a number.
@@ -159,6 +159,24 @@ func storedResponse(req *protocol.Command, err error, h protocol.FieldAppender) 
 		return protocol.NewResponseWith(req, code, remark, h)
 	}
 	return protocol.NewResponse(req, code, remark)
+}
+
+// sendAnswer is storedResponse with h (as protocol.NewResponseWith makes it), the response
+// and its header in one allocation: a send's answer is made for every message.
+func sendAnswer(req *protocol.Command, err error, h protocol.SendMessageResponseHeader) *protocol.Command {
+	a := &struct {
+		cmd protocol.Command
+		hdr protocol.SendMessageResponseHeader
+	}{hdr: h}
+	code, remark := protocol.Success, ""
+	if err != nil {
+		code, remark = protocol.FlushDiskTimeout, err.Error()
+	}
+	a.cmd = protocol.Command{
+		Code: int16(code), Language: protocol.LangGo, Version: protocol.Version, Opaque: req.Opaque,
+		Flag: protocol.FlagResponse, Remark: remark, Fields: &a.hdr, Serialize: req.Serialize,
+	}
+	return &a.cmd
 }
 
 func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *protocol.MessageExt) *protocol.Command {

@@ -233,7 +233,7 @@ func decodeFrame(frame []byte, copyBody bool, rawExt func(RequestCode) bool) (*C
 		if copyBody {
 			body = append([]byte(nil), body...)
 		}
-		c.Body = body
+		c.Body = body[:len(body):len(body)] // an append to it cannot run into what follows
 	}
 	return c, nil
 }
@@ -437,34 +437,48 @@ func ReadFrame(r *bufio.Reader, max int) (*Command, error) {
 // reports true, leaves ExtFields nil and sets RawExt: for a reader whose handler decodes
 // those requests' headers itself (see Command.RawExt). JSON headers always build the map.
 func ReadFrameRawExt(r *bufio.Reader, max int, rawExt func(RequestCode) bool) (*Command, error) {
+	c, _, err := readFrame(r, max, rawExt, true)
+	return c, err
+}
+
+// ReadFrameLent is ReadFrameRawExt that does not copy the body of a frame that fits r's
+// buffer: lent reports that c.Body points into r's buffer, valid only until the next call
+// that reads from r (which may move or overwrite the buffered bytes). The header's strings
+// are copies either way. A reader that serves a request before it reads the next frame
+// saves a copy and an allocation per frame; it must copy the body of anything it hands on.
+func ReadFrameLent(r *bufio.Reader, max int, rawExt func(RequestCode) bool) (c *Command, lent bool, err error) {
+	return readFrame(r, max, rawExt, false)
+}
+
+func readFrame(r *bufio.Reader, max int, rawExt func(RequestCode) bool, copyBody bool) (*Command, bool, error) {
 	if max <= 0 || max > MaxFrameSize {
 		max = MaxFrameSize
 	}
 	var lb [4]byte
 	if _, err := io.ReadFull(r, lb[:]); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	n := int(int32(binary.BigEndian.Uint32(lb[:])))
 	if n < 4 {
-		return nil, fmt.Errorf("read frame: length %d is shorter than a header mark: %w", n, ErrMalformedFrame)
+		return nil, false, fmt.Errorf("read frame: length %d is shorter than a header mark: %w", n, ErrMalformedFrame)
 	}
 	if n > max {
-		return nil, fmt.Errorf("read frame: length %d exceeds %d: %w", n, max, ErrFrameTooLarge)
+		return nil, false, fmt.Errorf("read frame: length %d exceeds %d: %w", n, max, ErrFrameTooLarge)
 	}
 	if n <= r.Size() {
 		// The frame fits the reader's buffer: decode it there. Its header's strings are
-		// copied anyway and a body is copied out, so a frame without a body (most
-		// responses) costs no buffer of its own.
+		// copied anyway and a body is copied out (unless lent), so a frame without a body
+		// (most responses) costs no buffer of its own.
 		frame, err := r.Peek(n)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
-			return nil, fmt.Errorf("read frame of %d bytes after %d: %w", n, len(frame), err)
+			return nil, false, fmt.Errorf("read frame of %d bytes after %d: %w", n, len(frame), err)
 		}
-		c, err := decodeFrame(frame, true, rawExt)
-		_, _ = r.Discard(n) // buffered: cannot fail
-		return c, err
+		c, err := decodeFrame(frame, copyBody, rawExt)
+		_, _ = r.Discard(n) // buffered: cannot fail; the bytes stay until the next read
+		return c, err == nil && !copyBody && len(c.Body) > 0, err
 	}
 	frame := make([]byte, 0, min(n, frameChunk))
 	for len(frame) < n {
@@ -479,8 +493,9 @@ func ReadFrameRawExt(r *bufio.Reader, max int, rawExt func(RequestCode) bool) (*
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
-			return nil, fmt.Errorf("read frame of %d bytes after %d: %w", n, len(frame), err)
+			return nil, false, fmt.Errorf("read frame of %d bytes after %d: %w", n, len(frame), err)
 		}
 	}
-	return decodeFrame(frame, false, rawExt)
+	c, err := decodeFrame(frame, false, rawExt) // the frame is its own: the body is not lent
+	return c, false, err
 }

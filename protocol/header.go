@@ -89,7 +89,17 @@ type fieldReader struct {
 	ext map[string]string
 	// raw, when ext is nil, holds the fields of a Command.RawExt block.
 	raw []rawField
-	err error
+	// letters, when has is not 0, holds instead a RawExt block whose keys are all one lowercase
+	// letter (SEND_MESSAGE_V2's), indexed by letter, the last of a repeated key winning as
+	// in a map; has marks the letters present. A lookup is then an index, not a scan of
+	// every field: on the broker's inline send path the scans were 5 % of the CPU.
+	letters *[26]string
+	has     uint32 // 0: no letters
+	err     error
+	// errp, when set, receives the first error instead of err: a caller whose buffers
+	// (raw's, letters) are on its stack reads the error from a variable of its own, since
+	// reading it from the reader would let escape analysis move those buffers to the heap.
+	errp *error
 }
 
 // rawField is one field of a Command.RawExt block.
@@ -110,7 +120,30 @@ func readerOf(cmd *Command, buf []rawField) fieldReader {
 	return fieldReader{raw: raw}
 }
 
+// readLetters indexes the values of a RawExt block by letter into letters, the last of a
+// repeated key winning, when every key is one lowercase letter; has marks the letters
+// present. It reports false when a key is not one letter. (A function rather than a method
+// setting a reader up: a store through a pointer would move letters to the heap.)
+func readLetters(raw string, letters *[26]string) (has uint32, ok bool) {
+	for rest := raw; rest != ""; {
+		k, v, next := nextRawField(rest)
+		if len(k) != 1 || k[0] < 'a' || k[0] > 'z' {
+			return 0, false
+		}
+		letters[k[0]-'a'] = v
+		has |= 1 << (k[0] - 'a')
+		rest = next
+	}
+	return has, true
+}
+
 func (r *fieldReader) fail(name, value, want string, sentinel error) {
+	if r.errp != nil {
+		if *r.errp == nil {
+			*r.errp = &FieldError{Field: name, Value: value, Want: want, Err: sentinel}
+		}
+		return
+	}
 	if r.err == nil {
 		r.err = &FieldError{Field: name, Value: value, Want: want, Err: sentinel}
 	}
@@ -121,7 +154,12 @@ func (r *fieldReader) fail(name, value, want string, sentinel error) {
 func (r *fieldReader) lookup(name string, required bool) (string, bool) {
 	var v string
 	var ok bool
-	if r.ext == nil && r.raw != nil {
+	if r.has != 0 {
+		if len(name) == 1 && name[0] >= 'a' && name[0] <= 'z' {
+			i := name[0] - 'a'
+			v, ok = r.letters[i], r.has&(1<<i) != 0
+		}
+	} else if r.ext == nil && r.raw != nil {
 		for i := range r.raw {
 			// Length and first byte first: the one-letter keys of SEND_MESSAGE_V2 are then
 			// told apart without a call to compare memory.

@@ -149,10 +149,13 @@ func (h *SendMessageRequestHeader) DecodeV2(ext map[string]string) error {
 }
 
 func (h *SendMessageRequestHeader) decode(ext map[string]string, n *[14]string) error {
-	return h.read(fieldReader{ext: ext}, n)
+	r := fieldReader{ext: ext}
+	h.read(&r, n)
+	return r.err
 }
 
-func (h *SendMessageRequestHeader) read(r fieldReader, n *[14]string) error {
+// read decodes the fields named n from r; the first error is in r's err (or errp).
+func (h *SendMessageRequestHeader) read(r *fieldReader, n *[14]string) {
 	h.ProducerGroup = r.str(n[0], true)
 	h.Topic = r.str(n[1], true)
 	h.DefaultTopic = r.str(n[2], true)
@@ -167,7 +170,6 @@ func (h *SendMessageRequestHeader) read(r fieldReader, n *[14]string) error {
 	h.MaxReconsumeTimes = r.i32Or(n[11], -1)
 	h.Batch = r.bool(n[12], false)
 	h.BrokerName = r.str(n[13], false)
-	return r.err
 }
 
 // DecodeSendHeader decodes the send header of cmd in the form its code implies: long names
@@ -175,13 +177,26 @@ func (h *SendMessageRequestHeader) read(r fieldReader, n *[14]string) error {
 // for SEND_BATCH_MESSAGE even if the sender left "m" out.
 func DecodeSendHeader(cmd *Command) (*SendMessageRequestHeader, error) {
 	h := new(SendMessageRequestHeader)
+	// The fields' buffers stay on the stack: the error comes back in err, not in r.
 	var err error
 	var buf [len(sendShortNames) + 2]rawField
 	switch code := cmd.RequestCode(); code {
 	case SendMessage:
-		err = h.read(readerOf(cmd, buf[:0]), &sendLongNames)
+		r := readerOf(cmd, buf[:0])
+		r.errp = &err
+		h.read(&r, &sendLongNames)
 	case SendMessageV2, SendBatchMessage:
-		err = h.read(readerOf(cmd, buf[:0]), &sendShortNames)
+		var letters [26]string
+		r := fieldReader{ext: cmd.ExtFields}
+		if cmd.ExtFields == nil && cmd.RawExt != "" {
+			if has, ok := readLetters(cmd.RawExt, &letters); ok {
+				r = fieldReader{letters: &letters, has: has}
+			} else {
+				r = readerOf(cmd, buf[:0])
+			}
+		}
+		r.errp = &err
+		h.read(&r, &sendShortNames)
 		if code == SendBatchMessage {
 			h.Batch = true
 		}

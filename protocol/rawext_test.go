@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -140,4 +141,90 @@ func BenchmarkReadSendHeader(b *testing.B) {
 			}
 		})
 	}
+}
+
+// rawBlock encodes key/value pairs as a binary ext-fields block (Command.RawExt), in order
+// and with repeats, as a sender may write them.
+func rawBlock(kv ...string) string {
+	var b []byte
+	for i := 0; i < len(kv); i += 2 {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(kv[i])))
+		b = append(b, kv[i]...)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(kv[i+1])))
+		b = append(b, kv[i+1]...)
+	}
+	return string(b)
+}
+
+// SEND_MESSAGE_V2's one-letter keys are read from the raw block by letter; whatever the
+// block holds (keys out of order, repeated, other keys among them, fields missing or
+// malformed), the result and the error are those of the map the block would make.
+func TestDecodeSendHeaderLettersAsTheMap(t *testing.T) {
+	full := []string{"a", "pg", "b", "T", "c", "TBW102", "d", "4", "e", "3", "f", "0", "g", "1700000000000",
+		"h", "7", "i", "KEYS\x01k\x02", "j", "2", "k", "false", "l", "16", "m", "false", "n", "b"}
+	cases := map[string][]string{
+		"in order":        full,
+		"reversed":        {"n", "b", "m", "false", "l", "16", "k", "false", "j", "2", "i", "p", "h", "7", "g", "1", "f", "0", "e", "3", "d", "4", "c", "d", "b", "T", "a", "pg"},
+		"repeated":        append(append([]string{}, full...), "b", "T2", "e", "5"),
+		"other keys":      append(append([]string{}, full...), "zz", "1", "topic", "X"),
+		"capital letter":  append(append([]string{}, full...), "B", "X"),
+		"optional absent": {"a", "pg", "b", "T", "c", "d", "d", "4", "e", "3", "f", "0", "g", "1", "h", "7"},
+		"empty values":    {"a", "", "b", "", "c", "", "d", "4", "e", "3", "f", "0", "g", "1", "h", "7", "i", ""},
+		"required absent": {"a", "pg", "c", "d", "d", "4", "e", "3", "f", "0", "g", "1", "h", "7"},
+		"bad number":      {"a", "pg", "b", "T", "c", "d", "d", "4", "e", "x", "f", "0", "g", "1", "h", "7"},
+		"bad bool":        append(append([]string{}, full...), "k", "yes"),
+	}
+	for name, kv := range cases {
+		for _, code := range []RequestCode{SendMessageV2, SendBatchMessage} {
+			ext := map[string]string{}
+			for i := 0; i < len(kv); i += 2 {
+				ext[kv[i]] = kv[i+1]
+			}
+			want, wantErr := DecodeSendHeader(&Command{Code: int16(code), ExtFields: ext})
+			got, err := DecodeSendHeader(&Command{Code: int16(code), RawExt: rawBlock(kv...)})
+			if wantErr != nil {
+				assert.Equal(t, wantErr.Error(), err.Error(), name)
+				var fe *FieldError
+				assert.True(t, errors.As(err, &fe), name)
+				continue
+			}
+			require.NoError(t, err, name)
+			assert.Equal(t, want, got, "%s %s", name, code)
+		}
+	}
+}
+
+// ReadFrameLent leaves the body of a frame that fits the buffer in the buffer (lent, and
+// capped so that an append cannot run into the next frame); a frame without a body, or one
+// larger than the buffer, lends nothing.
+func TestReadFrameLent(t *testing.T) {
+	small := sendFrame(t, SendMessageV2, RocketMQ)
+	bare, err := NewResponse(&Command{Serialize: RocketMQ}, Success, "").AppendFrame(nil)
+	require.NoError(t, err)
+	bigReq := NewRequest(SendMessageV2, map[string]string{"b": "T"}, bytes.Repeat([]byte("x"), 20<<10))
+	big, err := bigReq.AppendFrame(nil)
+	require.NoError(t, err)
+	stream := append(append(append(append([]byte{}, small...), bare...), big...), small...)
+	br := bufio.NewReaderSize(bytes.NewReader(stream), 16<<10)
+
+	c, lent, err := ReadFrameLent(br, 0, allSends)
+	require.NoError(t, err)
+	assert.True(t, lent)
+	assert.Equal(t, "body", string(c.Body))
+	assert.Equal(t, len(c.Body), cap(c.Body))
+	buffered, err := br.Peek(br.Buffered())
+	require.NoError(t, err)
+	assert.Equal(t, unsafe.Pointer(unsafe.SliceData(buffered)), unsafe.Add(unsafe.Pointer(unsafe.SliceData(c.Body)), len(c.Body)),
+		"the body is in the buffer, just before the next frame")
+
+	_, lent, err = ReadFrameLent(br, 0, allSends)
+	require.NoError(t, err)
+	assert.False(t, lent, "no body")
+	c, lent, err = ReadFrameLent(br, 0, allSends)
+	require.NoError(t, err)
+	assert.False(t, lent, "larger than the buffer: read into a frame of its own")
+	assert.Len(t, c.Body, 20<<10)
+	c, err = ReadFrameRawExt(br, 0, allSends)
+	require.NoError(t, err)
+	assert.Equal(t, "body", string(c.Body))
 }

@@ -68,6 +68,7 @@ func (o *ClientOptions) connConfig() (*connConfig, error) {
 		onClose:      o.OnConnClose,
 	}
 	cfg.inline, _ = o.Handler.(InlineHandler)
+	_, cfg.lend = o.Handler.(LendingInlineHandler)
 	if rh, ok := o.Handler.(RawExtHandler); ok {
 		cfg.rawExt = rh.RawExt
 	}

@@ -2,6 +2,7 @@ package remoting
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -64,6 +65,17 @@ type RawExtHandler interface {
 	RawExt(code protocol.RequestCode) bool
 }
 
+// LendingInlineHandler is an InlineHandler whose inline requests borrow their body: the
+// Body of a request served on the read goroutine points into the connection's read buffer
+// (protocol.ReadFrameLent) and is valid only until ServeRemoting returns; the Handler
+// copies whatever it keeps of it, and does not answer with it. That saves a copy and an
+// allocation per request (a 1 KiB send: the body was a quarter of the bytes allocated per
+// message). Requests served on goroutines of their own, and responses, own their body.
+type LendingInlineHandler interface {
+	InlineHandler
+	LendInlineBody()
+}
+
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, c *Conn, req *protocol.Command) *protocol.Command
 
@@ -107,7 +119,9 @@ type connConfig struct {
 	// inline is handler when it implements InlineHandler, else nil.
 	inline InlineHandler
 	// rawExt is the handler's RawExt when it implements RawExtHandler, else nil.
-	rawExt       func(protocol.RequestCode) bool
+	rawExt func(protocol.RequestCode) bool
+	// lend is set when handler implements LendingInlineHandler.
+	lend         bool
 	maxFrame     int
 	maxInFlight  int32
 	maxParked    int32
@@ -781,7 +795,14 @@ func (c *Conn) readLoop() error {
 		if started {
 			c.frameStart.Store(1 + int64(time.Since(c.cfg.epoch)))
 		}
-		cmd, err := protocol.ReadFrameRawExt(c.br, c.cfg.maxFrame, c.cfg.rawExt)
+		var cmd *protocol.Command
+		var lent bool
+		var err error
+		if c.cfg.lend {
+			cmd, lent, err = protocol.ReadFrameLent(c.br, c.cfg.maxFrame, c.cfg.rawExt)
+		} else {
+			cmd, err = protocol.ReadFrameRawExt(c.br, c.cfg.maxFrame, c.cfg.rawExt)
+		}
 		if started {
 			c.frameStart.Store(0)
 		}
@@ -797,10 +818,13 @@ func (c *Conn) readLoop() error {
 		}
 		c.activity.Add(1)
 		if cmd.IsResponse() {
+			if lent {
+				cmd.Body = bytes.Clone(cmd.Body)
+			}
 			c.deliver(cmd)
 			continue
 		}
-		c.dispatch(cmd)
+		c.dispatch(cmd, lent)
 	}
 }
 
@@ -862,7 +886,10 @@ func (c *Conn) logClose() {
 }
 
 // dispatch admits a request and serves it on its own goroutine, or refuses it.
-func (c *Conn) dispatch(req *protocol.Command) {
+//
+// lent says that req.Body is borrowed from the read buffer (see LendingInlineHandler): it
+// is copied unless req is served inline.
+func (c *Conn) dispatch(req *protocol.Command, lent bool) {
 	if c.cfg.mirrorPeer && uint32(req.Serialize) != c.serialize.Load() {
 		c.serialize.Store(uint32(req.Serialize))
 	}
@@ -891,6 +918,9 @@ func (c *Conn) dispatch(req *protocol.Command) {
 	if c.cfg.inline != nil && c.askInline(req) {
 		c.serve(req, true)
 		return
+	}
+	if lent {
+		req.Body = bytes.Clone(req.Body)
 	}
 	select {
 	case c.work <- req: // an idle worker takes it

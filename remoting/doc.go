@@ -25,7 +25,9 @@
 //     hold up the requests behind it. An inline request is admitted and counted in flight
 //     like any other, keeps the connection from closing idle while it runs, has its panic
 //     recovered and answered SYSTEM_ERROR, and its response queued for the flusher; Park
-//     refuses it.
+//     refuses it. A Handler that also implements LendingInlineHandler gets an inline
+//     request's body straight from the read buffer (valid until it returns), saving a copy
+//     and an allocation per request; everything else gets a body of its own.
 //   - The number of requests served at once on one connection is bounded
 //     (MaxInFlightPerConn). Beyond it a request is answered SYSTEM_BUSY at once without running
 //     the Handler, as RocketMQ's broker does when its executor queue is full: the client backs

@@ -159,3 +159,69 @@ func TestRawExtHandler(t *testing.T) {
 		assert.Equal(t, wantMap, resp.ExtFields["map"], st)
 	}
 }
+
+// lendingHandler lends inline requests their body (remoting.LendingInlineHandler): those
+// with ext field "inline" = "1" are served inline and echoed with a copy of the body; the
+// others are the test handler's, which keep the body (codeBlock echoes it once released).
+type lendingHandler struct{ *testHandler }
+
+func (h lendingHandler) Inline(req *protocol.Command) bool { return req.Ext("inline") == "1" }
+
+func (h lendingHandler) LendInlineBody() {}
+
+func (h lendingHandler) ServeRemoting(ctx context.Context, c *remoting.Conn, req *protocol.Command) *protocol.Command {
+	if req.Ext("inline") == "1" {
+		resp := protocol.NewResponse(req, protocol.Success, "")
+		resp.Body = bytes.Clone(req.Body)
+		return resp
+	}
+	return h.testHandler.ServeRemoting(ctx, c, req)
+}
+
+func lentBody(i int, n int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, n) }
+
+// With a LendingInlineHandler, an inline request reads its body from the read buffer, but a
+// request handed to a goroutine of its own keeps its body intact while the read goroutine
+// reads (and overwrites the buffer with) many more frames; so do responses read on a
+// lending connection, while their callers are slower than the read goroutine.
+func TestLendingInlineHandlerBodies(t *testing.T) {
+	checkGoroutines(t)
+	h := lendingHandler{newTestHandler()}
+	srv := startServer(t, h, remoting.ServerOptions{})
+	c := dial(t, srv.addr, remoting.ClientOptions{Handler: h})
+
+	held := []byte("held by a request served on its own goroutine")
+	done := make(chan *protocol.Command, 1)
+	go func() {
+		resp, err := c.Invoke(ctxTimeout(t, 5*time.Second), protocol.NewRequest(codeBlock, nil, held))
+		assert.NoError(t, err)
+		done <- resp
+	}()
+	recv(t, h.entered, "the blocked request")
+
+	// Inline requests, bodies of 1 KiB, enough to cycle the 16 KiB read buffer many times;
+	// their responses come back on the client's lending connection and are checked only
+	// once all have arrived.
+	const n = 200
+	resps := make([]chan *protocol.Command, n)
+	for i := range n {
+		resps[i] = make(chan *protocol.Command, 1)
+		req := protocol.NewRequest(codeEcho, map[string]string{"inline": "1"}, lentBody(i, 1024))
+		require.NoError(t, c.InvokeAsync(ctxTimeout(t, 5*time.Second), req, 5*time.Second, func(resp *protocol.Command, err error) {
+			assert.NoError(t, err)
+			resps[i] <- resp
+		}))
+	}
+	got := make([]*protocol.Command, n)
+	for i := range n {
+		got[i] = recv(t, resps[i], "an inline answer")
+		require.NotNil(t, got[i])
+	}
+	for i, resp := range got {
+		assert.Equal(t, lentBody(i, 1024), resp.Body, "response %d", i)
+	}
+	close(h.release)
+	resp := recv(t, done, "the blocked request's answer")
+	require.NotNil(t, resp)
+	assert.Equal(t, string(held), string(resp.Body), "the body of a request not served inline is its own")
+}

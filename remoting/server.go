@@ -155,6 +155,7 @@ func NewServer(h Handler, opts ServerOptions) *Server {
 		sendfileMin:  DefaultSendfileThreshold,
 	}
 	s.cfg.inline, _ = h.(InlineHandler)
+	_, s.cfg.lend = h.(LendingInlineHandler)
 	if rh, ok := h.(RawExtHandler); ok {
 		s.cfg.rawExt = rh.RawExt
 	}

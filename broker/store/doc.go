@@ -98,8 +98,8 @@
 //     debug.SetPanicOnFault, so an I/O error on a mapped page fails the store instead of
 //     crashing the daemon; and only the active segment is mapped (older ones are read with
 //     pread), behind a per-segment lock that keeps it mapped while a reader copies.
-//     A prefaulter goroutine keeps the next 4 MiB of the mapping populated (readable only;
-//     see prefaultLoop for why), taking page allocation and zeroing off the append path.
+//     A prefaulter goroutine keeps the next 4 MiB of the mapping populated (writable; see
+//     prefaultLoop for why), taking page allocation, zeroing and faults off the append path.
 //     Durability is unchanged: a store into a shared mapping is in the page cache at once
 //     (nothing is lost when the process dies), and fdatasync writes mapped dirty pages like
 //     written ones.

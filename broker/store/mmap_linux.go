@@ -41,10 +41,11 @@ func mapSegment(f vfs.File, size int64) ([]byte, error) {
 
 func unmapSegment(m []byte) error { return syscall.Munmap(m) }
 
-// madvPopulateRead is Linux's MADV_POPULATE_READ (5.14+; not in package syscall).
-const madvPopulateRead = 22
+// madvPopulateWrite is Linux's MADV_POPULATE_WRITE (5.14+; not in package syscall).
+const madvPopulateWrite = 23
 
-// prefault faults m's pages in (readable) ahead of the writer, so that the appender's copy
-// does not pay for page allocation and zeroing. The caller ignores errors: prefaulting is
-// an optimization (older kernels reject the advice with EINVAL).
-func prefault(m []byte) error { return syscall.Madvise(m, madvPopulateRead) }
+// prefault faults m's pages in writable ahead of the writer, so that the appender's copy
+// pays neither for page allocation and zeroing nor for a write-protect fault. The caller
+// ignores errors: prefaulting is an optimization (older kernels reject the advice with
+// EINVAL). See prefaultLoop for why writable.
+func prefault(m []byte) error { return syscall.Madvise(m, madvPopulateWrite) }
