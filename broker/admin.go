@@ -22,7 +22,9 @@ var ErrNotFound = errors.New("not found")
 var ErrExists = errors.New("already exists")
 
 // ErrReserved is wrapped by the error of an administrative change to a topic the broker
-// keeps for itself (protocol.AutoCreateTopicKey, ScheduleTopic).
+// keeps for itself (protocol.AutoCreateTopicKey, ScheduleTopic, the transaction topics), and
+// of deleting the cluster's reply topic, which request-reply needs and the broker creates
+// only when it starts.
 var ErrReserved = errors.New("reserved for the broker")
 
 // ErrBadOffset is wrapped by the error of ResetOffsetsTo for a queue id the topic does not
@@ -200,13 +202,13 @@ func (b *Broker) putTopic(tc TopicConfig, check func(TopicConfig, bool) error) (
 
 // DeleteTopic removes a topic: its consume queues, its configuration and every group's
 // offsets of it (DELETE_TOPIC_IN_BROKER). It fails with ErrNotFound for an unknown topic and
-// ErrReserved for the broker's own topics.
+// ErrReserved for the broker's own topics and the cluster's reply topic.
 //
 // The messages go first, then the config: a crash in between leaves the topic listed but
 // empty (deleting it again finishes the job). The other order could leave the messages of a
 // topic no longer listed, and the next send re-creating it would bring them back.
 func (b *Broker) DeleteTopic(name string) error {
-	if isSystemTopic(name) {
+	if isSystemTopic(name) || name == protocol.ReplyTopic(b.cfg.Cluster) {
 		return fmt.Errorf("delete topic %q: %w", name, ErrReserved)
 	}
 	if _, ok := b.topics.get(name); !ok {

@@ -53,6 +53,10 @@ func TestAdminCreateUpdateDeleteTopic(t *testing.T) {
 	assert.False(t, ok)
 	require.ErrorIs(t, b.DeleteTopic("orders"), broker.ErrNotFound)
 	require.ErrorIs(t, b.DeleteTopic(protocol.AutoCreateTopicKey), broker.ErrReserved)
+	reply := protocol.ReplyTopic("local") // the default cluster
+	require.ErrorIs(t, b.DeleteTopic(reply), broker.ErrReserved)
+	_, ok = b.Topic(reply)
+	assert.True(t, ok, "the reply topic is kept")
 }
 
 func TestAdminTopicChangesPersist(t *testing.T) {
