@@ -74,6 +74,10 @@ type benchResult struct {
 	// pacer).
 	LateSends       float64 `json:"late_sends,omitempty"`
 	MaxSendLateness int64   `json:"max_send_lateness,omitempty"`
+	// FromSchedule is, for each delay percentile, the same percentile of the delays measured
+	// from when each send was due rather than from the send call (ns): the sender's own
+	// lateness included, and with it the time a catch-up burst's messages waited to be sent.
+	FromSchedule float64 `json:"from_schedule,omitempty"`
 }
 
 // benchReport is the --json document.
@@ -366,6 +370,9 @@ func formatResult(r benchResult) string {
 	}
 	if r.MessagesPerFsync > 0 {
 		line += fmt.Sprintf("  (%.1f messages per fsync)", r.MessagesPerFsync)
+	}
+	if r.FromSchedule > 0 {
+		line += fmt.Sprintf("  (from schedule %v)", time.Duration(r.FromSchedule).Round(time.Microsecond))
 	}
 	if r.MaxSendLateness > 0 {
 		line += fmt.Sprintf("  (%.1f %% of sends >2 ms late, the latest by %v)", 100*r.LateSends,

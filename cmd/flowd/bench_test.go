@@ -56,6 +56,10 @@ func TestBenchSmokeJSONAgainstJetStream(t *testing.T) {
 			assert.Positive(t, r.MaxSendLateness, "how punctual the sends were is reported")
 			assert.LessOrEqual(t, r.LateSends, 1.0)
 		}
+		if strings.HasPrefix(r.Scenario, "e2e-delay-") {
+			// Due no later than sent: the delay from the schedule is never the shorter.
+			assert.GreaterOrEqual(t, r.FromSchedule, r.Flowd, r.Scenario)
+		}
 		if strings.HasPrefix(r.Scenario, "produce-") {
 			assert.NotEmpty(t, r.Durability, r.Scenario)
 			assert.NotEmpty(t, r.BaselineDurability, r.Scenario)
@@ -133,6 +137,8 @@ func TestBenchPacerCountsLateSends(t *testing.T) {
 	assert.InDelta(t, 3.0/5, p.lateShare(), 1e-9)
 	assert.Equal(t, 2900*time.Microsecond, p.maxLate, "send 2 was due at 200 µs and went at 3.1 ms")
 
-	assert.Contains(t, formatResult(benchResult{Scenario: "e2e-delay-p99", Unit: "ns", Flowd: 2e6, LateSends: p.lateShare(),
-		MaxSendLateness: int64(p.maxLate)}), "(60.0 % of sends >2 ms late, the latest by 2.9ms)")
+	line := formatResult(benchResult{Scenario: "e2e-delay-p99", Unit: "ns", Flowd: 2e6, FromSchedule: 4.5e6,
+		LateSends: p.lateShare(), MaxSendLateness: int64(p.maxLate)})
+	assert.Contains(t, line, "(from schedule 4.5ms)")
+	assert.Contains(t, line, "(60.0 % of sends >2 ms late, the latest by 2.9ms)")
 }
