@@ -212,7 +212,7 @@ func (r *benchRun) syncFlush(ctx context.Context, sc benchScenario) ([]benchResu
 }
 
 func (r *benchRun) e2e(ctx context.Context, sc benchScenario) ([]benchResult, error) {
-	h, hs, pc, err := e2eDelay(ctx, r.c, sc.size, r.log)
+	h, hs, pc, rt, err := e2eDelay(ctx, r.c, sc.size, r.log)
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +226,7 @@ func (r *benchRun) e2e(ctx context.Context, sc benchScenario) ([]benchResult, er
 		res.FromSchedule = float64(hs.ValueAtQuantile(q.pct))
 		if q.suffix == "p99" { // once, with the figure the target is about
 			res.LateSends, res.MaxSendLateness = pc.lateShare(), int64(pc.maxLate)
+			res.SchedLatencyP99, res.SchedLatencyMax, res.GCCycles = int64(rt.schedP99), int64(rt.schedMax), rt.gcs
 		}
 		out = append(out, res)
 	}
@@ -401,16 +402,16 @@ func (p *pacer) lateShare() float64 {
 // e2eDelay offers c.samples messages at c.rate msg/s (async sends, paced by the clock, late
 // sends catching up at once) to a topic a lite-pull consumer is long polling, and returns the
 // delays to Poll handing the message out from each send call and from when it was due, and
-// how punctual the sends were. Each body carries both times; one process holds both ends, so
-// the clocks are one.
-func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (sent, due *hdrhistogram.Histogram, pc *pacer, err error) {
+// how punctual the sends were, and how long goroutines waited to run meanwhile. Each body
+// carries both times; one process holds both ends, so the clocks are one.
+func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (sent, due *hdrhistogram.Histogram, pc *pacer, rt runtimeDelta, err error) {
 	topic := fmt.Sprintf("flowd-bench-e2e-%d", time.Now().UnixNano())
 	p, err := newBenchProducer(c, c.namesrv, "flowd-bench-e2e", log)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, rt, err
 	}
 	if err := p.Start(ctx); err != nil {
-		return nil, nil, nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, nil, rt, fmt.Errorf("bench: %w", err)
 	}
 	defer p.Close(context.Background())
 	const (
@@ -427,18 +428,18 @@ func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (s
 		return b
 	}
 	if _, err := p.Send(ctx, &producer.Message{Topic: topic, Body: newBody(false)}); err != nil {
-		return nil, nil, nil, fmt.Errorf("bench: e2e topic: %w", err)
+		return nil, nil, nil, rt, fmt.Errorf("bench: e2e topic: %w", err)
 	}
 	lp, err := consumer.NewLitePull(fmt.Sprintf("flowd-bench-e2e-%d", time.Now().UnixNano()),
 		consumer.WithNameServers(c.namesrv), consumer.WithLogger(log), consumer.WithConsumeFrom(consumer.ConsumeFromLast))
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, nil, rt, fmt.Errorf("bench: %w", err)
 	}
 	if err := lp.Subscribe(topic, "*"); err != nil {
-		return nil, nil, nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, nil, rt, fmt.Errorf("bench: %w", err)
 	}
 	if err := lp.Start(ctx); err != nil {
-		return nil, nil, nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, nil, rt, fmt.Errorf("bench: %w", err)
 	}
 	defer lp.Close(context.Background())
 
@@ -481,24 +482,25 @@ func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (s
 	warmBy := time.After(30 * time.Second)
 	for warming := true; warming; {
 		if _, err := p.Send(ctx, &producer.Message{Topic: topic, Body: newBody(false)}); err != nil {
-			return nil, nil, nil, fmt.Errorf("bench: e2e warm-up: %w", err)
+			return nil, nil, nil, rt, fmt.Errorf("bench: e2e warm-up: %w", err)
 		}
 		select {
 		case <-warm:
 			warming = false
 		case err := <-done:
-			return nil, nil, nil, cmpOr(err, errors.New("bench: e2e poller ended during warm-up"))
+			return nil, nil, nil, rt, cmpOr(err, errors.New("bench: e2e poller ended during warm-up"))
 		case <-warmBy:
-			return nil, nil, nil, errors.New("bench: e2e: the consumer did not receive from every queue within 30 s")
+			return nil, nil, nil, rt, errors.New("bench: e2e: the consumer did not receive from every queue within 30 s")
 		case <-time.After(5 * time.Millisecond):
 		case <-ctx.Done():
-			return nil, nil, nil, ctx.Err()
+			return nil, nil, nil, rt, ctx.Err()
 		}
 	}
 
 	sem := make(chan struct{}, c.inflight)
 	var mu sync.Mutex
 	var sendErr error
+	before := readRuntime()
 	pc = &pacer{start: time.Now(), interval: time.Second / time.Duration(c.rate)}
 	for i := range c.samples {
 		if d := time.Until(pc.due(i)); d > 0 {
@@ -507,7 +509,7 @@ func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (s
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			return nil, nil, nil, ctx.Err()
+			return nil, nil, nil, rt, ctx.Err()
 		}
 		body := newBody(true)
 		now := time.Now()
@@ -526,16 +528,16 @@ func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (s
 	select {
 	case err := <-done:
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, rt, err
 		}
 	case <-time.After(30 * time.Second):
 		mu.Lock()
 		defer mu.Unlock()
-		return nil, nil, nil, cmpOr(sendErr, errors.New("bench: e2e: the consumer did not receive every message within 30 s"))
+		return nil, nil, nil, rt, cmpOr(sendErr, errors.New("bench: e2e: the consumer did not receive every message within 30 s"))
 	case <-ctx.Done():
-		return nil, nil, nil, ctx.Err()
+		return nil, nil, nil, rt, ctx.Err()
 	}
-	return hist, histDue, pc, nil
+	return hist, histDue, pc, before.until(readRuntime()), nil
 }
 
 func cmpOr(a, b error) error {
