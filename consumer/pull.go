@@ -19,16 +19,15 @@ type pullResult struct {
 	bytes int64
 }
 
-// pullOutcome is what one pull's goroutine reports.
-type pullOutcome struct {
-	res *pullResult
-	err error
-}
-
 // pullTask pulls one owned queue until the queue is dropped or the consumer shuts down. At
 // most pullGoroutines pulls are in flight at once across all tasks.
 //
 // # Notes
+//
+// A pull's answer is decoded and cached by the pull's callback, on the connection's read
+// goroutine (startPull), which then wakes Poll: the messages reach Poll with one goroutine
+// hand-off, not three (read goroutine, pull goroutine, this task, Poll). The task only
+// learns afterwards that it may send the next pull.
 //
 // A pull the broker parks (long polling) cannot be withdrawn: RocketMQ's protocol has no
 // cancel, so the broker keeps it until a message arrives or the suspend time runs out, and it
@@ -71,24 +70,11 @@ func (l *LitePull) pullTask(ctx context.Context, q *queue) {
 		q.lastPull = time.Now()
 		l.mu.Unlock()
 
-		out := make(chan pullOutcome, 1)
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			res, err := l.pull(l.ctx, q.mq, sub, offset, suspend)
-			if suspend {
-				l.mu.Lock()
-				if l.parked[q.mq]--; l.parked[q.mq] <= 0 {
-					delete(l.parked, q.mq)
-				}
-				l.mu.Unlock()
-			}
-			out <- pullOutcome{res, err}
-		}()
+		out := make(chan time.Duration, 1)
+		l.startPull(ctx, q, gen, sub, offset, suspend, out)
 		var d time.Duration
 		select {
-		case o := <-out:
-			d = l.applyPull(q, gen, suspend, o.res, o.err)
+		case d = <-out:
 		case <-q.restart: // seeked: the answer will be stale; pull at the new offset now
 		case <-ctx.Done(): // dropped or shutting down
 		}
@@ -136,19 +122,57 @@ func (l *LitePull) pullDelay(q *queue) time.Duration {
 	return 0
 }
 
-// pull sends one PULL_MESSAGE for mq at offset, which the broker may park up to the suspend
-// time when suspend is set, and decodes, re-filters and converts what comes back.
-func (l *LitePull) pull(ctx context.Context, mq MessageQueue, sub *subscription, offset int64, suspend bool) (*pullResult, error) {
+// startPull sends one PULL_MESSAGE for q at offset, which the broker may park up to the
+// suspend time when suspend is set. Its answer is decoded and applied (applyPull) by the
+// pull's callback, and the delay applyPull asks for is then sent on out (buffered: the send
+// never blocks), whether or not the task still waits for it. Only finding the broker's
+// address waits, bounded by ctx and the pull's timeout.
+//
+// # Notes
+//
+// The callback runs on the connection's read goroutine (or, on a timeout, the runtime's
+// timer goroutine): it takes l.mu, which is never held across a network call, and does no
+// I/O. The answer is not abandoned at the broker when the task stops waiting (see pullTask):
+// the call ends with its answer, its timeout, or Close (l.ctx).
+func (l *LitePull) startPull(ctx context.Context, q *queue, gen uint64, sub *subscription, offset int64, suspend bool, out chan<- time.Duration) {
+	l.wg.Add(1)
+	finish := func(resp *protocol.Command, err error) {
+		defer l.wg.Done()
+		var res *pullResult
+		if err == nil {
+			res, err = l.pullAnswer(resp, q.mq, sub, offset)
+		}
+		if err != nil {
+			err = fmt.Errorf("pull %s at %d: %w", q.mq, offset, err)
+		}
+		if suspend {
+			l.mu.Lock()
+			if l.parked[q.mq]--; l.parked[q.mq] <= 0 {
+				delete(l.parked, q.mq)
+			}
+			l.mu.Unlock()
+		}
+		out <- l.applyPull(q, gen, suspend, res, err)
+	}
 	timeout := l.cfg.suspendedTimeout
 	if !suspend {
 		timeout = l.cl.RequestTimeout()
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	addr, err := l.cl.FindBrokerAddr(ctx, mq.BrokerName, mq.Topic)
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	addr, err := l.cl.FindBrokerAddr(actx, q.mq.BrokerName, q.mq.Topic)
+	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("pull %s at %d: %w", mq, offset, err)
+		finish(nil, err)
+		return
 	}
+	// l.ctx, not ctx: a dropped queue's parked pull still waits for its answer (see pullTask).
+	if err := l.cl.InvokeAsync(l.ctx, addr, l.pullRequest(q.mq, sub, offset, suspend), timeout, finish); err != nil {
+		finish(nil, err)
+	}
+}
+
+// pullRequest is the PULL_MESSAGE for mq at offset.
+func (l *LitePull) pullRequest(mq MessageQueue, sub *subscription, offset int64, suspend bool) *protocol.Command {
 	h := protocol.PullMessageRequestHeader{
 		ConsumerGroup:  l.group,
 		Topic:          mq.Topic,
@@ -167,19 +191,20 @@ func (l *LitePull) pull(ctx context.Context, mq MessageQueue, sub *subscription,
 	if sub != nil {
 		h.Subscription, h.ExpressionType, h.SubVersion = sub.expression(), sub.selector.Type(), sub.version
 	}
-	resp, err := l.cl.Invoke(ctx, addr, protocol.NewRequestWith(protocol.PullMessage, &h, nil))
-	if err != nil {
-		return nil, fmt.Errorf("pull %s at %d: %w", mq, offset, err)
-	}
+	return protocol.NewRequestWith(protocol.PullMessage, &h, nil)
+}
+
+// pullAnswer decodes, re-filters and converts a pull's answer.
+func (l *LitePull) pullAnswer(resp *protocol.Command, mq MessageQueue, sub *subscription, offset int64) (*pullResult, error) {
 	code := resp.ResponseCode()
 	switch code {
 	case protocol.Success, protocol.PullNotFound, protocol.PullRetryImmediately, protocol.PullOffsetMoved:
 	default:
-		return nil, fmt.Errorf("pull %s at %d: %w", mq, offset, client.NewBrokerError(resp))
+		return nil, client.NewBrokerError(resp)
 	}
 	var rh protocol.PullMessageResponseHeader
 	if err := resp.DecodeHeader(&rh); err != nil {
-		return nil, fmt.Errorf("pull %s at %d: %w", mq, offset, err)
+		return nil, err
 	}
 	res := &pullResult{code: code, next: rh.NextBeginOffset}
 	if code != protocol.Success || len(resp.Body) == 0 {
@@ -187,7 +212,7 @@ func (l *LitePull) pull(ctx context.Context, mq MessageQueue, sub *subscription,
 	}
 	msgs, bytes, err := decodePull(resp.Body, mq, sub, offset, l.cfg.verifyCRC, l.cfg.maxBodySize)
 	if err != nil {
-		return nil, fmt.Errorf("pull %s at %d from %s: %w", mq, offset, addr, err)
+		return nil, err
 	}
 	res.msgs, res.bytes = msgs, bytes
 	return res, nil

@@ -74,6 +74,18 @@ type benchResult struct {
 	// pacer).
 	LateSends       float64 `json:"late_sends,omitempty"`
 	MaxSendLateness int64   `json:"max_send_lateness,omitempty"`
+	// FromSchedule is, for each delay percentile, the same percentile of the delays measured
+	// from when each send was due rather than from the send call (ns): the sender's own
+	// lateness included, and with it the time a catch-up burst's messages waited to be sent.
+	FromSchedule float64 `json:"from_schedule,omitempty"`
+	// SchedLatencyP99 and SchedLatencyMax (ns) are, for the delay scenario (its p99 result),
+	// how long this process's goroutines waited to run once runnable during the sends
+	// (runtime/metrics /sched/latencies:seconds, to its bucket's upper bound), and GCCycles
+	// how many GC cycles ran meanwhile: a message crosses several goroutines on its way, so
+	// a scheduling tail near the delay's says the tail was waits to run, not work.
+	SchedLatencyP99 int64  `json:"sched_latency_p99,omitempty"`
+	SchedLatencyMax int64  `json:"sched_latency_max,omitempty"`
+	GCCycles        uint64 `json:"gc_cycles,omitempty"`
 }
 
 // benchReport is the --json document.
@@ -366,6 +378,13 @@ func formatResult(r benchResult) string {
 	}
 	if r.MessagesPerFsync > 0 {
 		line += fmt.Sprintf("  (%.1f messages per fsync)", r.MessagesPerFsync)
+	}
+	if r.FromSchedule > 0 {
+		line += fmt.Sprintf("  (from schedule %v)", time.Duration(r.FromSchedule).Round(time.Microsecond))
+	}
+	if r.SchedLatencyMax > 0 {
+		line += fmt.Sprintf("  (waits to run p99 %v, max %v; %d GC cycles)", time.Duration(r.SchedLatencyP99).Round(time.Microsecond),
+			time.Duration(r.SchedLatencyMax).Round(time.Microsecond), r.GCCycles)
 	}
 	if r.MaxSendLateness > 0 {
 		line += fmt.Sprintf("  (%.1f %% of sends >2 ms late, the latest by %v)", 100*r.LateSends,

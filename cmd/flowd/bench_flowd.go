@@ -212,7 +212,7 @@ func (r *benchRun) syncFlush(ctx context.Context, sc benchScenario) ([]benchResu
 }
 
 func (r *benchRun) e2e(ctx context.Context, sc benchScenario) ([]benchResult, error) {
-	h, pc, err := e2eDelay(ctx, r.c, sc.size, r.log)
+	h, hs, pc, rt, err := e2eDelay(ctx, r.c, sc.size, r.log)
 	if err != nil {
 		return nil, err
 	}
@@ -223,8 +223,10 @@ func (r *benchRun) e2e(ctx context.Context, sc benchScenario) ([]benchResult, er
 	}{{"p50", 50}, {"p99", 99}, {"p999", 99.9}} {
 		res := newResult(sc.name+"-"+q.suffix, "ns", float64(h.ValueAtQuantile(q.pct)), "", 0)
 		res.Size, res.Producers, res.Durability = sc.size, 1, durAsync
+		res.FromSchedule = float64(hs.ValueAtQuantile(q.pct))
 		if q.suffix == "p99" { // once, with the figure the target is about
 			res.LateSends, res.MaxSendLateness = pc.lateShare(), int64(pc.maxLate)
+			res.SchedLatencyP99, res.SchedLatencyMax, res.GCCycles = int64(rt.schedP99), int64(rt.schedMax), rt.gcs
 		}
 		out = append(out, res)
 	}
@@ -356,9 +358,12 @@ func consume(ctx context.Context, topic string, c benchConfig, log *slog.Logger)
 // pacer schedules the sends of the delay scenario: send i is due at start + i×interval. It
 // counts the sends made more than lateAfter past their time. Such a send says that the
 // sending goroutine did not run in time (the process or the machine stalled, or the sends in
-// flight were at their limit) and that the sends it owed went out together as a burst; the
-// delay is measured from the send, so the lateness itself is not in it, but the burst's
-// queueing is. A run whose tail is made of bursts tells a stalled machine.
+// flight were at their limit) and that the sends it owed went out together as a burst. The
+// delay is measured twice: from the send call, which leaves the lateness out (flowd's delay
+// for the message it was handed; the burst's queueing is in it), and from the schedule,
+// which counts it (the delay an application sending on that schedule would see, stalls of
+// its own process included, and a Go timer's wake-up up to a millisecond late on an idle
+// process too). A run whose tail is made of bursts tells a stalled machine.
 type pacer struct {
 	start    time.Time
 	interval time.Duration
@@ -396,47 +401,51 @@ func (p *pacer) lateShare() float64 {
 
 // e2eDelay offers c.samples messages at c.rate msg/s (async sends, paced by the clock, late
 // sends catching up at once) to a topic a lite-pull consumer is long polling, and returns the
-// delays from each send call to Poll handing the message out, and how punctual the sends
-// were. Each body carries its send time; one process holds both ends, so the clocks are one.
-func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (*hdrhistogram.Histogram, *pacer, error) {
+// delays to Poll handing the message out from each send call and from when it was due, and
+// how punctual the sends were, and how long goroutines waited to run meanwhile. Each body
+// carries both times; one process holds both ends, so the clocks are one.
+func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (sent, due *hdrhistogram.Histogram, pc *pacer, rt runtimeDelta, err error) {
 	topic := fmt.Sprintf("flowd-bench-e2e-%d", time.Now().UnixNano())
 	p, err := newBenchProducer(c, c.namesrv, "flowd-bench-e2e", log)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, rt, err
 	}
 	if err := p.Start(ctx); err != nil {
-		return nil, nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, nil, rt, fmt.Errorf("bench: %w", err)
 	}
 	defer p.Close(context.Background())
 	const (
-		stampAt = 0 // 8 bytes: send time, ns since origin
-		kindAt  = 8 // 0: warm-up, 1: measured
+		stampAt = 0  // 8 bytes: send time, ns since origin
+		kindAt  = 8  // 0: warm-up, 1: measured
+		dueAt   = 9  // 8 bytes: when the send was due, ns since origin
+		minBody = 17 // the fields above
 	)
 	newBody := func(measured bool) []byte {
-		b := make([]byte, max(size, 9))
+		b := make([]byte, max(size, minBody))
 		if measured {
 			b[kindAt] = 1
 		}
 		return b
 	}
 	if _, err := p.Send(ctx, &producer.Message{Topic: topic, Body: newBody(false)}); err != nil {
-		return nil, nil, fmt.Errorf("bench: e2e topic: %w", err)
+		return nil, nil, nil, rt, fmt.Errorf("bench: e2e topic: %w", err)
 	}
 	lp, err := consumer.NewLitePull(fmt.Sprintf("flowd-bench-e2e-%d", time.Now().UnixNano()),
 		consumer.WithNameServers(c.namesrv), consumer.WithLogger(log), consumer.WithConsumeFrom(consumer.ConsumeFromLast))
 	if err != nil {
-		return nil, nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, nil, rt, fmt.Errorf("bench: %w", err)
 	}
 	if err := lp.Subscribe(topic, "*"); err != nil {
-		return nil, nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, nil, rt, fmt.Errorf("bench: %w", err)
 	}
 	if err := lp.Start(ctx); err != nil {
-		return nil, nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, nil, rt, fmt.Errorf("bench: %w", err)
 	}
 	defer lp.Close(context.Background())
 
 	origin := time.Now()
 	hist := hdrhistogram.New(1, int64(time.Minute), 3)
+	histDue := hdrhistogram.New(1, int64(time.Minute), 3)
 	warm := make(chan struct{}) // closed once a warm-up message arrived from every queue
 	done := make(chan error, 1)
 	pollCtx, stopPoll := context.WithCancel(ctx)
@@ -461,6 +470,7 @@ func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (*
 					continue
 				}
 				_ = hist.RecordValue(int64(now - time.Duration(binary.BigEndian.Uint64(m.Body[stampAt:]))))
+				_ = histDue.RecordValue(int64(now - time.Duration(binary.BigEndian.Uint64(m.Body[dueAt:]))))
 				got++
 			}
 		}
@@ -472,25 +482,26 @@ func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (*
 	warmBy := time.After(30 * time.Second)
 	for warming := true; warming; {
 		if _, err := p.Send(ctx, &producer.Message{Topic: topic, Body: newBody(false)}); err != nil {
-			return nil, nil, fmt.Errorf("bench: e2e warm-up: %w", err)
+			return nil, nil, nil, rt, fmt.Errorf("bench: e2e warm-up: %w", err)
 		}
 		select {
 		case <-warm:
 			warming = false
 		case err := <-done:
-			return nil, nil, cmpOr(err, errors.New("bench: e2e poller ended during warm-up"))
+			return nil, nil, nil, rt, cmpOr(err, errors.New("bench: e2e poller ended during warm-up"))
 		case <-warmBy:
-			return nil, nil, errors.New("bench: e2e: the consumer did not receive from every queue within 30 s")
+			return nil, nil, nil, rt, errors.New("bench: e2e: the consumer did not receive from every queue within 30 s")
 		case <-time.After(5 * time.Millisecond):
 		case <-ctx.Done():
-			return nil, nil, ctx.Err()
+			return nil, nil, nil, rt, ctx.Err()
 		}
 	}
 
 	sem := make(chan struct{}, c.inflight)
 	var mu sync.Mutex
 	var sendErr error
-	pc := &pacer{start: time.Now(), interval: time.Second / time.Duration(c.rate)}
+	before := readRuntime()
+	pc = &pacer{start: time.Now(), interval: time.Second / time.Duration(c.rate)}
 	for i := range c.samples {
 		if d := time.Until(pc.due(i)); d > 0 {
 			time.Sleep(d)
@@ -498,12 +509,13 @@ func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (*
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			return nil, nil, ctx.Err()
+			return nil, nil, nil, rt, ctx.Err()
 		}
 		body := newBody(true)
 		now := time.Now()
 		pc.sent(i, now)
 		binary.BigEndian.PutUint64(body[stampAt:], uint64(now.Sub(origin)))
+		binary.BigEndian.PutUint64(body[dueAt:], uint64(pc.due(i).Sub(origin)))
 		p.SendAsync(ctx, &producer.Message{Topic: topic, Body: body}, func(_ producer.SendResult, err error) {
 			if err != nil {
 				mu.Lock()
@@ -516,16 +528,16 @@ func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (*
 	select {
 	case err := <-done:
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, rt, err
 		}
 	case <-time.After(30 * time.Second):
 		mu.Lock()
 		defer mu.Unlock()
-		return nil, nil, cmpOr(sendErr, errors.New("bench: e2e: the consumer did not receive every message within 30 s"))
+		return nil, nil, nil, rt, cmpOr(sendErr, errors.New("bench: e2e: the consumer did not receive every message within 30 s"))
 	case <-ctx.Done():
-		return nil, nil, ctx.Err()
+		return nil, nil, nil, rt, ctx.Err()
 	}
-	return hist, pc, nil
+	return hist, histDue, pc, before.until(readRuntime()), nil
 }
 
 func cmpOr(a, b error) error {

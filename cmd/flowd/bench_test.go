@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
+	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +57,12 @@ func TestBenchSmokeJSONAgainstJetStream(t *testing.T) {
 		if r.Scenario == "e2e-delay-p99" {
 			assert.Positive(t, r.MaxSendLateness, "how punctual the sends were is reported")
 			assert.LessOrEqual(t, r.LateSends, 1.0)
+			assert.Positive(t, r.SchedLatencyMax, "the runtime's scheduling latencies are reported")
+			assert.LessOrEqual(t, r.SchedLatencyP99, r.SchedLatencyMax)
+		}
+		if strings.HasPrefix(r.Scenario, "e2e-delay-") {
+			// Due no later than sent: the delay from the schedule is never the shorter.
+			assert.GreaterOrEqual(t, r.FromSchedule, r.Flowd, r.Scenario)
 		}
 		if strings.HasPrefix(r.Scenario, "produce-") {
 			assert.NotEmpty(t, r.Durability, r.Scenario)
@@ -133,6 +141,26 @@ func TestBenchPacerCountsLateSends(t *testing.T) {
 	assert.InDelta(t, 3.0/5, p.lateShare(), 1e-9)
 	assert.Equal(t, 2900*time.Microsecond, p.maxLate, "send 2 was due at 200 µs and went at 3.1 ms")
 
-	assert.Contains(t, formatResult(benchResult{Scenario: "e2e-delay-p99", Unit: "ns", Flowd: 2e6, LateSends: p.lateShare(),
-		MaxSendLateness: int64(p.maxLate)}), "(60.0 % of sends >2 ms late, the latest by 2.9ms)")
+	line := formatResult(benchResult{Scenario: "e2e-delay-p99", Unit: "ns", Flowd: 2e6, FromSchedule: 4.5e6,
+		LateSends: p.lateShare(), MaxSendLateness: int64(p.maxLate)})
+	assert.Contains(t, line, "(from schedule 4.5ms)")
+	assert.Contains(t, line, "(60.0 % of sends >2 ms late, the latest by 2.9ms)")
+}
+
+// The scheduling latencies of the delay run are the difference of two readings of the
+// runtime's histogram: its p99 and largest bucket, by their upper bounds.
+func TestBenchRuntimeDelta(t *testing.T) {
+	buckets := []float64{0, 1e-6, 1e-3, 1e-2, math.Inf(1)}
+	a := runtimeSample{sched: &metrics.Float64Histogram{Buckets: buckets, Counts: []uint64{5, 5, 0, 0}}, gcs: 3}
+	b := runtimeSample{sched: &metrics.Float64Histogram{Buckets: buckets, Counts: []uint64{5, 104, 1, 0}}, gcs: 7}
+	d := a.until(b)
+	assert.Equal(t, time.Millisecond, d.schedP99, "99 of the 100 new waits were under 1 ms")
+	assert.Equal(t, 10*time.Millisecond, d.schedMax, "the longest was under 10 ms")
+	assert.Equal(t, uint64(4), d.gcs)
+
+	b.sched.Counts[3] = 2 // two waits in the last, unbounded bucket: its lower bound is said
+	d = a.until(b)
+	assert.Equal(t, 10*time.Millisecond, d.schedP99)
+	assert.Equal(t, 10*time.Millisecond, d.schedMax)
+	assert.Zero(t, a.until(a).schedMax, "nothing happened")
 }
