@@ -211,22 +211,32 @@ func (b *Broker) DeleteTopic(name string) error {
 	if isSystemTopic(name) || name == protocol.ReplyTopic(b.cfg.Cluster) {
 		return fmt.Errorf("delete topic %q: %w", name, ErrReserved)
 	}
-	if _, ok := b.topics.get(name); !ok {
-		return fmt.Errorf("delete topic %q: %w", name, ErrNotFound)
-	}
-	if err := b.store.DeleteTopic(name); err != nil {
+	if err := b.deleteTopic(name); err != nil {
 		return fmt.Errorf("delete topic %q: %w", name, err)
-	}
-	removed, err := b.topics.remove(name)
-	if err != nil {
-		return fmt.Errorf("delete topic %q: %w", name, err)
-	}
-	if !removed {
-		return fmt.Errorf("delete topic %q: %w", name, ErrNotFound)
 	}
 	b.offsets.removeTopic(name)
 	b.log.Info("topic deleted", "topic", name)
 	b.events.emit(Event{Type: TopicDeleted, Topic: name})
+	return nil
+}
+
+// deleteTopic drops the topic's queues, then its config, under deleteMu.
+func (b *Broker) deleteTopic(name string) error {
+	b.deleteMu.Lock()
+	defer b.deleteMu.Unlock()
+	if _, ok := b.topics.get(name); !ok {
+		return ErrNotFound
+	}
+	if err := b.store.DeleteTopic(name); err != nil {
+		return err
+	}
+	removed, err := b.topics.remove(name)
+	if err != nil {
+		return err
+	}
+	if !removed {
+		return ErrNotFound
+	}
 	return nil
 }
 

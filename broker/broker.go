@@ -44,6 +44,13 @@ type Broker struct {
 	poll      *longPoll
 	events    *eventBus
 
+	// deleteMu orders topic deletion against the broker's own deliveries into existing
+	// topics (the delay service): a delivery holds it shared from its topic lookup to its
+	// append, a deletion holds it exclusively, so a delivery either lands before the store
+	// drops the topic's queues or sees the topic gone. Client sends do not take it: one that
+	// races a deletion is ordered after it, as if it came a moment later.
+	deleteMu sync.RWMutex
+
 	// consumeRate derives GET_CONSUME_STATS's consumeTps (handle_admin.go).
 	consumeRate consumeRates
 
@@ -357,10 +364,12 @@ func (b *Broker) forgetGroup(group string) {
 	if _, ok := b.topics.get(retry); ok {
 		// As processDeleteTopic: messages first, then the config.
 		removed := false
+		b.deleteMu.Lock()
 		err := b.store.DeleteTopic(retry)
 		if err == nil {
 			removed, err = b.topics.remove(retry)
 		}
+		b.deleteMu.Unlock()
 		if err != nil {
 			// Keep the group: the next sweep tries again.
 			b.log.Error("could not delete the retry topic of an idle group", "group", group, "err", err)

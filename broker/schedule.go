@@ -101,7 +101,10 @@ func (b *Broker) deliverDelayed(ctx context.Context, m *protocol.MessageExt) err
 	}
 	// Never create the topic here: a topic deleted while the message waited must stay
 	// deleted (a delivery used to re-create it, with one queue). A topic deleted and then
-	// created again receives the message.
+	// created again receives the message. deleteMu keeps a deletion from falling between
+	// the lookup and the append.
+	b.deleteMu.RLock()
+	defer b.deleteMu.RUnlock()
 	tc, ok := b.topics.get(real)
 	if !ok {
 		return fmt.Errorf("%w: topic %q was deleted while the message waited", errUndeliverable, real)
