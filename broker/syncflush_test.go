@@ -200,3 +200,52 @@ func TestSyncFlushConnectionClosesWhileSendsWait(t *testing.T) {
 	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
 	assert.Len(t, allBodies(t, keep, b, topic), n+2)
 }
+
+// BenchmarkSyncFlushSend64 measures SYNC_FLUSH sends of 1 KiB from 64 senders, each waiting
+// for its answer before it sends again, over one connection each ("conns-64", as flowd
+// bench's sync-flush scenario) or all over one ("conns-1"). msgs/fsync is how many sends one
+// group-commit fsync acknowledged; cpu-µs/msg the process's CPU time (broker and senders)
+// per send. Compare msgs/s with the disk's own fsync rate (flowd bench's disk-fsync-1024).
+func BenchmarkSyncFlushSend64(b *testing.B) {
+	for _, conns := range []int{64, 1} {
+		b.Run(fmt.Sprintf("conns-%d", conns), func(b *testing.B) {
+			br := startBroker(b, func(c *broker.Config) {
+				c.Store.FlushMode = store.FlushSync
+				c.Store.SegmentSize = 1 << 30
+			})
+			const senders = 64
+			cls := make([]*remoting.Client, conns)
+			for i := range cls {
+				cls[i] = newTransport(b)
+			}
+			body := make([]byte, 1024)
+			ctx := context.Background()
+			resp, err := cls[0].Invoke(ctx, br.Addr(), syncSendRequest("sfbench", body))
+			require.NoError(b, err)
+			require.Equal(b, protocol.Success, resp.ResponseCode(), resp.Remark)
+			var wg sync.WaitGroup
+			per := (b.N + senders - 1) / senders
+			b.ResetTimer()
+			fsyncs, start, cpu := br.StoreStats().Fsyncs, time.Now(), processCPU()
+			for g := range senders {
+				cl := cls[g%conns]
+				wg.Go(func() {
+					for range per {
+						resp, err := cl.Invoke(ctx, br.Addr(), syncSendRequest("sfbench", body))
+						if err != nil || resp.ResponseCode() != protocol.Success {
+							b.Errorf("send: %v %v", err, resp)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			el, cpu := time.Since(start).Seconds(), processCPU()-cpu
+			n := float64(per * senders)
+			b.ReportMetric(n/el, "msgs/s")
+			b.ReportMetric(n/float64(br.StoreStats().Fsyncs-fsyncs), "msgs/fsync")
+			b.ReportMetric(float64(cpu.Microseconds())/n, "cpu-µs/msg")
+		})
+	}
+}
