@@ -48,9 +48,10 @@ func (w *flushWaiter) complete(err error, host netip.AddrPort) {
 // done on the calling goroutine, with a zero PutResult.
 //
 // done is called exactly once. Calls for messages appended one after the other come in
-// the order of the appends. done runs on the store's group-commit goroutine, which
-// completes every message an fsync covered in one sweep: it must be quick and must not
-// block (hand the answer to a queue, as remoting.Deferred.Respond does).
+// the order of the appends. done runs on the store's group-commit goroutine (or, for the
+// last ones, on the goroutine calling Close), which completes every message an fsync
+// covered in one sweep: it must be quick and must not block (hand the answer to a queue,
+// as remoting.Deferred.Respond does), and must not call Close.
 //
 // ctx is only consulted before the append: once appended, the wait ends with the fsync,
 // the timeout, the store's failure or its Close (ErrClosed when the final flush did not
