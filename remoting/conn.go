@@ -49,7 +49,8 @@ type Handler interface {
 // a panic in it is recovered and answered SYSTEM_ERROR, and its response is queued for the
 // connection's flusher as usual. Park called by an inline request returns false: the
 // Handler answers at once instead of waiting, since waiting would hold up the connection's
-// reads; an inline request may still answer later through DeferInFlight. While an inline request is served, no other frame of its connection is read.
+// reads; an inline request may still answer later through DeferInFlight. While an inline
+// request is served, no other frame of its connection is read.
 type InlineHandler interface {
 	Handler
 	Inline(req *protocol.Command) bool

@@ -9,8 +9,9 @@ import (
 // Deferred is a request whose Handler returned without answering it: the answer is sent
 // later, once, from any goroutine, with Respond or RespondFiles. Until then the request holds
 // a parked slot of its connection (MaxParkedPerConn; an in-flight one with DeferInFlight)
-// and keeps it from closing as idle, as a parked Handler does, but no goroutine: a long-polling pull waiting for a message is then a
-// few hundred bytes held by whatever will wake it, not a goroutine and its stack.
+// and keeps it from closing as idle, as a parked Handler does, but no goroutine: a
+// long-polling pull waiting for a message is then a few hundred bytes held by whatever will
+// wake it, not a goroutine and its stack.
 //
 // The zero Deferred is no request: Respond and RespondFiles do nothing and report false.
 // A Deferred is a small value; copies refer to the same request.
@@ -107,9 +108,8 @@ func (d Deferred) Context() context.Context {
 }
 
 // Respond sends resp as the answer to the deferred request and frees its parked (or, with
-// DeferInFlight, in-flight) slot. The
-// transport makes resp fit the request (opaque, serialize type, response flag) as for a
-// returned response; a nil resp sends nothing. Only the first Respond or RespondFiles of a
+// DeferInFlight, in-flight) slot. The transport makes resp fit the request (opaque,
+// serialize type, response flag) as for a returned response; a nil resp sends nothing. Only the first Respond or RespondFiles of a
 // request, made before its connection closed, reports true; later ones, and any after the
 // close, do nothing. Like a returned response, resp is queued for the connection's writer
 // and Respond does not wait for the write.
