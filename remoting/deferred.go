@@ -109,10 +109,12 @@ func (d Deferred) Context() context.Context {
 
 // Respond sends resp as the answer to the deferred request and frees its parked (or, with
 // DeferInFlight, in-flight) slot. The transport makes resp fit the request (opaque,
-// serialize type, response flag) as for a returned response; a nil resp sends nothing. Only the first Respond or RespondFiles of a
-// request, made before its connection closed, reports true; later ones, and any after the
-// close, do nothing. Like a returned response, resp is queued for the connection's writer
-// and Respond does not wait for the write.
+// serialize type, response flag) as for a returned response; a nil resp sends nothing.
+// Only the first Respond or RespondFiles of a request, made before its connection closed,
+// reports true; later ones, and any after the close, do nothing. Like a returned response,
+// resp is queued for the connection's writer and Respond does not wait for the write, nor
+// for a peer that does not read: the answers a connection holds are bounded by its
+// in-flight and parked bounds, and its write timeout closes it.
 func (d Deferred) Respond(resp *protocol.Command) bool {
 	return d.RespondFiles(resp, nil, nil)
 }
