@@ -54,6 +54,19 @@ func TestInlineSends(t *testing.T) {
 	assert.False(t, b.inline(protocol.NewRequest(protocol.PullMessage, map[string]string{"topic": "T"}, nil)), "a pull may park")
 	assert.False(t, b.inline(protocol.NewRequest(protocol.HeartBeat, nil, nil)))
 
+	// With SYNC_FLUSH a send appends inline and its answer waits for the fsync deferred;
+	// the sends that would wait for the fsync on the read goroutine are not inline.
 	sync := startInternal(t, store.FlushSync)
-	assert.False(t, sync.inline(sendRequest(protocol.SendMessageV2, "T", body)), "a SYNC_FLUSH send waits for its fsync")
+	for _, code := range []protocol.RequestCode{protocol.SendMessage, protocol.SendMessageV2, protocol.SendBatchMessage} {
+		assert.True(t, sync.inline(sendRequest(code, "T", body)), "SYNC_FLUSH %s to an existing topic", code)
+	}
+	oneway := sendRequest(protocol.SendMessageV2, "T", body)
+	oneway.Flag |= protocol.FlagOneway
+	assert.False(t, sync.inline(oneway), "a oneway SYNC_FLUSH send cannot be answered later")
+	half := &protocol.SendMessageRequestHeader{ProducerGroup: "g", Topic: "T", SysFlag: protocol.MsgTransactionPrepared}
+	assert.False(t, sync.inline(protocol.NewRequest(protocol.SendMessageV2, half.EncodeV2(), body)), "a SYNC_FLUSH half message")
+	half.SysFlag = 0
+	half.Properties = protocol.EncodeProperties(map[string]string{protocol.PropertyTransactionPrepared: "true"})
+	assert.False(t, sync.inline(protocol.NewRequest(protocol.SendMessage, half.Encode(), body)), "a SYNC_FLUSH half message (property)")
+	assert.False(t, sync.inline(sendRequest(protocol.SendMessageV2, "T", make([]byte, 4<<20))), "a SYNC_FLUSH send that would roll the segment")
 }

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,18 +30,20 @@ func (h brokerHandler) RawExt(code protocol.RequestCode) bool {
 
 // inline reports whether req never blocks, so that serving it on the connection's read
 // goroutine costs less than handing it to another (remoting.InlineHandler): a send to an
-// existing topic, when the store flushes asynchronously and has room in its active segment
-// (Store.AppendReady). Everything else is served on a goroutine of its own: a SYNC_FLUSH send
-// waits for its fsync, a send that creates its topic writes the topic table, a send to a
-// retry topic may create the dead-letter topic, and a segment roll creates and syncs a file.
-// Half and delayed messages are plain appends too, and are inline.
+// existing topic when the store has room in its active segment (Store.AppendReady; with
+// SYNC_FLUSH, Store.PutAsyncReady: the send appends and its answer waits for the fsync
+// deferred, see sendSyncFlush). Everything else is served on a goroutine of its own: a send
+// that creates its topic writes the topic table, a send to a retry topic may create the
+// dead-letter topic, a segment roll creates and syncs a file, and with SYNC_FLUSH a oneway
+// send or a half message waits for its fsync. Half and delayed messages are plain appends
+// too, and are inline with ASYNC_FLUSH.
 func (b *Broker) inline(req *protocol.Command) bool {
-	var topic, props string
+	var topic, props, sysFlag string
 	switch req.RequestCode() {
 	case protocol.SendMessageV2, protocol.SendBatchMessage:
-		topic, props = req.Ext("b"), req.Ext("i")
+		topic, props, sysFlag = req.Ext("b"), req.Ext("i"), req.Ext("f")
 	case protocol.SendMessage:
-		topic, props = req.Ext("topic"), req.Ext("properties")
+		topic, props, sysFlag = req.Ext("topic"), req.Ext("properties"), req.Ext("sysFlag")
 	default:
 		return false
 	}
@@ -53,7 +56,15 @@ func (b *Broker) inline(req *protocol.Command) bool {
 	// A bound on the stored size: a batch's entries each grow by the stored header, the
 	// topic and the broker's properties; a few KiB more keep inline sends off the end of a
 	// segment.
-	return b.store.AppendReady(4*len(req.Body) + 2*len(props) + len(topic) + 4096)
+	size := 4*len(req.Body) + 2*len(props) + len(topic) + 4096
+	if b.store.SyncFlush() {
+		// A SYNC_FLUSH send appends on the read goroutine and waits for its fsync deferred
+		// (sendSyncFlush), unless it cannot be deferred (oneway) or is a half message,
+		// whose bookkeeping waits for the fsync.
+		flag, _ := strconv.ParseInt(sysFlag, 10, 32)
+		return !req.IsOneway() && !isHalfRaw(int32(flag), props) && b.store.PutAsyncReady(size)
+	}
+	return b.store.AppendReady(size)
 }
 
 // serveBroker serves the broker listener's requests: one call per request, each on its own

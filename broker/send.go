@@ -112,6 +112,9 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	if level > 0 && !strings.HasPrefix(m.Topic, DLQTopicPrefix) {
 		b.delayed(&m, level)
 	}
+	if b.store.SyncFlush() && b.sendSyncFlush(ctx, req, &m) {
+		return nil // answered by the store's group commit
+	}
 	res, err := b.store.Put(ctx, &m)
 	if err != nil && !storedUnflushed(err, res.MsgID != "") {
 		return storeErrorResponse(req, err)
@@ -212,22 +215,77 @@ func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *pro
 		m.Flag, m.Properties, m.RawProperties, m.Body = e.Flag, nil, props[at:len(props):len(props)], e.Body
 		ms[i] = m
 	}
+	bodies := 0
+	for _, m := range ms {
+		bodies += len(m.Body)
+	}
+	if b.store.SyncFlush() {
+		// Answered by the store's group commit once the fsync covering the batch finished
+		// (see sendSyncFlush), unless the request cannot be deferred.
+		if d, ok := remoting.DeferInFlight(ctx, nil); ok {
+			stub := answerStub(req)
+			topic, queueID, n := base.Topic, base.QueueID, len(ms)
+			b.store.PutBatchAsync(ctx, ms, func(res []store.PutResult, err error) {
+				d.Respond(b.batchAnswer(stub, topic, queueID, n, bodies, res, err))
+			})
+			return nil
+		}
+	}
 	res, err := b.store.PutBatch(ctx, ms)
-	if err != nil && !storedUnflushed(err, len(res) == len(ms)) {
+	return b.batchAnswer(req, base.Topic, base.QueueID, len(ms), bodies, res, err)
+}
+
+// batchAnswer is the answer to a batch of n messages to topic and queueID (bodies bytes of
+// bodies) that the store put with res and err.
+func (b *Broker) batchAnswer(req *protocol.Command, topic string, queueID int32, n, bodies int, res []store.PutResult, err error) *protocol.Command {
+	if err != nil && !storedUnflushed(err, len(res) == n) {
 		return storeErrorResponse(req, err)
 	}
 	if o := b.cfg.Observer; o != nil {
-		n := 0
-		for _, m := range ms {
-			n += len(m.Body)
-		}
-		o.MessagesIn(base.Topic, len(ms), n)
+		o.MessagesIn(topic, n, bodies)
 	}
 	ids := make([]string, len(res))
 	for i, r := range res {
 		ids[i] = r.MsgID
 	}
-	return storedResponse(req, err, &protocol.SendMessageResponseHeader{MsgID: strings.Join(ids, ","), QueueID: base.QueueID, QueueOffset: res[0].QueueOffset})
+	return storedResponse(req, err, &protocol.SendMessageResponseHeader{MsgID: strings.Join(ids, ","), QueueID: queueID, QueueOffset: res[0].QueueOffset})
+}
+
+// sendSyncFlush puts m, with a store in SYNC_FLUSH, without anyone waiting for the fsync
+// that acknowledges it: the request is deferred (remoting.DeferInFlight) and the store's
+// group-commit goroutine answers it, with SUCCESS once an fsync covers m, or
+// FLUSH_DISK_TIMEOUT, as Put's result would be answered. The connection's read goroutine
+// (the send is served inline, see inline) thus goes on reading while earlier sends wait
+// for their fsync, and no goroutine per send waits. The deferred request keeps its
+// in-flight slot, so a connection has at most MaxInFlightPerConn sends waiting.
+//
+// It reports false, having done nothing, when the request cannot be deferred (a oneway
+// send, a closed connection, a Handler called directly): the caller then waits for the
+// fsync with Put.
+func (b *Broker) sendSyncFlush(ctx context.Context, req *protocol.Command, m *protocol.MessageExt) bool {
+	d, ok := remoting.DeferInFlight(ctx, nil)
+	if !ok {
+		return false
+	}
+	// What the answer needs, without the request: its body may be lent (inline).
+	stub := answerStub(req)
+	topic, queueID, n := m.Topic, m.QueueID, len(m.Body)
+	b.store.PutAsync(ctx, m, func(res store.PutResult, err error) {
+		if err != nil && !storedUnflushed(err, res.MsgID != "") {
+			d.Respond(storeErrorResponse(stub, err))
+			return
+		}
+		if o := b.cfg.Observer; o != nil {
+			o.MessagesIn(topic, 1, n)
+		}
+		d.Respond(sendAnswer(stub, err, protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: queueID, QueueOffset: res.QueueOffset}))
+	})
+	return true
+}
+
+// answerStub is what answering req later needs of it: its code, opaque and serialize type.
+func answerStub(req *protocol.Command) *protocol.Command {
+	return &protocol.Command{Code: req.Code, Opaque: req.Opaque, Serialize: req.Serialize, Flag: req.Flag}
 }
 
 // topicForSend finds the topic a send goes to, creating it from the auto-create key when the

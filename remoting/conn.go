@@ -49,7 +49,8 @@ type Handler interface {
 // a panic in it is recovered and answered SYSTEM_ERROR, and its response is queued for the
 // connection's flusher as usual. Park called by an inline request returns false: the
 // Handler answers at once instead of waiting, since waiting would hold up the connection's
-// reads. While an inline request is served, no other frame of its connection is read.
+// reads; an inline request may still answer later through DeferInFlight. While an inline
+// request is served, no other frame of its connection is read.
 type InlineHandler interface {
 	Handler
 	Inline(req *protocol.Command) bool
@@ -1055,8 +1056,10 @@ type requestCtx struct {
 	opaque    int32
 	serialize protocol.SerializeType
 
-	// deferred is set by Defer on the Handler's goroutine, before the Deferred escapes it.
-	deferred bool
+	// deferred is set by Defer on the Handler's goroutine, before the Deferred escapes it;
+	// inFlightDeferred too, by DeferInFlight: the request keeps its in-flight slot.
+	deferred         bool
+	inFlightDeferred bool
 	// Guarded by the connection's dmu: the connection's list of deferred requests not yet
 	// answered, and what to call if it closes first.
 	listed       bool
@@ -1097,7 +1100,7 @@ func Park(ctx context.Context) bool {
 	if !ok {
 		return true
 	}
-	if rc.inline {
+	if rc.inline || rc.inFlightDeferred {
 		return false
 	}
 	switch rc.state.Load() {

@@ -8,9 +8,10 @@ import (
 
 // Deferred is a request whose Handler returned without answering it: the answer is sent
 // later, once, from any goroutine, with Respond or RespondFiles. Until then the request holds
-// a parked slot of its connection (MaxParkedPerConn) and keeps it from closing as idle, as a
-// parked Handler does, but no goroutine: a long-polling pull waiting for a message is then a
-// few hundred bytes held by whatever will wake it, not a goroutine and its stack.
+// a parked slot of its connection (MaxParkedPerConn; an in-flight one with DeferInFlight)
+// and keeps it from closing as idle, as a parked Handler does, but no goroutine: a
+// long-polling pull waiting for a message is then a few hundred bytes held by whatever will
+// wake it, not a goroutine and its stack.
 //
 // The zero Deferred is no request: Respond and RespondFiles do nothing and report false.
 // A Deferred is a small value; copies refer to the same request.
@@ -55,6 +56,47 @@ func Defer(ctx context.Context, onDrop func()) (Deferred, bool) {
 	return Deferred{rc}, true
 }
 
+// DeferInFlight is Defer for a request whose answer waits for work already under way and
+// bounded in time, such as a send waiting for the fsync that covers its message (the
+// store's group commit answers it), rather than for an event that may never come. Unlike
+// Defer:
+//
+//   - the request stays counted against the connection's in-flight bound
+//     (MaxInFlightPerConn), not the parked one, until it is answered: a peer that keeps
+//     more requests waiting than the bound is refused SYSTEM_BUSY, as it would be with
+//     its Handlers blocked, so the answers waiting per connection stay bounded;
+//   - a request served inline (see InlineHandler) may be deferred: its Handler returns at
+//     once and the read goroutine goes on with the next request while this one waits.
+//     A Handler that lends its inline bodies (LendingInlineHandler) must be done with the
+//     body before it returns, as always.
+//
+// Otherwise it is Defer: onDrop, Respond, RespondFiles and the close of the connection
+// work alike, and it reports false for a oneway request, one already deferred or finished,
+// a closed connection, or a context that does not come from this package. Park on a request
+// deferred this way reports false.
+func DeferInFlight(ctx context.Context, onDrop func()) (Deferred, bool) {
+	rc, ok := ctx.Value(requestCtxKey{}).(*requestCtx)
+	if !ok || rc.oneway || rc.deferred || rc.state.Load() != reqInFlight {
+		return Deferred{}, false
+	}
+	c := rc.c
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if c.dclosed {
+		return Deferred{}, false
+	}
+	rc.onDrop = onDrop
+	rc.listed = true
+	rc.dnext = c.dhead
+	if c.dhead != nil {
+		c.dhead.dprev = rc
+	}
+	c.dhead = rc
+	rc.inFlightDeferred = true
+	rc.deferred = true
+	return Deferred{rc}, true
+}
+
 // Context is the context of the deferred request: its connection's, cancelled when the
 // connection closes; RespondWithFiles does not apply to it (use RespondFiles). The zero
 // Deferred's is context.Background().
@@ -65,12 +107,14 @@ func (d Deferred) Context() context.Context {
 	return d.rc
 }
 
-// Respond sends resp as the answer to the deferred request and frees its parked slot. The
-// transport makes resp fit the request (opaque, serialize type, response flag) as for a
-// returned response; a nil resp sends nothing. Only the first Respond or RespondFiles of a
-// request, made before its connection closed, reports true; later ones, and any after the
-// close, do nothing. Like a returned response, resp is queued for the connection's writer
-// and Respond does not wait for the write.
+// Respond sends resp as the answer to the deferred request and frees its parked (or, with
+// DeferInFlight, in-flight) slot. The transport makes resp fit the request (opaque,
+// serialize type, response flag) as for a returned response; a nil resp sends nothing.
+// Only the first Respond or RespondFiles of a request, made before its connection closed,
+// reports true; later ones, and any after the close, do nothing. Like a returned response,
+// resp is queued for the connection's writer and Respond does not wait for the write, nor
+// for a peer that does not read: the answers a connection holds are bounded by its
+// in-flight and parked bounds, and its write timeout closes it.
 func (d Deferred) Respond(resp *protocol.Command) bool {
 	return d.RespondFiles(resp, nil, nil)
 }
@@ -82,7 +126,7 @@ func (d Deferred) Respond(resp *protocol.Command) bool {
 // goroutine: the regions pin their files until then.
 func (d Deferred) RespondFiles(resp *protocol.Command, regions []FileRegion, release func()) bool {
 	rc := d.rc
-	if rc == nil || !rc.state.CompareAndSwap(reqParked, reqFinished) {
+	if rc == nil || !rc.finishDeferred() {
 		if release != nil {
 			release()
 		}
@@ -94,14 +138,14 @@ func (d Deferred) RespondFiles(resp *protocol.Command, regions []FileRegion, rel
 		if release != nil {
 			release()
 		}
-		c.parked.Add(-1)
+		rc.releaseSlot()
 		c.activity.Add(1)
 		return true
 	}
-	// Counted as responding before it stops counting as parked, so that Shutdown and the
-	// idle sweeper always see it in one or the other (as serve does).
+	// Counted as responding before it stops counting as parked (or in flight), so that
+	// Shutdown and the idle sweeper always see it in one or the other (as serve does).
 	c.responding.Add(1)
-	c.parked.Add(-1)
+	rc.releaseSlot()
 	req := protocol.Command{Code: rc.code, Opaque: rc.opaque, Serialize: rc.serialize}
 	if len(regions) > 0 && len(resp.Body) == 0 {
 		c.respondFiles(&req, resp, regions, release)
@@ -114,6 +158,25 @@ func (d Deferred) RespondFiles(resp *protocol.Command, regions []FileRegion, rel
 	c.responding.Add(-1)
 	c.activity.Add(1)
 	return true
+}
+
+// finishDeferred marks a deferred request answered (or dropped); only the first call
+// reports true.
+func (rc *requestCtx) finishDeferred() bool {
+	from := reqParked
+	if rc.inFlightDeferred {
+		from = reqInFlight
+	}
+	return rc.state.CompareAndSwap(from, reqFinished)
+}
+
+// releaseSlot gives back the slot a finished deferred request held.
+func (rc *requestCtx) releaseSlot() {
+	if rc.inFlightDeferred {
+		rc.c.inflight.Add(-1)
+	} else {
+		rc.c.parked.Add(-1)
+	}
 }
 
 // unlistDeferred takes an answered request off the connection's deferred list.
@@ -146,7 +209,7 @@ func (c *Conn) dropDeferred() {
 		next := rc.dnext
 		rc.listed = false
 		rc.dprev, rc.dnext = nil, nil
-		if rc.state.CompareAndSwap(reqParked, reqFinished) {
+		if rc.finishDeferred() {
 			dropped = append(dropped, rc)
 		}
 		rc = next
@@ -154,7 +217,7 @@ func (c *Conn) dropDeferred() {
 	c.dhead = nil
 	c.dmu.Unlock()
 	for _, rc := range dropped {
-		c.parked.Add(-1)
+		rc.releaseSlot()
 		if rc.onDrop != nil {
 			rc.onDrop()
 		}

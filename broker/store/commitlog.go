@@ -10,7 +10,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/flowd-io/flowd/broker/store/vfs"
 	"github.com/flowd-io/flowd/protocol"
@@ -217,7 +216,7 @@ func (s *Store) encode(dst []byte, m *protocol.MessageExt) ([]byte, error) {
 // In FlushAsync mode Put returns once the message is in the page cache; in FlushSync mode
 // only after an fsync covers it (group commit), or ErrFlushTimeout after
 // Options.SyncFlushTimeout. ctx only cancels that wait: a message whose Put was canceled may
-// still be stored and delivered.
+// still be stored and delivered. PutAsync is the same without a goroutine waiting.
 func (s *Store) Put(ctx context.Context, m *protocol.MessageExt) (PutResult, error) {
 	bp := s.getEncBuf()
 	defer s.putEncBuf(bp)
@@ -228,12 +227,16 @@ func (s *Store) Put(ctx context.Context, m *protocol.MessageExt) (PutResult, err
 	}
 	ms := [1]*protocol.MessageExt{m}
 	var res [1]PutResult
-	end, err := s.append(ms[:], b, res[:])
+	w := flushWaiter{ch: make(chan error, 1)}
+	waiting, err := s.appendWait(ms[:], b, res[:], &w)
 	if err != nil {
 		return PutResult{}, err
 	}
 	res[0].MsgID = protocol.OffsetMsgID(s.opts.StoreHost, res[0].CommitLogOffset)
-	return res[0], s.awaitDurable(ctx, end)
+	if waiting {
+		err = s.awaitDurable(ctx, w.ch)
+	}
+	return res[0], err
 }
 
 // PutBatch appends ms contiguously, in order, within one segment, with one write and (in
@@ -243,29 +246,44 @@ func (s *Store) PutBatch(ctx context.Context, ms []*protocol.MessageExt) ([]PutR
 	if len(ms) == 0 {
 		return nil, nil
 	}
-	bp := s.getEncBuf()
-	defer s.putEncBuf(bp)
-	b := (*bp)[:0]
-	var err error
-	for _, m := range ms {
-		if b, err = s.encode(b, m); err != nil {
-			*bp = b
-			return nil, err
-		}
+	b, bp, err := s.encodeBatch(ms)
+	if bp != nil {
+		defer s.putEncBuf(bp)
 	}
-	*bp = b
-	if int64(len(b)) > s.opts.SegmentSize-blankMin {
-		return nil, fmt.Errorf("put batch of %d messages: %d bytes do not fit one segment: %w", len(ms), len(b), ErrMessageTooLarge)
+	if err != nil {
+		return nil, err
 	}
 	res := make([]PutResult, len(ms))
-	end, err := s.append(ms, b, res)
+	w := flushWaiter{ch: make(chan error, 1)}
+	waiting, err := s.appendWait(ms, b, res, &w)
 	if err != nil {
 		return nil, err
 	}
 	for i := range res {
 		res[i].MsgID = protocol.OffsetMsgID(s.opts.StoreHost, res[i].CommitLogOffset)
 	}
-	return res, s.awaitDurable(ctx, end)
+	if waiting {
+		err = s.awaitDurable(ctx, w.ch)
+	}
+	return res, err
+}
+
+// encodeBatch encodes ms one after the other into a pooled buffer, which the caller hands
+// back (putEncBuf) when bp is not nil.
+func (s *Store) encodeBatch(ms []*protocol.MessageExt) (b []byte, bp *[]byte, err error) {
+	bp = s.getEncBuf()
+	b = (*bp)[:0]
+	for _, m := range ms {
+		if b, err = s.encode(b, m); err != nil {
+			*bp = b
+			return nil, bp, err
+		}
+	}
+	*bp = b
+	if int64(len(b)) > s.opts.SegmentSize-blankMin {
+		return nil, bp, fmt.Errorf("put batch of %d messages: %d bytes do not fit one segment: %w", len(ms), len(b), ErrMessageTooLarge)
+	}
+	return b, bp, nil
 }
 
 // AppendReady reports whether appending size bytes (a stored message's size, or a bound
@@ -282,15 +300,33 @@ func (s *Store) AppendReady(size int) bool {
 	return seg != nil && s.written.Load()+int64(size)+blankMin <= seg.start+s.opts.SegmentSize
 }
 
+// PutAsyncReady is AppendReady for PutAsync and PutBatchAsync: it reports whether one of
+// them appending size bytes would most likely return without waiting for the disk, in
+// either flush mode (in FlushSync mode PutAsync does not wait for the fsync either): no
+// write has failed and the active segment has room for it (no roll). The broker serves
+// such SYNC_FLUSH sends on the connection's read goroutine. A hint, like AppendReady.
+func (s *Store) PutAsyncReady(size int) bool {
+	if s.failure.Load() != nil {
+		return false
+	}
+	seg := s.activeSeg.Load()
+	return seg != nil && s.written.Load()+int64(size)+blankMin <= seg.start+s.opts.SegmentSize
+}
+
+// SyncFlush reports whether the store acknowledges an append only after an fsync covers it
+// (FlushSync).
+func (s *Store) SyncFlush() bool { return s.opts.FlushMode == FlushSync }
+
 // append writes the encoded messages b (ms[i].StoreSize bytes each) at the end of the commit
-// log and returns the new end.
+// log and returns the new end. A non-nil w is queued for the group commit (FlushSync mode)
+// with the results.
 //
 // # Notes
 //
 // The pwrite happens under s.mu: positions must be handed out in file order, and the
 // dispatcher reads [dispatched, written) assuming no holes. Encoding (the expensive part)
 // happened before the lock, so concurrent appenders overlap their encoding with this write.
-func (s *Store) append(ms []*protocol.MessageExt, b []byte, res []PutResult) (int64, error) {
+func (s *Store) append(ms []*protocol.MessageExt, b []byte, res []PutResult, w *flushWaiter) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -325,6 +361,9 @@ func (s *Store) append(ms []*protocol.MessageExt, b []byte, res []PutResult) (in
 		return 0, s.fail(fmt.Errorf("write segment %s at %d: %w", s.active.path, pos-s.active.start, err))
 	}
 	s.wpos = pos + int64(len(b))
+	if w != nil {
+		s.enqueueWaiterLocked(w, s.wpos, res)
+	}
 	s.written.Store(s.wpos)
 	signal(s.dispatchReq)
 	if pos/prefaultStep != s.wpos/prefaultStep {
@@ -362,36 +401,6 @@ func (s *Store) rollLocked() error {
 		s.log.Warn("unmap segment", "err", err)
 	}
 	return nil
-}
-
-// awaitDurable waits, in FlushSync mode, for an fsync to cover [.., end).
-func (s *Store) awaitDurable(ctx context.Context, end int64) error {
-	if s.opts.FlushMode != FlushSync || s.flushed.Load() >= end {
-		return nil
-	}
-	signal(s.flushReq)
-	var timeout <-chan time.Time
-	for {
-		ch := s.flushWaitCh()
-		if s.flushed.Load() >= end {
-			return nil
-		}
-		if err := s.writeFailure(); err != nil {
-			return err
-		}
-		if timeout == nil {
-			t := time.NewTimer(s.opts.SyncFlushTimeout)
-			defer t.Stop()
-			timeout = t.C
-		}
-		select {
-		case <-ch:
-		case <-timeout:
-			return fmt.Errorf("wait for fsync up to %d: %w", end, ErrFlushTimeout)
-		case <-ctx.Done():
-			return fmt.Errorf("wait for fsync up to %d: %w", end, ctx.Err())
-		}
-	}
 }
 
 // readLog reads len(p) bytes of the commit log at off; the range must lie within one segment

@@ -41,8 +41,8 @@ func bodyHash(b []byte) uint64 {
 }
 
 // crashChild appends forever from several goroutines (sync flush, or async with the
-// mapped segment) and prints each acknowledged message as "qid qoff cloff hash ." until it
-// is killed.
+// mapped segment), Put, PutBatch and PutAsync, and prints each acknowledged message as
+// "qid qoff cloff hash ." until it is killed.
 func crashChild(dir string) {
 	o := testOptions()
 	o.SegmentSize = 256 << 10
@@ -61,6 +61,33 @@ func crashChild(dir string) {
 	var out sync.Mutex
 	w := os.Stdout // one write(2) per line: a kill cannot split a line except the last
 	var wg sync.WaitGroup
+	// One more appender keeps up to 16 PutAsync calls waiting at once, printing each
+	// acknowledgement from its completion (the group commit's goroutine in FlushSync mode).
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 99))
+		window := make(chan struct{}, 16)
+		for {
+			window <- struct{}{}
+			m := newMsg("K", 3, "", "t3")
+			m.Body = make([]byte, 1+rng.IntN(3000))
+			for j := range m.Body {
+				m.Body[j] = byte(rng.Uint32())
+			}
+			h := bodyHash(m.Body)
+			s.PutAsync(context.Background(), m, func(r PutResult, err error) {
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "put async:", err)
+					os.Exit(3)
+				}
+				out.Lock()
+				fmt.Fprintf(w, "%d %d %d %d .\n", 3, r.QueueOffset, r.CommitLogOffset, h)
+				out.Unlock()
+				<-window
+			})
+		}
+	}()
 	for g := range 4 {
 		wg.Add(1)
 		go func() {

@@ -123,9 +123,19 @@
 //     only when they become active.
 //   - fdatasync (vfs.File.Sync) instead of fsync: segment sizes never change after creation,
 //     so file metadata need not be flushed with the data.
-//   - Group commit needs no queue: a FlushSync appender signals the flusher and waits for
-//     the flushed offset to pass its end. Each fsync covers everything written when it
-//     started, so appends that arrive during one fsync share the next.
+//   - Group commit: a FlushSync append queues a waiter (its end offset and whom to tell)
+//     under the append lock, so the queue is in offset order, and signals the flusher. The
+//     flusher fsyncs everything written by then and, as soon as that finished, again if
+//     more was written meanwhile (no tick), so appends arriving during one fsync share the
+//     next. A completion goroutine then completes every waiter the fsync covered in one
+//     sweep, in order, while the next fsync runs, and fails those whose SyncFlushTimeout
+//     passed (one timer, for the oldest). PutAsync's callers hold no goroutine while they
+//     wait (the broker answers SYNC_FLUSH sends from the completion); Put waits on a
+//     channel the completion fills.
+//   - In FlushSync mode the prefaulter writes zeros (and fdatasyncs them) up to 4 MiB ahead
+//     of the write position instead of populating a mapping: the group commit's fdatasyncs
+//     then overwrite blocks already allocated and written, and do not also commit the
+//     allocation with every group (see zeroAhead for the measurements).
 //   - The dispatcher re-reads the log instead of being handed parsed messages by the writer:
 //     the same code then serves recovery, and the writer's critical section stays short.
 //     After a pass that found work it waits 1 ms before the next, so that under load it

@@ -55,19 +55,28 @@ func (s *Store) flushCommitLog() error {
 	s.flushedAt.Store(startedAt)
 	s.flushed.Store(target)
 	s.notifyFlush()
+	if s.opts.FlushMode == FlushSync {
+		signal(s.commitReq)
+	}
 	return nil
 }
 
-// syncFlushLoop is FlushSync's group commit: every wake-up fsyncs whatever was written by
-// then, so appends that arrive during one fsync share the next.
+// syncFlushLoop is FlushSync's group commit: it fsyncs whatever was written by then, and
+// as soon as that fsync finished, again if more was written meanwhile, so that appends
+// arriving during one fsync share the next and no tick delays it. The commit loop completes
+// the appends each fsync covered, on its own goroutine, while the next fsync runs.
 func (s *Store) syncFlushLoop() {
 	defer s.wg.Done()
 	for {
 		select {
 		case <-s.flushReq:
-			s.flushCommitLog()
 		case <-s.stop:
 			return
+		}
+		for s.written.Load() > s.flushed.Load() {
+			if err := s.flushCommitLog(); err != nil {
+				break // the store failed; the commit loop fails the waiters
+			}
 		}
 	}
 }

@@ -1,5 +1,7 @@
 package store
 
+import "fmt"
+
 const (
 	// prefaultAhead is how far past the write position the prefaulter keeps the active
 	// segment's mapping populated.
@@ -35,7 +37,8 @@ const (
 func (s *Store) prefaultLoop() {
 	defer s.wg.Done()
 	var seg *segment
-	var done int64 // bytes of seg populated (relative to its start)
+	var done int64   // bytes of seg populated (relative to its start)
+	var zeros []byte // FlushSync: what zeroAhead writes
 	for {
 		select {
 		case <-s.prefaultReq:
@@ -64,12 +67,72 @@ func (s *Store) prefaultLoop() {
 				prefault(seg.m[from:to])
 			}
 			seg.mu.RUnlock()
-			if !mapped {
-				break // FlushSync or DisableMmap: nothing to do
+			if !mapped && (s.opts.FlushMode != FlushSync || !s.zeroAhead(seg, from, to, &zeros)) {
+				break // DisableMmap, or nothing more to zero in this segment
 			}
 			done = to
 		}
 	}
+}
+
+// zeroChunk is how much of a zeroAhead step is written under the append lock at once: a
+// write into the page cache of this size takes some tens of microseconds, which appends
+// wait at most.
+const zeroChunk = 128 << 10
+
+// zeroAhead is prefaultLoop's work in FlushSync mode, where the active segment is written
+// with pwrite: it writes zeros to [from, to) of seg (never below the write position) and
+// fdatasyncs them, so that the group commit's fdatasyncs overwrite blocks the file system
+// has already allocated and written, and need not also commit the allocation (a journal
+// commit, for a sparse or fallocated file) with every group of appends. It reports false
+// when it stopped: seg is no longer the active segment, the store closed, the file has no
+// descriptor (the fault-injecting vfs, whose write and sync faults are the appends'), or a
+// zero write failed (a full disk: the appends will see it themselves).
+//
+// # Notes
+//
+// Measured on ext4 (virtio disk), interleaved on one machine: a 24 KiB pwrite+fdatasync
+// (a group of about 24 sends of 1 KiB) took 226 us at the median into zeroed blocks, 335 us
+// into a sparse file and 468 us into a fallocated one; at 64 KiB 356, 497 and 686 us. At
+// 1 KiB there was no difference. The cost is writing every byte of the log twice (once as
+// zeros, in 1 MiB steps, off the appenders' path).
+//
+// An fsync error here fails the store as the flusher's does: the descriptor is shared,
+// and an error the kernel reported to this fsync would not be reported to the flusher's.
+func (s *Store) zeroAhead(seg *segment, from, to int64, zeros *[]byte) bool {
+	if _, ok := seg.f.(interface{ Fd() uintptr }); !ok {
+		return false
+	}
+	if *zeros == nil {
+		*zeros = make([]byte, zeroChunk)
+	}
+	wrote := false
+	for off := from; off < to; off += zeroChunk {
+		end := min(off+zeroChunk, to)
+		s.mu.Lock()
+		if s.closed || s.active != seg || s.writeFailure() != nil {
+			s.mu.Unlock()
+			return false
+		}
+		lo := max(off, s.wpos-seg.start) // bytes at and past the write position are zeros already
+		var err error
+		if lo < end {
+			_, err = seg.f.WriteAt((*zeros)[:end-lo], lo)
+			wrote = true
+		}
+		s.mu.Unlock()
+		if err != nil {
+			s.log.Debug("zeroing ahead of the commit log stopped", "segment", seg.path, "err", err)
+			return false
+		}
+	}
+	if wrote {
+		if err := seg.f.Sync(); err != nil {
+			s.fail(fmt.Errorf("fsync zeroed segment %s: %w", seg.path, err))
+			return false
+		}
+	}
+	return true
 }
 
 // prefaultRange is the next range of the segment to populate, given the write position w

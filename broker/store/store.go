@@ -25,6 +25,7 @@ import (
 // A goroutine holding a lock may only take locks further down this list:
 //
 //	Store.mu          appends: active segment, write position, queue-offset table, closed/failed
+//	Store.waitMu      the group commit's waiters (taken under Store.mu by appends)
 //	Store.flushRun    serializes commit-log fsyncs
 //	Store.cpMu        serializes consume-queue fsyncs and checkpoint writes
 //	Store.segMu       the segment list (readers, roll, retention)
@@ -81,9 +82,15 @@ type Store struct {
 	activeSeg   atomic.Pointer[segment] // the active segment, for the prefaulter and AppendReady
 	prefaultReq chan struct{}           // cap 1: "the write position moved a step"
 	flushReq    chan struct{}           // cap 1: "a synchronous appender waits"
+	commitReq   chan struct{}           // cap 1: "flushed moved, the store failed, or the first waiter came"
 	dispatchReq chan struct{}           // cap 1: "the commit log grew"
 	stop        chan struct{}
 	wg          sync.WaitGroup
+
+	// The group commit's waiters (FlushSync): appends waiting for the fsync that covers
+	// them, in the order of their end offsets. See groupcommit.go.
+	waitMu  sync.Mutex
+	waiters []flushWaiter // guarded by waitMu
 
 	index *keyIndex // nil with Options.DisableIndex; see index.go
 
@@ -134,6 +141,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		flushCh:     make(chan struct{}),
 		dispatchCh:  make(chan struct{}),
 		flushReq:    make(chan struct{}, 1),
+		commitReq:   make(chan struct{}, 1),
 		prefaultReq: make(chan struct{}, 1),
 		dispatchReq: make(chan struct{}, 1),
 		stop:        make(chan struct{}),
@@ -158,7 +166,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	signal(s.prefaultReq)
 	go s.dispatchLoop()
 	if o.FlushMode == FlushSync {
+		s.wg.Add(1)
 		go s.syncFlushLoop()
+		go s.commitLoop()
 	} else {
 		go s.asyncFlushLoop()
 	}
@@ -189,6 +199,11 @@ func (s *Store) Close() error {
 		if err := s.flushCommitLog(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	// No append can queue a waiter any more (closed is set): the final flush covered them,
+	// or they learn that it did not.
+	s.completeWaiters(nil, true)
+	if !failed {
 		if err := s.checkpoint(); err != nil {
 			errs = append(errs, err)
 		}
@@ -255,6 +270,7 @@ func (s *Store) fail(err error) error {
 		}
 		s.notifyFlush()
 		s.notifyDispatch()
+		signal(s.commitReq)
 	}
 	return *s.failure.Load()
 }
