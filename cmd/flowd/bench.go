@@ -68,6 +68,13 @@ type benchResult struct {
 	// MessagesPerFsync is, for the sync-flush scenario, how many acknowledged messages an
 	// fsync covered on average: group commit at work.
 	MessagesPerFsync float64 `json:"messages_per_fsync,omitempty"`
+	// BaselineBefore and BaselineAfter are, for the sync-flush scenario, the disk's
+	// fsync-per-write rate measured just before and just after it; Baseline is their harmonic
+	// mean (the rate of the mean fsync time). A shared disk's fsync rate moves from one
+	// minute to the next, so a single measurement taken earlier says little about the
+	// minute the scenario ran in; the two show how far it moved.
+	BaselineBefore float64 `json:"baseline_before,omitempty"`
+	BaselineAfter  float64 `json:"baseline_after,omitempty"`
 	// LateSends is, for the delay scenario (its p99 result), the share of its sends made
 	// more than 2 ms after their scheduled time, and MaxSendLateness (ns) the latest one's
 	// lateness: the sender did not run in time and its owed sends went out as a burst (see
@@ -378,6 +385,9 @@ func formatResult(r benchResult) string {
 	}
 	if r.MessagesPerFsync > 0 {
 		line += fmt.Sprintf("  (%.1f messages per fsync)", r.MessagesPerFsync)
+	}
+	if r.BaselineBefore > 0 {
+		line += fmt.Sprintf("  (disk-fsync %.0f before, %.0f after)", r.BaselineBefore, r.BaselineAfter)
 	}
 	if r.FromSchedule > 0 {
 		line += fmt.Sprintf("  (from schedule %v)", time.Duration(r.FromSchedule).Round(time.Microsecond))

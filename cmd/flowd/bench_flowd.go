@@ -185,16 +185,18 @@ func (r *benchRun) diskFsyncRate() (float64, error) {
 // syncFlush produces with many synchronous producers to an embedded broker whose store
 // acknowledges a message only once an fsync covers it. One fsync covers every append that
 // arrived while the previous one ran (group commit), so the figure should be a multiple of
-// the disk's fsync-per-write rate, measured in the same run.
+// the disk's fsync-per-write rate, measured just before and just after it (a shared
+// disk's rate drifts within a run).
 func (r *benchRun) syncFlush(ctx context.Context, sc benchScenario) ([]benchResult, error) {
-	fsyncRate, err := r.diskFsyncRate()
-	if err != nil {
-		return nil, err
-	}
+	var err error
 	if r.syncBroker == nil {
 		if r.syncBroker, err = startBenchBroker(r.c, "broker-syncflush", store.FlushSync, r.log); err != nil {
 			return nil, err
 		}
+	}
+	before, err := diskFsync(r.c)
+	if err != nil {
+		return nil, err
 	}
 	fsyncs := r.syncBroker.StoreStats().Fsyncs
 	_, rate, err := flowdProduce(ctx, r.c, r.syncBroker.NamesrvAddr(), "sync", sc.size, sc.producers, r.log)
@@ -202,7 +204,12 @@ func (r *benchRun) syncFlush(ctx context.Context, sc benchScenario) ([]benchResu
 		return nil, err
 	}
 	fsyncs = r.syncBroker.StoreStats().Fsyncs - fsyncs
-	res := newResult(sc.name, "msg/s", rate, "disk-fsync", fsyncRate)
+	after, err := diskFsync(r.c)
+	if err != nil {
+		return nil, err
+	}
+	res := newResult(sc.name, "msg/s", rate, "disk-fsync", 2/(1/before+1/after))
+	res.BaselineBefore, res.BaselineAfter = before, after
 	if fsyncs > 0 { // the first sends of each producer, outside the clock, are counted too
 		res.MessagesPerFsync = float64(r.c.messages+sc.producers) / float64(fsyncs)
 	}

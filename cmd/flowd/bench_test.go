@@ -51,6 +51,9 @@ func TestBenchSmokeJSONAgainstJetStream(t *testing.T) {
 			assert.Equal(t, durSyncFlush, r.Durability)
 			assert.Equal(t, 4, r.Producers)
 			assert.Positive(t, r.MessagesPerFsync, "the broker's fsyncs during the run are counted")
+			require.Positive(t, r.BaselineBefore, "the disk's fsync rate is measured before the run")
+			require.Positive(t, r.BaselineAfter, "and after it")
+			assert.InDelta(t, 2/(1/r.BaselineBefore+1/r.BaselineAfter), *r.Baseline, 1e-6*(*r.Baseline))
 		default:
 			assert.Nil(t, r.Ratio, r.Scenario)
 		}
