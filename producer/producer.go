@@ -415,11 +415,11 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendRe
 		p.enqueueAsync(ctx, pmv, done)
 		return
 	}
-	pm := new(prepared)
-	*pm = pmv
-	if p.sendAsyncDirect(ctx, pm, done) {
+	if p.sendAsyncDirect(ctx, &pmv, done) {
 		return
 	}
+	pm := new(prepared)
+	*pm = pmv
 	go func() {
 		defer p.async.Done()
 		res, err := p.send(ctx, pm)
@@ -704,8 +704,9 @@ func sendResult(mq MessageQueue, addr string, pm *prepared, resp *protocol.Comma
 		return SendResult{}, false, fmt.Errorf("send to %s at %s: %w", mq, addr, client.NewBrokerError(resp))
 	}
 	var rh protocol.SendMessageResponseHeader
-	if err := rh.Decode(resp.ExtFields); err != nil { // not through DecodeHeader: rh would escape
-		return SendResult{}, true, fmt.Errorf("send to %s: stored (%s), but the answer is unreadable: decode %s header: %w", mq, res.Status, resp.ResponseCode(), err)
+	// From the map or, for an answer read raw (InvokeAsyncRaw), from its bytes.
+	if err := protocol.DecodeSendResponse(resp, &rh); err != nil {
+		return SendResult{}, true, fmt.Errorf("send to %s: stored (%s), but the answer is unreadable: %w", mq, res.Status, err)
 	}
 	res.OffsetMsgID = rh.MsgID
 	res.Queue = MessageQueue{Topic: mq.Topic, BrokerName: mq.BrokerName, QueueID: int(rh.QueueID)}

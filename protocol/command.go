@@ -196,12 +196,12 @@ func (c *Command) appendBinaryHeader(dst []byte) ([]byte, error) {
 // length the prefix announced). The returned command's Body aliases frame. A frame whose
 // lengths add up but whose header cannot be read gives a *HeaderError.
 func DecodeFrame(frame []byte) (*Command, error) {
-	return decodeFrame(frame, false, nil)
+	return decodeFrame(frame, false, ReadOptions{})
 }
 
 // decodeFrame is DecodeFrame; with copyBody the body is copied out of frame, which may then
 // be reused.
-func decodeFrame(frame []byte, copyBody bool, rawExt func(RequestCode) bool) (*Command, error) {
+func decodeFrame(frame []byte, copyBody bool, o ReadOptions) (*Command, error) {
 	if len(frame) > MaxFrameSize {
 		return nil, fmt.Errorf("decode frame: %d bytes exceeds %d: %w", len(frame), MaxFrameSize, ErrFrameTooLarge)
 	}
@@ -221,7 +221,7 @@ func decodeFrame(frame []byte, copyBody bool, rawExt func(RequestCode) bool) (*C
 	case JSON:
 		c, err = decodeJSONHeader(header)
 	case RocketMQ:
-		c, err = decodeBinaryHeader(header, rawExt)
+		c, err = decodeBinaryHeader(header, o.RawExt, o.RawResponses)
 	default:
 		return nil, &HeaderError{Serialize: st, Err: fmt.Errorf("decode frame: %w %d", ErrUnknownSerialize, st)}
 	}
@@ -240,8 +240,8 @@ func decodeFrame(frame []byte, copyBody bool, rawExt func(RequestCode) bool) (*C
 
 // decodeBinaryHeader decodes a ROCKETMQ binary header; an error is a *HeaderError, which
 // carries the code, opaque and flag when the fixed part is there.
-func decodeBinaryHeader(b []byte, rawExt func(RequestCode) bool) (*Command, error) {
-	c, err := parseBinaryHeader(b, rawExt)
+func decodeBinaryHeader(b []byte, rawExt func(RequestCode) bool, rawResponses bool) (*Command, error) {
+	c, err := parseBinaryHeader(b, rawExt, rawResponses)
 	if err != nil {
 		he := &HeaderError{Serialize: RocketMQ, Err: err}
 		if len(b) >= 13 {
@@ -255,7 +255,7 @@ func decodeBinaryHeader(b []byte, rawExt func(RequestCode) bool) (*Command, erro
 	return c, nil
 }
 
-func parseBinaryHeader(b []byte, rawExt func(RequestCode) bool) (*Command, error) {
+func parseBinaryHeader(b []byte, rawExt func(RequestCode) bool, rawResponses bool) (*Command, error) {
 	const fixed = 2 + 1 + 2 + 4 + 4 + 4
 	if len(b) < fixed {
 		return nil, fmt.Errorf("decode binary header: %d bytes is shorter than the fixed %d", len(b), fixed)
@@ -276,7 +276,7 @@ func parseBinaryHeader(b []byte, rawExt func(RequestCode) bool) (*Command, error
 		return nil, err
 	}
 	c.Remark = substringOf(whole, b[13:], remark)
-	if rawExt != nil && c.Flag&FlagResponse == 0 && rawExt(RequestCode(c.Code)) {
+	if c.Flag&FlagResponse != 0 && rawResponses || rawExt != nil && c.Flag&FlagResponse == 0 && rawExt(RequestCode(c.Code)) {
 		if err := parseRawExt(c, whole, b[13:], r); err != nil {
 			return nil, err
 		}
@@ -375,6 +375,26 @@ func (c *Command) Ext(key string) string {
 	return found
 }
 
+// BuildExtFields makes ExtFields out of RawExt, for a command read with its ext fields raw
+// (ReadOptions) that is handed to code reading the map; RawExt is then cleared. A command
+// that has its map already keeps it.
+func (c *Command) BuildExtFields() {
+	if c.ExtFields != nil {
+		return
+	}
+	n := 0
+	for raw := c.RawExt; raw != ""; n++ {
+		_, _, raw = nextRawField(raw)
+	}
+	ext := make(map[string]string, n)
+	for raw := c.RawExt; raw != ""; {
+		var k, v string
+		k, v, raw = nextRawField(raw)
+		ext[k] = v // the last of a repeated key wins, as when the map is built on reading
+	}
+	c.ExtFields, c.RawExt = ext, ""
+}
+
 // countBinaryFields counts the fields of a binary ext-fields block, as far as their lengths
 // add up (the decoder reports what does not).
 func countBinaryFields(b []byte) int {
@@ -437,7 +457,7 @@ func ReadFrame(r *bufio.Reader, max int) (*Command, error) {
 // reports true, leaves ExtFields nil and sets RawExt: for a reader whose handler decodes
 // those requests' headers itself (see Command.RawExt). JSON headers always build the map.
 func ReadFrameRawExt(r *bufio.Reader, max int, rawExt func(RequestCode) bool) (*Command, error) {
-	c, _, err := readFrame(r, max, rawExt, true)
+	c, _, err := readFrame(r, ReadOptions{Max: max, RawExt: rawExt}, true)
 	return c, err
 }
 
@@ -447,18 +467,39 @@ func ReadFrameRawExt(r *bufio.Reader, max int, rawExt func(RequestCode) bool) (*
 // are copies either way. A reader that serves a request before it reads the next frame
 // saves a copy and an allocation per frame; it must copy the body of anything it hands on.
 func ReadFrameLent(r *bufio.Reader, max int, rawExt func(RequestCode) bool) (c *Command, lent bool, err error) {
-	return readFrame(r, max, rawExt, false)
+	return readFrame(r, ReadOptions{Max: max, RawExt: rawExt}, false)
 }
 
-func readFrame(r *bufio.Reader, max int, rawExt func(RequestCode) bool, copyBody bool) (*Command, bool, error) {
+// ReadOptions says how ReadFrameWith reads a frame.
+type ReadOptions struct {
+	// Max is the largest frame accepted, length prefix excluded; <= 0: MaxFrameSize.
+	Max int
+	// RawExt, if set, names the requests whose binary ext fields stay raw: ExtFields nil,
+	// RawExt set (see ReadFrameRawExt).
+	RawExt func(RequestCode) bool
+	// RawResponses leaves the ext fields of every response with a binary header raw: for a
+	// reader that hands responses to callers that read them with Ext or the typed decoders
+	// (DecodeSendResponse), and builds the map (BuildExtFields) for the others.
+	RawResponses bool
+	// Lend leaves the body of a frame that fits the reader's buffer in the buffer, as
+	// ReadFrameLent does.
+	Lend bool
+}
+
+// ReadFrameWith reads one frame as o says; lent is as for ReadFrameLent.
+func ReadFrameWith(r *bufio.Reader, o ReadOptions) (c *Command, lent bool, err error) {
+	return readFrame(r, o, !o.Lend)
+}
+
+func readFrame(r *bufio.Reader, o ReadOptions, copyBody bool) (*Command, bool, error) {
+	max := o.Max
 	if max <= 0 || max > MaxFrameSize {
 		max = MaxFrameSize
 	}
-	var lb [4]byte
-	if _, err := io.ReadFull(r, lb[:]); err != nil {
+	n, err := readLength(r)
+	if err != nil {
 		return nil, false, err
 	}
-	n := int(int32(binary.BigEndian.Uint32(lb[:])))
 	if n < 4 {
 		return nil, false, fmt.Errorf("read frame: length %d is shorter than a header mark: %w", n, ErrMalformedFrame)
 	}
@@ -476,7 +517,7 @@ func readFrame(r *bufio.Reader, max int, rawExt func(RequestCode) bool, copyBody
 			}
 			return nil, false, fmt.Errorf("read frame of %d bytes after %d: %w", n, len(frame), err)
 		}
-		c, err := decodeFrame(frame, copyBody, rawExt)
+		c, err := decodeFrame(frame, copyBody, o)
 		_, _ = r.Discard(n) // buffered: cannot fail; the bytes stay until the next read
 		return c, err == nil && !copyBody && len(c.Body) > 0, err
 	}
@@ -496,6 +537,23 @@ func readFrame(r *bufio.Reader, max int, rawExt func(RequestCode) bool, copyBody
 			return nil, false, fmt.Errorf("read frame of %d bytes after %d: %w", n, len(frame), err)
 		}
 	}
-	c, err := decodeFrame(frame, false, rawExt) // the frame is its own: the body is not lent
+	c, err := decodeFrame(frame, false, o) // the frame is its own: the body is not lent
 	return c, false, err
+}
+
+// readLength reads a frame's 4-byte length prefix. A prefix already buffered (the usual
+// case) is read in place: an array handed to io.ReadFull would escape, one allocation per
+// frame.
+func readLength(r *bufio.Reader) (int, error) {
+	if r.Buffered() >= 4 {
+		p, _ := r.Peek(4)
+		n := int(int32(binary.BigEndian.Uint32(p)))
+		_, _ = r.Discard(4)
+		return n, nil
+	}
+	lb := make([]byte, 4)
+	if _, err := io.ReadFull(r, lb); err != nil {
+		return 0, err
+	}
+	return int(int32(binary.BigEndian.Uint32(lb))), nil
 }

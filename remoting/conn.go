@@ -230,6 +230,7 @@ type Conn struct {
 	pmu        sync.Mutex
 	pending    map[int32]pendingCall // guarded by pmu: waiting calls by opaque; nil once closed
 	nextOpaque int32                 // guarded by pmu
+	lanes      []*deadlineLane       // guarded by pmu: InvokeAsync deadlines, by timeout
 
 	// Deferred requests waiting for their answer (see Defer), so that a close can drop them.
 	dmu     sync.Mutex
@@ -303,10 +304,12 @@ func (c *Conn) closeWithErr(cause error) {
 		var async []*asyncCall
 		for _, pc := range c.pending {
 			if pc.async != nil {
+				pc.async.gone = true
 				async = append(async, pc.async)
 			}
 		}
 		c.pending = nil
+		c.stopLanesLocked()
 		c.pmu.Unlock()
 		// Failed by the read goroutine once it sees the close (run), not here: this may run
 		// under the write lock, and callbacks may send.
@@ -473,6 +476,12 @@ func (c *Conn) deliver(resp *protocol.Command) {
 	pc, ok := c.pending[resp.Opaque]
 	if ok {
 		delete(c.pending, resp.Opaque)
+		if a := pc.async; a != nil {
+			a.gone = true
+			if a.lane != nil {
+				a.lane.trimLocked()
+			}
+		}
 	}
 	c.pmu.Unlock()
 	if !ok {
@@ -480,6 +489,9 @@ func (c *Conn) deliver(resp *protocol.Command) {
 		// is waiting.
 		c.log.Debug("dropping response nobody waits for", "opaque", resp.Opaque, "code", resp.ResponseCode())
 		return
+	}
+	if pc.async == nil || !pc.async.raw {
+		resp.BuildExtFields() // read raw (see readLoop): this caller reads the map
 	}
 	if pc.async != nil {
 		pc.async.finish(resp, nil)
@@ -798,11 +810,11 @@ func (c *Conn) readLoop() error {
 		var cmd *protocol.Command
 		var lent bool
 		var err error
-		if c.cfg.lend {
-			cmd, lent, err = protocol.ReadFrameLent(c.br, c.cfg.maxFrame, c.cfg.rawExt)
-		} else {
-			cmd, err = protocol.ReadFrameRawExt(c.br, c.cfg.maxFrame, c.cfg.rawExt)
-		}
+		// Responses are read with their fields raw: deliver builds the map for the callers
+		// that read it, and those of InvokeAsyncRaw skip it.
+		cmd, lent, err = protocol.ReadFrameWith(c.br, protocol.ReadOptions{
+			Max: c.cfg.maxFrame, RawExt: c.cfg.rawExt, RawResponses: true, Lend: c.cfg.lend,
+		})
 		if started {
 			c.frameStart.Store(0)
 		}
