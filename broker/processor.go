@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/flowd-io/flowd/protocol"
 	"github.com/flowd-io/flowd/remoting"
@@ -38,9 +37,9 @@ func (b *Broker) inline(req *protocol.Command) bool {
 	var topic, props string
 	switch req.RequestCode() {
 	case protocol.SendMessageV2, protocol.SendBatchMessage:
-		topic, props = req.Ext("b"), req.Ext("i")
+		topic, props = req.Ext2("b", "i")
 	case protocol.SendMessage:
-		topic, props = req.Ext("topic"), req.Ext("properties")
+		topic, props = req.Ext2("topic", "properties")
 	default:
 		return false
 	}
@@ -62,7 +61,7 @@ func (b *Broker) inline(req *protocol.Command) bool {
 func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protocol.Command) *protocol.Command {
 	// Any request proves the client alive, not only a heartbeat: a member whose heartbeats
 	// are refused or late but that pulls and commits must not expire.
-	b.consumers.touch(c, time.Now())
+	b.consumers.touch(c)
 	switch req.RequestCode() {
 	case protocol.SendMessage, protocol.SendMessageV2, protocol.SendBatchMessage:
 		return b.processSend(ctx, c, req)

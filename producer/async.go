@@ -46,7 +46,7 @@ func (p *Producer) sendAsyncDirect(ctx context.Context, pmv *prepared, done func
 	}
 	a := &asyncSend{p: p, ctx: ctx, pmv: *pmv, done: done, queues: r.PublishQueues, mq: mq, addr: addr, start: time.Now()}
 	a.pm = &a.pmv
-	a.req.init(p.sendHeader(mq, a.pm))
+	a.req.init(p.sendHeader(mq, a.pm, a.start))
 	a.req.cmd.Body = a.pm.body
 	if err := p.cl.InvokeAsyncRaw(ctx, addr, &a.req.cmd, p.cfg.sendTimeout, a); err != nil {
 		a.failed(fmt.Errorf("send to %s at %s: %w", mq, addr, err), false)

@@ -643,13 +643,13 @@ func (p *Producer) request(ctx context.Context, mq MessageQueue, pm *prepared) (
 // newSendRequest builds the send request of pm to mq.
 func (p *Producer) newSendRequest(mq MessageQueue, pm *prepared) *protocol.Command {
 	req := &sendRequest{}
-	req.init(p.sendHeader(mq, pm))
+	req.init(p.sendHeader(mq, pm, time.Now()))
 	req.cmd.Body = pm.body
 	return &req.cmd
 }
 
-// sendHeader is the request code and header of pm's send to mq.
-func (p *Producer) sendHeader(mq MessageQueue, pm *prepared) (protocol.RequestCode, protocol.SendMessageRequestHeader) {
+// sendHeader is the request code and header of pm's send to mq, born at now.
+func (p *Producer) sendHeader(mq MessageQueue, pm *prepared, now time.Time) (protocol.RequestCode, protocol.SendMessageRequestHeader) {
 	h := protocol.SendMessageRequestHeader{
 		ProducerGroup:         p.group,
 		Topic:                 mq.Topic,
@@ -657,7 +657,7 @@ func (p *Producer) sendHeader(mq MessageQueue, pm *prepared) (protocol.RequestCo
 		DefaultTopicQueueNums: int32(p.cfg.defaultQueues),
 		QueueID:               int32(mq.QueueID),
 		SysFlag:               pm.sysFlag,
-		BornTimestamp:         time.Now().UnixMilli(),
+		BornTimestamp:         now.UnixMilli(),
 		Flag:                  pm.msg.Flag,
 		Properties:            pm.props,
 		MaxReconsumeTimes:     -1,

@@ -375,6 +375,24 @@ func (c *Command) Ext(key string) string {
 	return found
 }
 
+// Ext2 is Ext for two distinct keys, with one pass over RawExt.
+func (c *Command) Ext2(key1, key2 string) (v1, v2 string) {
+	if c.ExtFields != nil || c.RawExt == "" {
+		return c.ExtFields[key1], c.ExtFields[key2]
+	}
+	for raw := c.RawExt; raw != ""; {
+		k, v, rest := nextRawField(raw)
+		switch k {
+		case key1:
+			v1 = v // the last one, as in the map
+		case key2:
+			v2 = v
+		}
+		raw = rest
+	}
+	return v1, v2
+}
+
 // BuildExtFields makes ExtFields out of RawExt, for a command read with its ext fields raw
 // (ReadOptions) that is handed to code reading the map; RawExt is then cleared. A command
 // that has its map already keeps it.
