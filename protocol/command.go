@@ -559,19 +559,18 @@ func readFrame(r *bufio.Reader, o ReadOptions, copyBody bool) (*Command, bool, e
 	return c, false, err
 }
 
-// readLength reads a frame's 4-byte length prefix. A prefix already buffered (the usual
-// case) is read in place: an array handed to io.ReadFull would escape, one allocation per
-// frame.
+// readLength reads a frame's 4-byte length prefix. It is read in place (Peek, then
+// Discard): an array handed to io.ReadFull would escape, one allocation per frame. Errors
+// are io.ReadFull's: io.EOF before the first byte, io.ErrUnexpectedEOF after it.
 func readLength(r *bufio.Reader) (int, error) {
-	if r.Buffered() >= 4 {
-		p, _ := r.Peek(4)
-		n := int(int32(binary.BigEndian.Uint32(p)))
-		_, _ = r.Discard(4)
-		return n, nil
-	}
-	lb := make([]byte, 4)
-	if _, err := io.ReadFull(r, lb); err != nil {
+	p, err := r.Peek(4)
+	if err != nil {
+		if len(p) > 0 && errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
 		return 0, err
 	}
-	return int(int32(binary.BigEndian.Uint32(lb))), nil
+	n := int(int32(binary.BigEndian.Uint32(p)))
+	_, _ = r.Discard(4)
+	return n, nil
 }
