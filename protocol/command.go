@@ -171,6 +171,26 @@ func (c *Command) appendBinaryHeader(dst []byte) ([]byte, error) {
 	dst = append(dst, c.Remark...)
 	lenAt := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
+	if len(c.ExtFields) > 0 {
+		// Apart: a command whose header is all Fields (a send, its answer) skips the map's
+		// iteration and the zeroing of the keys' buffer.
+		var err error
+		if dst, err = c.appendBinaryExtFields(dst); err != nil {
+			return dst, err
+		}
+	}
+	if c.Fields != nil {
+		var err error
+		if dst, err = c.appendFields(dst, false, len(c.ExtFields)); err != nil {
+			return dst, err
+		}
+	}
+	binary.BigEndian.PutUint32(dst[lenAt:], uint32(len(dst)-lenAt-4))
+	return dst, nil
+}
+
+// appendBinaryExtFields writes ExtFields, sorted by key, in the binary layout.
+func (c *Command) appendBinaryExtFields(dst []byte) ([]byte, error) {
 	var stack [24]string
 	for _, k := range sortedKeys(c.ExtFields, stack[:0]) {
 		if len(k) > math.MaxInt16 {
@@ -182,13 +202,6 @@ func (c *Command) appendBinaryHeader(dst []byte) ([]byte, error) {
 		dst = binary.BigEndian.AppendUint32(dst, uint32(len(v)))
 		dst = append(dst, v...)
 	}
-	if c.Fields != nil {
-		var err error
-		if dst, err = c.appendFields(dst, false, len(c.ExtFields)); err != nil {
-			return dst, err
-		}
-	}
-	binary.BigEndian.PutUint32(dst[lenAt:], uint32(len(dst)-lenAt-4))
 	return dst, nil
 }
 
