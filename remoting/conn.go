@@ -755,7 +755,13 @@ func (c *Conn) writeQueued(flusher bool) (again bool) {
 
 	c.qmu.Lock()
 	c.spare = frames[:0]
-	if cap(buf) <= maxGatheredWrite && cap(buf) > cap(c.qspare) {
+	// Both buffers are kept (but not a large one): a buffer dropped is grown again, by
+	// doubling, with the next frames.
+	switch {
+	case cap(buf) > maxGatheredWrite:
+	case c.qbuf == nil:
+		c.qbuf = buf[:0]
+	case cap(buf) > cap(c.qspare):
 		c.qspare = buf[:0]
 	}
 	switch {
@@ -1049,6 +1055,9 @@ func (c *Conn) shed() {
 	}
 	c.qmu.Lock()
 	c.qspare = nil
+	if len(c.qbuf) == 0 {
+		c.qbuf = nil
+	}
 	c.qmu.Unlock()
 }
 

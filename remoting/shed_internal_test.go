@@ -64,7 +64,7 @@ func TestIdleConnectionShedsWorkersAndWriteBuffer(t *testing.T) {
 		defer sc.wmu.Unlock()
 		sc.qmu.Lock()
 		defer sc.qmu.Unlock()
-		return sc.idleWorkers.Load() == 0 && sc.wbuf == nil && sc.qspare == nil
+		return sc.idleWorkers.Load() == 0 && sc.wbuf == nil && sc.qspare == nil && sc.qbuf == nil
 	}, 5*time.Second, 10*time.Millisecond, "an idle connection lets its waiting workers and write buffers go")
 
 	_, err = client.Invoke(context.Background(), protocol.NewRequest(protocol.HeartBeat, nil, []byte("after")))
