@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/flowd-io/flowd/protocol"
 	"github.com/flowd-io/flowd/remoting"
@@ -38,12 +37,12 @@ func (h brokerHandler) RawExt(code protocol.RequestCode) bool {
 // send or a half message waits for its fsync. Half and delayed messages are plain appends
 // too, and are inline with ASYNC_FLUSH.
 func (b *Broker) inline(req *protocol.Command) bool {
-	var topic, props, sysFlag string
+	var topic, props string
 	switch req.RequestCode() {
 	case protocol.SendMessageV2, protocol.SendBatchMessage:
-		topic, props, sysFlag = req.Ext("b"), req.Ext("i"), req.Ext("f")
+		topic, props = req.Ext2("b", "i")
 	case protocol.SendMessage:
-		topic, props, sysFlag = req.Ext("topic"), req.Ext("properties"), req.Ext("sysFlag")
+		topic, props = req.Ext2("topic", "properties")
 	default:
 		return false
 	}
@@ -61,7 +60,11 @@ func (b *Broker) inline(req *protocol.Command) bool {
 		// A SYNC_FLUSH send appends on the read goroutine and waits for its fsync deferred
 		// (sendSyncFlush), unless it cannot be deferred (oneway) or is a half message,
 		// whose bookkeeping waits for the fsync.
-		flag, _ := strconv.ParseInt(sysFlag, 10, 32)
+		sysFlag := "f"
+		if req.RequestCode() == protocol.SendMessage {
+			sysFlag = "sysFlag"
+		}
+		flag, _ := strconv.ParseInt(req.Ext(sysFlag), 10, 32)
 		return !req.IsOneway() && !isHalfRaw(int32(flag), props) && b.store.PutAsyncReady(size)
 	}
 	return b.store.AppendReady(size)
@@ -73,7 +76,7 @@ func (b *Broker) inline(req *protocol.Command) bool {
 func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protocol.Command) *protocol.Command {
 	// Any request proves the client alive, not only a heartbeat: a member whose heartbeats
 	// are refused or late but that pulls and commits must not expire.
-	b.consumers.touch(c, time.Now())
+	b.consumers.touch(c)
 	switch req.RequestCode() {
 	case protocol.SendMessage, protocol.SendMessageV2, protocol.SendBatchMessage:
 		return b.processSend(ctx, c, req)

@@ -20,40 +20,43 @@ import (
 type asyncSend struct {
 	p      *Producer
 	ctx    context.Context
-	pm     *prepared
+	pm     *prepared // &pmv
 	done   func(SendResult, error)
 	queues []MessageQueue
 	mq     MessageQueue
 	addr   string
 	start  time.Time
-	req    sendRequest // the first attempt's request, in the same allocation
+	// pmv and req are the message and the first attempt's request, in the same allocation.
+	pmv prepared
+	req sendRequest
 }
 
-// sendAsyncDirect sends the admitted pm (slot taken, counted in p.async) with InvokeAsync and
-// reports true, when its topic's route and its broker's address are cached; otherwise it
-// does nothing and reports false.
-func (p *Producer) sendAsyncDirect(ctx context.Context, pm *prepared, done func(SendResult, error)) bool {
-	r, ok := p.cl.CachedRoute(pm.msg.Topic)
+// sendAsyncDirect sends the admitted message (slot taken, counted in p.async) with
+// InvokeAsyncRaw and reports true, when its topic's route and its broker's address are
+// cached; otherwise it does nothing and reports false. It copies *pmv when it sends.
+func (p *Producer) sendAsyncDirect(ctx context.Context, pmv *prepared, done func(SendResult, error)) bool {
+	r, ok := p.cl.CachedRoute(pmv.msg.Topic)
 	if !ok || len(r.PublishQueues) == 0 {
 		return false
 	}
-	mq := p.cfg.selector.Select(pm.msg, r.PublishQueues)
+	mq := p.cfg.selector.Select(pmv.msg, r.PublishQueues)
 	addr, ok := r.BrokerAddr(mq.BrokerName)
 	if !ok {
 		return false
 	}
-	a := &asyncSend{p: p, ctx: ctx, pm: pm, done: done, queues: r.PublishQueues, mq: mq, addr: addr, start: time.Now()}
-	a.req.init(p.sendHeader(mq, pm))
-	a.req.cmd.Body = pm.body
-	if err := p.cl.InvokeAsync(ctx, addr, &a.req.cmd, p.cfg.sendTimeout, a.answered); err != nil {
+	a := &asyncSend{p: p, ctx: ctx, pmv: *pmv, done: done, queues: r.PublishQueues, mq: mq, addr: addr, start: time.Now()}
+	a.pm = &a.pmv
+	a.req.init(p.sendHeader(mq, a.pm, a.start))
+	a.req.cmd.Body = a.pm.body
+	if err := p.cl.InvokeAsyncRaw(ctx, addr, &a.req.cmd, p.cfg.sendTimeout, a); err != nil {
 		a.failed(fmt.Errorf("send to %s at %s: %w", mq, addr, err), false)
 	}
 	return true
 }
 
-// answered is the InvokeAsync callback: it runs on the connection's read goroutine, so it
-// only reads the answer and hands the outcome on.
-func (a *asyncSend) answered(resp *protocol.Command, err error) {
+// InvokeDone is the InvokeAsyncRaw callback: it runs on the connection's read goroutine, so
+// it only reads the answer and hands the outcome on.
+func (a *asyncSend) InvokeDone(resp *protocol.Command, err error) {
 	if err != nil {
 		a.failed(fmt.Errorf("send to %s at %s: %w", a.mq, a.addr, err), false)
 		return

@@ -88,9 +88,6 @@ type asyncBatch struct {
 	// lingered: the linger passed while there was no room in flight; the batch leaves as soon
 	// as there is.
 	lingered bool
-	// onAnswer is ab.answered, bound once for the batch's lifetime (pooled batches
-	// included): a method value made per send would be an allocation per batch.
-	onAnswer func(*protocol.Command, error)
 
 	// The send in flight. Its request is allocated apart, per send: once handed to
 	// InvokeAsync it is never written again (the batch is recycled, the request is not).
@@ -224,7 +221,6 @@ func (b *asyncBatcher) newBatchLocked(p *Producer, q *batchQueue) *asyncBatch {
 	ab, _ := b.batches.Get().(*asyncBatch)
 	if ab == nil {
 		ab = &asyncBatch{items: make([]asyncItem, 0, min(b.maxCount, 64))}
-		ab.onAnswer = ab.answered
 	}
 	b.gen++
 	ab.p, ab.q, ab.gen = p, q, b.gen
@@ -372,7 +368,8 @@ func (p *Producer) startBatch(ab *asyncBatch) {
 		}
 	}
 	req := p.newSendRequest(mq, &ab.pm)
-	err := p.cl.InvokeAsync(ctx, addr, req, p.cfg.sendTimeout, ab.onAnswer)
+	// The batch itself receives the answer (no method value per send), read raw.
+	err := p.cl.InvokeAsyncRaw(ctx, addr, req, p.cfg.sendTimeout, ab)
 	// InvokeAsync encoded the request, body included, before it returned: the buffer may
 	// serve another batch. The answer may have come already, and ab be recycled: ab is not
 	// touched again unless InvokeAsync failed, in which case its callback is not called.
@@ -454,8 +451,8 @@ func grow(b []byte, n int) []byte {
 	return nb
 }
 
-// answered is the InvokeAsync callback: it runs on the connection's read goroutine.
-func (ab *asyncBatch) answered(resp *protocol.Command, err error) {
+// InvokeDone is the InvokeAsyncRaw callback: it runs on the connection's read goroutine.
+func (ab *asyncBatch) InvokeDone(resp *protocol.Command, err error) {
 	mq := ab.q.mq
 	if err != nil {
 		ab.failed(fmt.Errorf("send to %s at %s: %w", mq, ab.addr, err), false)

@@ -415,11 +415,11 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendRe
 		p.enqueueAsync(ctx, pmv, done)
 		return
 	}
-	pm := new(prepared)
-	*pm = pmv
-	if p.sendAsyncDirect(ctx, pm, done) {
+	if p.sendAsyncDirect(ctx, &pmv, done) {
 		return
 	}
+	pm := new(prepared)
+	*pm = pmv
 	go func() {
 		defer p.async.Done()
 		res, err := p.send(ctx, pm)
@@ -643,13 +643,13 @@ func (p *Producer) request(ctx context.Context, mq MessageQueue, pm *prepared) (
 // newSendRequest builds the send request of pm to mq.
 func (p *Producer) newSendRequest(mq MessageQueue, pm *prepared) *protocol.Command {
 	req := &sendRequest{}
-	req.init(p.sendHeader(mq, pm))
+	req.init(p.sendHeader(mq, pm, time.Now()))
 	req.cmd.Body = pm.body
 	return &req.cmd
 }
 
-// sendHeader is the request code and header of pm's send to mq.
-func (p *Producer) sendHeader(mq MessageQueue, pm *prepared) (protocol.RequestCode, protocol.SendMessageRequestHeader) {
+// sendHeader is the request code and header of pm's send to mq, born at now.
+func (p *Producer) sendHeader(mq MessageQueue, pm *prepared, now time.Time) (protocol.RequestCode, protocol.SendMessageRequestHeader) {
 	h := protocol.SendMessageRequestHeader{
 		ProducerGroup:         p.group,
 		Topic:                 mq.Topic,
@@ -657,7 +657,7 @@ func (p *Producer) sendHeader(mq MessageQueue, pm *prepared) (protocol.RequestCo
 		DefaultTopicQueueNums: int32(p.cfg.defaultQueues),
 		QueueID:               int32(mq.QueueID),
 		SysFlag:               pm.sysFlag,
-		BornTimestamp:         time.Now().UnixMilli(),
+		BornTimestamp:         now.UnixMilli(),
 		Flag:                  pm.msg.Flag,
 		Properties:            pm.props,
 		MaxReconsumeTimes:     -1,
@@ -704,8 +704,9 @@ func sendResult(mq MessageQueue, addr string, pm *prepared, resp *protocol.Comma
 		return SendResult{}, false, fmt.Errorf("send to %s at %s: %w", mq, addr, client.NewBrokerError(resp))
 	}
 	var rh protocol.SendMessageResponseHeader
-	if err := rh.Decode(resp.ExtFields); err != nil { // not through DecodeHeader: rh would escape
-		return SendResult{}, true, fmt.Errorf("send to %s: stored (%s), but the answer is unreadable: decode %s header: %w", mq, res.Status, resp.ResponseCode(), err)
+	// From the map or, for an answer read raw (InvokeAsyncRaw), from its bytes.
+	if err := protocol.DecodeSendResponse(resp, &rh); err != nil {
+		return SendResult{}, true, fmt.Errorf("send to %s: stored (%s), but the answer is unreadable: %w", mq, res.Status, err)
 	}
 	res.OffsetMsgID = rh.MsgID
 	res.Queue = MessageQueue{Topic: mq.Topic, BrokerName: mq.BrokerName, QueueID: int(rh.QueueID)}

@@ -171,16 +171,13 @@ func (c *Command) appendBinaryHeader(dst []byte) ([]byte, error) {
 	dst = append(dst, c.Remark...)
 	lenAt := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
-	var stack [24]string
-	for _, k := range sortedKeys(c.ExtFields, stack[:0]) {
-		if len(k) > math.MaxInt16 {
-			return dst, fmt.Errorf("encode binary header: ext field key of %d bytes is too long", len(k))
+	if len(c.ExtFields) > 0 {
+		// Apart: a command whose header is all Fields (a send, its answer) skips the map's
+		// iteration and the zeroing of the keys' buffer.
+		var err error
+		if dst, err = c.appendBinaryExtFields(dst); err != nil {
+			return dst, err
 		}
-		v := c.ExtFields[k]
-		dst = binary.BigEndian.AppendUint16(dst, uint16(len(k)))
-		dst = append(dst, k...)
-		dst = binary.BigEndian.AppendUint32(dst, uint32(len(v)))
-		dst = append(dst, v...)
 	}
 	if c.Fields != nil {
 		var err error
@@ -192,16 +189,32 @@ func (c *Command) appendBinaryHeader(dst []byte) ([]byte, error) {
 	return dst, nil
 }
 
+// appendBinaryExtFields writes ExtFields, sorted by key, in the binary layout.
+func (c *Command) appendBinaryExtFields(dst []byte) ([]byte, error) {
+	var stack [24]string
+	for _, k := range sortedKeys(c.ExtFields, stack[:0]) {
+		if len(k) > math.MaxInt16 {
+			return dst, fmt.Errorf("encode binary header: ext field key of %d bytes is too long", len(k))
+		}
+		v := c.ExtFields[k]
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(k)))
+		dst = append(dst, k...)
+		dst = binary.BigEndian.AppendUint32(dst, uint32(len(v)))
+		dst = append(dst, v...)
+	}
+	return dst, nil
+}
+
 // DecodeFrame decodes one frame given without its 4-byte length prefix (so len(frame) is the
 // length the prefix announced). The returned command's Body aliases frame. A frame whose
 // lengths add up but whose header cannot be read gives a *HeaderError.
 func DecodeFrame(frame []byte) (*Command, error) {
-	return decodeFrame(frame, false, nil)
+	return decodeFrame(frame, false, ReadOptions{})
 }
 
 // decodeFrame is DecodeFrame; with copyBody the body is copied out of frame, which may then
 // be reused.
-func decodeFrame(frame []byte, copyBody bool, rawExt func(RequestCode) bool) (*Command, error) {
+func decodeFrame(frame []byte, copyBody bool, o ReadOptions) (*Command, error) {
 	if len(frame) > MaxFrameSize {
 		return nil, fmt.Errorf("decode frame: %d bytes exceeds %d: %w", len(frame), MaxFrameSize, ErrFrameTooLarge)
 	}
@@ -221,7 +234,7 @@ func decodeFrame(frame []byte, copyBody bool, rawExt func(RequestCode) bool) (*C
 	case JSON:
 		c, err = decodeJSONHeader(header)
 	case RocketMQ:
-		c, err = decodeBinaryHeader(header, rawExt)
+		c, err = decodeBinaryHeader(header, o.RawExt, o.RawResponses)
 	default:
 		return nil, &HeaderError{Serialize: st, Err: fmt.Errorf("decode frame: %w %d", ErrUnknownSerialize, st)}
 	}
@@ -240,8 +253,8 @@ func decodeFrame(frame []byte, copyBody bool, rawExt func(RequestCode) bool) (*C
 
 // decodeBinaryHeader decodes a ROCKETMQ binary header; an error is a *HeaderError, which
 // carries the code, opaque and flag when the fixed part is there.
-func decodeBinaryHeader(b []byte, rawExt func(RequestCode) bool) (*Command, error) {
-	c, err := parseBinaryHeader(b, rawExt)
+func decodeBinaryHeader(b []byte, rawExt func(RequestCode) bool, rawResponses bool) (*Command, error) {
+	c, err := parseBinaryHeader(b, rawExt, rawResponses)
 	if err != nil {
 		he := &HeaderError{Serialize: RocketMQ, Err: err}
 		if len(b) >= 13 {
@@ -255,7 +268,7 @@ func decodeBinaryHeader(b []byte, rawExt func(RequestCode) bool) (*Command, erro
 	return c, nil
 }
 
-func parseBinaryHeader(b []byte, rawExt func(RequestCode) bool) (*Command, error) {
+func parseBinaryHeader(b []byte, rawExt func(RequestCode) bool, rawResponses bool) (*Command, error) {
 	const fixed = 2 + 1 + 2 + 4 + 4 + 4
 	if len(b) < fixed {
 		return nil, fmt.Errorf("decode binary header: %d bytes is shorter than the fixed %d", len(b), fixed)
@@ -276,7 +289,7 @@ func parseBinaryHeader(b []byte, rawExt func(RequestCode) bool) (*Command, error
 		return nil, err
 	}
 	c.Remark = substringOf(whole, b[13:], remark)
-	if rawExt != nil && c.Flag&FlagResponse == 0 && rawExt(RequestCode(c.Code)) {
+	if c.Flag&FlagResponse != 0 && rawResponses || rawExt != nil && c.Flag&FlagResponse == 0 && rawExt(RequestCode(c.Code)) {
 		if err := parseRawExt(c, whole, b[13:], r); err != nil {
 			return nil, err
 		}
@@ -375,6 +388,44 @@ func (c *Command) Ext(key string) string {
 	return found
 }
 
+// Ext2 is Ext for two distinct keys, with one pass over RawExt.
+func (c *Command) Ext2(key1, key2 string) (v1, v2 string) {
+	if c.ExtFields != nil || c.RawExt == "" {
+		return c.ExtFields[key1], c.ExtFields[key2]
+	}
+	for raw := c.RawExt; raw != ""; {
+		k, v, rest := nextRawField(raw)
+		switch k {
+		case key1:
+			v1 = v // the last one, as in the map
+		case key2:
+			v2 = v
+		}
+		raw = rest
+	}
+	return v1, v2
+}
+
+// BuildExtFields makes ExtFields out of RawExt, for a command read with its ext fields raw
+// (ReadOptions) that is handed to code reading the map; RawExt is then cleared. A command
+// that has its map already keeps it.
+func (c *Command) BuildExtFields() {
+	if c.ExtFields != nil {
+		return
+	}
+	n := 0
+	for raw := c.RawExt; raw != ""; n++ {
+		_, _, raw = nextRawField(raw)
+	}
+	ext := make(map[string]string, n)
+	for raw := c.RawExt; raw != ""; {
+		var k, v string
+		k, v, raw = nextRawField(raw)
+		ext[k] = v // the last of a repeated key wins, as when the map is built on reading
+	}
+	c.ExtFields, c.RawExt = ext, ""
+}
+
 // countBinaryFields counts the fields of a binary ext-fields block, as far as their lengths
 // add up (the decoder reports what does not).
 func countBinaryFields(b []byte) int {
@@ -437,7 +488,7 @@ func ReadFrame(r *bufio.Reader, max int) (*Command, error) {
 // reports true, leaves ExtFields nil and sets RawExt: for a reader whose handler decodes
 // those requests' headers itself (see Command.RawExt). JSON headers always build the map.
 func ReadFrameRawExt(r *bufio.Reader, max int, rawExt func(RequestCode) bool) (*Command, error) {
-	c, _, err := readFrame(r, max, rawExt, true)
+	c, _, err := readFrame(r, ReadOptions{Max: max, RawExt: rawExt}, true)
 	return c, err
 }
 
@@ -447,18 +498,39 @@ func ReadFrameRawExt(r *bufio.Reader, max int, rawExt func(RequestCode) bool) (*
 // are copies either way. A reader that serves a request before it reads the next frame
 // saves a copy and an allocation per frame; it must copy the body of anything it hands on.
 func ReadFrameLent(r *bufio.Reader, max int, rawExt func(RequestCode) bool) (c *Command, lent bool, err error) {
-	return readFrame(r, max, rawExt, false)
+	return readFrame(r, ReadOptions{Max: max, RawExt: rawExt}, false)
 }
 
-func readFrame(r *bufio.Reader, max int, rawExt func(RequestCode) bool, copyBody bool) (*Command, bool, error) {
+// ReadOptions says how ReadFrameWith reads a frame.
+type ReadOptions struct {
+	// Max is the largest frame accepted, length prefix excluded; <= 0: MaxFrameSize.
+	Max int
+	// RawExt, if set, names the requests whose binary ext fields stay raw: ExtFields nil,
+	// RawExt set (see ReadFrameRawExt).
+	RawExt func(RequestCode) bool
+	// RawResponses leaves the ext fields of every response with a binary header raw: for a
+	// reader that hands responses to callers that read them with Ext or the typed decoders
+	// (DecodeSendResponse), and builds the map (BuildExtFields) for the others.
+	RawResponses bool
+	// Lend leaves the body of a frame that fits the reader's buffer in the buffer, as
+	// ReadFrameLent does.
+	Lend bool
+}
+
+// ReadFrameWith reads one frame as o says; lent is as for ReadFrameLent.
+func ReadFrameWith(r *bufio.Reader, o ReadOptions) (c *Command, lent bool, err error) {
+	return readFrame(r, o, !o.Lend)
+}
+
+func readFrame(r *bufio.Reader, o ReadOptions, copyBody bool) (*Command, bool, error) {
+	max := o.Max
 	if max <= 0 || max > MaxFrameSize {
 		max = MaxFrameSize
 	}
-	var lb [4]byte
-	if _, err := io.ReadFull(r, lb[:]); err != nil {
+	n, err := readLength(r)
+	if err != nil {
 		return nil, false, err
 	}
-	n := int(int32(binary.BigEndian.Uint32(lb[:])))
 	if n < 4 {
 		return nil, false, fmt.Errorf("read frame: length %d is shorter than a header mark: %w", n, ErrMalformedFrame)
 	}
@@ -476,7 +548,7 @@ func readFrame(r *bufio.Reader, max int, rawExt func(RequestCode) bool, copyBody
 			}
 			return nil, false, fmt.Errorf("read frame of %d bytes after %d: %w", n, len(frame), err)
 		}
-		c, err := decodeFrame(frame, copyBody, rawExt)
+		c, err := decodeFrame(frame, copyBody, o)
 		_, _ = r.Discard(n) // buffered: cannot fail; the bytes stay until the next read
 		return c, err == nil && !copyBody && len(c.Body) > 0, err
 	}
@@ -496,6 +568,22 @@ func readFrame(r *bufio.Reader, max int, rawExt func(RequestCode) bool, copyBody
 			return nil, false, fmt.Errorf("read frame of %d bytes after %d: %w", n, len(frame), err)
 		}
 	}
-	c, err := decodeFrame(frame, false, rawExt) // the frame is its own: the body is not lent
+	c, err := decodeFrame(frame, false, o) // the frame is its own: the body is not lent
 	return c, false, err
+}
+
+// readLength reads a frame's 4-byte length prefix. It is read in place (Peek, then
+// Discard): an array handed to io.ReadFull would escape, one allocation per frame. Errors
+// are io.ReadFull's: io.EOF before the first byte, io.ErrUnexpectedEOF after it.
+func readLength(r *bufio.Reader) (int, error) {
+	p, err := r.Peek(4)
+	if err != nil {
+		if len(p) > 0 && errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, err
+	}
+	n := int(int32(binary.BigEndian.Uint32(p)))
+	_, _ = r.Discard(4)
+	return n, nil
 }

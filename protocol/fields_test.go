@@ -1,8 +1,10 @@
 package protocol
 
 import (
+	"strconv"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -91,4 +93,28 @@ func BenchmarkSendHeader(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The header's quick number parser reads what strconv.ParseInt reads, and leaves the rest to
+// it.
+func TestParseSmallIntAgreesWithStrconv(t *testing.T) {
+	for _, s := range []string{"0", "7", "-1", "+42", "2147483647", "-2147483648", "2147483648", "-2147483649",
+		"123456789012345678", "-123456789012345678", "9223372036854775807", "", "-", "+", "1x", " 1", "1_0", "٣", "--1", "0x10"} {
+		for _, bits := range []int{32, 64} {
+			want, err := strconv.ParseInt(s, 10, bits)
+			got, ok := parseSmallInt(s, bits)
+			if ok {
+				assert.NoError(t, err, "%q (%d bits) read quickly but refused by strconv", s, bits)
+				assert.Equal(t, want, got, "%q (%d bits)", s, bits)
+			}
+			r := fieldReader{ext: map[string]string{"n": s}}
+			n := r.int("n", true, bits, 0)
+			if err != nil {
+				assert.Error(t, r.err, "%q (%d bits)", s, bits)
+			} else {
+				assert.NoError(t, r.err, "%q (%d bits)", s, bits)
+				assert.Equal(t, want, n, "%q (%d bits)", s, bits)
+			}
+		}
+	}
 }

@@ -66,13 +66,18 @@ func FuzzDecodeFrame(f *testing.F) {
 		c, err := DecodeFrame(frame)
 
 		// Reading the ext fields raw accepts what the map accepts, with the same fields.
-		raw, rerr := decodeFrame(frame, false, func(RequestCode) bool { return true })
+		raw, rerr := decodeFrame(frame, false, ReadOptions{RawExt: func(RequestCode) bool { return true }, RawResponses: true})
 		require.Equal(t, err == nil, rerr == nil, "map: %v; raw: %v", err, rerr)
 		if err == nil && raw.RawExt != "" {
 			require.Nil(t, raw.ExtFields)
 			for k, v := range c.ExtFields {
 				require.Equal(t, v, raw.Ext(k), "field %q", k)
 			}
+		}
+		if err == nil {
+			// Built later, the map is the one built on reading.
+			raw.BuildExtFields()
+			require.Equal(t, c.ExtFields, raw.ExtFields)
 		}
 
 		// A frame is broken (its lengths do not add up) or intact with a header that cannot

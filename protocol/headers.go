@@ -255,13 +255,33 @@ func (h *SendMessageResponseHeader) AppendFields(w FieldWriter) FieldWriter {
 
 func (h *SendMessageResponseHeader) Decode(ext map[string]string) error {
 	r := fieldReader{ext: ext}
+	h.read(&r)
+	return r.err
+}
+
+func (h *SendMessageResponseHeader) read(r *fieldReader) {
 	h.MsgID = r.str("msgId", true)
 	h.QueueID = r.i32(fieldQueueID, true)
 	h.QueueOffset = r.i64("queueOffset", true)
 	h.TransactionID = r.str("transactionId", false)
 	h.MsgRegion = r.str("MSG_REGION", false)
 	h.TraceOn = r.bool("TRACE_ON", false)
-	return r.err
+}
+
+// DecodeSendResponse decodes the header of a send's answer into h, from its ExtFields or,
+// when the map was not built (ReadOptions.RawResponses), from its RawExt: a producer reads
+// one answer per message, and the map was most of the cost of reading it.
+func DecodeSendResponse(cmd *Command, h *SendMessageResponseHeader) error {
+	// The fields' buffer stays on the stack: the error comes back in err, not in r.
+	var err error
+	var buf [8]rawField
+	r := readerOf(cmd, buf[:0])
+	r.errp = &err
+	h.read(&r)
+	if err != nil {
+		return fmt.Errorf("decode %s header: %w", cmd.ResponseCode(), err)
+	}
+	return nil
 }
 
 // PullMessageRequestHeader is PULL_MESSAGE (11).

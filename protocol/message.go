@@ -459,6 +459,14 @@ func isPairOf[P ~string | ~[]byte](pair P, key string) bool {
 }
 
 func indexByte[P ~string | ~[]byte](s P, c byte) int {
+	// The vectorised searches for the two shapes every caller uses (a property block is
+	// scanned several times per send); the byte loop for named types.
+	switch v := any(s).(type) {
+	case string:
+		return strings.IndexByte(v, c)
+	case []byte:
+		return bytes.IndexByte(v, c)
+	}
 	for i := 0; i < len(s); i++ {
 		if s[i] == c {
 			return i

@@ -228,3 +228,119 @@ func TestReadFrameLent(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "body", string(c.Body))
 }
+
+func sendAnswerFrame(t testing.TB, st SerializeType) []byte {
+	t.Helper()
+	h := &SendMessageResponseHeader{MsgID: "0A0000010000000000001F40", QueueID: 3, QueueOffset: 1234567, TransactionID: "tx", TraceOn: true}
+	cmd := NewResponseWith(&Command{Opaque: 9, Serialize: st}, Success, "", h)
+	b, err := cmd.AppendFrame(nil)
+	require.NoError(t, err)
+	return b
+}
+
+// A send's answer read with RawResponses comes without its map when its header is binary,
+// and decodes to the header the map gives; BuildExtFields makes that map afterwards.
+func TestReadFrameWithRawResponses(t *testing.T) {
+	for _, st := range []SerializeType{JSON, RocketMQ} {
+		frame := sendAnswerFrame(t, st)
+		want, err := ReadFrame(bufio.NewReader(bytes.NewReader(frame)), 0)
+		require.NoError(t, err)
+		got, lent, err := ReadFrameWith(bufio.NewReader(bytes.NewReader(frame)), ReadOptions{RawResponses: true, Lend: true})
+		require.NoError(t, err)
+		assert.False(t, lent, "no body to lend")
+		if st == RocketMQ {
+			assert.Nil(t, got.ExtFields)
+			assert.NotEmpty(t, got.RawExt)
+		}
+		var wh, gh SendMessageResponseHeader
+		require.NoError(t, want.DecodeHeader(&wh))
+		require.NoError(t, DecodeSendResponse(got, &gh))
+		assert.Equal(t, wh, gh, st)
+		assert.Equal(t, SendMessageResponseHeader{MsgID: "0A0000010000000000001F40", QueueID: 3, QueueOffset: 1234567, TransactionID: "tx", TraceOn: true}, gh)
+		topic, offset := got.Ext2("msgId", "queueOffset")
+		assert.Equal(t, "0A0000010000000000001F40", topic)
+		assert.Equal(t, "1234567", offset)
+
+		got.BuildExtFields()
+		assert.Equal(t, want.ExtFields, got.ExtFields, st)
+		assert.Empty(t, got.RawExt)
+	}
+}
+
+// A request is read raw only when RawExt names it, whatever RawResponses says.
+func TestRawResponsesLeavesRequestsAlone(t *testing.T) {
+	c, _, err := ReadFrameWith(bufio.NewReader(bytes.NewReader(sendFrame(t, SendMessageV2, RocketMQ))), ReadOptions{RawResponses: true})
+	require.NoError(t, err)
+	assert.NotNil(t, c.ExtFields)
+	assert.Empty(t, c.RawExt)
+}
+
+// A send's answer missing a required field is refused, raw or not.
+func TestDecodeSendResponseRefusesAMissingField(t *testing.T) {
+	cmd := NewResponseWith(&Command{Serialize: RocketMQ}, Success, "", &SendMessageResponseHeader{MsgID: "m", QueueID: 1, QueueOffset: 2})
+	frame, err := cmd.AppendFrame(nil)
+	require.NoError(t, err)
+	got, _, err := ReadFrameWith(bufio.NewReader(bytes.NewReader(frame)), ReadOptions{RawResponses: true})
+	require.NoError(t, err)
+	var h SendMessageResponseHeader
+	require.NoError(t, DecodeSendResponse(got, &h))
+	got.RawExt = got.RawExt[:len(got.RawExt)-len("queueOffset")-2-4-1] // drop the last field
+	err = DecodeSendResponse(got, &h)
+	require.ErrorIs(t, err, ErrMissingField)
+	assert.ErrorContains(t, err, "queueOffset")
+}
+
+// Reading a send's answer raw and decoding it costs two allocations (the command and its
+// strings), against several more with the map.
+func TestReadSendAnswerRawAllocates(t *testing.T) {
+	frame := sendAnswerFrame(t, RocketMQ)
+	r := bytes.NewReader(frame)
+	br := bufio.NewReaderSize(r, 16<<10)
+	read := func(raw bool) float64 {
+		return testing.AllocsPerRun(200, func() {
+			r.Reset(frame)
+			br.Reset(r)
+			c, _, err := ReadFrameWith(br, ReadOptions{RawResponses: raw})
+			if err != nil {
+				panic(err)
+			}
+			var h SendMessageResponseHeader
+			if err := DecodeSendResponse(c, &h); err != nil {
+				panic(err)
+			}
+		})
+	}
+	withMap, raw := read(false), read(true)
+	t.Logf("allocations per send answer: %.0f with the map, %.0f raw", withMap, raw)
+	assert.Equal(t, 2.0, raw)
+	assert.Less(t, raw, withMap)
+}
+
+// BenchmarkReadSendAnswer reads a binary send answer and decodes its header, with the
+// ExtFields map (map) and from the raw fields (raw): what a producer does per message.
+func BenchmarkReadSendAnswer(b *testing.B) {
+	frame := sendAnswerFrame(b, RocketMQ)
+	for _, raw := range []bool{false, true} {
+		name := "map"
+		if raw {
+			name = "raw"
+		}
+		b.Run(name, func(b *testing.B) {
+			r := bytes.NewReader(frame)
+			br := bufio.NewReaderSize(r, 16<<10)
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Reset(frame)
+				br.Reset(r)
+				c, _, err := ReadFrameWith(br, ReadOptions{RawResponses: raw})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var h SendMessageResponseHeader
+				if err := DecodeSendResponse(c, &h); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -16,20 +16,40 @@ type pendingCall struct {
 	async *asyncCall
 }
 
+// AsyncReceiver receives the outcome of an InvokeAsyncRaw call.
+type AsyncReceiver interface {
+	// InvokeDone is called once, where and as InvokeAsync's done would be.
+	InvokeDone(resp *protocol.Command, err error)
+}
+
+// asyncFunc adapts InvokeAsync's done to AsyncReceiver (a func is stored in an interface
+// as it is: no allocation).
+type asyncFunc func(*protocol.Command, error)
+
+func (f asyncFunc) InvokeDone(resp *protocol.Command, err error) { f(resp, err) }
+
 // asyncCall is an InvokeAsync waiting for its response. Whoever removes it from the pending
-// table (the response, its timer, its context, the connection's close) finishes it, so it
+// table (the response, its deadline, its context, the connection's close) finishes it, so it
 // finishes once.
 type asyncCall struct {
 	c      *Conn
 	opaque int32
 	code   protocol.RequestCode
-	done   func(*protocol.Command, error)
-	// timer and stopCtx are set under pmu before the call can be taken out of the table.
-	timer   *time.Timer
-	stopCtx func() bool
+	recv   AsyncReceiver
+	// raw: the receiver reads the response's header fields raw (InvokeAsyncRaw); otherwise
+	// its ExtFields map is built before it is handed over.
+	raw bool
+	// gone is set, under pmu, when the call leaves the pending table.
+	gone bool
+	// lane, when set, expires the call at deadline; otherwise timer does, if there is a
+	// timeout. Set under pmu before the call can be taken out of the table.
+	lane     *deadlineLane
+	deadline time.Time
+	timer    *time.Timer
+	stopCtx  func() bool
 }
 
-// finish stops the call's clocks and calls its callback.
+// finish stops the call's clocks and calls its receiver.
 func (a *asyncCall) finish(resp *protocol.Command, err error) {
 	if a.timer != nil {
 		a.timer.Stop()
@@ -37,19 +57,33 @@ func (a *asyncCall) finish(resp *protocol.Command, err error) {
 	if a.stopCtx != nil {
 		a.stopCtx()
 	}
-	a.done(resp, err)
+	r := a.recv
+	// A lane may hold the call a while longer (until the calls before it end): it must
+	// not keep what the receiver refers to. Only the finisher reads recv.
+	a.recv = nil
+	r.InvokeDone(resp, err)
+}
+
+// takeLocked removes the call from the pending table if it is still there and reports
+// whether it did; pmu must be held.
+func (a *asyncCall) takeLocked() bool {
+	c := a.c
+	if a.gone || c.pending == nil {
+		return false
+	}
+	if pc, ok := c.pending[a.opaque]; !ok || pc.async != a {
+		return false
+	}
+	delete(c.pending, a.opaque)
+	a.gone = true
+	return true
 }
 
 // abandon finishes the call with err if it is still pending.
 func (a *asyncCall) abandon(err error) {
 	c := a.c
 	c.pmu.Lock()
-	pc, ok := c.pending[a.opaque]
-	if ok && pc.async == a {
-		delete(c.pending, a.opaque)
-	} else {
-		ok = false
-	}
+	ok := a.takeLocked()
 	c.pmu.Unlock()
 	if ok {
 		a.finish(nil, err)
@@ -57,7 +91,128 @@ func (a *asyncCall) abandon(err error) {
 }
 
 func (a *asyncCall) expire() {
-	a.abandon(fmt.Errorf("invoke %s on %s: %w", a.code, a.c.raddr, context.DeadlineExceeded))
+	a.abandon(a.deadlineErr())
+}
+
+func (a *asyncCall) deadlineErr() error {
+	return fmt.Errorf("invoke %s on %s: %w", a.code, a.c.raddr, context.DeadlineExceeded)
+}
+
+// maxDeadlineLanes bounds the lanes of a connection; a call whose timeout has none gets a
+// timer of its own.
+const maxDeadlineLanes = 4
+
+// deadlineLane expires the InvokeAsync calls of one connection made with one timeout.
+// Their deadlines come in the order the calls were made, so one timer, armed for the oldest
+// call still pending, serves them all: a runtime timer per call (set, then stopped by the
+// answer) was 3 % of a producer's CPU. Answers mostly come in order, and each pops the
+// calls ended at the head; a call that is never answered is popped by the timer.
+type deadlineLane struct {
+	c       *Conn
+	timeout time.Duration
+	q       []*asyncCall // guarded by pmu: FIFO from head, by deadline
+	head    int          // guarded by pmu
+	timer   *time.Timer  // created on first use
+	armed   bool         // guarded by pmu: the timer will fire
+}
+
+// laneLocked returns the connection's lane for timeout, making one if there are fewer than
+// maxDeadlineLanes, or nil; pmu must be held.
+func (c *Conn) laneLocked(timeout time.Duration) *deadlineLane {
+	for _, l := range c.lanes {
+		if l.timeout == timeout {
+			return l
+		}
+	}
+	if len(c.lanes) == maxDeadlineLanes {
+		return nil
+	}
+	l := &deadlineLane{c: c, timeout: timeout}
+	c.lanes = append(c.lanes, l)
+	return l
+}
+
+// addLocked queues a, whose deadline is now + the lane's timeout; pmu must be held.
+func (l *deadlineLane) addLocked(a *asyncCall, now time.Time) {
+	a.lane, a.deadline = l, now.Add(l.timeout)
+	l.q = append(l.q, a)
+	if l.armed {
+		return // for an earlier deadline: it fires, then arms for the next
+	}
+	l.armed = true
+	if l.timer == nil {
+		l.timer = time.AfterFunc(l.timeout, l.expire)
+	} else {
+		l.timer.Reset(l.timeout)
+	}
+}
+
+// trimLocked pops the calls that have left the pending table from the head; pmu must be
+// held.
+func (l *deadlineLane) trimLocked() {
+	for l.head < len(l.q) && l.q[l.head].gone {
+		l.q[l.head] = nil
+		l.head++
+	}
+	l.compactLocked()
+}
+
+func (l *deadlineLane) compactLocked() {
+	switch {
+	case l.head == len(l.q):
+		l.q, l.head = l.q[:0], 0
+	case l.head >= 256 && 2*l.head >= len(l.q):
+		// Never empty under a steady load: move the pending ones down rather than grow.
+		n := copy(l.q, l.q[l.head:])
+		clear(l.q[n:])
+		l.q, l.head = l.q[:n], 0
+	}
+}
+
+// expire is the lane's timer: it fails the calls whose deadline has passed and arms the
+// timer for the next one.
+func (l *deadlineLane) expire() {
+	c := l.c
+	var expired []*asyncCall
+	c.pmu.Lock()
+	l.armed = false
+	if c.pending == nil { // closed: the close fails the calls
+		c.pmu.Unlock()
+		return
+	}
+	now := time.Now()
+	for l.head < len(l.q) {
+		a := l.q[l.head]
+		if !a.gone {
+			if a.deadline.After(now) {
+				break
+			}
+			a.takeLocked()
+			expired = append(expired, a)
+		}
+		l.q[l.head] = nil
+		l.head++
+	}
+	l.compactLocked()
+	if l.head < len(l.q) {
+		l.armed = true
+		l.timer.Reset(l.q[l.head].deadline.Sub(now))
+	}
+	c.pmu.Unlock()
+	for _, a := range expired {
+		a.finish(nil, a.deadlineErr())
+	}
+}
+
+// stopLanesLocked stops the lanes' timers at the close; pmu must be held.
+func (c *Conn) stopLanesLocked() {
+	for _, l := range c.lanes {
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+		clear(l.q)
+		l.q, l.head, l.armed = nil, 0, false
+	}
 }
 
 // InvokeAsync sends req and returns without waiting for its response, or even for its write:
@@ -76,15 +231,25 @@ func (a *asyncCall) expire() {
 // included, is encoded into the frame before InvokeAsync returns: the caller may then reuse
 // the body's buffer.
 func (c *Conn) InvokeAsync(ctx context.Context, req *protocol.Command, timeout time.Duration, done func(*protocol.Command, error)) error {
-	_, err := c.invokeAsync(ctx, req, timeout, done)
+	_, err := c.invokeAsync(ctx, req, timeout, asyncFunc(done), false)
 	return err
 }
 
-func (c *Conn) invokeAsync(ctx context.Context, req *protocol.Command, timeout time.Duration, done func(*protocol.Command, error)) (sent bool, err error) {
+// InvokeAsyncRaw is InvokeAsync that hands the outcome to r, and the response as read: the
+// header fields of a response with a binary (ROCKETMQ) header come in RawExt, ExtFields nil
+// (read them with protocol.Command.Ext or a typed decoder such as
+// protocol.DecodeSendResponse). A caller making one call per message saves the map and the
+// closure of each.
+func (c *Conn) InvokeAsyncRaw(ctx context.Context, req *protocol.Command, timeout time.Duration, r AsyncReceiver) error {
+	_, err := c.invokeAsync(ctx, req, timeout, r, true)
+	return err
+}
+
+func (c *Conn) invokeAsync(ctx context.Context, req *protocol.Command, timeout time.Duration, r AsyncReceiver, raw bool) (sent bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("invoke %s on %s: %w", req.RequestCode(), c.raddr, err)
 	}
-	a := &asyncCall{c: c, code: req.RequestCode(), done: done}
+	a := &asyncCall{c: c, code: req.RequestCode(), recv: r, raw: raw}
 	c.pmu.Lock()
 	if c.pending == nil {
 		c.pmu.Unlock()
@@ -93,7 +258,11 @@ func (c *Conn) invokeAsync(ctx context.Context, req *protocol.Command, timeout t
 	a.opaque = c.nextOpaqueLocked()
 	c.pending[a.opaque] = pendingCall{async: a}
 	if timeout > 0 {
-		a.timer = time.AfterFunc(timeout, a.expire)
+		if l := c.laneLocked(timeout); l != nil {
+			l.addLocked(a, time.Now())
+		} else {
+			a.timer = time.AfterFunc(timeout, a.expire)
+		}
 	}
 	if ctx.Done() != nil {
 		a.stopCtx = context.AfterFunc(ctx, func() {
@@ -107,14 +276,10 @@ func (c *Conn) invokeAsync(ctx context.Context, req *protocol.Command, timeout t
 	req.Serialize = protocol.SerializeType(c.serialize.Load())
 	if err := c.queueCommand(req); err != nil {
 		c.pmu.Lock()
-		pc, mine := c.pending[a.opaque]
-		mine = mine && pc.async == a
-		if mine {
-			delete(c.pending, a.opaque)
-		}
+		mine := a.takeLocked()
 		c.pmu.Unlock()
 		if !mine {
-			// Its timer, its context or the close took it first and calls done.
+			// Its deadline, its context or the close took it first and calls done.
 			return true, nil
 		}
 		if a.timer != nil {
@@ -132,12 +297,22 @@ func (c *Conn) invokeAsync(ctx context.Context, req *protocol.Command, timeout t
 // reaching a connection waits: on the first call to addr, for the dial, bounded by ctx. A
 // connection found closed before anything was queued is redialed once.
 func (cl *Client) InvokeAsync(ctx context.Context, addr string, req *protocol.Command, timeout time.Duration, done func(*protocol.Command, error)) error {
+	return cl.invokeAsync(ctx, addr, req, timeout, asyncFunc(done), false)
+}
+
+// InvokeAsyncRaw is InvokeAsync with the outcome handed to r and the response as read; see
+// Conn.InvokeAsyncRaw.
+func (cl *Client) InvokeAsyncRaw(ctx context.Context, addr string, req *protocol.Command, timeout time.Duration, r AsyncReceiver) error {
+	return cl.invokeAsync(ctx, addr, req, timeout, r, true)
+}
+
+func (cl *Client) invokeAsync(ctx context.Context, addr string, req *protocol.Command, timeout time.Duration, r AsyncReceiver, raw bool) error {
 	for attempt := 0; ; attempt++ {
 		c, err := cl.Conn(ctx, addr)
 		if err != nil {
 			return err
 		}
-		sent, err := c.invokeAsync(ctx, req, timeout, done)
+		sent, err := c.invokeAsync(ctx, req, timeout, r, raw)
 		if err != nil && !sent && attempt == 0 && errors.Is(err, ErrConnClosed) {
 			continue
 		}

@@ -119,3 +119,78 @@ func TestInvokeAsyncFromCallback(t *testing.T) {
 	next(nil, nil)
 	require.NoError(t, recv(t, finished, "the chain of calls"))
 }
+
+// rawReceiver is an AsyncReceiver that passes the outcome on.
+type rawReceiver chan asyncResult
+
+func (r rawReceiver) InvokeDone(resp *protocol.Command, err error) { r <- asyncResult{resp, err} }
+
+// InvokeAsyncRaw hands over the fields of a binary answer as they came, without the map, and
+// those of a JSON answer in its map; Invoke and InvokeAsync on the same connection get the
+// map either way.
+func TestInvokeAsyncRawLeavesBinaryFieldsRaw(t *testing.T) {
+	checkGoroutines(t)
+	srv := startServer(t, newTestHandler(), remoting.ServerOptions{Logger: quietLogger()})
+	for _, st := range []protocol.SerializeType{protocol.JSON, protocol.RocketMQ} {
+		c := dial(t, srv.addr, remoting.ClientOptions{Logger: quietLogger(), Serialize: st})
+		r := make(rawReceiver, 2)
+		require.NoError(t, c.InvokeAsyncRaw(context.Background(), echoRequest("raw"), 10*time.Second, r))
+		got := recv(t, r, "the answer")
+		require.NoError(t, got.err)
+		assert.Equal(t, "raw", got.resp.Ext("k"), st)
+		assert.Equal(t, st.String(), got.resp.Ext("serialize"))
+		assert.Equal(t, []byte("raw"), got.resp.Body)
+		if st == protocol.RocketMQ {
+			assert.Nil(t, got.resp.ExtFields, "no map for a binary answer")
+			assert.NotEmpty(t, got.resp.RawExt)
+		} else {
+			assert.Equal(t, "raw", got.resp.ExtFields["k"])
+		}
+
+		done := make(chan asyncResult, 1)
+		require.NoError(t, c.InvokeAsync(context.Background(), echoRequest("map"), 10*time.Second, func(resp *protocol.Command, err error) {
+			done <- asyncResult{resp, err}
+		}))
+		got = recv(t, done, "the answer")
+		require.NoError(t, got.err)
+		assert.Equal(t, "map", got.resp.ExtFields["k"], st)
+
+		resp, err := c.Invoke(ctxTimeout(t, 10*time.Second), echoRequest("sync"))
+		require.NoError(t, err)
+		assert.Equal(t, "sync", resp.ExtFields["k"], st)
+		assert.Empty(t, r, "receiver called twice")
+	}
+}
+
+// Calls made with many timeouts (more than a connection keeps a shared timer for) each end
+// with a deadline error once their own timeout has passed, not before; the connection then
+// serves on.
+func TestInvokeAsyncDeadlinesOfManyTimeouts(t *testing.T) {
+	checkGoroutines(t)
+	h := newTestHandler()
+	srv := startServer(t, h, remoting.ServerOptions{Logger: quietLogger()})
+	c := dial(t, srv.addr, remoting.ClientOptions{Logger: quietLogger()})
+	ms := time.Millisecond
+	timeouts := []time.Duration{60 * ms, 20 * ms, 100 * ms, 40 * ms, 80 * ms, 120 * ms, 20 * ms, 60 * ms, 140 * ms}
+	start := time.Now()
+	results := make([]rawReceiver, len(timeouts))
+	for i, d := range timeouts {
+		results[i] = make(rawReceiver, 2)
+		require.NoError(t, c.InvokeAsyncRaw(context.Background(), protocol.NewRequest(codeBlock, nil, nil), d, results[i]))
+	}
+	for range timeouts {
+		recv(t, h.entered, "the request to reach the handler")
+	}
+	for i, d := range timeouts {
+		r := recv(t, results[i], "the deadline")
+		require.ErrorIs(t, r.err, context.DeadlineExceeded, "call %d", i)
+		assert.GreaterOrEqual(t, time.Since(start), d, "call %d ended before its timeout", i)
+	}
+	for range timeouts {
+		h.release <- struct{}{} // the late answers are dropped
+	}
+	requireEcho(t, c, "still usable")
+	for i := range results {
+		assert.Empty(t, results[i], "call %d ended twice", i)
+	}
+}

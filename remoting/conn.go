@@ -219,6 +219,11 @@ type Conn struct {
 	qbatch  *writeBatch   // guarded by qmu: the batch of the queued frames' waiting callers; nil when none waits
 	writing bool          // guarded by qmu: a writer holds or has been handed the queue
 	spare   []queuedFrame // guarded by qmu: the last written batch's slice, for reuse
+	// qbuf holds the queued frames encoded in place (inBuf), one after another in queue
+	// order: a batch of them leaves with one write of qbuf, with no buffer per frame to get
+	// from a pool and no copy to gather them. qspare is the last written one, for reuse.
+	qbuf   []byte // guarded by qmu
+	qspare []byte // guarded by qmu
 	// kick hands the queue to the flusher (one token: the flusher is then the writer).
 	kick     chan struct{}
 	flusher  bool           // guarded by qmu: the flusher goroutine was started
@@ -231,6 +236,7 @@ type Conn struct {
 	pmu        sync.Mutex
 	pending    map[int32]pendingCall // guarded by pmu: waiting calls by opaque; nil once closed
 	nextOpaque int32                 // guarded by pmu
+	lanes      []*deadlineLane       // guarded by pmu: InvokeAsync deadlines, by timeout
 
 	// Deferred requests waiting for their answer (see Defer), so that a close can drop them.
 	dmu     sync.Mutex
@@ -304,10 +310,12 @@ func (c *Conn) closeWithErr(cause error) {
 		var async []*asyncCall
 		for _, pc := range c.pending {
 			if pc.async != nil {
+				pc.async.gone = true
 				async = append(async, pc.async)
 			}
 		}
 		c.pending = nil
+		c.stopLanesLocked()
 		c.pmu.Unlock()
 		// Failed by the read goroutine once it sees the close (run), not here: this may run
 		// under the write lock, and callbacks may send.
@@ -474,6 +482,12 @@ func (c *Conn) deliver(resp *protocol.Command) {
 	pc, ok := c.pending[resp.Opaque]
 	if ok {
 		delete(c.pending, resp.Opaque)
+		if a := pc.async; a != nil {
+			a.gone = true
+			if a.lane != nil {
+				a.lane.trimLocked()
+			}
+		}
 	}
 	c.pmu.Unlock()
 	if !ok {
@@ -481,6 +495,9 @@ func (c *Conn) deliver(resp *protocol.Command) {
 		// is waiting.
 		c.log.Debug("dropping response nobody waits for", "opaque", resp.Opaque, "code", resp.ResponseCode())
 		return
+	}
+	if pc.async == nil || !pc.async.raw {
+		resp.BuildExtFields() // read raw (see readLoop): this caller reads the map
 	}
 	if pc.async != nil {
 		pc.async.finish(resp, nil)
@@ -497,6 +514,10 @@ type queuedFrame struct {
 	frame   []byte
 	regions []FileRegion
 	release func()
+	// inBuf: the frame is qbuf[lo:hi] of its batch (bp and frame are nil until the writer
+	// takes the batch and slices frame out of it).
+	inBuf  bool
+	lo, hi int
 }
 
 // writeBatch is the outcome of one write, shared by the callers whose frames it carried.
@@ -522,32 +543,55 @@ func (c *Conn) writeCommand(cmd *protocol.Command) (written bool, err error) {
 // writeFrame is writeCommand for a command whose body is regions of files (none: cmd.Body).
 // release, if not nil, is called once whatever happens.
 func (c *Conn) writeFrame(cmd *protocol.Command, regions []FileRegion, release func()) (written bool, err error) {
-	bp := c.cfg.getFrame()
-	frame, err := cmd.AppendFrame((*bp)[:0])
-	if err == nil && len(regions) > 0 {
-		if err = appendRegionsLength(frame, regions); err != nil {
-			err = fmt.Errorf("encode %s: %w", cmd, err)
+	var qf queuedFrame
+	if len(regions) > 0 {
+		bp := c.cfg.getFrame()
+		frame, err := cmd.AppendFrame((*bp)[:0])
+		if err == nil {
+			if err = appendRegionsLength(frame, regions); err != nil {
+				err = fmt.Errorf("encode %s: %w", cmd, err)
+			}
 		}
-	}
-	if err != nil {
-		c.cfg.putFrame(bp, frame)
-		if release != nil {
-			release()
+		if err != nil {
+			c.cfg.putFrame(bp, frame)
+			if release != nil {
+				release()
+			}
+			return false, err
 		}
-		return false, err
-	}
-	c.qmu.Lock()
-	select {
-	case <-c.done:
-		c.qmu.Unlock()
-		c.cfg.putFrame(bp, frame)
-		if release != nil {
-			release()
+		qf = queuedFrame{bp: bp, frame: frame, regions: regions, release: release}
+		c.qmu.Lock()
+		select {
+		case <-c.done:
+			c.qmu.Unlock()
+			c.cfg.putFrame(bp, frame)
+			if release != nil {
+				release()
+			}
+			return false, c.err
+		default:
 		}
-		return false, c.err
-	default:
+	} else {
+		c.qmu.Lock()
+		select {
+		case <-c.done:
+			c.qmu.Unlock()
+			if release != nil {
+				release()
+			}
+			return false, c.err
+		default:
+		}
+		if qf, err = c.encodeQueuedLocked(cmd); err != nil {
+			c.qmu.Unlock()
+			if release != nil {
+				release()
+			}
+			return false, err
+		}
+		qf.release = release
 	}
-	c.queue = append(c.queue, queuedFrame{bp: bp, frame: frame, regions: regions, release: release})
+	c.queue = append(c.queue, qf)
 	b := c.qbatch
 	if b == nil {
 		b = &writeBatch{done: make(chan struct{}), lead: make(chan struct{}, 1)}
@@ -577,27 +621,42 @@ func (c *Conn) writeFrame(cmd *protocol.Command, regions []FileRegion, release f
 // encoding error is returned as is; a closed connection returns its error and queues nothing.
 // A failing write later closes the connection, which fails the calls pending on it.
 func (c *Conn) queueCommand(cmd *protocol.Command) error {
-	bp := c.cfg.getFrame()
-	frame, err := cmd.AppendFrame((*bp)[:0])
-	if err != nil {
-		c.cfg.putFrame(bp, frame)
-		return err
-	}
 	c.qmu.Lock()
 	select {
 	case <-c.done:
 		c.qmu.Unlock()
-		c.cfg.putFrame(bp, frame)
 		return c.err
 	default:
 	}
-	c.queue = append(c.queue, queuedFrame{bp: bp, frame: frame})
+	qf, err := c.encodeQueuedLocked(cmd)
+	if err != nil {
+		c.qmu.Unlock()
+		return err
+	}
+	c.queue = append(c.queue, qf)
 	if !c.writing {
 		c.writing = true
 		c.kickFlusherLocked()
 	}
 	c.qmu.Unlock()
 	return nil
+}
+
+// encodeQueuedLocked encodes cmd at the end of qbuf and returns its queue entry, or the
+// encoding error, leaving qbuf as it was; qmu must be held. Encoding under the lock holds
+// up others queueing on the connection for the encoding's time, a microsecond for a 1 KiB
+// send; their frames leave in the same write anyway.
+func (c *Conn) encodeQueuedLocked(cmd *protocol.Command) (queuedFrame, error) {
+	if c.qbuf == nil {
+		c.qbuf, c.qspare = c.qspare[:0], nil
+	}
+	lo := len(c.qbuf)
+	buf, err := cmd.AppendFrame(c.qbuf) // on error, c.qbuf[:lo]
+	if err != nil {
+		return queuedFrame{}, err
+	}
+	c.qbuf = buf
+	return queuedFrame{inBuf: true, lo: lo, hi: len(buf)}, nil
 }
 
 // flusherIdle is how long a flusher without work waits before it ends; the next queued frame
@@ -613,10 +672,13 @@ func (c *Conn) kickFlusherLocked() {
 	select {
 	case <-c.done:
 		for i := range c.queue {
-			c.cfg.putFrame(c.queue[i].bp, c.queue[i].frame)
+			if f := c.queue[i]; f.bp != nil {
+				c.cfg.putFrame(f.bp, f.frame)
+			}
 			c.queue[i] = queuedFrame{}
 		}
 		c.queue = c.queue[:0]
+		c.qbuf = c.qbuf[:0]
 		c.writing = false
 		return
 	default:
@@ -675,14 +737,17 @@ func (c *Conn) queuedFrames() int {
 // batch's lead token, or is the flusher handed the kick token).
 func (c *Conn) writeQueued(flusher bool) (again bool) {
 	c.qmu.Lock()
-	frames, b := c.queue, c.qbatch
+	frames, b, buf := c.queue, c.qbatch, c.qbuf
 	c.queue, c.qbatch = c.spare[:0], nil
 	c.spare = nil
+	c.qbuf = nil // the next frame takes qspare, or a new buffer
 	c.qmu.Unlock()
 
-	written, err := c.writeFrames(frames)
+	written, err := c.writeFrames(frames, buf)
 	for i := range frames {
-		c.cfg.putFrame(frames[i].bp, frames[i].frame)
+		if f := frames[i]; f.bp != nil {
+			c.cfg.putFrame(f.bp, f.frame)
+		}
 		if frames[i].release != nil {
 			frames[i].release()
 		}
@@ -691,6 +756,15 @@ func (c *Conn) writeQueued(flusher bool) (again bool) {
 
 	c.qmu.Lock()
 	c.spare = frames[:0]
+	// Both buffers are kept (but not a large one): a buffer dropped is grown again, by
+	// doubling, with the next frames.
+	switch {
+	case cap(buf) > maxGatheredWrite:
+	case c.qbuf == nil:
+		c.qbuf = buf[:0]
+	case cap(buf) > cap(c.qspare):
+		c.qspare = buf[:0]
+	}
 	switch {
 	case len(c.queue) == 0:
 		c.writing = false
@@ -711,7 +785,7 @@ func (c *Conn) writeQueued(flusher bool) (again bool) {
 
 // writeFrames writes frames to the socket with one system call where it can (large batches
 // may take more), under the write lock.
-func (c *Conn) writeFrames(frames []queuedFrame) (written bool, err error) {
+func (c *Conn) writeFrames(frames []queuedFrame, buf []byte) (written bool, err error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	select {
@@ -728,13 +802,21 @@ func (c *Conn) writeFrames(frames []queuedFrame) (written bool, err error) {
 		}
 	}
 	total, largest := 0, 0
-	regions := false
-	for _, f := range frames {
+	regions, inBuf := false, 0
+	for i := range frames {
+		f := &frames[i]
+		if f.inBuf {
+			f.frame = buf[f.lo:f.hi]
+			inBuf++
+		}
 		total += len(f.frame)
 		largest = max(largest, len(f.frame))
 		regions = regions || len(f.regions) > 0
 	}
 	switch {
+	case inBuf == len(frames):
+		// All encoded in place, in order: buf is the batch, written as it is.
+		_, err = c.nc.Write(buf)
 	case regions:
 		err = c.writeWithRegions(frames)
 	case len(frames) == 1:
@@ -799,11 +881,11 @@ func (c *Conn) readLoop() error {
 		var cmd *protocol.Command
 		var lent bool
 		var err error
-		if c.cfg.lend {
-			cmd, lent, err = protocol.ReadFrameLent(c.br, c.cfg.maxFrame, c.cfg.rawExt)
-		} else {
-			cmd, err = protocol.ReadFrameRawExt(c.br, c.cfg.maxFrame, c.cfg.rawExt)
-		}
+		// Responses are read with their fields raw: deliver builds the map for the callers
+		// that read it, and those of InvokeAsyncRaw skip it.
+		cmd, lent, err = protocol.ReadFrameWith(c.br, protocol.ReadOptions{
+			Max: c.cfg.maxFrame, RawExt: c.cfg.rawExt, RawResponses: true, Lend: c.cfg.lend,
+		})
 		if started {
 			c.frameStart.Store(0)
 		}
@@ -956,8 +1038,8 @@ func (c *Conn) worker(req *protocol.Command) {
 
 // shed lets go of what a connection keeps only to serve its next burst faster: the request
 // goroutines waiting for work (each with a stack grown through the Handler, up to
-// maxIdleWorkers of them) and the buffer its last batch of frames was gathered in (up to
-// maxGatheredWrite). The Server's sweeper calls it on connections that stayed idle for a
+// maxIdleWorkers of them) and the buffers its last batches of frames were encoded and
+// gathered in (up to maxGatheredWrite each). The Server's sweeper calls it on connections that stayed idle for a
 // sweep, so that many idle connections cost little more than their read goroutine and read
 // buffer; both come back with the next traffic.
 func (c *Conn) shed() {
@@ -972,6 +1054,12 @@ func (c *Conn) shed() {
 		c.wbuf = nil
 		c.wmu.Unlock()
 	}
+	c.qmu.Lock()
+	c.qspare = nil
+	if len(c.qbuf) == 0 {
+		c.qbuf = nil
+	}
+	c.qmu.Unlock()
 }
 
 // askInline asks the InlineHandler whether req may be served on the read goroutine. A

@@ -59,11 +59,18 @@
 //     for it: the frame is queued, the connection's flusher goroutine (started on demand,
 //     ended after 5 s without work) writes whatever is queued whenever no write is under
 //     way, and the response
-//     runs the caller's callback on the read goroutine; a timer or the context ends the call
-//     otherwise. A caller sending many requests in a row thus only encodes and queues them,
+//     runs the caller's callback on the read goroutine; its deadline or the context ends the
+//     call otherwise. Deadlines are kept per timeout in a queue with one timer (calls made
+//     with one timeout expire in the order they were made), not a timer per call.
+//     InvokeAsyncRaw hands the outcome to an AsyncReceiver (no closure per call) and a binary
+//     response without its ExtFields map: responses are read with their fields raw, and the
+//     map is built only for the callers that read it. A caller sending many requests in a
+//     row thus only encodes and queues them,
 //     and they leave in few writes while the kernel takes the previous one. A writer that
 //     finds only such frames queued behind its own hands them to the flusher; one that finds a
-//     caller waiting hands them to that caller, as before.
+//     caller waiting hands them to that caller, as before. Frames without file regions are
+//     encoded in place, one after another, into the connection's queue buffer, which is
+//     written as it is: no buffer per frame, no copy to gather a batch.
 //   - A frame that fits the read buffer (16 KiB) is decoded in place and its body copied out:
 //     a response without a body costs no buffer of its own. A Handler that implements
 //     RawExtHandler gets the binary-header requests it names without their ExtFields map
@@ -74,7 +81,7 @@
 //     still keeps the connection from closing as idle until the response is out. Goroutines
 //     that served a request wait for the connection's next one (a few per connection) rather
 //     than exit, keeping the stack they grew. On a Server, a connection found idle by the
-//     sweeper lets them go, with its gathered write buffer: an idle connection keeps only its
+//     sweeper lets them go, with its queue and gathered write buffers: an idle connection keeps only its
 //     read goroutine and read buffer (about 28 KiB, BenchmarkIdleConnMemory in the broker).
 //     So does a connection on which nothing happened since the sweeper's last look but
 //     deferred requests wait (a consumer's, its long-polling pulls parked).

@@ -62,8 +62,10 @@ func TestIdleConnectionShedsWorkersAndWriteBuffer(t *testing.T) {
 	require.Eventually(t, func() bool {
 		sc.wmu.Lock()
 		defer sc.wmu.Unlock()
-		return sc.idleWorkers.Load() == 0 && sc.wbuf == nil
-	}, 5*time.Second, 10*time.Millisecond, "an idle connection lets its waiting workers and write buffer go")
+		sc.qmu.Lock()
+		defer sc.qmu.Unlock()
+		return sc.idleWorkers.Load() == 0 && sc.wbuf == nil && sc.qspare == nil && sc.qbuf == nil
+	}, 5*time.Second, 10*time.Millisecond, "an idle connection lets its waiting workers and write buffers go")
 
 	_, err = client.Invoke(context.Background(), protocol.NewRequest(protocol.HeartBeat, nil, []byte("after")))
 	require.NoError(t, err)

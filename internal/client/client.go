@@ -314,6 +314,15 @@ func (c *Client) InvokeAsync(ctx context.Context, addr string, req *protocol.Com
 	return c.rc.InvokeAsync(ctx, addr, req, timeout, done)
 }
 
+// InvokeAsyncRaw is InvokeAsync with the outcome handed to r, and the response's binary
+// header fields left raw (see remoting.Conn.InvokeAsyncRaw).
+func (c *Client) InvokeAsyncRaw(ctx context.Context, addr string, req *protocol.Command, timeout time.Duration, r remoting.AsyncReceiver) error {
+	if timeout <= 0 {
+		timeout = c.opts.RequestTimeout
+	}
+	return c.rc.InvokeAsyncRaw(ctx, addr, req, timeout, r)
+}
+
 // InvokeOneway sends req to addr without waiting for a response.
 func (c *Client) InvokeOneway(ctx context.Context, addr string, req *protocol.Command) error {
 	ctx, cancel := c.withTimeout(ctx)
