@@ -571,7 +571,7 @@ func TestConcurrentPutGet(t *testing.T) {
 func TestSyncFlushTimeoutAndCancel(t *testing.T) {
 	o := testOptions()
 	o.FlushMode = FlushSync
-	o.SyncFlushTimeout = 50 * time.Millisecond
+	o.SyncFlushTimeout = 250 * time.Millisecond // room for the last Put's fsync on a busy disk
 	s := openT(t, t.TempDir(), o)
 	defer s.Close()
 	s.flushRun.Lock() // an fsync that never ends
