@@ -63,6 +63,9 @@ type Store struct {
 
 	cqMu sync.RWMutex
 	cqs  map[string]map[int32]*consumeQueue
+	// cqMmap: the dispatcher writes consume-queue units through mappings (mapCQFile). Set
+	// once recovery is done (recovery writes with pwrite), before the dispatcher starts.
+	cqMmap bool
 
 	notifyMu   sync.Mutex
 	flushCh    chan struct{} // closed and replaced when flushed advances or the store fails
@@ -161,6 +164,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		lk.Close()
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
+	s.cqMmap = !o.DisableMmap
 	s.wg.Add(5)
 	go s.prefaultLoop()
 	signal(s.prefaultReq)
