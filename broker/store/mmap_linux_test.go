@@ -71,7 +71,7 @@ func TestMappedConsumeQueue(t *testing.T) {
 		o := testOptions()
 		o.ConsumeQueueUnits = units
 		o.DisableMmap = disable
-		o.CheckpointInterval = time.Hour // the test checkpoints, so that the copy below is coherent
+		o.CheckpointInterval = time.Hour        // the test checkpoints, so that the copy below is coherent
 		o.IndexSlots, o.IndexEntries = 64, 1024 // a small index file to copy
 		s := openT(t, dir, o)
 		putN(t, s, "Q", 0, units+10, "a") // two files: the first full, the second mapped part-used
