@@ -47,19 +47,38 @@ type cqFile struct {
 	// mapTried is set once the dispatcher tried to map the file (only it writes units).
 	mapTried bool
 	// mmu guards m against close: units are copied into m under it.
-	mmu sync.Mutex
-	m   []byte // the whole file mapped shared and writable, or nil: units go by pwrite
+	mmu       sync.Mutex
+	m         []byte // the whole file mapped shared and writable, or nil: units go by pwrite
+	populated int64  // m is populated writable from the first write's step up to here
 }
 
+// cqPopulateStep is how much of a mapped consume-queue file write populates at once,
+// ahead of the units it copies (3276 units).
+const cqPopulateStep = 64 << 10
+
 // write stores b at byte offset off of the file: a copy into its mapping when it has one.
+//
+// # Notes
+//
+// The mapping is populated writable (MADV_POPULATE_WRITE) a step at a time ahead of the
+// copy: a copy that faulted each fresh page of the sparse file in by itself spent more
+// on the faults (about 80 % of the copy's samples in a flowd bench profile) than the
+// pwrite it replaced; populated in 64 KiB steps, the kernel's cost is little more than
+// zeroing the pages.
 func (f *cqFile) write(b []byte, off int64) error {
 	f.mmu.Lock()
 	defer f.mmu.Unlock()
-	if f.m != nil {
-		return guardedCopy(f.m[off:off+int64(len(b))], b)
+	if f.m == nil {
+		_, err := f.f.WriteAt(b, off)
+		return err
 	}
-	_, err := f.f.WriteAt(b, off)
-	return err
+	if end := off + int64(len(b)); end > f.populated {
+		from := max(f.populated, off-off%cqPopulateStep) // never the units below the first write
+		to := min(int64(len(f.m)), (end+cqPopulateStep-1)/cqPopulateStep*cqPopulateStep)
+		_ = prefault(f.m[from:to]) // an optimization: on error the copy faults the pages in
+		f.populated = to
+	}
+	return guardedCopy(f.m[off:off+int64(len(b))], b)
 }
 
 // close unmaps and closes the file. A mapped file is full size, zeros after its last unit;
