@@ -36,6 +36,10 @@ type consumeQueue struct {
 
 	min atomic.Int64 // first readable unit (may be inside files[0])
 	max atomic.Int64 // exclusive
+
+	// mapped is the one file of the queue the dispatcher has mapped (mapCQFile); only the
+	// dispatcher uses it.
+	mapped *cqFile
 }
 
 type cqFile struct {
@@ -79,6 +83,16 @@ func (f *cqFile) write(b []byte, off int64) error {
 		f.populated = to
 	}
 	return guardedCopy(f.m[off:off+int64(len(b))], b)
+}
+
+// unmap drops the file's mapping; later writes to it use pwrite.
+func (f *cqFile) unmap() {
+	f.mmu.Lock()
+	defer f.mmu.Unlock()
+	if f.m != nil {
+		_ = unmapSegment(f.m) // only fails for a bad range, which m is not
+		f.m = nil
+	}
 }
 
 // close unmaps and closes the file. A mapped file is full size, zeros after its last unit;
@@ -215,16 +229,28 @@ func (s *Store) writeUnits(q *consumeQueue, idx int64, units []byte) error {
 // disk for queues that stay nearly empty. A page fault that fails for want of space (or
 // an I/O error) raises SIGBUS, which guardedCopy turns into a write error that fails the
 // store, as a failed pwrite would.
+//
+// Only the file being written is mapped: the queue's previously mapped file (full, since
+// units are written in order) is unmapped first, so that a long-lived queue does not
+// accumulate mappings (vm.max_map_count) as its files fill.
 func (s *Store) mapCQFile(q *consumeQueue, f *cqFile) {
 	f.mapTried = true
+	if old := q.mapped; old != nil {
+		q.mapped = nil
+		old.unmap()
+	}
 	m, err := mapSparse(f.f, q.units*cqUnitSize)
 	if err != nil {
 		s.log.Warn("consume-queue file not mapped; writing it with pwrite", "file", f.path, "err", err)
 		return
 	}
+	if m == nil {
+		return // no descriptor: pwrite
+	}
 	f.mmu.Lock()
 	f.m = m
 	f.mmu.Unlock()
+	q.mapped = f
 }
 
 func (s *Store) createCQFile(q *consumeQueue, start int64) (*cqFile, error) {

@@ -79,12 +79,15 @@ func TestMappedConsumeQueue(t *testing.T) {
 		q := s.queue("Q", 0)
 		q.mu.RLock()
 		require.Len(t, q.files, 2)
-		last := q.files[1]
+		first, last := q.files[0], q.files[1]
 		q.mu.RUnlock()
 		last.mmu.Lock()
 		mapped := last.m != nil
 		last.mmu.Unlock()
 		assert.Equal(t, !disable, mapped)
+		first.mmu.Lock()
+		assert.Nil(t, first.m, "a full file is unmapped when the next one is mapped")
+		first.mmu.Unlock()
 		size := func() int64 {
 			fi, err := os.Stat(last.path)
 			require.NoError(t, err)
