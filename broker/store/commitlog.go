@@ -229,8 +229,8 @@ func (s *Store) Put(ctx context.Context, m *protocol.MessageExt) (PutResult, err
 // PutUnnamed is Put without PutResult.MsgID, which it leaves empty; a result with Size > 0
 // is a stored message (Put's result then carries a MsgID). A caller that only writes the id
 // out (the broker's answer to a send) appends it with protocol.AppendOffsetMsgID from
-// StoreHost and CommitLogOffset instead of building a string per message: that string was
-// about a fifth of Put's CPU time.
+// StoreHost and CommitLogOffset instead of building a string per message (about 6 % of
+// Put's CPU in a one-producer profile, half of it the allocation).
 func (s *Store) PutUnnamed(ctx context.Context, m *protocol.MessageExt) (PutResult, error) {
 	bp := s.getEncBuf()
 	defer s.putEncBuf(bp)
