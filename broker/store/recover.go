@@ -29,7 +29,7 @@ func (s *Store) recover() error {
 	if err := s.loadSegments(); err != nil {
 		return err
 	}
-	if err := s.loadQueues(&rep); err != nil {
+	if err := s.loadQueues(); err != nil {
 		return err
 	}
 	crash := abort || !cpOK
@@ -399,7 +399,7 @@ func (s *Store) dataAfter(seg *segment, off, window int64) (int64, error) {
 // loadQueues opens every consume-queue file and sets each queue's min and max, trimming a
 // partial or zero-filled tail (what a power cut leaves after the file grew but before its
 // data reached the disk).
-func (s *Store) loadQueues(rep *RecoveryReport) error {
+func (s *Store) loadQueues() error {
 	topics, err := s.fs.ReadDir(s.cqRoot)
 	if err != nil {
 		return fmt.Errorf("list consume queues: %w", err)
