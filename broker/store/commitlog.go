@@ -190,7 +190,7 @@ func (s *Store) putEncBuf(p *[]byte) {
 // encode appends m's stored form to dst with the store-assigned fields zero; PatchStored
 // fills them in under the append lock.
 func (s *Store) encode(dst []byte, m *protocol.MessageExt) ([]byte, error) {
-	if !validTopic(m.Topic) || m.QueueID < 0 {
+	if !s.topicOK(m.Topic) || m.QueueID < 0 {
 		return dst, fmt.Errorf("put to %q queue %d: %w", m.Topic, m.QueueID, ErrBadTopic)
 	}
 	if t := m.SysFlag & protocol.MsgTransactionMask; t == protocol.MsgTransactionPrepared || t == protocol.MsgTransactionRollback {

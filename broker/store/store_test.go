@@ -665,3 +665,16 @@ func TestDispatchHoldsBackOnlyWhenNobodyWaits(t *testing.T) {
 	require.Equal(t, int64(1), s.dispatchHolds.Load(), "a reader waits: no hold after the busy pass")
 	assert.Equal(t, int64(4), s.MaxOffset("H", 0))
 }
+
+// TestTopicOKMemo: the memo of the last valid topic never lets an invalid one through.
+func TestTopicOKMemo(t *testing.T) {
+	s := openT(t, t.TempDir(), testOptions())
+	defer s.Close()
+	assert.True(t, s.topicOK("T1"))
+	assert.True(t, s.topicOK("T1"), "the memo's hit")
+	assert.False(t, s.topicOK("T1/.."))
+	assert.False(t, s.topicOK(""))
+	assert.True(t, s.topicOK("T2"))
+	assert.False(t, s.topicOK(strings.Repeat("x", protocol.MaxTopicLength+1)))
+	assert.True(t, s.topicOK("T1"))
+}
