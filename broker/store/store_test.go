@@ -23,6 +23,7 @@ import (
 // StoreHost and the offset finds the message.
 func TestPutUnnamed(t *testing.T) {
 	s := openT(t, t.TempDir(), testOptions())
+	defer s.Close()
 	putN(t, s, "T", 0, 2, "")
 	m := newMsg("T", 0, "unnamed", "")
 	r, err := s.PutUnnamed(context.Background(), m)
