@@ -37,8 +37,8 @@ import (
 //
 // # Durability
 //
-// The entries are written with one pwrite per dispatch batch; the header when the index is
-// synced (and when a file is sealed or the store closes). The slot
+// The entries are written with one pwrite per dispatch batch; the header with a file's first
+// entries and then when the index is synced (and when a file is sealed or the store closes). The slot
 // table of the active file lives in memory (IndexSlots × 4 bytes, 20 MB by default, where
 // RocketMQ maps the whole file) and is written out when the file fills up and at Close. The
 // store's checkpoint fsyncs the active file and then records in <dir>/index/checkpoint how
@@ -569,8 +569,15 @@ func (x *keyIndex) commit() error {
 		if _, err := f.f.WriteAt(buf, x.entryPos(first)); err != nil {
 			return fmt.Errorf("write index file %s: %w", f.path, err)
 		}
-		// The header is not written here: lookups use the in-memory one, and the file's
-		// copy matters only to Open, which gets it from sync, seal or writeOut (see sync).
+		// The header is written here only with a file's first entries (its begin time,
+		// which every entry's time is relative to): lookups use the in-memory one, and the
+		// file's copy matters only to Open, which gets it from sync, seal or writeOut (see
+		// sync).
+		if first == 1 {
+			if err := x.writeHeader(f); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
