@@ -115,15 +115,20 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	if b.store.SyncFlush() && b.sendSyncFlush(ctx, req, &m) {
 		return nil // answered by the store's group commit
 	}
-	res, err := b.store.Put(ctx, &m)
-	if err != nil && !storedUnflushed(err, res.MsgID != "") {
+	res, err := b.store.PutUnnamed(ctx, &m)
+	if err != nil && !storedUnflushed(err, res.Size > 0) {
 		return storeErrorResponse(req, err)
 	}
 	if o := b.cfg.Observer; o != nil {
 		o.MessagesIn(m.Topic, 1, len(m.Body))
 	}
 	// Written straight into the frame: nothing reads a send's answer before it goes out.
-	return sendAnswer(req, err, protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset})
+	// The msgId too, from the store host and the commit-log offset (see sendAnswer).
+	a := sendAnswer(req, err, protocol.SendMessageResponseHeader{QueueID: m.QueueID, QueueOffset: res.QueueOffset})
+	if res.Size > 0 {
+		a.idFrom, a.idHost, a.idOffset = true, b.store.StoreHost(), res.CommitLogOffset
+	}
+	return &a.cmd
 }
 
 // delayLevel is the DELAY property of a raw property block, 0 when absent or not a number.
@@ -166,20 +171,44 @@ func storedResponse(req *protocol.Command, err error, h protocol.FieldAppender) 
 
 // sendAnswer is storedResponse with h (as protocol.NewResponseWith makes it), the response
 // and its header in one allocation: a send's answer is made for every message.
-func sendAnswer(req *protocol.Command, err error, h protocol.SendMessageResponseHeader) *protocol.Command {
-	a := &struct {
-		cmd protocol.Command
-		hdr protocol.SendMessageResponseHeader
-	}{hdr: h}
+//
+// Instead of h.MsgID, the caller may set idFrom, idHost and idOffset, and the msgId is then
+// written from them into the frame (protocol.AppendOffsetMsgID), without the string (one
+// allocation per message) that Put makes.
+func sendAnswer(req *protocol.Command, err error, h protocol.SendMessageResponseHeader) *answer {
+	a := &answer{hdr: h}
 	code, remark := protocol.Success, ""
 	if err != nil {
 		code, remark = protocol.FlushDiskTimeout, err.Error()
 	}
 	a.cmd = protocol.Command{
 		Code: int16(code), Language: protocol.LangGo, Version: protocol.Version, Opaque: req.Opaque,
-		Flag: protocol.FlagResponse, Remark: remark, Fields: &a.hdr, Serialize: req.Serialize,
+		Flag: protocol.FlagResponse, Remark: remark, Fields: a, Serialize: req.Serialize,
 	}
-	return &a.cmd
+	return a
+}
+
+// answer is a send's answer: the command and its header in one allocation.
+type answer struct {
+	cmd      protocol.Command
+	hdr      protocol.SendMessageResponseHeader
+	idFrom   bool           // the msgId is made from idHost and idOffset, not hdr.MsgID
+	idHost   netip.AddrPort // the store host
+	idOffset int64          // the commit-log offset
+}
+
+// AppendFields writes the answer's header, its msgId made from idHost and idOffset if
+// idFrom.
+func (a *answer) AppendFields(w protocol.FieldWriter) protocol.FieldWriter {
+	if !a.idFrom {
+		return a.hdr.AppendFields(w)
+	}
+	// h and the id's bytes stay on the stack (an IPv4 id's string fits the compiler's
+	// stack buffer for conversions that do not escape).
+	var id [64]byte
+	h := a.hdr
+	h.MsgID = string(protocol.AppendOffsetMsgID(id[:0], a.idHost, a.idOffset))
+	return h.AppendFields(w)
 }
 
 func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *protocol.MessageExt) *protocol.Command {
@@ -278,7 +307,7 @@ func (b *Broker) sendSyncFlush(ctx context.Context, req *protocol.Command, m *pr
 		if o := b.cfg.Observer; o != nil {
 			o.MessagesIn(topic, 1, n)
 		}
-		d.Respond(sendAnswer(stub, err, protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: queueID, QueueOffset: res.QueueOffset}))
+		d.Respond(&sendAnswer(stub, err, protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: queueID, QueueOffset: res.QueueOffset}).cmd)
 	})
 	return true
 }

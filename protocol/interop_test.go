@@ -90,6 +90,7 @@ func TestOffsetMsgIDMatchesGoClient(t *testing.T) {
 			id := OffsetMsgID(ap, off)
 			a := ap.Addr().AsSlice()
 			require.Equal(t, primitive.CreateMessageId(a, int32(ap.Port()), off), id)
+			require.Equal(t, "prefix:"+id, string(AppendOffsetMsgID([]byte("prefix:"), ap, off)), "appended after what dst holds")
 
 			mid, err := primitive.UnmarshalMsgID([]byte(id))
 			require.NoError(t, err)

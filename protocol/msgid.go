@@ -26,15 +26,20 @@ const upperHex = "0123456789ABCDEF"
 // carries and what VIEW_MESSAGE_BY_ID looks up; the Go client computes the same string for
 // every message it decodes.
 func OffsetMsgID(storeHost netip.AddrPort, commitLogOffset int64) string {
+	var out [offsetMsgIDLenV6]byte
+	return string(AppendOffsetMsgID(out[:0], storeHost, commitLogOffset))
+}
+
+// AppendOffsetMsgID appends OffsetMsgID(storeHost, commitLogOffset) to dst: a broker writes
+// a send's answer with it, without making a string per message.
+func AppendOffsetMsgID(dst []byte, storeHost netip.AddrPort, commitLogOffset int64) []byte {
 	var raw [16 + 4 + 8]byte
 	b := appendHost(raw[:0], storeHost)
 	b = binary.BigEndian.AppendUint64(b, uint64(commitLogOffset))
-	var out [offsetMsgIDLenV6]byte
-	for i, c := range b {
-		out[2*i] = upperHex[c>>4]
-		out[2*i+1] = upperHex[c&0xF]
+	for _, c := range b {
+		dst = append(dst, upperHex[c>>4], upperHex[c&0xF])
 	}
-	return string(out[:2*len(b)])
+	return dst
 }
 
 // ParseOffsetMsgID splits an offsetMsgId into the store host and the commit-log offset. Hex

@@ -237,8 +237,9 @@ type RecoveryReport struct {
 	RemovedSegments []string
 	// Redispatched counts messages whose consume-queue units were rewritten.
 	Redispatched int64
-	// RemovedUnits counts consume-queue units dropped because they pointed past End or
-	// were zero-filled garbage.
+	// RemovedUnits counts consume-queue units dropped because they pointed past End. (The
+	// zeros after a file's last unit, which a power cut can leave and a file written through
+	// a mapping always has, are not units.)
 	RemovedUnits int64
 	// Duration is how long recovery took.
 	Duration time.Duration

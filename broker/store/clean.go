@@ -126,7 +126,7 @@ func (s *Store) cleanQueues(clMin int64) error {
 			if q.min.Load() < f.start+q.units {
 				q.min.Store(f.start + q.units)
 			}
-			f.f.Close()
+			f.close(-1)
 			if err := s.fs.Remove(f.path); err != nil {
 				return fmt.Errorf("remove consume queue file %s: %w", f.path, err)
 			}

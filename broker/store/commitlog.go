@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -189,7 +190,7 @@ func (s *Store) putEncBuf(p *[]byte) {
 // encode appends m's stored form to dst with the store-assigned fields zero; PatchStored
 // fills them in under the append lock.
 func (s *Store) encode(dst []byte, m *protocol.MessageExt) ([]byte, error) {
-	if !validTopic(m.Topic) || m.QueueID < 0 {
+	if !s.topicOK(m.Topic) || m.QueueID < 0 {
 		return dst, fmt.Errorf("put to %q queue %d: %w", m.Topic, m.QueueID, ErrBadTopic)
 	}
 	if t := m.SysFlag & protocol.MsgTransactionMask; t == protocol.MsgTransactionPrepared || t == protocol.MsgTransactionRollback {
@@ -218,6 +219,19 @@ func (s *Store) encode(dst []byte, m *protocol.MessageExt) ([]byte, error) {
 // Options.SyncFlushTimeout. ctx only cancels that wait: a message whose Put was canceled may
 // still be stored and delivered. PutAsync is the same without a goroutine waiting.
 func (s *Store) Put(ctx context.Context, m *protocol.MessageExt) (PutResult, error) {
+	res, err := s.PutUnnamed(ctx, m)
+	if res.Size > 0 {
+		res.MsgID = protocol.OffsetMsgID(s.opts.StoreHost, res.CommitLogOffset)
+	}
+	return res, err
+}
+
+// PutUnnamed is Put without PutResult.MsgID, which it leaves empty; a result with Size > 0
+// is a stored message (Put's result then carries a MsgID). A caller that only writes the id
+// out (the broker's answer to a send) appends it with protocol.AppendOffsetMsgID from
+// StoreHost and CommitLogOffset instead of building a string per message (about 6 % of
+// Put's CPU in a one-producer profile, half of it the allocation).
+func (s *Store) PutUnnamed(ctx context.Context, m *protocol.MessageExt) (PutResult, error) {
 	bp := s.getEncBuf()
 	defer s.putEncBuf(bp)
 	b, err := s.encode((*bp)[:0], m)
@@ -232,7 +246,6 @@ func (s *Store) Put(ctx context.Context, m *protocol.MessageExt) (PutResult, err
 	if err != nil {
 		return PutResult{}, err
 	}
-	res[0].MsgID = protocol.OffsetMsgID(s.opts.StoreHost, res[0].CommitLogOffset)
 	if waiting {
 		err = s.awaitDurable(ctx, w.ch)
 	}
@@ -312,6 +325,10 @@ func (s *Store) PutAsyncReady(size int) bool {
 	seg := s.activeSeg.Load()
 	return seg != nil && s.written.Load()+int64(size)+blankMin <= seg.start+s.opts.SegmentSize
 }
+
+// StoreHost is the address stamped into every stored message and its offsetMsgId
+// (Options.StoreHost).
+func (s *Store) StoreHost() netip.AddrPort { return s.opts.StoreHost }
 
 // SyncFlush reports whether the store acknowledges an append only after an fsync covers it
 // (FlushSync).

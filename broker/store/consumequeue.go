@@ -36,6 +36,10 @@ type consumeQueue struct {
 
 	min atomic.Int64 // first readable unit (may be inside files[0])
 	max atomic.Int64 // exclusive
+
+	// mapped is the one file of the queue the dispatcher has mapped (mapCQFile); only the
+	// dispatcher uses it.
+	mapped *cqFile
 }
 
 type cqFile struct {
@@ -43,6 +47,70 @@ type cqFile struct {
 	path  string
 	f     vfs.File
 	dirty atomic.Bool // written since the last checkpoint fsync
+
+	// mapTried is set once the dispatcher tried to map the file (only it writes units).
+	mapTried bool
+	// mmu guards m against close: units are copied into m under it.
+	mmu       sync.Mutex
+	m         []byte // the whole file mapped shared and writable, or nil: units go by pwrite
+	populated int64  // m is populated writable from the first write's step up to here
+}
+
+// cqPopulateStep is how much of a mapped consume-queue file write populates at once,
+// ahead of the units it copies (3276 units).
+const cqPopulateStep = 64 << 10
+
+// write stores b at byte offset off of the file: a copy into its mapping when it has one.
+//
+// # Notes
+//
+// The mapping is populated writable (MADV_POPULATE_WRITE) a step at a time ahead of the
+// copy: a copy that faulted each fresh page of the sparse file in by itself spent more
+// on the faults (about 80 % of the copy's samples in a flowd bench profile) than the
+// pwrite it replaced; populated in 64 KiB steps, the kernel's cost is little more than
+// zeroing the pages.
+func (f *cqFile) write(b []byte, off int64) error {
+	f.mmu.Lock()
+	defer f.mmu.Unlock()
+	if f.m == nil {
+		_, err := f.f.WriteAt(b, off)
+		return err
+	}
+	if end := off + int64(len(b)); end > f.populated {
+		from := max(f.populated, off-off%cqPopulateStep) // never the units below the first write
+		to := min(int64(len(f.m)), (end+cqPopulateStep-1)/cqPopulateStep*cqPopulateStep)
+		_ = prefault(f.m[from:to]) // an optimization: on error the copy faults the pages in
+		f.populated = to
+	}
+	return guardedCopy(f.m[off:off+int64(len(b))], b)
+}
+
+// unmap drops the file's mapping; later writes to it use pwrite.
+func (f *cqFile) unmap() {
+	f.mmu.Lock()
+	defer f.mmu.Unlock()
+	if f.m != nil {
+		_ = unmapSegment(f.m) // only fails for a bad range, which m is not
+		f.m = nil
+	}
+}
+
+// close unmaps and closes the file. A mapped file is full size, zeros after its last unit;
+// if used is not negative, it is first cut back to used bytes, so that a clean reopen finds
+// exactly the units written.
+func (f *cqFile) close(used int64) error {
+	f.mmu.Lock()
+	var errs []error
+	if f.m != nil {
+		errs = append(errs, unmapSegment(f.m))
+		f.m = nil
+		if used >= 0 {
+			errs = append(errs, f.f.Truncate(used))
+		}
+	}
+	f.mmu.Unlock()
+	errs = append(errs, f.f.Close())
+	return errors.Join(errs...)
 }
 
 func (s *Store) cqDir(topic string, qid int32) string {
@@ -130,8 +198,11 @@ func (s *Store) writeUnits(q *consumeQueue, idx int64, units []byte) error {
 				return err
 			}
 		}
+		if !f.mapTried && s.cqMmap {
+			s.mapCQFile(q, f)
+		}
 		n := min(int64(len(units)), (fileStart+q.units-idx)*cqUnitSize)
-		if _, err := f.f.WriteAt(units[:n], (idx-fileStart)*cqUnitSize); err != nil {
+		if err := f.write(units[:n], (idx-fileStart)*cqUnitSize); err != nil {
 			return fmt.Errorf("write consume queue %s at unit %d: %w", f.path, idx, err)
 		}
 		f.dirty.Store(true)
@@ -142,6 +213,44 @@ func (s *Store) writeUnits(q *consumeQueue, idx int64, units []byte) error {
 		q.max.Store(idx)
 	}
 	return nil
+}
+
+// mapCQFile maps f for writeUnits, unless it cannot be mapped (then units go by pwrite).
+//
+// # Notes
+//
+// Units written through a mapping cost a copy instead of a pwrite per queue per dispatch
+// pass (RocketMQ maps its consume-queue files too); under load that was most of the
+// dispatcher's system calls. Reads keep using pread, which sees what the mapping wrote
+// (one page cache), and the checkpoint's fdatasync writes mapped dirty pages as it writes
+// written ones, so durability and recovery are unchanged. The file is extended to its full
+// size sparse, not fallocated as an active segment is: a broker has a consume queue per
+// queue of every topic, and reserving 20 bytes × ConsumeQueueUnits for each would reserve
+// disk for queues that stay nearly empty. A page fault that fails for want of space (or
+// an I/O error) raises SIGBUS, which guardedCopy turns into a write error that fails the
+// store, as a failed pwrite would.
+//
+// Only the file being written is mapped: the queue's previously mapped file (full, since
+// units are written in order) is unmapped first, so that a long-lived queue does not
+// accumulate mappings (vm.max_map_count) as its files fill.
+func (s *Store) mapCQFile(q *consumeQueue, f *cqFile) {
+	f.mapTried = true
+	if old := q.mapped; old != nil {
+		q.mapped = nil
+		old.unmap()
+	}
+	m, err := mapSparse(f.f, q.units*cqUnitSize)
+	if err != nil {
+		s.log.Warn("consume-queue file not mapped; writing it with pwrite", "file", f.path, "err", err)
+		return
+	}
+	if m == nil {
+		return // no descriptor: pwrite
+	}
+	f.mmu.Lock()
+	f.m = m
+	f.mmu.Unlock()
+	q.mapped = f
 }
 
 func (s *Store) createCQFile(q *consumeQueue, start int64) (*cqFile, error) {
@@ -242,8 +351,9 @@ func (q *consumeQueue) close() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var errs []error
+	hi := q.max.Load()
 	for _, f := range q.files {
-		errs = append(errs, f.f.Close())
+		errs = append(errs, f.close(min(max(hi-f.start, 0), q.units)*cqUnitSize))
 	}
 	q.files = nil
 	return errors.Join(errs...)

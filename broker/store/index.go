@@ -37,7 +37,8 @@ import (
 //
 // # Durability
 //
-// The entries and the header are written with one pwrite each per dispatch batch. The slot
+// The entries are written with one pwrite per dispatch batch; the header with a file's first
+// entries and then when the index is synced (and when a file is sealed or the store closes). The slot
 // table of the active file lives in memory (IndexSlots × 4 bytes, 20 MB by default, where
 // RocketMQ maps the whole file) and is written out when the file fills up and at Close. The
 // store's checkpoint fsyncs the active file and then records in <dir>/index/checkpoint how
@@ -530,8 +531,7 @@ func (x *keyIndex) add(m *msgInfo) {
 	}
 }
 
-// commit writes the queued keys: entries and header with one write each per file. Lookups
-// see them once it returns.
+// commit writes the queued keys, with one write per file. Lookups see them once it returns.
 func (x *keyIndex) commit() error {
 	if x == nil || len(x.pend) == 0 {
 		return nil
@@ -569,8 +569,14 @@ func (x *keyIndex) commit() error {
 		if _, err := f.f.WriteAt(buf, x.entryPos(first)); err != nil {
 			return fmt.Errorf("write index file %s: %w", f.path, err)
 		}
-		if err := x.writeHeader(f); err != nil {
-			return err
+		// The header is written here only with a file's first entries (its begin time,
+		// which every entry's time is relative to): lookups use the in-memory one, and the
+		// file's copy matters only to Open, which gets it from sync, seal or writeOut (see
+		// sync).
+		if first == 1 {
+			if err := x.writeHeader(f); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -657,20 +663,31 @@ func (x *keyIndex) sync() error {
 	}
 	x.syncMu.Lock()
 	defer x.syncMu.Unlock()
-	x.mu.RLock()
+	x.mu.Lock()
 	var f *indexFile
 	var count int32
 	if n := len(x.files); n > 0 {
 		f = x.files[n-1]
 		count = f.hdr.count
 	}
-	x.mu.RUnlock()
 	var start int64
 	if f != nil {
 		start = f.start
 		if start == x.synced.start && count == x.synced.count {
+			x.mu.Unlock()
 			return nil
 		}
+		// The header goes to the file here, not with every commit: the dispatcher then
+		// writes one range per batch instead of two. It precedes the fsync and the
+		// checkpoint record, so the file's count is never below the checkpoint's, which is
+		// all a crash recovery reads it for (it keeps min(header, checkpoint) entries).
+		if err := x.writeHeader(f); err != nil {
+			x.mu.Unlock()
+			return err
+		}
+	}
+	x.mu.Unlock()
+	if f != nil {
 		// Files before the last were fsynced when they were sealed.
 		if err := f.f.Sync(); err != nil {
 			return fmt.Errorf("fsync index file %s: %w", f.path, err)

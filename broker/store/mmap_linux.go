@@ -41,6 +41,31 @@ func mapSegment(f vfs.File, size int64) ([]byte, error) {
 
 func unmapSegment(m []byte) error { return syscall.Munmap(m) }
 
+// mapSparse maps f shared and writable, first extending it to size (sparse: nothing is
+// allocated) if it is shorter. It returns nil (and no error) when the file does not expose a
+// descriptor (the fault-injecting FS): the caller then uses pwrite. A consume-queue file is
+// mapped this way; see writeUnits for why it is not fallocated like a segment.
+func mapSparse(f vfs.File, size int64) ([]byte, error) {
+	fd, ok := f.(interface{ Fd() uintptr })
+	if !ok {
+		return nil, nil
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat: %w", err)
+	}
+	if fi.Size() < size {
+		if err := f.Truncate(size); err != nil {
+			return nil, fmt.Errorf("extend to %d bytes: %w", size, err)
+		}
+	}
+	m, err := syscall.Mmap(int(fd.Fd()), 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap: %w", err)
+	}
+	return m, nil
+}
+
 // madvPopulateWrite is Linux's MADV_POPULATE_WRITE (5.14+; not in package syscall).
 const madvPopulateWrite = 23
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/flowd-io/flowd/broker/store/vfs"
 	"github.com/stretchr/testify/assert"
@@ -55,6 +56,75 @@ func TestMappedAndPwritePathsAgree(t *testing.T) {
 		b, err := s.MessageAt(res[99].CommitLogOffset)
 		require.NoError(t, err)
 		assert.Len(t, b, int(res[99].Size))
+		require.NoError(t, s.Close())
+	}
+}
+
+// TestMappedConsumeQueue: the dispatcher writes units through a mapping of the full-size
+// file (DisableMmap: by pwrite, the file as long as its units); a clean Close cuts the file
+// back to its units, and a crash recovery drops the zeros after them without counting them
+// as removed units.
+func TestMappedConsumeQueue(t *testing.T) {
+	const units = 64
+	for _, disable := range []bool{false, true} {
+		dir := t.TempDir()
+		o := testOptions()
+		o.ConsumeQueueUnits = units
+		o.DisableMmap = disable
+		o.CheckpointInterval = time.Hour        // the test checkpoints, so that the copy below is coherent
+		o.IndexSlots, o.IndexEntries = 64, 1024 // a small index file to copy
+		s := openT(t, dir, o)
+		putN(t, s, "Q", 0, units+10, "a") // two files: the first full, the second mapped part-used
+		waitDispatch(t, s)
+		q := s.queue("Q", 0)
+		q.mu.RLock()
+		require.Len(t, q.files, 2)
+		first, last := q.files[0], q.files[1]
+		q.mu.RUnlock()
+		last.mmu.Lock()
+		mapped := last.m != nil
+		last.mmu.Unlock()
+		assert.Equal(t, !disable, mapped)
+		first.mmu.Lock()
+		assert.Nil(t, first.m, "a full file is unmapped when the next one is mapped")
+		first.mmu.Unlock()
+		size := func() int64 {
+			fi, err := os.Stat(last.path)
+			require.NoError(t, err)
+			return fi.Size()
+		}
+		if disable {
+			assert.Equal(t, int64(10*cqUnitSize), size())
+		} else {
+			assert.Equal(t, int64(units*cqUnitSize), size(), "a mapped file is full size")
+		}
+		checkConsistent(t, s)
+
+		// With the checkpoint covering every unit, the crash recovery below re-dispatches
+		// nothing: the units it finds are the ones the mapping wrote.
+		require.NoError(t, s.checkpoint())
+		// A copy of the directory now is what a kill -9 leaves: the page cache.
+		crashed := t.TempDir()
+		require.NoError(t, os.CopyFS(crashed, os.DirFS(dir)))
+		require.NoError(t, os.Remove(filepath.Join(crashed, lockFileName)))
+
+		require.NoError(t, s.Close())
+		assert.Equal(t, int64(10*cqUnitSize), size(), "Close cuts a mapped file back to its units")
+		s = openT(t, dir, o)
+		assert.Equal(t, int64(units+10), s.MaxOffset("Q", 0))
+		assert.Zero(t, s.Stats().Recovery.RemovedUnits)
+		checkConsistent(t, s)
+		require.NoError(t, s.Close())
+
+		s = openT(t, crashed, o)
+		assert.Equal(t, int64(units+10), s.MaxOffset("Q", 0))
+		assert.Zero(t, s.Stats().Recovery.RemovedUnits, "the zeros after the last unit are not units")
+		assert.Zero(t, s.Stats().Recovery.Redispatched)
+		checkConsistent(t, s)
+		putN(t, s, "Q", 0, 5, "a")
+		waitDispatch(t, s)
+		assert.Equal(t, int64(units+15), s.MaxOffset("Q", 0))
+		checkConsistent(t, s)
 		require.NoError(t, s.Close())
 	}
 }

@@ -8,4 +8,6 @@ func mapSegment(vfs.File, int64) ([]byte, error) { return nil, nil }
 
 func unmapSegment([]byte) error { return nil }
 
+func mapSparse(vfs.File, int64) ([]byte, error) { return nil, nil }
+
 func prefault([]byte) error { return nil }

@@ -29,7 +29,7 @@ func (s *Store) recover() error {
 	if err := s.loadSegments(); err != nil {
 		return err
 	}
-	if err := s.loadQueues(&rep); err != nil {
+	if err := s.loadQueues(); err != nil {
 		return err
 	}
 	crash := abort || !cpOK
@@ -399,7 +399,7 @@ func (s *Store) dataAfter(seg *segment, off, window int64) (int64, error) {
 // loadQueues opens every consume-queue file and sets each queue's min and max, trimming a
 // partial or zero-filled tail (what a power cut leaves after the file grew but before its
 // data reached the disk).
-func (s *Store) loadQueues(rep *RecoveryReport) error {
+func (s *Store) loadQueues() error {
 	topics, err := s.fs.ReadDir(s.cqRoot)
 	if err != nil {
 		return fmt.Errorf("list consume queues: %w", err)
@@ -440,56 +440,64 @@ func (s *Store) loadQueues(rep *RecoveryReport) error {
 				}
 				q.files = append(q.files, &cqFile{start: pos / cqUnitSize, path: path, f: f})
 			}
-			n, err := s.trimQueueTail(q)
-			if err != nil {
+			if err := s.trimQueueTail(q); err != nil {
 				return err
 			}
-			rep.RemovedUnits += n
 		}
 	}
 	return nil
 }
 
-// trimQueueTail sets q.max from its last file, dropping partial and zero trailing units and
-// empty trailing files.
-func (s *Store) trimQueueTail(q *consumeQueue) (int64, error) {
-	var removed int64
+// trimQueueTail sets q.max from its last file, dropping a partial trailing unit, the zeros
+// after the last unit and empty trailing files.
+func (s *Store) trimQueueTail(q *consumeQueue) error {
+	buf := make([]byte, 64<<10/cqUnitSize*cqUnitSize)
 	for len(q.files) > 0 {
 		f := q.files[len(q.files)-1]
 		fi, err := f.f.Stat()
 		if err != nil {
-			return 0, fmt.Errorf("stat consume queue file %s: %w", f.path, err)
+			return fmt.Errorf("stat consume queue file %s: %w", f.path, err)
 		}
 		n := min(fi.Size()/cqUnitSize, q.units)
-		var u [cqUnitSize]byte
+		// Backwards in chunks: a file written through a mapping is full size, all zeros
+		// past its last unit (see mapCQFile). Those zeros are unused space, not units
+		// (RecoveryReport.RemovedUnits does not count them).
 		for n > 0 {
-			if _, err := f.f.ReadAt(u[:], (n-1)*cqUnitSize); err != nil {
-				return 0, fmt.Errorf("read consume queue file %s: %w", f.path, err)
+			k := min(n, int64(len(buf)/cqUnitSize))
+			b := buf[:k*cqUnitSize]
+			if _, err := f.f.ReadAt(b, (n-k)*cqUnitSize); err != nil {
+				return fmt.Errorf("read consume queue file %s: %w", f.path, err)
 			}
-			if _, size, _ := decodeUnit(u[:]); size > 0 {
+			j := k
+			for j > 0 {
+				if _, size, _ := decodeUnit(b[(j-1)*cqUnitSize:]); size > 0 {
+					break
+				}
+				j--
+			}
+			n -= k - j
+			if j > 0 {
 				break
 			}
-			n--
-			removed++
 		}
 		if n == 0 && len(q.files) > 1 {
-			f.f.Close()
+			f.close(-1)
 			if err := s.fs.Remove(f.path); err != nil {
-				return 0, fmt.Errorf("remove empty consume queue file %s: %w", f.path, err)
+				return fmt.Errorf("remove empty consume queue file %s: %w", f.path, err)
 			}
 			q.files = q.files[:len(q.files)-1]
 			continue
 		}
 		if fi.Size() != n*cqUnitSize {
 			if err := f.f.Truncate(n * cqUnitSize); err != nil {
-				return 0, fmt.Errorf("truncate consume queue file %s: %w", f.path, err)
+				return fmt.Errorf("truncate consume queue file %s: %w", f.path, err)
 			}
 		}
 		q.min.Store(q.files[0].start)
 		q.max.Store(f.start + n)
-		return removed, nil
+		return nil
 	}
-	return removed, nil
+	return nil
 }
 
 // truncateQueue drops the units of q that point at or past end (the commit log was cut or
@@ -514,7 +522,7 @@ func (s *Store) truncateQueue(q *consumeQueue, end int64) (int64, error) {
 	for len(q.files) > 0 {
 		f := q.files[len(q.files)-1]
 		if f.start >= newMax && len(q.files) > 1 {
-			f.f.Close()
+			f.close(-1)
 			if err := s.fs.Remove(f.path); err != nil {
 				return 0, fmt.Errorf("remove consume queue file %s: %w", f.path, err)
 			}

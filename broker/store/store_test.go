@@ -19,6 +19,31 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// TestPutUnnamed: PutUnnamed stores as Put does but leaves MsgID empty; the id made from
+// StoreHost and the offset finds the message.
+func TestPutUnnamed(t *testing.T) {
+	s := openT(t, t.TempDir(), testOptions())
+	defer s.Close()
+	putN(t, s, "T", 0, 2, "")
+	m := newMsg("T", 0, "unnamed", "")
+	r, err := s.PutUnnamed(context.Background(), m)
+	require.NoError(t, err)
+	assert.Empty(t, r.MsgID)
+	assert.Positive(t, r.Size, "a stored message's result has a size")
+	assert.Equal(t, int64(2), r.QueueOffset)
+	assert.Equal(t, testHost, s.StoreHost())
+	_, off, err := protocol.ParseOffsetMsgID(string(protocol.AppendOffsetMsgID(nil, s.StoreHost(), r.CommitLogOffset)))
+	require.NoError(t, err)
+	b, err := s.MessageAt(off)
+	require.NoError(t, err)
+	got, _, err := protocol.DecodeStored(b)
+	require.NoError(t, err)
+	assert.Equal(t, "unnamed", string(got.Body))
+
+	_, err = s.PutUnnamed(context.Background(), newMsg("bad topic!", 0, "x", ""))
+	require.ErrorIs(t, err, ErrBadTopic)
+}
+
 func TestPutGetReopen(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, dir, testOptions())
@@ -640,4 +665,17 @@ func TestDispatchHoldsBackOnlyWhenNobodyWaits(t *testing.T) {
 	busyThenSmall()
 	require.Equal(t, int64(1), s.dispatchHolds.Load(), "a reader waits: no hold after the busy pass")
 	assert.Equal(t, int64(4), s.MaxOffset("H", 0))
+}
+
+// TestTopicOKMemo: the memo of the last valid topic never lets an invalid one through.
+func TestTopicOKMemo(t *testing.T) {
+	s := openT(t, t.TempDir(), testOptions())
+	defer s.Close()
+	assert.True(t, s.topicOK("T1"))
+	assert.True(t, s.topicOK("T1"), "the memo's hit")
+	assert.False(t, s.topicOK("T1/.."))
+	assert.False(t, s.topicOK(""))
+	assert.True(t, s.topicOK("T2"))
+	assert.False(t, s.topicOK(strings.Repeat("x", protocol.MaxTopicLength+1)))
+	assert.True(t, s.topicOK("T1"))
 }
