@@ -39,20 +39,9 @@ func Defer(ctx context.Context, onDrop func()) (Deferred, bool) {
 	}
 	// Parked from here on: if the Handler returns without deferring after all, serve gives
 	// the parked slot back as for any parked request.
-	c := rc.c
-	c.dmu.Lock()
-	defer c.dmu.Unlock()
-	if c.dclosed {
+	if !rc.c.listDeferred(rc, onDrop, false) {
 		return Deferred{}, false
 	}
-	rc.onDrop = onDrop
-	rc.listed = true
-	rc.dnext = c.dhead
-	if c.dhead != nil {
-		c.dhead.dprev = rc
-	}
-	c.dhead = rc
-	rc.deferred = true
 	return Deferred{rc}, true
 }
 
@@ -79,11 +68,20 @@ func DeferInFlight(ctx context.Context, onDrop func()) (Deferred, bool) {
 	if !ok || rc.oneway || rc.deferred || rc.state.Load() != reqInFlight {
 		return Deferred{}, false
 	}
-	c := rc.c
+	if !rc.c.listDeferred(rc, onDrop, true) {
+		return Deferred{}, false
+	}
+	return Deferred{rc}, true
+}
+
+// listDeferred puts rc on the connection's list of deferred requests, which its close
+// drops, and marks it deferred, holding its in-flight slot (inFlight) or its parked one.
+// It reports false once the connection has closed.
+func (c *Conn) listDeferred(rc *requestCtx, onDrop func(), inFlight bool) bool {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
 	if c.dclosed {
-		return Deferred{}, false
+		return false
 	}
 	rc.onDrop = onDrop
 	rc.listed = true
@@ -92,9 +90,9 @@ func DeferInFlight(ctx context.Context, onDrop func()) (Deferred, bool) {
 		c.dhead.dprev = rc
 	}
 	c.dhead = rc
-	rc.inFlightDeferred = true
+	rc.inFlightDeferred = inFlight
 	rc.deferred = true
-	return Deferred{rc}, true
+	return true
 }
 
 // Context is the context of the deferred request: its connection's, cancelled when the
