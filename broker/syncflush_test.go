@@ -114,7 +114,7 @@ func TestSyncFlushSlowDiskAnswersFlushDiskTimeout(t *testing.T) {
 	b := startBroker(t, func(c *broker.Config) {
 		c.Store.FS = ffs
 		c.Store.FlushMode = store.FlushSync
-		c.Store.SyncFlushTimeout = 30 * time.Millisecond
+		c.Store.SyncFlushTimeout = 250 * time.Millisecond // room for the unheld fsyncs on a busy machine
 	})
 	cl := newTransport(t)
 	ctx := context.Background()

@@ -82,7 +82,7 @@ func TestPutAsyncCompletesInOrderAfterTheFsync(t *testing.T) {
 func TestPutAsyncTimeoutAndFailure(t *testing.T) {
 	ffs := vfs.NewFaultFS(nil)
 	o := syncOptions(ffs)
-	o.SyncFlushTimeout = 20 * time.Millisecond
+	o.SyncFlushTimeout = 250 * time.Millisecond // the first put's fsync must fit in it on a busy machine
 	s := openT(t, t.TempDir(), o)
 	putN(t, s, "T", 0, 1, "")
 
