@@ -47,8 +47,10 @@ type Broker struct {
 	// deleteMu orders topic deletion against the broker's own deliveries into existing
 	// topics (the delay service): a delivery holds it shared from its topic lookup to its
 	// append, a deletion holds it exclusively, so a delivery either lands before the store
-	// drops the topic's queues or sees the topic gone. Client sends do not take it: one that
-	// races a deletion is ordered after it, as if it came a moment later.
+	// drops the topic's queues or sees the topic gone. Client sends do not take it, to keep
+	// it off the send path: a send that found the topic before a deletion and appends after
+	// the store dropped its queues is answered SUCCESS and stored past the tombstone, where
+	// no route reads it until a topic of that name is created again.
 	deleteMu sync.RWMutex
 
 	// consumeRate derives GET_CONSUME_STATS's consumeTps (handle_admin.go).

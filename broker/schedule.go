@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -102,11 +103,11 @@ func (b *Broker) deliverDelayed(ctx context.Context, m *protocol.MessageExt) err
 	// Never create the topic here: a topic deleted while the message waited must stay
 	// deleted (a delivery used to re-create it, with one queue). A topic deleted and then
 	// created again receives the message. deleteMu keeps a deletion from falling between
-	// the lookup and the append.
+	// the lookup and the append (not the fsync wait after it: see below).
 	b.deleteMu.RLock()
-	defer b.deleteMu.RUnlock()
 	tc, ok := b.topics.get(real)
 	if !ok {
+		b.deleteMu.RUnlock()
 		return fmt.Errorf("%w: topic %q was deleted while the message waited", errUndeliverable, real)
 	}
 	// The topic may have been deleted and re-created with fewer queues while the message
@@ -125,7 +126,18 @@ func (b *Broker) deliverDelayed(ctx context.Context, m *protocol.MessageExt) err
 		BornHost:       m.BornHost,
 		ReconsumeTimes: m.ReconsumeTimes,
 	}
-	if _, err := b.store.Put(ctx, out); err != nil {
+	// Appended under deleteMu, waited for (SYNC_FLUSH: up to SyncFlushTimeout) without it,
+	// so that a waiting deletion does not hold up every other delivery meanwhile.
+	stored := make(chan error, 1)
+	b.store.PutAsync(ctx, out, func(_ store.PutResult, err error) { stored <- err })
+	b.deleteMu.RUnlock()
+	var err error
+	select {
+	case err = <-stored:
+	case <-ctx.Done(): // as Put: stored, perhaps not yet durable; delivered again after a restart
+		err = ctx.Err()
+	}
+	if err != nil {
 		return fmt.Errorf("deliver delayed message to %s queue %d: %w", real, qid, err)
 	}
 	return nil

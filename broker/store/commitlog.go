@@ -306,11 +306,7 @@ func (s *Store) encodeBatch(ms []*protocol.MessageExt) (b []byte, bp *[]byte, er
 // sends on the connection's read goroutine. It is a hint read without the append lock: a
 // concurrent append may still make this one roll the segment.
 func (s *Store) AppendReady(size int) bool {
-	if s.opts.FlushMode != FlushAsync || s.failure.Load() != nil {
-		return false
-	}
-	seg := s.activeSeg.Load()
-	return seg != nil && s.written.Load()+int64(size)+blankMin <= seg.start+s.opts.SegmentSize
+	return s.opts.FlushMode == FlushAsync && s.PutAsyncReady(size)
 }
 
 // PutAsyncReady is AppendReady for PutAsync and PutBatchAsync: it reports whether one of

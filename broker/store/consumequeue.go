@@ -52,8 +52,9 @@ type cqFile struct {
 	mapTried bool
 	// mmu guards m against close: units are copied into m under it.
 	mmu       sync.Mutex
-	m         []byte // the whole file mapped shared and writable, or nil: units go by pwrite
-	populated int64  // m is populated writable from the first write's step up to here
+	m         []byte        // the whole file mapped shared and writable, or nil: units go by pwrite
+	maps      *atomic.Int64 // with m: the store's count of mapped files (Store.cqMaps)
+	populated int64         // m is populated writable from the first write's step up to here
 }
 
 // cqPopulateStep is how much of a mapped consume-queue file write populates at once,
@@ -92,6 +93,7 @@ func (f *cqFile) unmap() {
 	if f.m != nil {
 		_ = unmapSegment(f.m) // only fails for a bad range, which m is not
 		f.m = nil
+		f.maps.Add(-1)
 	}
 }
 
@@ -104,6 +106,7 @@ func (f *cqFile) close(used int64) error {
 	if f.m != nil {
 		errs = append(errs, unmapSegment(f.m))
 		f.m = nil
+		f.maps.Add(-1)
 		if used >= 0 {
 			errs = append(errs, f.f.Truncate(used))
 		}
@@ -232,12 +235,16 @@ func (s *Store) writeUnits(q *consumeQueue, idx int64, units []byte) error {
 //
 // Only the file being written is mapped: the queue's previously mapped file (full, since
 // units are written in order) is unmapped first, so that a long-lived queue does not
-// accumulate mappings (vm.max_map_count) as its files fill.
+// accumulate mappings (vm.max_map_count) as its files fill. Past maxCQMaps mapped files in
+// the store (a broker with that many queues written), new files go by pwrite.
 func (s *Store) mapCQFile(q *consumeQueue, f *cqFile) {
 	f.mapTried = true
 	if old := q.mapped; old != nil {
 		q.mapped = nil
 		old.unmap()
+	}
+	if s.cqMaps.Load() >= s.cqMapCap {
+		return // pwrite: see maxCQMaps
 	}
 	m, err := mapSparse(f.f, q.units*cqUnitSize)
 	if err != nil {
@@ -247,11 +254,18 @@ func (s *Store) mapCQFile(q *consumeQueue, f *cqFile) {
 	if m == nil {
 		return // no descriptor: pwrite
 	}
+	s.cqMaps.Add(1)
 	f.mmu.Lock()
-	f.m = m
+	f.m, f.maps = m, &s.cqMaps
 	f.mmu.Unlock()
 	q.mapped = f
 }
+
+// maxCQMaps bounds the consume-queue files mapped at once (Store.cqMaps): a quarter of
+// Linux's default vm.max_map_count, leaving the rest to the Go runtime and the commit log.
+// The queues written first keep their mappings; the rest write their units with pwrite,
+// as they did before consume-queue files were mapped.
+const maxCQMaps = 16384
 
 func (s *Store) createCQFile(q *consumeQueue, start int64) (*cqFile, error) {
 	q.mu.RLock()

@@ -128,3 +128,39 @@ func TestMappedConsumeQueue(t *testing.T) {
 		require.NoError(t, s.Close())
 	}
 }
+
+// TestMappedConsumeQueuesAreCapped: past the store's cap on mapped consume-queue files, a
+// queue's file is written with pwrite; the units are the same either way, and every
+// mapping is counted back when its file closes.
+func TestMappedConsumeQueuesAreCapped(t *testing.T) {
+	o := testOptions()
+	s := openT(t, t.TempDir(), o)
+	s.cqMapCap = 2 // before the first dispatch maps a file
+	for qid := range int32(3) {
+		putN(t, s, "C", qid, 5, "c")
+	}
+	waitDispatch(t, s)
+	mapped := 0
+	for qid := range int32(3) {
+		q := s.queue("C", qid)
+		q.mu.RLock()
+		f := q.files[len(q.files)-1]
+		q.mu.RUnlock()
+		f.mmu.Lock()
+		if f.m != nil {
+			mapped++
+		}
+		f.mmu.Unlock()
+		assert.Equal(t, int64(5), s.MaxOffset("C", qid))
+	}
+	assert.Equal(t, 2, mapped, "two files mapped, the third written with pwrite")
+	assert.Equal(t, int64(2), s.cqMaps.Load())
+	checkConsistent(t, s)
+	require.NoError(t, s.DeleteTopic("C"))
+	assert.Zero(t, s.cqMaps.Load(), "the deleted topic's mappings are counted back")
+	putN(t, s, "D", 0, 1, "d")
+	waitDispatch(t, s)
+	assert.Equal(t, int64(1), s.cqMaps.Load(), "and the room is used again")
+	require.NoError(t, s.Close())
+	assert.Zero(t, s.cqMaps.Load())
+}

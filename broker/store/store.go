@@ -66,6 +66,12 @@ type Store struct {
 	// cqMmap: the dispatcher writes consume-queue units through mappings (mapCQFile). Set
 	// once recovery is done (recovery writes with pwrite), before the dispatcher starts.
 	cqMmap bool
+	// cqMaps counts the consume-queue files mapped now; past cqMapCap (maxCQMaps) more go
+	// by pwrite. Every queue keeps its current file mapped, and the process shares
+	// vm.max_map_count (65530 by default) with the Go runtime's own mappings and the
+	// commit-log segments: running out fails the runtime's next mmap, fatally.
+	cqMaps   atomic.Int64
+	cqMapCap int64
 
 	lastTopic atomic.Pointer[string] // the topic encode last found valid (topicOK)
 
@@ -167,6 +173,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
 	s.cqMmap = !o.DisableMmap
+	s.cqMapCap = maxCQMaps
 	s.wg.Add(5)
 	go s.prefaultLoop()
 	signal(s.prefaultReq)
