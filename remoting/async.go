@@ -59,8 +59,9 @@ func (a *asyncCall) finish(resp *protocol.Command, err error) {
 	}
 	r := a.recv
 	// A lane may hold the call a while longer (until the calls before it end): it must
-	// not keep what the receiver refers to. Only the finisher reads recv.
-	a.recv = nil
+	// not keep what the receiver or the caller's context refer to. Only the finisher reads
+	// recv, timer and stopCtx.
+	a.recv, a.timer, a.stopCtx = nil, nil, nil
 	r.InvokeDone(resp, err)
 }
 
@@ -187,8 +188,9 @@ func (l *deadlineLane) expire() {
 			if a.deadline.After(now) {
 				break
 			}
-			a.takeLocked()
-			expired = append(expired, a)
+			if a.takeLocked() {
+				expired = append(expired, a)
+			}
 		}
 		l.q[l.head] = nil
 		l.head++
