@@ -116,7 +116,10 @@
 //     size (sparse) and mapped; a clean Close cuts it back to its units, and recovery drops
 //     the zeros after the last unit of a file a crash left at full size. The dispatcher
 //     then makes one system call per pass (the key index's entries) instead of one per
-//     queue touched plus two. Reads of units keep using pread.
+//     queue touched plus two. Reads of units keep using pread. At most 16384 files are
+//     mapped at once (maxCQMaps), the queue's current one each: the process shares
+//     vm.max_map_count with the Go runtime, whose failed mmap is fatal; queues past the
+//     cap write with pwrite.
 //   - Reads copy into pooled buffers (from the mapping, or by pread): a pull's messages are
 //     usually adjacent in the log (one queue's messages arrive together), so runs of adjacent
 //     units are read with one copy. Result buffers come from a pool and go back on
