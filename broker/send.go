@@ -116,15 +116,22 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 		return nil // answered by the store's group commit
 	}
 	res, err := b.store.PutUnnamed(ctx, &m)
+	return b.answerOne(req, m.Topic, m.QueueID, len(m.Body), res, err)
+}
+
+// answerOne answers the send of one message (of n body bytes, to topic and queueID) from
+// its store result: the store's error when the message was not stored, else SUCCESS or
+// FLUSH_DISK_TIMEOUT with its id, queue and offset. Written straight into the frame:
+// nothing reads a send's answer before it goes out; the msgId too, from the store host and
+// the commit-log offset (see sendAnswer), so res.MsgID is not read.
+func (b *Broker) answerOne(req *protocol.Command, topic string, queueID int32, n int, res store.PutResult, err error) *protocol.Command {
 	if err != nil && !storedUnflushed(err, res.Size > 0) {
 		return storeErrorResponse(req, err)
 	}
 	if o := b.cfg.Observer; o != nil {
-		o.MessagesIn(m.Topic, 1, len(m.Body))
+		o.MessagesIn(topic, 1, n)
 	}
-	// Written straight into the frame: nothing reads a send's answer before it goes out.
-	// The msgId too, from the store host and the commit-log offset (see sendAnswer).
-	a := sendAnswer(req, err, protocol.SendMessageResponseHeader{QueueID: m.QueueID, QueueOffset: res.QueueOffset})
+	a := sendAnswer(req, err, protocol.SendMessageResponseHeader{QueueID: queueID, QueueOffset: res.QueueOffset})
 	if res.Size > 0 {
 		a.idFrom, a.idHost, a.idOffset = true, b.store.StoreHost(), res.CommitLogOffset
 	}
@@ -300,14 +307,7 @@ func (b *Broker) sendSyncFlush(ctx context.Context, req *protocol.Command, m *pr
 	stub := answerStub(req)
 	topic, queueID, n := m.Topic, m.QueueID, len(m.Body)
 	b.store.PutAsync(ctx, m, func(res store.PutResult, err error) {
-		if err != nil && !storedUnflushed(err, res.MsgID != "") {
-			d.Respond(storeErrorResponse(stub, err))
-			return
-		}
-		if o := b.cfg.Observer; o != nil {
-			o.MessagesIn(topic, 1, n)
-		}
-		d.Respond(&sendAnswer(stub, err, protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: queueID, QueueOffset: res.QueueOffset}).cmd)
+		d.Respond(b.answerOne(stub, topic, queueID, n, res, err))
 	})
 	return true
 }
