@@ -143,21 +143,7 @@ func TestPowerCut(t *testing.T) {
 					}
 				}()
 			}
-			for s.Stats().CommitLogMaxOffset < 300<<10 {
-				runtimeGosched()
-			}
-			mu.Lock()
-			require.NoError(t, ffs.Crash())
-			snapshot := append([]ack(nil), acks...)
-			mu.Unlock()
-			close(stop)
-			wg.Wait()
-			s.Close()
-
-			o.FS = nil
-			s = openT(t, dir, o)
-			defer s.Close()
-			t.Logf("%d acknowledged; recovery: %+v", len(snapshot), s.Stats().Recovery)
+			s, snapshot := cutPower(t, s, ffs, 300<<10, &mu, &acks, stop, &wg, dir, o)
 			if mode == FlushSync {
 				verifyAcks(t, s, snapshot)
 			}
@@ -167,6 +153,31 @@ func TestPowerCut(t *testing.T) {
 }
 
 var _ = errors.Is
+
+// cutPower waits until s has appended size bytes, loses everything unsynced (ffs.Crash)
+// and takes the acknowledgements made by then (acks, under mu); then it stops the writers
+// (closing stop, waiting for wg), closes s and reopens dir on the real file system. The
+// reopened store is closed when the test ends.
+func cutPower(t *testing.T, s *Store, ffs *vfs.FaultFS, size int64, mu *sync.Mutex, acks *[]ack,
+	stop chan struct{}, wg *sync.WaitGroup, dir string, o Options) (*Store, []ack) {
+	t.Helper()
+	for s.Stats().CommitLogMaxOffset < size {
+		runtimeGosched()
+	}
+	mu.Lock()
+	require.NoError(t, ffs.Crash())
+	snapshot := append([]ack(nil), *acks...)
+	mu.Unlock()
+	close(stop)
+	wg.Wait()
+	s.Close()
+
+	o.FS = nil
+	s = openT(t, dir, o)
+	t.Cleanup(func() { s.Close() })
+	t.Logf("%d acknowledged; recovery: %+v", len(snapshot), s.Stats().Recovery)
+	return s, snapshot
+}
 
 // OnFlush reports every commit-log flush: the bytes made durable (all that was written, in
 // FlushSync mode, over the flushes) and, for the fsync that failed the store, its error.

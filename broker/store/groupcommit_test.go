@@ -238,21 +238,7 @@ func TestPowerCutPutAsync(t *testing.T) {
 					}
 				}()
 			}
-			for s.Stats().CommitLogMaxOffset < 200<<10 {
-				runtimeGosched()
-			}
-			mu.Lock()
-			require.NoError(t, ffs.Crash())
-			snapshot := append([]ack(nil), acks...)
-			mu.Unlock()
-			close(stop)
-			wg.Wait()
-			s.Close()
-
-			o.FS = nil
-			s = openT(t, dir, o)
-			defer s.Close()
-			t.Logf("%d acknowledged; recovery: %+v", len(snapshot), s.Stats().Recovery)
+			s, snapshot := cutPower(t, s, ffs, 200<<10, &mu, &acks, stop, &wg, dir, o)
 			require.NotEmpty(t, snapshot)
 			verifyAcks(t, s, snapshot)
 			checkConsistent(t, s)
