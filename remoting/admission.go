@@ -4,7 +4,7 @@ package remoting
 // under the in-flight bound while the server is not draining, or refused (SYSTEM_BUSY; a
 // oneway one is dropped); then it is served inline on the read goroutine, by a worker
 // waiting for one, or on a new goroutine. Its requestCtx goes from reqInFlight to
-// reqFinished, through reqParked when its Handler parks it (Park, Defer in deferred.go).
+// reqFinished, through reqParked when its Handler defers it (Defer, in deferred.go).
 // A connection that stays quiet for a sweep sheds its waiting workers and spare buffers.
 //
 // Invariants: from admission until its response is written, a request counts in inflight,
@@ -180,20 +180,20 @@ func (c *Conn) serve(req *protocol.Command, inline bool) {
 	c.activity.Add(1)
 }
 
-// States of a request being served, for Park.
+// States of a request being served, for Defer.
 const (
 	reqInFlight int32 = iota
 	reqParked
 	reqFinished
 )
 
-// requestCtx is the context a Handler is called with: the connection's, plus what Park needs
-// to find the request. One allocation per request carries both.
+// requestCtx is the context a Handler is called with: the connection's, plus what Defer
+// needs to find the request. One allocation per request carries both.
 type requestCtx struct {
 	context.Context
 	c     *Conn
 	state atomic.Int32 // reqInFlight, reqParked or reqFinished
-	// inline: served on the read goroutine, which must not wait (Park refuses).
+	// inline: served on the read goroutine, which must not wait (Defer refuses).
 	inline bool
 	oneway bool
 
@@ -230,23 +230,16 @@ func (rc *requestCtx) Value(key any) any {
 	return rc.Context.Value(key)
 }
 
-// Park tells the transport that the request served with ctx (a Handler's context, or one
-// derived from it) is about to wait for an event rather than work: a long-polling pull with
-// nothing to return. The request then stops counting against its connection's in-flight bound
-// (MaxInFlightPerConn) and counts against the parked bound (MaxParkedPerConn) instead, until
-// its Handler returns. Without this, a consumer with a parked pull per queue fills the
-// in-flight bound and its heartbeats, locks and commits on the same connection are refused.
+// park moves the request from the in-flight bound (MaxInFlightPerConn) to the parked one
+// (MaxParkedPerConn), for Defer: a request waiting for an event (a long-polling pull with
+// nothing to return) must not fill the in-flight bound, or a consumer with a pull parked per
+// queue would have its heartbeats, locks and commits on the same connection refused.
 //
-// Park returns false, and changes nothing, when the connection already has its bound of parked
-// requests: the Handler should then answer at once instead of waiting. It returns true when
-// the request is parked, also when it already was, and for a context that does not come from
-// this package (nothing to count). It returns false for a request served inline (see
-// InlineHandler): waiting there would stop the connection's reads.
-func Park(ctx context.Context) bool {
-	rc, ok := ctx.Value(requestCtxKey{}).(*requestCtx)
-	if !ok {
-		return true
-	}
+// park reports false, and changes nothing, when the connection already has its bound of
+// parked requests, when the request has finished, and for a request served inline (see
+// InlineHandler) or deferred in flight. It reports true when the request is parked, also when
+// it already was.
+func (rc *requestCtx) park() bool {
 	if rc.inline || rc.inFlightDeferred {
 		return false
 	}

@@ -116,7 +116,7 @@ type Conn struct {
 
 	serialize atomic.Uint32 // protocol.SerializeType of requests this side sends
 	inflight  atomic.Int32  // Handler calls running or being admitted, parked ones aside
-	parked    atomic.Int32  // Handler calls that called Park: waiting for an event, not working
+	parked    atomic.Int32  // requests deferred with Defer: waiting for an event, not working
 	// responding counts Handler calls that returned and whose response is being written; they
 	// no longer count against the in-flight bound but keep the connection from closing idle.
 	responding atomic.Int32
@@ -278,7 +278,7 @@ func (c *Conn) closeBetweenFrames(cause error) bool {
 
 // idle reports whether nothing is in flight in either direction.
 func (c *Conn) idle() bool {
-	// In flight before parked and responding: Park, and serve once the Handler returns, add
+	// In flight before parked and responding: Defer, and serve once the Handler returns, add
 	// to those before they take from in flight, so a request moving between them is seen in
 	// one or the other.
 	if c.inflight.Load() > 0 || c.parked.Load() > 0 || c.responding.Load() > 0 {

@@ -20,8 +20,9 @@ import (
 // does) without holding up other requests on the same connection; only the requests an
 // InlineHandler vouches for are served on the connection's read goroutine. ctx is cancelled when the
 // connection closes; a Handler that blocks must watch it, and one that waits for an event
-// rather than working should call Park(ctx) first, or Defer(ctx) and return, answering later
-// through the Deferred without holding a goroutine. req.Body is the Handler's to keep.
+// rather than working should call Defer(ctx) and return, answering later through the
+// Deferred without holding a goroutine or an in-flight slot. req.Body is the Handler's to
+// keep.
 // A panic is recovered, logged, and answered SYSTEM_ERROR.
 type Handler interface {
 	ServeRemoting(ctx context.Context, c *Conn, req *protocol.Command) *protocol.Command
@@ -38,7 +39,7 @@ type Handler interface {
 // at state in memory). It may answer false whenever unsure: the request is then served on
 // its own goroutine as usual. A request served inline is counted in flight like any other,
 // a panic in it is recovered and answered SYSTEM_ERROR, and its response is queued for the
-// connection's flusher as usual. Park called by an inline request returns false: the
+// connection's flusher as usual. Defer called by an inline request reports false: the
 // Handler answers at once instead of waiting, since waiting would hold up the connection's
 // reads; an inline request may still answer later through DeferInFlight. While an inline
 // request is served, no other frame of its connection is read.
