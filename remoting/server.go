@@ -90,8 +90,9 @@ type ServerOptions struct {
 //
 // # Notes
 //
-//   - One read goroutine per connection, plus one goroutine per request being served, plus
-//     one sweeper per Server. The sweeper looks at every connection each IdleTimeout/8 (or
+//   - One read goroutine per connection, plus one goroutine per request being served on a
+//     goroutine of its own (up to 16 kept waiting for the next), a flusher while the
+//     connection has frames to write, and one sweeper per Server. The sweeper looks at every connection each IdleTimeout/8 (or
 //     FrameReadTimeout/8, if shorter) for idle connections and stalled frames instead of
 //     arming a read deadline per frame: a frame that arrives whole in one read costs one
 //     atomic increment, and one that does not, two more atomic stores.
