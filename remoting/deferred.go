@@ -1,5 +1,12 @@
 package remoting
 
+// Deferred requests. A request deferred with Defer (holding a parked slot) or DeferInFlight
+// (holding its in-flight slot) waits on its connection's deferred list until it is answered
+// or the connection's close drops it; either takes it from reqParked (or reqInFlight) to
+// reqFinished with one compare-and-swap, so only the first does anything, and that one
+// gives the slot back once. The list's lock (dmu) is a leaf: answers are written, and onDrop
+// called, outside it. Once the close has taken the list (dclosed), nothing more is listed.
+
 import (
 	"context"
 

@@ -20,6 +20,8 @@ import (
 	"github.com/flowd-io/flowd/protocol"
 )
 
+// readLoop reads and hands on frames until a read fails, and returns why: run closes the
+// connection with it.
 func (c *Conn) readLoop() error {
 	for {
 		// Wait for a frame's first byte with no clock running: between frames, only the idle
