@@ -1,5 +1,11 @@
 package remoting
 
+// InvokeAsync: calls that wait for their response with no goroutine, and their deadlines.
+// Whoever takes a call out of the pending table (its response, its deadline, its context,
+// the close) finishes it, so it finishes once. A deadline lane holds the calls of one
+// timeout in the order they were made, which is the order of their deadlines: one timer,
+// armed for the oldest pending, expires them all. Lanes are guarded by pmu.
+
 import (
 	"context"
 	"errors"

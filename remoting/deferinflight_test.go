@@ -40,7 +40,7 @@ func (h *inFlightHandler) ServeRemoting(ctx context.Context, c *remoting.Conn, r
 		return echo(req)
 	}
 	h.inline.Add(1)
-	if remoting.Park(ctx) {
+	if _, parked := remoting.Defer(ctx, nil); parked {
 		panic("an inline request must not park")
 	}
 	d, ok := remoting.DeferInFlight(ctx, func() { h.dropped.Add(1) })
@@ -50,7 +50,7 @@ func (h *inFlightHandler) ServeRemoting(ctx context.Context, c *remoting.Conn, r
 	if _, again := remoting.DeferInFlight(ctx, nil); again {
 		panic("a request must not be deferred twice")
 	}
-	if remoting.Park(ctx) {
+	if _, parked := remoting.Defer(ctx, nil); parked {
 		panic("a request deferred in flight must not park")
 	}
 	h.deferred <- inFlightReq{d, string(req.Body)}

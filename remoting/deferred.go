@@ -1,5 +1,12 @@
 package remoting
 
+// Deferred requests. A request deferred with Defer (holding a parked slot) or DeferInFlight
+// (holding its in-flight slot) waits on its connection's deferred list until it is answered
+// or the connection's close drops it; either takes it from reqParked (or reqInFlight) to
+// reqFinished with one compare-and-swap, so only the first does anything, and that one
+// gives the slot back once. The list's lock (dmu) is a leaf: answers are written, and onDrop
+// called, outside it. Once the close has taken the list (dclosed), nothing more is listed.
+
 import (
 	"context"
 
@@ -9,7 +16,7 @@ import (
 // Deferred is a request whose Handler returned without answering it: the answer is sent
 // later, once, from any goroutine, with Respond or RespondFiles. Until then the request holds
 // a parked slot of its connection (MaxParkedPerConn; an in-flight one with DeferInFlight)
-// and keeps it from closing as idle, as a parked Handler does, but no goroutine: a
+// and keeps it from closing as idle, as a Handler still running does, but no goroutine: a
 // long-polling pull waiting for a message is then a few hundred bytes held by whatever will
 // wake it, not a goroutine and its stack.
 //
@@ -28,13 +35,13 @@ type Deferred struct{ rc *requestCtx }
 // the owner forget the request. It must not block.
 //
 // Defer reports false, and changes nothing, when the request cannot wait: the connection has
-// its bound of parked requests (see Park), the request is served inline or is oneway, it has
-// already been deferred or has finished, the connection has closed, or ctx is not a Handler's
-// context of this package (a test calling the Handler directly). The Handler should then
-// answer at once by returning.
+// its bound of parked requests (MaxParkedPerConn), the request is served inline or is
+// oneway, it has already been deferred or has finished, the connection has closed, or ctx is
+// not a Handler's context of this package (a test calling the Handler directly). The Handler
+// should then answer at once by returning.
 func Defer(ctx context.Context, onDrop func()) (Deferred, bool) {
 	rc, ok := ctx.Value(requestCtxKey{}).(*requestCtx)
-	if !ok || rc.oneway || rc.deferred || !Park(ctx) {
+	if !ok || rc.oneway || rc.deferred || !rc.park() {
 		return Deferred{}, false
 	}
 	// Parked from here on: if the Handler returns without deferring after all, serve gives
@@ -61,7 +68,7 @@ func Defer(ctx context.Context, onDrop func()) (Deferred, bool) {
 //
 // Otherwise it is Defer: onDrop, Respond, RespondFiles and the close of the connection
 // work alike, and it reports false for a oneway request, one already deferred or finished,
-// a closed connection, or a context that does not come from this package. Park on a request
+// a closed connection, or a context that does not come from this package. Defer on a request
 // deferred this way reports false.
 func DeferInFlight(ctx context.Context, onDrop func()) (Deferred, bool) {
 	rc, ok := ctx.Value(requestCtxKey{}).(*requestCtx)

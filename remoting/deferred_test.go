@@ -177,8 +177,8 @@ func TestDeferredRequestsAreDroppedWhenTheConnectionCloses(t *testing.T) {
 }
 
 // A deferred request keeps its connection open through a graceful shutdown until it is
-// answered, as a parked Handler does; a Handler that deferred and still returns a response
-// answers with it.
+// answered, as a Handler still running does; a Handler that deferred and still returns a
+// response answers with it.
 func TestShutdownWaitsForDeferredAnswers(t *testing.T) {
 	checkGoroutines(t)
 	h := newDeferHandler()

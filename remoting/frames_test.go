@@ -243,8 +243,8 @@ func TestMaxConns(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 }
 
-// codePark parks: it calls Park, reports on parked, and waits for release. If Park refuses,
-// it answers at once with the remark "not parked".
+// codePark parks: it defers the request (Defer), reports on parked, and answers it once
+// release is closed. If Defer refuses, it answers at once with the remark "not parked".
 const codePark protocol.RequestCode = 1010
 
 type parkHandler struct {
@@ -256,19 +256,19 @@ func (h *parkHandler) ServeRemoting(ctx context.Context, c *remoting.Conn, req *
 	if req.RequestCode() != codePark {
 		return h.testHandler.ServeRemoting(ctx, c, req)
 	}
-	if !remoting.Park(ctx) {
+	d, ok := remoting.Defer(ctx, nil)
+	if !ok {
 		return protocol.NewResponse(req, protocol.Success, "not parked")
 	}
-	if !remoting.Park(ctx) {
-		panic("a second Park of the same request must succeed")
-	}
+	go func() {
+		select {
+		case <-h.release:
+			d.Respond(protocol.NewResponse(req, protocol.Success, "parked"))
+		case <-d.Context().Done():
+		}
+	}()
 	h.parked <- struct{}{}
-	select {
-	case <-h.release:
-		return protocol.NewResponse(req, protocol.Success, "parked")
-	case <-ctx.Done():
-		return nil
-	}
+	return nil
 }
 
 // invokeServed invokes req, again while the answer is SYSTEM_BUSY, for up to 5 s.
@@ -290,7 +290,7 @@ func invokeServed(t *testing.T, c *remoting.Conn, req *protocol.Command) *protoc
 
 // Parked requests do not count against the in-flight bound, so that requests parked for an
 // event (long-polling pulls) never starve the connection's other traffic; they have a bound
-// of their own, and Park reports when it is reached.
+// of their own, and Defer reports when it is reached.
 func TestParkedRequestsLeaveInFlightSlots(t *testing.T) {
 	checkGoroutines(t)
 	h := &parkHandler{testHandler: newTestHandler(), parked: make(chan struct{}, 16)}
@@ -328,7 +328,4 @@ func TestParkedRequestsLeaveInFlightSlots(t *testing.T) {
 		assert.Equal(t, "parked", resp.Remark)
 		recv(t, h.parked, "a parked request")
 	}
-
-	// Outside a remoting request there is nothing to bound.
-	assert.True(t, remoting.Park(context.Background()))
 }

@@ -27,7 +27,8 @@ func goroutineID() uint64 {
 }
 
 // codeWhere answers with the id of the goroutine that served it in ext field "g", and
-// whether Park accepted it in "parked"; ext field "inline" = "1" asks for it to be inline.
+// whether Defer accepted it (a parked slot) in "parked"; ext field "inline" = "1" asks for
+// it to be inline. A deferred request's returned answer goes out through its Deferred.
 const codeWhere protocol.RequestCode = 1010
 
 // inlineHandler is the test handler plus Inline: requests with ext field "inline" = "1" are
@@ -52,7 +53,8 @@ func (h *inlineHandler) ServeRemoting(ctx context.Context, c *remoting.Conn, req
 	}
 	resp := protocol.NewResponse(req, protocol.Success, "")
 	resp.ExtFields["g"] = strconv.FormatUint(goroutineID(), 10)
-	resp.ExtFields["parked"] = strconv.FormatBool(remoting.Park(ctx))
+	_, parked := remoting.Defer(ctx, nil)
+	resp.ExtFields["parked"] = strconv.FormatBool(parked)
 	return resp
 }
 

@@ -26,12 +26,13 @@ type ServerOptions struct {
 	// MaxInFlightPerConn bounds the requests served at once on one connection. A request
 	// beyond it is answered SYSTEM_BUSY ("too many requests in flight on this connection")
 	// at once, without running the Handler; a oneway request beyond it is dropped and
-	// logged. A request whose Handler called Park counts against MaxParkedPerConn instead.
+	// logged. A request whose Handler deferred it (Defer) counts against MaxParkedPerConn
+	// instead until it is answered.
 	// Default: 256.
 	MaxInFlightPerConn int
 
-	// MaxParkedPerConn bounds the requests parked at once on one connection (see Park): the
-	// long-polling pulls of a consumer, one per queue it reads from this server. Park reports
+	// MaxParkedPerConn bounds the requests parked at once on one connection (see Defer): the
+	// long-polling pulls of a consumer, one per queue it reads from this server. Defer reports
 	// false beyond it, and the Handler answers at once instead of waiting.
 	// Default: 4096.
 	MaxParkedPerConn int
@@ -89,8 +90,9 @@ type ServerOptions struct {
 //
 // # Notes
 //
-//   - One read goroutine per connection, plus one goroutine per request being served, plus
-//     one sweeper per Server. The sweeper looks at every connection each IdleTimeout/8 (or
+//   - One read goroutine per connection, plus one goroutine per request being served on a
+//     goroutine of its own (up to 16 kept waiting for the next), a flusher while the
+//     connection has frames to write, and one sweeper per Server. The sweeper looks at every connection each IdleTimeout/8 (or
 //     FrameReadTimeout/8, if shorter) for idle connections and stalled frames instead of
 //     arming a read deadline per frame: a frame that arrives whole in one read costs one
 //     atomic increment, and one that does not, two more atomic stores.
