@@ -144,6 +144,10 @@ func TestErrorRepliesClipEchoedValues(t *testing.T) {
 		{"plugin.deploy", `{"manifest":{"name":` + q + `,"kind":"filter","version":"1.0.0","abi":1},"module":"AA=="}`, control.CodeBadRequest},
 		{"plugin.list", `{` + q + `:1}`, control.CodeBadRequest},
 		{"plugin.activate", `{"name":` + q + `,"version":"1.0.0"}`, control.CodeNotFound},
+		// Clipped at a rune boundary: byte 128 is inside an "é", and a cut there would not
+		// be UTF-8 (the body's JSON would then differ from the header). The registry echoes
+		// the name unquoted.
+		{"plugin.activate", `{"name":"x` + strings.Repeat("é", (size-2)/2) + `z","version":"1.0.0"}`, control.CodeNotFound},
 		{"plugin.remove", `{"name":"region","version":` + q + `}`, control.CodeNotFound},
 		{"pipeline.list", `{"name":` + q + `}`, control.CodeNotFound},
 		{"pipeline.pause", `{"name":` + q + `}`, control.CodeNotFound},
