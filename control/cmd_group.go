@@ -204,7 +204,7 @@ func parseTimestamp(raw json.RawMessage) (int64, error) {
 	}
 	var str string
 	if err := json.Unmarshal(raw, &str); err != nil {
-		return 0, badField("timestamp", "must be Unix milliseconds (a number) or an RFC 3339 time (a string), not %s", raw)
+		return 0, badField("timestamp", "must be Unix milliseconds (a number) or an RFC 3339 time (a string), not %s", clip(string(raw), echoLimit))
 	}
 	t, err := time.Parse(time.RFC3339Nano, str)
 	if err != nil {

@@ -111,7 +111,7 @@ func parseTimeBound(field string, raw json.RawMessage, def int64) (int64, error)
 	}
 	var str string
 	if err := json.Unmarshal(raw, &str); err != nil {
-		return 0, badField(field, "must be Unix milliseconds (a number) or an RFC 3339 time (a string), not %s", raw)
+		return 0, badField(field, "must be Unix milliseconds (a number) or an RFC 3339 time (a string), not %s", clip(string(raw), echoLimit))
 	}
 	t, err := time.Parse(time.RFC3339Nano, str)
 	if err != nil {

@@ -1,8 +1,11 @@
 package control
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"time"
 
@@ -104,14 +107,27 @@ func (s *Service) pipelineResume(ctx context.Context, data []byte) (any, error) 
 	return s.pipelineReply(ctx, name)
 }
 
+// pipelineSeekWire is a pipeline.seek request as it is read: the timestamp raw, so that a
+// bad one is a 400 naming it rather than a JSON error naming no field.
+type pipelineSeekWire struct {
+	PipelineSeekRequest
+	Timestamp json.RawMessage `json:"timestamp,omitempty"`
+}
+
 func (s *Service) pipelineSeek(ctx context.Context, data []byte) (any, error) {
-	var req PipelineSeekRequest
-	if err := decode(data, &req); err != nil {
+	var wire pipelineSeekWire
+	if err := decode(data, &wire); err != nil {
 		return nil, err
 	}
+	req := wire.PipelineSeekRequest
 	if req.Name == "" {
 		return nil, badField("name", "required")
 	}
+	ts, err := parseSeekTimestamp(wire.Timestamp)
+	if err != nil {
+		return nil, err
+	}
+	req.Timestamp = ts
 	// Checked here as well as by the pipeline, so that the reply names the field.
 	switch req.Position {
 	case pipeline.SeekFirst, pipeline.SeekLast:
@@ -134,11 +150,36 @@ func (s *Service) pipelineSeek(ctx context.Context, data []byte) (any, error) {
 	if req.Queue != nil && (req.Queue.Topic == "" || req.Queue.QueueID < 0) {
 		return nil, badField("queue", "needs topic, brokerName and a queueId of 0 or more")
 	}
+	// Queue ids travel as int32 on the wire: a larger one would name another queue.
+	if req.Queue != nil && req.Queue.QueueID > math.MaxInt32 {
+		return nil, badField("queue", "queueId %d is past the largest queue id, %d", req.Queue.QueueID, math.MaxInt32)
+	}
 	sr := pipeline.SeekRequest{Queue: req.Queue, Position: req.Position, Timestamp: req.Timestamp, Offset: req.Offset}
 	if err := s.cfg.Pipelines.Seek(ctx, req.Name, sr); err != nil {
 		return nil, pipelineError(err, "position")
 	}
 	return s.pipelineReply(ctx, req.Name)
+}
+
+// parseSeekTimestamp reads pipeline.seek's timestamp: an RFC 3339 string; absent is the
+// zero time.
+func parseSeekTimestamp(raw json.RawMessage) (time.Time, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return time.Time{}, nil
+	}
+	var str string
+	if err := json.Unmarshal(raw, &str); err != nil {
+		return time.Time{}, badField("timestamp", "must be an RFC 3339 time (a string), not %s", clip(string(raw), echoLimit))
+	}
+	t, err := time.Parse(time.RFC3339Nano, str)
+	if err != nil {
+		return time.Time{}, badField("timestamp", "must be an RFC 3339 time: %s", err)
+	}
+	if t.UnixMilli() <= 0 {
+		return time.Time{}, badField("timestamp", "must be after 1970, not %s", str)
+	}
+	return t, nil
 }
 
 func (s *Service) pipelineReply(ctx context.Context, name string) (any, error) {
@@ -152,7 +193,10 @@ func (s *Service) pipelineReply(ctx context.Context, name string) (any, error) {
 // pipelineError maps a pipeline error to a reply; field names the request field a malformed
 // request concerns. The pipeline's own messages read "…: <field>: <detail>".
 func pipelineError(err error, field string) error {
+	var fe *pipeline.FieldError
 	switch {
+	case errors.As(err, &fe):
+		return badField(fe.Field, "%s", fe.Err)
 	case errors.Is(err, pipeline.ErrNotFound):
 		return &cmdError{code: CodeNotFound, msg: err.Error()}
 	case errors.Is(err, pipeline.ErrNotRunning), errors.Is(err, pipeline.ErrExists):

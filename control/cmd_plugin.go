@@ -275,6 +275,9 @@ func pluginError(err error, field string) error {
 	case errors.Is(err, runtime.ErrInvalidModule), errors.Is(err, runtime.ErrImport), errors.Is(err, runtime.ErrExport),
 		errors.Is(err, runtime.ErrABIVersion), errors.Is(err, runtime.ErrSelfTest):
 		return badField(field, "%s", err)
+	case errors.Is(err, runtime.ErrMemory):
+		// The module needs more memory than the manifest's limits.memory_pages allows.
+		return badField(field, "%s", err)
 	}
 	return &cmdError{code: CodeInternal, msg: err.Error()}
 }

@@ -152,6 +152,9 @@ func TestPluginCommandsNameTheBadField(t *testing.T) {
 		{"missing parameters", "plugin.deploy", jsonString(t, map[string]any{"manifest": manifestJSON(t, "1.0.0", wasm, func(m map[string]any) {
 			delete(m, "parameters")
 		}), "module": module}), "manifest.parameters"},
+		{"memory limit below the module's", "plugin.deploy", jsonString(t, map[string]any{"manifest": manifestJSON(t, "1.0.0", wasm, func(m map[string]any) {
+			m["limits"] = map[string]any{"memory_pages": 1}
+		}), "module": module}), "module"},
 		{"activate without name", "plugin.activate", `{"version":"1.0.0"}`, "name"},
 		{"remove without version", "plugin.remove", `{"name":"region"}`, "version"},
 		{"unknown request field", "plugin.list", `{"kind":"filter"}`, "kind"},

@@ -40,6 +40,7 @@ const (
 	CodeDisabled   = 403 // the command is disabled by ServiceConfig.Disabled
 	CodeNotFound   = 404 // the topic, group or message does not exist
 	CodeConflict   = 409 // the topic exists already
+	CodeTooLarge   = 413 // the reply would not fit the connection's max payload
 	CodeInternal   = 500 // the broker failed
 )
 
@@ -328,94 +329,6 @@ type Origin struct {
 }
 
 func (s *Service) origin() Origin { return Origin{Node: s.cfg.Node, Cluster: s.cfg.Cluster} }
-
-// ErrorReply is the body of an error reply. The same code and message travel in the
-// Nats-Service-Error-Code and Nats-Service-Error headers.
-type ErrorReply struct {
-	Origin
-	Error ErrorBody `json:"error"`
-}
-
-// ErrorBody is an error's code and message.
-type ErrorBody struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-}
-
-// cmdError is an error a command answers with.
-type cmdError struct {
-	code int
-	msg  string
-}
-
-func (e *cmdError) Error() string { return strconv.Itoa(e.code) + " " + e.msg }
-
-func badRequest(format string, args ...any) error {
-	return &cmdError{code: CodeBadRequest, msg: fmt.Sprintf(format, args...)}
-}
-
-// badField is a 400 naming the field at fault.
-func badField(field, format string, args ...any) error {
-	return &cmdError{code: CodeBadRequest, msg: fmt.Sprintf("field %q: ", field) + fmt.Sprintf(format, args...)}
-}
-
-// brokerError maps a broker error to a reply: its sentinel decides the code, field names the
-// request field it concerns (for 400s), and the message keeps the broker's text.
-func brokerError(err error, field string) error {
-	switch {
-	case errors.Is(err, broker.ErrNotFound):
-		return &cmdError{code: CodeNotFound, msg: err.Error()}
-	case errors.Is(err, broker.ErrExists):
-		return &cmdError{code: CodeConflict, msg: err.Error()}
-	case errors.Is(err, broker.ErrReserved):
-		return badField(field, "%s", err)
-	case errors.Is(err, broker.ErrBadTopic), errors.Is(err, broker.ErrBadOffset):
-		return badField(field, "%s", err)
-	}
-	return &cmdError{code: CodeInternal, msg: err.Error()}
-}
-
-func (s *Service) handler(c command) micro.Handler {
-	return micro.HandlerFunc(func(req micro.Request) {
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
-		defer cancel()
-		reply, err := c.handle(s, ctx, req.Data())
-		if err != nil {
-			s.respondError(req, c, err)
-			return
-		}
-		body, err := json.Marshal(reply)
-		if err != nil {
-			s.respondError(req, c, fmt.Errorf("encode reply: %w", err))
-			return
-		}
-		if err := req.Respond(body); err != nil {
-			s.log.Warn("control reply not sent", "command", c.name(), "err", err)
-		}
-	})
-}
-
-func (s *Service) disabledHandler(c command) micro.Handler {
-	return micro.HandlerFunc(func(req micro.Request) {
-		s.respondError(req, c, &cmdError{code: CodeDisabled, msg: fmt.Sprintf("command %s is disabled on this node", c.name())})
-	})
-}
-
-func (s *Service) respondError(req micro.Request, c command, err error) {
-	var ce *cmdError
-	if !errors.As(err, &ce) {
-		ce = &cmdError{code: CodeInternal, msg: err.Error()}
-	}
-	if ce.code == CodeInternal {
-		s.log.Error("control command failed", "command", c.name(), "err", err)
-	}
-	body, _ := json.Marshal(ErrorReply{Origin: s.origin(), Error: ErrorBody{Code: ce.code, Message: ce.msg}})
-	// A header value must be one line.
-	msg := strings.NewReplacer("\r", " ", "\n", " ").Replace(ce.msg)
-	if err := req.Error(strconv.Itoa(ce.code), msg, body); err != nil {
-		s.log.Warn("control error reply not sent", "command", c.name(), "err", err)
-	}
-}
 
 // decode reads a request into v: one JSON object (an empty body counts as {}), no unknown
 // fields, every value of the field's type. Errors are 400s naming the field.

@@ -29,9 +29,22 @@ var (
 	// ErrUnavailable: the definition needs something the Manager was not given (a NATS
 	// connection, a plugin resolver) or a plugin that does not exist.
 	ErrUnavailable = errors.New("pipeline: resource unavailable")
-	// ErrInvalidArgument: a malformed request (a seek without its position).
+	// ErrInvalidArgument: a malformed request (a seek without its position). A
+	// *FieldError names the field at fault.
 	ErrInvalidArgument = errors.New("pipeline: invalid argument")
 )
+
+// FieldError is an invalid argument naming the request field at fault ("queue",
+// "offset"), so that a caller can tell its user which one to fix without reading the
+// message. errors.Is(err, ErrInvalidArgument) holds for it.
+type FieldError struct {
+	Field string
+	Err   error // what is wrong with it
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+
+func (e *FieldError) Unwrap() []error { return []error{ErrInvalidArgument, e.Err} }
 
 // EventType names what happened to a pipeline.
 type EventType string
@@ -308,13 +321,40 @@ func (m *Manager) Resume(_ context.Context, name string) error {
 	return nil
 }
 
-// Seek moves the named pipeline's position in one or all of its queues.
+// Seek moves the named pipeline's position in one or all of its queues. A queue the
+// pipeline does not own and an offset outside the queue's stored range are a *FieldError
+// ("queue", "offset"); a pipeline that has stopped or failed is ErrNotRunning.
 func (m *Manager) Seek(ctx context.Context, name string, req SeekRequest) error {
 	p, err := m.get(name)
 	if err != nil {
 		return err
 	}
-	return p.seek(ctx, req)
+	// A stopped pipeline's consumer owns nothing: a seek of all its queues would succeed
+	// having moved none.
+	if p.finished() {
+		return fmt.Errorf("seek %s: %w", name, ErrNotRunning)
+	}
+	if req.Queue != nil && !slices.Contains(p.c.Assignment(), *req.Queue) {
+		return &FieldError{Field: "queue", Err: fmt.Errorf("pipeline %s does not own %s (its status lists the queues it owns)", name, req.Queue)}
+	}
+	return seekError(p.seek(ctx, req), req)
+}
+
+// seekError tells the mistakes of a seek request the consumer found from failures: an
+// offset outside the queue, a queue lost to a rebalance since Seek looked, a pipeline that
+// stopped meanwhile.
+func seekError(err error, req SeekRequest) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, consumer.ErrOffsetOutOfRange) && req.Position == SeekOffset:
+		return &FieldError{Field: "offset", Err: err}
+	case errors.Is(err, consumer.ErrNotAssigned) && req.Queue != nil:
+		return &FieldError{Field: "queue", Err: err}
+	case errors.Is(err, consumer.ErrNotRunning):
+		return fmt.Errorf("%w: %w", ErrNotRunning, err)
+	}
+	return err
 }
 
 // Get returns the named pipeline's status.
