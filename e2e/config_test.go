@@ -21,7 +21,7 @@ func TestBadConfigurationFilesAreRefusedWithTheirFault(t *testing.T) {
 		name, yaml string
 		want       []string
 	}{
-		{"unknown key", "store:\n  flsh: sync\n", []string{`line 7: unknown key "flsh"`}},
+		{"unknown key", "store:\n  flsh: sync\n", []string{`line 7: store.flsh: unknown key; did you mean "flush"?`}},
 		{"wrong type", "limits:\n  max_groups: many\n", []string{"line 7: limits.max_groups: cannot unmarshal !!str `many` into int"}},
 		{"bad duration", "store:\n  retention: 3 days\n", []string{"line 7: store.retention: cannot unmarshal !!str `3 days` into time.Duration"}},
 		{"bad size", "store:\n  segment_size: 12 parsecs\n", []string{`line 7: store.segment_size: size "12 parsecs": want a byte count`}},

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -103,4 +104,22 @@ sink: {type: nats, subject: orders.out, jetstream: auto, timeout: 3s}
 	var back pipeline.Definition
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.Equal(t, d, back)
+}
+
+// Validate names every field in error, not only the first.
+func TestDefinitionValidateNamesEveryField(t *testing.T) {
+	d := validDef()
+	d.Name = "a b"
+	d.Parallelism = -1
+	d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkTopic, Timeout: -1}
+	err := d.Validate()
+	require.ErrorIs(t, err, pipeline.ErrInvalidDefinition)
+	var fields []string
+	for _, fe := range pipeline.FieldErrors(fmt.Errorf("start: %w", err)) {
+		fields = append(fields, fe.Field)
+	}
+	assert.Equal(t, []string{"name", "parallelism", "sink.timeout", "sink.topic"}, fields)
+	for _, f := range fields {
+		assert.Contains(t, err.Error(), ": "+f+": ")
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -111,17 +112,27 @@ func (s *serveCmd) load() (config.Config, error) {
 	return cfg, nil
 }
 
-// flagNames adds the flag spelling to validation errors of settings given as flags, so that
+// flagNames adds the flag spelling to the problems of settings that have a flag, so that
 // `--log-level loud` is reported as such.
 func flagNames(err error) error {
-	msg := err.Error()
+	var inv *config.InvalidError
+	if !errors.As(err, &inv) {
+		return err
+	}
+	flags := map[string]string{}
 	def := config.Default()
 	for _, st := range config.Settings(&def) {
 		if st.Flag != "" {
-			msg = strings.ReplaceAll(msg, " "+st.Key+": ", " "+st.Key+" (--"+st.Flag+"): ")
+			flags[st.Key] = st.Flag
 		}
 	}
-	return fmt.Errorf("%w%s", config.ErrInvalid, strings.TrimPrefix(msg, config.ErrInvalid.Error()))
+	out := &config.InvalidError{Problems: slices.Clone(inv.Problems)}
+	for i, p := range out.Problems {
+		if f, ok := flags[p.Key]; ok {
+			out.Problems[i].Key = p.Key + " (--" + f + ")"
+		}
+	}
+	return out
 }
 
 // brokerConfig maps the daemon configuration onto the broker's.
