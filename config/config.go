@@ -299,30 +299,7 @@ func (c Config) problems() []Problem {
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		bad("log.format", "%q is neither text nor json", c.Log.Format)
 	}
-	// Addresses are checked here, so that a typo is named by "config validate" rather than
-	// found by the listener at start (or, for advertise, by clients following routes).
-	listen := func(key, addr string, off bool) {
-		if off && addr == "off" {
-			return
-		}
-		if err := checkListen(addr); err != nil {
-			if off {
-				bad(key, `%q %v, or "off"`, addr, err)
-			} else {
-				bad(key, "%q %v", addr, err)
-			}
-		}
-	}
-	listen("listen.broker", c.Listen.Broker, false)
-	listen("listen.namesrv", c.Listen.Namesrv, true)
-	if c.Listen.Advertise != "" {
-		host, port, err := net.SplitHostPort(c.Listen.Advertise)
-		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
-			bad("listen.advertise", "%q is not host:port with a port in 1-65535", c.Listen.Advertise)
-		}
-	}
-	listen("nats.listen", c.NATS.Listen, true)
-	listen("http.listen", c.HTTP.Listen, true)
+	probs = append(probs, c.addrProblems()...)
 	if c.Plugins.Poll <= 0 {
 		bad("plugins.poll", "must be positive")
 	}
@@ -348,6 +325,60 @@ func (c Config) problems() []Problem {
 	}
 	return probs
 }
+
+// addrProblems checks the addresses here, so that a typo is named by "config validate"
+// rather than found by the listener at start (or, for advertise, by clients following
+// routes), and so that two listeners given one address are named as such rather than as an
+// address in use.
+func (c Config) addrProblems() []Problem {
+	var probs []Problem
+	bad := func(key, format string, args ...any) {
+		probs = append(probs, Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
+	}
+	type bound struct{ key, host, port string }
+	var seen []bound
+	listen := func(key, addr string, off bool) {
+		if off && addr == "off" {
+			return
+		}
+		if err := checkListen(addr); err != nil {
+			if off {
+				bad(key, `%q %v, or "off"`, addr, err)
+			} else {
+				bad(key, "%q %v", addr, err)
+			}
+			return
+		}
+		host, port, _ := net.SplitHostPort(addr)
+		for _, o := range seen {
+			if port != "0" && port == o.port && (host == o.host || wildcard(host) || wildcard(o.host)) {
+				bad(key, "%q is the address of %s too", addr, o.key)
+				return
+			}
+		}
+		seen = append(seen, bound{key, host, port})
+	}
+	listen("listen.broker", c.Listen.Broker, false)
+	listen("listen.namesrv", c.Listen.Namesrv, true)
+	if c.Listen.Advertise != "" {
+		host, port, err := net.SplitHostPort(c.Listen.Advertise)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			bad("listen.advertise", "%q is not host:port with a port in 1-65535", c.Listen.Advertise)
+		}
+	}
+	if c.NATS.Enabled && len(c.NATS.URLs) == 0 {
+		listen("nats.listen", c.NATS.Listen, true)
+	} else if c.NATS.Listen != "off" {
+		if err := checkListen(c.NATS.Listen); err != nil {
+			bad("nats.listen", `%q %v, or "off"`, c.NATS.Listen, err)
+		}
+	}
+	listen("http.listen", c.HTTP.Listen, true)
+	return probs
+}
+
+// wildcard reports whether host binds every interface.
+func wildcard(host string) bool { return host == "" || host == "0.0.0.0" || host == "::" }
 
 // checkListen checks a listen address: [host]:port with a port in 0-65535 (0: any free one).
 func checkListen(addr string) error {

@@ -126,6 +126,18 @@ func TestValidateNamesTheSetting(t *testing.T) {
 	c.Listen.Broker, c.Listen.Namesrv, c.NATS.Listen, c.HTTP.Listen, c.Listen.Advertise = ":0", "off", "off", "off", "flowd.example:10911"
 	assert.NoError(t, c.Validate(), "any interface, port 0, off, a host name to advertise")
 
+	// Two listeners on one address would fail as an address in use: they are named instead.
+	c = config.Default()
+	c.Listen.Broker, c.Listen.Namesrv, c.NATS.Listen, c.HTTP.Listen = "127.0.0.1:9000", "127.0.0.1:9000", ":9001", "127.0.0.1:9001"
+	err = c.Validate()
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), `listen.namesrv: "127.0.0.1:9000" is the address of listen.broker too`)
+	assert.Contains(t, err.Error(), `http.listen: "127.0.0.1:9001" is the address of nats.listen too`)
+	c.NATS.Enabled = false
+	c.Listen.Namesrv = "127.0.0.1:0"
+	c.Listen.Broker = "127.0.0.1:0"
+	assert.NoError(t, c.Validate(), "port 0 twice, and the address of a NATS listener that is not opened")
+
 	c = config.Default()
 	c.Limits.MaxConnections = -1
 	c.Store.MaxDiskUsage = -1
