@@ -162,6 +162,11 @@ type SinkDefinition struct {
 	// NameServers (type topic) are a remote RocketMQ cluster's name servers; default the
 	// Manager's own (this flowd).
 	NameServers []string `json:"name_servers,omitempty" yaml:"name_servers,omitempty"`
+	// CreateQueues (type topic), when positive, has a Topic that does not exist created at
+	// start with that many queues on every broker of the sink's cluster. Default 0: a Topic
+	// that does not exist fails the start (ErrNoSinkTopic), so that a mistyped topic is not
+	// silently created. An existing topic is left as it is.
+	CreateQueues int `json:"create_queues,omitempty" yaml:"create_queues,omitempty"`
 
 	// Subject (type nats) is the NATS subject. Required for nats.
 	Subject string `json:"subject,omitempty" yaml:"subject,omitempty"`
@@ -186,6 +191,10 @@ type SinkDefinition struct {
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+
+// maxQueues is the most queues a topic may have on a flowd broker (broker.MaxQueues; the
+// pipeline package is a client and does not import the broker).
+const maxQueues = 1024
 
 // FieldError is one field of a Definition in error. It wraps ErrInvalidDefinition.
 type FieldError struct {
@@ -355,6 +364,9 @@ func (s SinkDefinition) validate(p *problems) {
 	if s.Timeout < 0 {
 		p.add("sink.timeout", "%s is negative", time.Duration(s.Timeout))
 	}
+	if s.CreateQueues != 0 && s.Type != SinkTopic {
+		p.add("sink.create_queues", "only for sink type topic")
+	}
 	switch s.Type {
 	case SinkTopic:
 		if !nameRE.MatchString(s.Topic) {
@@ -364,6 +376,9 @@ func (s SinkDefinition) validate(p *problems) {
 			if err := validAddr(ns); err != nil {
 				p.add(fmt.Sprintf("sink.name_servers[%d]", i), "%q %v", ns, err)
 			}
+		}
+		if s.CreateQueues < 0 || s.CreateQueues > maxQueues {
+			p.add("sink.create_queues", "%d is outside [1, %d] (0: the topic must exist)", s.CreateQueues, maxQueues)
 		}
 	case SinkNATS:
 		if s.Subject == "" || strings.ContainsAny(s.Subject, " \t\r\n") {

@@ -123,3 +123,15 @@ func TestDefinitionValidateNamesEveryField(t *testing.T) {
 		assert.Contains(t, err.Error(), ": "+f+": ")
 	}
 }
+
+func TestDefinitionValidateCreateQueues(t *testing.T) {
+	d := validDef()
+	d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkTopic, Topic: "out", CreateQueues: 4}
+	require.NoError(t, d.Validate())
+	for _, n := range []int{-1, 1025} {
+		d.Sink.CreateQueues = n
+		assert.ErrorContains(t, d.Validate(), ": sink.create_queues: ")
+	}
+	d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkStdout, CreateQueues: 1}
+	assert.ErrorContains(t, d.Validate(), "sink.create_queues: only for sink type topic")
+}

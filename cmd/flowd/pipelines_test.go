@@ -236,6 +236,8 @@ func TestServeDrainsPipelinesBeforeTheBrokerStops(t *testing.T) {
 	first := startServedIn(t, dir, "cluster: e2e\n")
 	_, err := cli(t, "", "topic", "create", "orders", "--nats", first.nats, "--cluster", "e2e")
 	require.NoError(t, err)
+	_, err = cli(t, "", "topic", "create", "eu-orders", "--nats", first.nats, "--cluster", "e2e")
+	require.NoError(t, err)
 	first.stop()
 	d := startServedIn(t, dir, "cluster: e2e\n"+euPipeline)
 	nc, err := nats.Connect(d.nats)
@@ -258,6 +260,52 @@ func TestServeDrainsPipelinesBeforeTheBrokerStops(t *testing.T) {
 	require.Contains(t, subjects, "flowd.evt.e2e.pipeline.stopped")
 	assert.Less(t, slices.Index(subjects, "flowd.evt.e2e.pipeline.stopped"), slices.Index(subjects, "flowd.evt.e2e.broker.stopping"))
 	assert.Contains(t, d.logs.String(), "pipeline stopped")
+}
+
+// A pipeline of the configuration whose sink topic does not exist does not start: the log
+// and the pipeline.failed event name the topic and the field that creates it. With that
+// field, the next reload creates the topic and starts the pipeline.
+func TestServeRefusesAPipelineWhoseSinkTopicDoesNotExist(t *testing.T) {
+	dir := t.TempDir()
+	d := startServedIn(t, dir, "cluster: e2e\n")
+	ctl := []string{"--nats", d.nats, "--cluster", "e2e"}
+	_, err := cli(t, "", append([]string{"topic", "create", "orders"}, ctl...)...)
+	require.NoError(t, err)
+	nc, err := nats.Connect(d.nats)
+	require.NoError(t, err)
+	defer nc.Close()
+	events, err := nc.SubscribeSync("flowd.evt.e2e.pipeline.>")
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+
+	cfgFile := filepath.Join(dir, "flowd.yaml")
+	rawCfg, err := os.ReadFile(cfgFile)
+	require.NoError(t, err)
+	typo := strings.Replace(euPipeline, "topic: eu-orders", "topic: eu-ordrs", 1)
+	require.NoError(t, os.WriteFile(cfgFile, append(rawCfg, typo...), 0o600))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	msg, err := events.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "flowd.evt.e2e.pipeline.failed", msg.Subject)
+	var data control.EventData
+	require.NoError(t, json.Unmarshal(msg.Data, &data))
+	assert.Contains(t, data.Reason, `topic "eu-ordrs" does not exist`)
+	assert.Contains(t, data.Reason, "sink.create_queues")
+	assert.Contains(t, d.logs.String(), `topic \"eu-ordrs\" does not exist`)
+	out, err := cli(t, "", append([]string{"topic", "describe", "eu-ordrs"}, ctl...)...)
+	require.ErrorContains(t, err, "404", "nothing created the topic: %s", out)
+
+	create := strings.Replace(typo, "topic: eu-ordrs}", "topic: eu-ordrs, create_queues: 2}", 1)
+	require.NoError(t, os.WriteFile(cfgFile, append(rawCfg, create...), 0o600))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	msg, err = events.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "flowd.evt.e2e.pipeline.started", msg.Subject)
+	out, err = cli(t, "", append([]string{"topic", "describe", "eu-ordrs", "--json"}, ctl...)...)
+	require.NoError(t, err)
+	var desc control.TopicDescribeReply
+	require.NoError(t, json.Unmarshal([]byte(out), &desc), out)
+	assert.Len(t, desc.Queues, 2)
 }
 
 // config validate refuses a pipeline definition in error, naming its field.
