@@ -326,3 +326,25 @@ func TestConfigValidateNamesAPipelineField(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, out2, "pipelines: []")
 }
+
+// pipeline list writes a lag it cannot know as a word, not a bare dash, and says why below
+// the table.
+func TestPipelineListSaysWhenTheLagIsUnknown(t *testing.T) {
+	q := func(lag int64) pipeline.QueueStatus {
+		return pipeline.QueueStatus{Queue: consumer.MessageQueue{Topic: "orders"}, Committed: -1, Lag: lag}
+	}
+	sink := pipeline.Definition{Topics: []string{"orders"}, Sink: pipeline.SinkDefinition{Type: pipeline.SinkStdout}}
+	var out strings.Builder
+	printPipelines(&out,
+		pipeline.Status{Name: "known", State: pipeline.StateRunning, Queues: []pipeline.QueueStatus{q(2), q(3)}, Definition: sink},
+		pipeline.Status{Name: "fresh", State: pipeline.StateRunning, Queues: []pipeline.QueueStatus{q(1), q(-1)}, Definition: sink},
+		pipeline.Status{Name: "gone", State: pipeline.StateFailed, Err: "boom", Definition: sink},
+	)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 5, out.String())
+	assert.Regexp(t, `^known\s.*\s5$`, lines[1])
+	assert.Regexp(t, `^fresh\s.*\sunknown$`, lines[2])
+	assert.Regexp(t, `^gone\s.*\sunknown$`, lines[3])
+	assert.NotRegexp(t, `(?m)\s-\s*$`, out.String())
+	assert.Equal(t, "LAG unknown: a queue with no committed offset yet, a source on another flowd (source_name_servers), or a pipeline not running", lines[4])
+}
