@@ -45,7 +45,7 @@ type Config struct {
 
 	// Pipelines are run by the daemon once the broker serves. A reload starts the new ones,
 	// stops (draining) the removed ones and restarts the changed ones.
-	Pipelines []pipeline.Definition `yaml:"pipelines" reload:"true" doc:"pipelines hosted by the daemon, each {name, topics, source_name_servers, selector, transforms, sink, ...} as in the README; source_name_servers (host:port) read the topics of another flowd, default this one; default none"`
+	Pipelines []pipeline.Definition `yaml:"pipelines" reload:"true" doc:"pipelines hosted by the daemon, each {name, topics, source_name_servers, selector, transforms, sink, ...} as in docs/pipelines.md; source_name_servers (host:port) read the topics of another flowd, default this one; default none"`
 }
 
 // HTTP configures the observability listener.

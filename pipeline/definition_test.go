@@ -4,6 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,4 +138,25 @@ func TestDefinitionValidateCreateQueues(t *testing.T) {
 	}
 	d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkStdout, CreateQueues: 1}
 	assert.ErrorContains(t, d.Validate(), "sink.create_queues: only for sink type topic")
+}
+
+// docs/pipelines.md documents every field of a definition and every sink type with a section
+// of its own, so that the definition's fields are not known from this package's source only.
+func TestDefinitionFieldsAndSinksAreDocumented(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "docs", "pipelines.md"))
+	require.NoError(t, err)
+	doc := string(raw)
+	for _, typ := range []string{pipeline.SinkTopic, pipeline.SinkNATS, pipeline.SinkWebhook, pipeline.SinkFile, pipeline.SinkStdout} {
+		assert.Regexp(t, "(?m)^### `"+typ+"`", doc, "a section for sink type %s", typ)
+	}
+	for _, v := range []any{pipeline.Definition{}, pipeline.Selector{}, pipeline.SinkDefinition{}} {
+		rt := reflect.TypeOf(v)
+		for i := range rt.NumField() {
+			key, _, _ := strings.Cut(rt.Field(i).Tag.Get("yaml"), ",")
+			assert.Contains(t, doc, "`"+key+"`", "%s.%s (%s) is documented", rt.Name(), rt.Field(i).Name, key)
+		}
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(readme), "(docs/pipelines.md)", "the README links it")
 }
