@@ -14,15 +14,12 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -48,7 +45,7 @@ type Config struct {
 
 	// Pipelines are run by the daemon once the broker serves. A reload starts the new ones,
 	// stops (draining) the removed ones and restarts the changed ones.
-	Pipelines []pipeline.Definition `yaml:"pipelines" reload:"true" doc:"pipelines hosted by the daemon, each {name, topics, source_name_servers, selector, transforms, sink, ...} as in the README; source_name_servers (host:port) read the topics of another flowd, default this one; default none"`
+	Pipelines []pipeline.Definition `yaml:"pipelines" reload:"true" doc:"pipelines hosted by the daemon, each {name, topics, source_name_servers, selector, transforms, sink, ...} as in docs/pipelines.md; source_name_servers (host:port) read the topics of another flowd, default this one; default none"`
 }
 
 // HTTP configures the observability listener.
@@ -155,27 +152,54 @@ func Default() Config {
 	}
 }
 
-// ErrInvalid is wrapped by every error of Load, Decode and Validate that is about the
-// configuration's content rather than reading it.
+// ErrInvalid is wrapped by every error of Load, Decode, Validate and ApplyEnv that is about
+// the configuration's content rather than reading it. Those errors are *InvalidError, which
+// lists every problem found.
 var ErrInvalid = errors.New("invalid configuration")
 
 // Load reads the file at path (none when path is empty) over the defaults, then applies the
-// FLOWD_* variables of env (os.Environ form; nil: none), and validates the result.
+// FLOWD_* variables of env (os.Environ form; nil: none), and validates the result. Every
+// problem is reported at once, in one *InvalidError: unknown keys (with the key meant when
+// it is close), values of the wrong type, variables that do not parse and values that
+// decode but cannot work, each with its key path and, when it is in the file, its line.
 func Load(path string, env []string) (Config, error) {
 	cfg := Default()
+	var root *yaml.Node
+	var probs []Problem
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
 			return cfg, fmt.Errorf("config: %w", err)
 		}
-		if cfg, err = Decode(raw); err != nil {
-			return cfg, fmt.Errorf("config %s: %w", path, err)
+		cfg, root, probs = decode(raw)
+		if root == nil && len(probs) > 0 { // not YAML: there is nothing more to check
+			return cfg, fmt.Errorf("config %s: %w", path, problemsError(probs))
 		}
 	}
-	if err := ApplyEnv(&cfg, env); err != nil {
-		return cfg, err
+	envProbs, fromEnv := applyEnv(&cfg, env)
+	probs = append(probs, envProbs...)
+	// A value that did not decode left its default (or a zero) behind: what the checks would
+	// say of that is not news.
+	var undecoded []string
+	for _, p := range probs {
+		if p.Key != "" {
+			undecoded = append(undecoded, p.Key)
+		}
 	}
-	if err := cfg.Validate(); err != nil {
+	var lines map[string]int
+	if root != nil {
+		lines = keyLines(root)
+	}
+	for _, p := range cfg.problems() {
+		if under(p.Key, undecoded) {
+			continue
+		}
+		if !fromEnv[p.Key] {
+			p.Line = lineOf(lines, p.Key)
+		}
+		probs = append(probs, p)
+	}
+	if err := problemsError(probs); err != nil {
 		if path != "" {
 			return cfg, fmt.Errorf("config %s: %w", path, err)
 		}
@@ -185,113 +209,51 @@ func Load(path string, env []string) (Config, error) {
 }
 
 // Decode decodes a YAML document over the defaults. Unknown keys and values of the wrong
-// type are errors naming the key or value and its line; settings left out keep their
-// defaults.
+// type are errors naming the key or value and its line (an *InvalidError listing every one);
+// settings left out keep their defaults. The values that did decode are returned with the
+// error. Decode does not validate: Load and Validate do.
 func Decode(raw []byte) (Config, error) {
+	cfg, _, probs := decode(raw)
+	return cfg, problemsError(probs)
+}
+
+// decode is Decode returning the document's node tree (nil when raw is not YAML) and the
+// problems unsorted.
+func decode(raw []byte) (Config, *yaml.Node, []Problem) {
 	cfg := Default()
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
-		if errors.Is(err, io.EOF) {
-			return cfg, nil // an empty file: all defaults
-		}
-		// The document is parsed again as nodes to find the key an error's line is about;
-		// when it does not parse, the error is a syntax error and names no value anyway.
-		var root yaml.Node
-		_ = yaml.Unmarshal(raw, &root)
+	var root yaml.Node
+	if err := yaml.Unmarshal(raw, &root); err != nil {
+		return cfg, nil, []Problem{syntaxProblem(err)}
+	}
+	if root.Kind == 0 {
+		return cfg, &root, nil // an empty file: all defaults
+	}
+	probs := unknownKeys(&root, reflect.TypeFor[Config]())
+	if err := root.Decode(&cfg); err != nil {
+		// A type error lists every value of the wrong type; any other error stopped the
+		// decoding at the value it names.
+		msgs := []string{strings.TrimPrefix(err.Error(), "yaml: ")}
 		var te *yaml.TypeError
 		if errors.As(err, &te) {
-			msgs := make([]string, len(te.Errors))
-			used := map[*yaml.Node]bool{}
-			for i, m := range te.Errors {
-				msgs[i] = withKey(&root, unknownField.ReplaceAllString(m, "unknown key \"$1\""), used)
-			}
-			return cfg, invalid(msgs)
+			msgs = te.Errors
 		}
-		return cfg, fmt.Errorf("%w: %s", ErrInvalid, withKey(&root, strings.TrimPrefix(err.Error(), "yaml: "), nil))
+		used := map[*yaml.Node]bool{}
+		for _, m := range msgs {
+			probs = append(probs, typeProblem(&root, m, used))
+		}
 	}
-	return cfg, nil
+	return cfg, &root, probs
 }
 
-// unknownField matches yaml's report of a key that is no setting.
-var unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
+// Validate checks values that decode but cannot work. The error is an *InvalidError
+// listing every problem, by key.
+func (c Config) Validate() error { return problemsError(c.problems()) }
 
-// typeErrorAt matches yaml's report of a value of the wrong type: its line, its YAML tag, and
-// the value when the report quotes it (`many`, or "12 parsecs" from a setting's own decoder).
-var typeErrorAt = regexp.MustCompile("^line (\\d+): (?:cannot unmarshal (!!\\w+) (?:`([^`]*)` )?into|\\w+ \"([^\"]*)\")")
-
-// withKey puts the dotted key of the value a yaml type error is about after its line
-// ("line 2: limits.max_groups: cannot unmarshal !!str `many` into int"): yaml names the
-// line and the Go type, which do not say which setting is meant when a line holds several.
-// used holds the nodes named by earlier errors of the same document (nil: none), so that
-// two settings with the same wrong value on one line are both named.
-func withKey(root *yaml.Node, msg string, used map[*yaml.Node]bool) string {
-	m := typeErrorAt.FindStringSubmatch(msg)
-	if m == nil {
-		return msg
-	}
-	line, _ := strconv.Atoi(m[1])
-	tag, value := m[2], m[3]+m[4]
-	var key string
-	var walk func(n *yaml.Node, path string)
-	check := func(n *yaml.Node, path string) {
-		if key != "" || n.Line != line || used[n] {
-			return
-		}
-		if (tag == "" || n.ShortTag() == tag) && (value == "" || (n.Kind == yaml.ScalarNode && n.Value == value)) {
-			key = path
-			if used != nil {
-				used[n] = true
-			}
-		}
-	}
-	walk = func(n *yaml.Node, path string) {
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				walk(c, path)
-			}
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				p := n.Content[i].Value
-				if path != "" {
-					p = path + "." + p
-				}
-				check(n.Content[i+1], p)
-				walk(n.Content[i+1], p)
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				p := fmt.Sprintf("%s[%d]", path, i)
-				check(c, p)
-				walk(c, p)
-			}
-		}
-	}
-	walk(root, "")
-	if key == "" {
-		return msg
-	}
-	prefix := "line " + m[1] + ": "
-	return prefix + key + ": " + strings.TrimPrefix(msg, prefix)
-}
-
-// invalid is ErrInvalid with one message, or with several, one a line.
-func invalid(msgs []string) error {
-	switch len(msgs) {
-	case 0:
-		return nil
-	case 1:
-		return fmt.Errorf("%w: %s", ErrInvalid, msgs[0])
-	}
-	return fmt.Errorf("%w:\n  %s", ErrInvalid, strings.Join(msgs, "\n  "))
-}
-
-// Validate checks values that decode but cannot work.
-func (c Config) Validate() error {
-	var msgs []string
+// problems lists what Validate reports, in the order of the settings.
+func (c Config) problems() []Problem {
+	var probs []Problem
 	bad := func(key, format string, args ...any) {
-		msgs = append(msgs, key+": "+fmt.Sprintf(format, args...))
+		probs = append(probs, Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
 	if c.DataDir == "" {
 		bad("data_dir", "must not be empty")
@@ -337,30 +299,7 @@ func (c Config) Validate() error {
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		bad("log.format", "%q is neither text nor json", c.Log.Format)
 	}
-	// Addresses are checked here, so that a typo is named by "config validate" rather than
-	// found by the listener at start (or, for advertise, by clients following routes).
-	listen := func(key, addr string, off bool) {
-		if off && addr == "off" {
-			return
-		}
-		if err := checkListen(addr); err != nil {
-			if off {
-				bad(key, `%q %v, or "off"`, addr, err)
-			} else {
-				bad(key, "%q %v", addr, err)
-			}
-		}
-	}
-	listen("listen.broker", c.Listen.Broker, false)
-	listen("listen.namesrv", c.Listen.Namesrv, true)
-	if c.Listen.Advertise != "" {
-		host, port, err := net.SplitHostPort(c.Listen.Advertise)
-		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
-			bad("listen.advertise", "%q is not host:port with a port in 1-65535", c.Listen.Advertise)
-		}
-	}
-	listen("nats.listen", c.NATS.Listen, true)
-	listen("http.listen", c.HTTP.Listen, true)
+	probs = append(probs, c.addrProblems()...)
 	if c.Plugins.Poll <= 0 {
 		bad("plugins.poll", "must be positive")
 	}
@@ -372,9 +311,11 @@ func (c Config) Validate() error {
 	names := map[string]int{}
 	for i, d := range c.Pipelines {
 		key := fmt.Sprintf("pipelines[%d]", i)
-		if err := d.Validate(); err != nil {
-			// The definition's error is "<ErrInvalidDefinition>: <field>: <what>".
-			msgs = append(msgs, key+"."+strings.TrimPrefix(err.Error(), pipeline.ErrInvalidDefinition.Error()+": "))
+		fes := pipeline.FieldErrors(d.Validate())
+		for _, fe := range fes {
+			bad(key+"."+fe.Field, "%s", fe.Msg)
+		}
+		if len(fes) > 0 {
 			continue
 		}
 		if j, ok := names[d.Name]; ok {
@@ -382,8 +323,62 @@ func (c Config) Validate() error {
 		}
 		names[d.Name] = i
 	}
-	return invalid(msgs)
+	return probs
 }
+
+// addrProblems checks the addresses here, so that a typo is named by "config validate"
+// rather than found by the listener at start (or, for advertise, by clients following
+// routes), and so that two listeners given one address are named as such rather than as an
+// address in use.
+func (c Config) addrProblems() []Problem {
+	var probs []Problem
+	bad := func(key, format string, args ...any) {
+		probs = append(probs, Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
+	}
+	type bound struct{ key, host, port string }
+	var seen []bound
+	listen := func(key, addr string, off bool) {
+		if off && addr == "off" {
+			return
+		}
+		if err := checkListen(addr); err != nil {
+			if off {
+				bad(key, `%q %v, or "off"`, addr, err)
+			} else {
+				bad(key, "%q %v", addr, err)
+			}
+			return
+		}
+		host, port, _ := net.SplitHostPort(addr)
+		for _, o := range seen {
+			if port != "0" && port == o.port && (host == o.host || wildcard(host) || wildcard(o.host)) {
+				bad(key, "%q is the address of %s too", addr, o.key)
+				return
+			}
+		}
+		seen = append(seen, bound{key, host, port})
+	}
+	listen("listen.broker", c.Listen.Broker, false)
+	listen("listen.namesrv", c.Listen.Namesrv, true)
+	if c.Listen.Advertise != "" {
+		host, port, err := net.SplitHostPort(c.Listen.Advertise)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			bad("listen.advertise", "%q is not host:port with a port in 1-65535", c.Listen.Advertise)
+		}
+	}
+	if c.NATS.Enabled && len(c.NATS.URLs) == 0 {
+		listen("nats.listen", c.NATS.Listen, true)
+	} else if c.NATS.Listen != "off" {
+		if err := checkListen(c.NATS.Listen); err != nil {
+			bad("nats.listen", `%q %v, or "off"`, c.NATS.Listen, err)
+		}
+	}
+	listen("http.listen", c.HTTP.Listen, true)
+	return probs
+}
+
+// wildcard reports whether host binds every interface.
+func wildcard(host string) bool { return host == "" || host == "0.0.0.0" || host == "::" }
 
 // checkListen checks a listen address: [host]:port with a port in 0-65535 (0: any free one).
 func checkListen(addr string) error {
@@ -469,25 +464,36 @@ func SetString(v reflect.Value, s string) error {
 	return nil
 }
 
-// ApplyEnv applies the FLOWD_* variables found in env (os.Environ form) to c.
+// ApplyEnv applies the FLOWD_* variables found in env (os.Environ form) to c. A variable
+// that does not parse leaves its setting as it was and is a problem of the *InvalidError
+// returned.
 func ApplyEnv(c *Config, env []string) error {
+	probs, _ := applyEnv(c, env)
+	return problemsError(probs)
+}
+
+// applyEnv is ApplyEnv returning the problems and the keys of the settings the variables
+// set.
+func applyEnv(c *Config, env []string) ([]Problem, map[string]bool) {
 	vars := map[string]string{}
 	for _, kv := range env {
 		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "FLOWD_") {
 			vars[k] = v
 		}
 	}
-	var errs []error
+	var probs []Problem
+	set := map[string]bool{}
 	for _, s := range Settings(c) {
 		val, ok := vars[s.Env]
 		if s.Env == "" || !ok {
 			continue
 		}
+		set[s.Key] = true
 		if err := SetString(s.Value, val); err != nil {
-			errs = append(errs, fmt.Errorf("environment %s (%s): %w", s.Env, s.Key, err))
+			probs = append(probs, Problem{Key: s.Key, Msg: "environment " + s.Env + ": " + strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")})
 		}
 	}
-	return errors.Join(errs...)
+	return probs, set
 }
 
 // Changed lists the settings whose values differ between a and b, by key.

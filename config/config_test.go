@@ -55,7 +55,7 @@ func TestDecodeKeepsDefaultsOfSettingsLeftOut(t *testing.T) {
 func TestDecodeRefusesUnknownKeysAndWrongTypesWithTheirLine(t *testing.T) {
 	_, err := config.Decode([]byte("cluster: local\nnats:\n  listen: 127.0.0.1:4222\n  lisen: x\n"))
 	require.ErrorIs(t, err, config.ErrInvalid)
-	assert.Contains(t, err.Error(), `line 4: unknown key "lisen"`)
+	assert.Contains(t, err.Error(), `line 4: nats.lisen: unknown key; did you mean "listen"?`)
 
 	_, err = config.Decode([]byte("limits:\n  max_groups: many\n"))
 	require.ErrorIs(t, err, config.ErrInvalid)
@@ -125,6 +125,18 @@ func TestValidateNamesTheSetting(t *testing.T) {
 	c = config.Default()
 	c.Listen.Broker, c.Listen.Namesrv, c.NATS.Listen, c.HTTP.Listen, c.Listen.Advertise = ":0", "off", "off", "off", "flowd.example:10911"
 	assert.NoError(t, c.Validate(), "any interface, port 0, off, a host name to advertise")
+
+	// Two listeners on one address would fail as an address in use: they are named instead.
+	c = config.Default()
+	c.Listen.Broker, c.Listen.Namesrv, c.NATS.Listen, c.HTTP.Listen = "127.0.0.1:9000", "127.0.0.1:9000", ":9001", "127.0.0.1:9001"
+	err = c.Validate()
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), `listen.namesrv: "127.0.0.1:9000" is the address of listen.broker too`)
+	assert.Contains(t, err.Error(), `http.listen: "127.0.0.1:9001" is the address of nats.listen too`)
+	c.NATS.Enabled = false
+	c.Listen.Namesrv = "127.0.0.1:0"
+	c.Listen.Broker = "127.0.0.1:0"
+	assert.NoError(t, c.Validate(), "port 0 twice, and the address of a NATS listener that is not opened")
 
 	c = config.Default()
 	c.Limits.MaxConnections = -1
@@ -201,7 +213,7 @@ pipelines:
 
 	_, err = config.Decode([]byte("pipelines:\n  - name: p\n    topics: [a]\n    colour: red\n"))
 	require.ErrorIs(t, err, config.ErrInvalid)
-	assert.Contains(t, err.Error(), `line 4: unknown key "colour"`)
+	assert.Contains(t, err.Error(), `line 4: pipelines[0].colour: unknown key`)
 
 	cfg, err = config.Decode([]byte(`
 pipelines:
@@ -220,4 +232,73 @@ pipelines:
 	require.ErrorIs(t, err, config.ErrInvalid)
 	assert.Contains(t, err.Error(), `pipelines[1].sink.topic: "" is not a valid topic name`)
 	assert.Contains(t, err.Error(), `pipelines[2].name: "ok" is the name of pipelines[0] too`)
+}
+
+// A file with several mistakes is reported whole: every unknown key (with the key meant when
+// one is close, or is a setting of another section), every value of the wrong type and every
+// value that decodes but cannot work, each with its line and key path, in file order.
+func TestLoadReportsEveryMistakeOfAFileAtOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "flowd.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`clustr: x
+limits:
+  max_grops: 3
+  max_parked: many
+store:
+  flush: sometimes
+retention: 24h
+log:
+  level: loud
+pipelines:
+  - name: ok
+    topics: [a]
+    sink: {type: stdout}
+  - name: bad
+    topics: [a]
+    parallelism: -1
+    colour: red
+    sink: {type: topic, topik: out}
+`), 0o600))
+	_, err := config.Load(path, nil)
+	require.ErrorIs(t, err, config.ErrInvalid)
+	var inv *config.InvalidError
+	require.ErrorAs(t, err, &inv)
+	var got []string
+	for _, p := range inv.Problems {
+		got = append(got, p.String())
+	}
+	assert.Equal(t, []string{
+		`line 1: clustr: unknown key; did you mean "cluster"?`,
+		`line 3: limits.max_grops: unknown key; did you mean "max_groups"?`,
+		"line 4: limits.max_parked: cannot unmarshal !!str `many` into int",
+		`line 6: store.flush: "sometimes" is neither async nor sync`,
+		`line 7: retention: unknown key; did you mean "store.retention"?`,
+		`line 9: log.level: "loud" is not debug, info, warn or error`,
+		`line 16: pipelines[1].parallelism: -1 is outside [1, 1024]`,
+		`line 17: pipelines[1].colour: unknown key`,
+		`line 18: pipelines[1].sink.topik: unknown key; did you mean "topic"?`,
+		`line 18: pipelines[1].sink.topic: "" is not a valid topic name`,
+	}, got)
+	assert.Contains(t, err.Error(), "config "+path+": invalid configuration:\n  line 1: clustr: ")
+
+	// A value that does not decode is reported once, not again by the checks of what it
+	// left behind.
+	_, err = config.Decode([]byte("pipelines: [oops]\n"))
+	require.ErrorAs(t, err, &inv)
+	require.Len(t, inv.Problems, 1, err.Error())
+	require.NoError(t, os.WriteFile(path, []byte("pipelines: [oops]\n"), 0o600))
+	_, err = config.Load(path, nil)
+	require.ErrorAs(t, err, &inv)
+	assert.Len(t, inv.Problems, 1, err.Error())
+
+	// A key of a pipeline that belongs one level down is named there.
+	_, err = config.Decode([]byte("pipelines:\n  - {name: p, topics: [a], subject: x, sink: {type: nats}}\n"))
+	require.ErrorAs(t, err, &inv)
+	assert.Equal(t, `line 2: pipelines[0].subject: unknown key; did you mean "pipelines[0].sink.subject"?`, inv.Problems[0].String())
+
+	// A value set by the environment is not blamed on the file's line.
+	require.NoError(t, os.WriteFile(path, []byte("log:\n  level: info\n"), 0o600))
+	_, err = config.Load(path, []string{"FLOWD_LOG_LEVEL=loud"})
+	require.ErrorAs(t, err, &inv)
+	require.Len(t, inv.Problems, 1)
+	assert.Equal(t, `log.level: "loud" is not debug, info, warn or error`, inv.Problems[0].String())
 }

@@ -44,14 +44,15 @@ func (s Size) String() string {
 	return strconv.FormatInt(int64(s), 10) + "B"
 }
 
-// UnmarshalYAML accepts a byte count or a string with a unit.
+// UnmarshalYAML accepts a byte count or a string with a unit. Its errors are yaml type
+// errors, so that yaml goes on decoding the rest of the document and reports them all.
 func (s *Size) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: a size must be a scalar", n.Line)
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: a size must be a scalar", n.Line)}}
 	}
 	v, err := ParseSize(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
 	}
 	*s = v
 	return nil

@@ -21,7 +21,7 @@ func TestBadConfigurationFilesAreRefusedWithTheirFault(t *testing.T) {
 		name, yaml string
 		want       []string
 	}{
-		{"unknown key", "store:\n  flsh: sync\n", []string{`line 7: unknown key "flsh"`}},
+		{"unknown key", "store:\n  flsh: sync\n", []string{`line 7: store.flsh: unknown key; did you mean "flush"?`}},
 		{"wrong type", "limits:\n  max_groups: many\n", []string{"line 7: limits.max_groups: cannot unmarshal !!str `many` into int"}},
 		{"bad duration", "store:\n  retention: 3 days\n", []string{"line 7: store.retention: cannot unmarshal !!str `3 days` into time.Duration"}},
 		{"bad size", "store:\n  segment_size: 12 parsecs\n", []string{`line 7: store.segment_size: size "12 parsecs": want a byte count`}},
@@ -78,18 +78,18 @@ func refused(t *testing.T, path string, want ...string) {
 }
 
 // A listen address that is well formed but taken passes `config validate` (it is a fact of
-// the machine, not of the file) and makes serve exit non-zero naming the listener, before
-// the daemon serves anything.
+// the machine, not of the file) and makes serve exit non-zero naming the listener, its
+// setting and flag, before the daemon serves anything.
 func TestServeRefusesATakenListenAddress(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
 	taken := ln.Addr().String()
 	for key, c := range map[string]struct{ in, want string }{
-		"listen.broker":  {`broker: "127.0.0.1:0"`, "broker listen " + taken},
-		"listen.namesrv": {`namesrv: "127.0.0.1:0"`, "name service listen " + taken},
-		"nats.listen":    {`nats: {listen: "127.0.0.1:0"}`, "nats: embedded server on " + taken},
-		"http.listen":    {`http: {listen: "127.0.0.1:0"}`, "http.listen: listen tcp " + taken},
+		"listen.broker":  {`broker: "127.0.0.1:0"`, "listen broker " + taken + ": address already in use (set listen.broker / --listen to another address)"},
+		"listen.namesrv": {`namesrv: "127.0.0.1:0"`, "listen name service " + taken + ": address already in use (set listen.namesrv / --namesrv-listen to another address, or --namesrv-listen off to disable it)"},
+		"nats.listen":    {`nats: {listen: "127.0.0.1:0"}`, "listen NATS " + taken + ": address already in use (set nats.listen / --nats-listen to another address, or --nats-listen off to disable it)"},
+		"http.listen":    {`http: {listen: "127.0.0.1:0"}`, "listen HTTP " + taken + ": address already in use (set http.listen / --http-listen to another address, or --http-listen off to disable it)"},
 	} {
 		t.Run(key, func(t *testing.T) {
 			dir := t.TempDir()

@@ -82,8 +82,9 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		// yaml passes this error on as it is: the line says where the value is.
-		return fmt.Errorf("line %d: duration %q: %w", n.Line, n.Value, err)
+		// A type error, which yaml collects with the others of the document and passes on
+		// as it is: the line says where the value is.
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: duration %q: %v", n.Line, n.Value, err)}}
 	}
 	*d = Duration(v)
 	return nil
@@ -161,6 +162,11 @@ type SinkDefinition struct {
 	// NameServers (type topic) are a remote RocketMQ cluster's name servers; default the
 	// Manager's own (this flowd).
 	NameServers []string `json:"name_servers,omitempty" yaml:"name_servers,omitempty"`
+	// CreateQueues (type topic), when positive, has a Topic that does not exist created at
+	// start with that many queues on every broker of the sink's cluster. Default 0: a Topic
+	// that does not exist fails the start (ErrNoSinkTopic), so that a mistyped topic is not
+	// silently created. An existing topic is left as it is.
+	CreateQueues int `json:"create_queues,omitempty" yaml:"create_queues,omitempty"`
 
 	// Subject (type nats) is the NATS subject. Required for nats.
 	Subject string `json:"subject,omitempty" yaml:"subject,omitempty"`
@@ -186,8 +192,47 @@ type SinkDefinition struct {
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 
+// maxQueues is the most queues a topic may have on a flowd broker (broker.MaxQueues; the
+// pipeline package is a client and does not import the broker).
+const maxQueues = 1024
+
+// FieldError is one field of a Definition in error. It wraps ErrInvalidDefinition.
+type FieldError struct {
+	// Field is the field's key path within the definition: "sink.topic", "topics[1]".
+	Field string
+	// Msg says what is wrong with it.
+	Msg string
+}
+
+func (e *FieldError) Error() string {
+	return ErrInvalidDefinition.Error() + ": " + e.Field + ": " + e.Msg
+}
+
+func (e *FieldError) Unwrap() error { return ErrInvalidDefinition }
+
 func invalid(field, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", ErrInvalidDefinition, field, fmt.Sprintf(format, args...))
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// FieldErrors returns the field errors err holds (those Validate joined), looking through
+// the errors that wrap them.
+func FieldErrors(err error) []*FieldError {
+	var out []*FieldError
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case *FieldError:
+			out = append(out, e)
+		case interface{ Unwrap() []error }:
+			for _, x := range e.Unwrap() {
+				walk(x)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	return out
 }
 
 // withDefaults returns d with every unset optional field at its default.
@@ -228,117 +273,137 @@ func (d Definition) withDefaults() Definition {
 	return d
 }
 
-// Validate checks d and returns an error wrapping ErrInvalidDefinition that names the first
-// field in error. Unset optional fields are valid (they take their defaults).
+// problems collects the field errors of one definition.
+type problems []error
+
+func (p *problems) add(field, format string, args ...any) {
+	*p = append(*p, invalid(field, format, args...))
+}
+
+// Validate checks d and returns nil or the errors of every field in error, joined
+// (errors.Join); each is a *FieldError wrapping ErrInvalidDefinition and naming its field
+// (FieldErrors lists them). Unset optional fields are valid (they take their defaults).
 func (d Definition) Validate() error {
+	var p problems
 	if !nameRE.MatchString(d.Name) {
-		return invalid("name", "%q must be 1-128 letters, digits, '-', '_' or '.'", d.Name)
+		p.add("name", "%q must be 1-128 letters, digits, '-', '_' or '.'", d.Name)
 	}
 	if len(d.Topics) == 0 {
-		return invalid("topics", "at least one topic is required")
+		p.add("topics", "at least one topic is required")
 	}
 	for i, t := range d.Topics {
 		if !nameRE.MatchString(t) {
-			return invalid(fmt.Sprintf("topics[%d]", i), "%q is not a valid topic name", t)
+			p.add(fmt.Sprintf("topics[%d]", i), "%q is not a valid topic name", t)
 		}
 	}
 	for i, ns := range d.SourceNameServers {
 		if err := validAddr(ns); err != nil {
-			return invalid(fmt.Sprintf("source_name_servers[%d]", i), "%q %v", ns, err)
+			p.add(fmt.Sprintf("source_name_servers[%d]", i), "%q %v", ns, err)
 		}
 	}
 	if d.Group != "" && !nameRE.MatchString(d.Group) {
-		return invalid("group", "%q is not a valid group name", d.Group)
+		p.add("group", "%q is not a valid group name", d.Group)
 	}
 	switch d.Selector.Type {
 	case "", SelectorTag:
 	case SelectorSQL92, SelectorWasm:
 		if strings.TrimSpace(d.Selector.Expression) == "" {
-			return invalid("selector.expression", "required for type %s", d.Selector.Type)
+			p.add("selector.expression", "required for type %s", d.Selector.Type)
 		}
 	default:
-		return invalid("selector.type", "%q is not TAG, SQL92 or WASM", d.Selector.Type)
+		p.add("selector.type", "%q is not TAG, SQL92 or WASM", d.Selector.Type)
 	}
 	for i, t := range d.Transforms {
 		if strings.TrimSpace(t) == "" {
-			return invalid(fmt.Sprintf("transforms[%d]", i), "empty plugin name")
+			p.add(fmt.Sprintf("transforms[%d]", i), "empty plugin name")
 		}
 	}
 	switch d.StartFrom {
 	case "", StartFirst, StartLast:
 		if !d.StartTimestamp.IsZero() {
-			return invalid("start_timestamp", "only with start_from %q", StartTimestamp)
+			p.add("start_timestamp", "only with start_from %q", StartTimestamp)
 		}
 	case StartTimestamp:
 		if d.StartTimestamp.IsZero() {
-			return invalid("start_timestamp", "required with start_from %q", StartTimestamp)
+			p.add("start_timestamp", "required with start_from %q", StartTimestamp)
 		}
 	default:
-		return invalid("start_from", "%q is not first, last or timestamp", d.StartFrom)
+		p.add("start_from", "%q is not first, last or timestamp", d.StartFrom)
 	}
-	if d.Parallelism < 0 || d.Parallelism > 1024 {
-		return invalid("parallelism", "%d is outside [1, 1024]", d.Parallelism)
-	}
-	if d.MaxAttempts < 0 {
-		return invalid("max_attempts", "%d is negative", d.MaxAttempts)
-	}
-	if d.RetryBackoff < 0 {
-		return invalid("retry_backoff", "%s is negative", time.Duration(d.RetryBackoff))
-	}
-	if d.MaxBackoff < 0 || (d.MaxBackoff > 0 && d.MaxBackoff < d.RetryBackoff) {
-		return invalid("max_backoff", "%s is negative or below retry_backoff", time.Duration(d.MaxBackoff))
-	}
-	if d.RetryDelayLevel < 0 {
-		return invalid("retry_delay_level", "%d is negative", d.RetryDelayLevel)
-	}
-	if d.MaxReconsumeTimes < 0 {
-		return invalid("max_reconsume_times", "%d is negative", d.MaxReconsumeTimes)
-	}
-	if d.PullBatchSize < 0 || d.PullBatchSize > 1024 {
-		return invalid("pull_batch_size", "%d is outside [1, 1024]", d.PullBatchSize)
-	}
-	return d.Sink.validate()
+	d.validateRetries(&p)
+	d.Sink.validate(&p)
+	return errors.Join(p...)
 }
 
-func (s SinkDefinition) validate() error {
+// validateRetries checks the bounds of the retry and batching fields.
+func (d Definition) validateRetries(p *problems) {
+	if d.Parallelism < 0 || d.Parallelism > 1024 {
+		p.add("parallelism", "%d is outside [1, 1024]", d.Parallelism)
+	}
+	if d.MaxAttempts < 0 {
+		p.add("max_attempts", "%d is negative", d.MaxAttempts)
+	}
+	if d.RetryBackoff < 0 {
+		p.add("retry_backoff", "%s is negative", time.Duration(d.RetryBackoff))
+	}
+	if d.MaxBackoff < 0 || (d.MaxBackoff > 0 && d.MaxBackoff < d.RetryBackoff) {
+		p.add("max_backoff", "%s is negative or below retry_backoff", time.Duration(d.MaxBackoff))
+	}
+	if d.RetryDelayLevel < 0 {
+		p.add("retry_delay_level", "%d is negative", d.RetryDelayLevel)
+	}
+	if d.MaxReconsumeTimes < 0 {
+		p.add("max_reconsume_times", "%d is negative", d.MaxReconsumeTimes)
+	}
+	if d.PullBatchSize < 0 || d.PullBatchSize > 1024 {
+		p.add("pull_batch_size", "%d is outside [1, 1024]", d.PullBatchSize)
+	}
+}
+
+func (s SinkDefinition) validate(p *problems) {
 	if s.Timeout < 0 {
-		return invalid("sink.timeout", "%s is negative", time.Duration(s.Timeout))
+		p.add("sink.timeout", "%s is negative", time.Duration(s.Timeout))
+	}
+	if s.CreateQueues != 0 && s.Type != SinkTopic {
+		p.add("sink.create_queues", "only for sink type topic")
 	}
 	switch s.Type {
 	case SinkTopic:
 		if !nameRE.MatchString(s.Topic) {
-			return invalid("sink.topic", "%q is not a valid topic name", s.Topic)
+			p.add("sink.topic", "%q is not a valid topic name", s.Topic)
 		}
 		for i, ns := range s.NameServers {
 			if err := validAddr(ns); err != nil {
-				return invalid(fmt.Sprintf("sink.name_servers[%d]", i), "%q %v", ns, err)
+				p.add(fmt.Sprintf("sink.name_servers[%d]", i), "%q %v", ns, err)
 			}
+		}
+		if s.CreateQueues < 0 || s.CreateQueues > maxQueues {
+			p.add("sink.create_queues", "%d is outside [1, %d] (0: the topic must exist)", s.CreateQueues, maxQueues)
 		}
 	case SinkNATS:
 		if s.Subject == "" || strings.ContainsAny(s.Subject, " \t\r\n") {
-			return invalid("sink.subject", "%q is not a valid NATS subject", s.Subject)
+			p.add("sink.subject", "%q is not a valid NATS subject", s.Subject)
 		}
 		switch s.JetStream {
 		case "", "auto", "always", "never":
 		default:
-			return invalid("sink.jetstream", "%q is not auto, always or never", s.JetStream)
+			p.add("sink.jetstream", "%q is not auto, always or never", s.JetStream)
 		}
 	case SinkWebhook:
 		u, err := url.Parse(s.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return invalid("sink.url", "%q is not an http(s) URL", s.URL)
+			p.add("sink.url", "%q is not an http(s) URL", s.URL)
 		}
 	case SinkFile:
 		if s.Path == "" {
-			return invalid("sink.path", "required for a file sink")
+			p.add("sink.path", "required for a file sink")
 		}
 	case SinkStdout:
 	case "":
-		return invalid("sink.type", "required")
+		p.add("sink.type", "required")
 	default:
-		return invalid("sink.type", "%q is not topic, nats, webhook, file or stdout", s.Type)
+		p.add("sink.type", "%q is not topic, nats, webhook, file or stdout", s.Type)
 	}
-	return nil
 }
 
 // validAddr checks a name server address: host:port with a port in 1-65535.

@@ -3,6 +3,11 @@ package pipeline_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,4 +108,55 @@ sink: {type: nats, subject: orders.out, jetstream: auto, timeout: 3s}
 	var back pipeline.Definition
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.Equal(t, d, back)
+}
+
+// Validate names every field in error, not only the first.
+func TestDefinitionValidateNamesEveryField(t *testing.T) {
+	d := validDef()
+	d.Name = "a b"
+	d.Parallelism = -1
+	d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkTopic, Timeout: -1}
+	err := d.Validate()
+	require.ErrorIs(t, err, pipeline.ErrInvalidDefinition)
+	var fields []string
+	for _, fe := range pipeline.FieldErrors(fmt.Errorf("start: %w", err)) {
+		fields = append(fields, fe.Field)
+	}
+	assert.Equal(t, []string{"name", "parallelism", "sink.timeout", "sink.topic"}, fields)
+	for _, f := range fields {
+		assert.Contains(t, err.Error(), ": "+f+": ")
+	}
+}
+
+func TestDefinitionValidateCreateQueues(t *testing.T) {
+	d := validDef()
+	d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkTopic, Topic: "out", CreateQueues: 4}
+	require.NoError(t, d.Validate())
+	for _, n := range []int{-1, 1025} {
+		d.Sink.CreateQueues = n
+		assert.ErrorContains(t, d.Validate(), ": sink.create_queues: ")
+	}
+	d.Sink = pipeline.SinkDefinition{Type: pipeline.SinkStdout, CreateQueues: 1}
+	assert.ErrorContains(t, d.Validate(), "sink.create_queues: only for sink type topic")
+}
+
+// docs/pipelines.md documents every field of a definition and every sink type with a section
+// of its own, so that the definition's fields are not known from this package's source only.
+func TestDefinitionFieldsAndSinksAreDocumented(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "docs", "pipelines.md"))
+	require.NoError(t, err)
+	doc := string(raw)
+	for _, typ := range []string{pipeline.SinkTopic, pipeline.SinkNATS, pipeline.SinkWebhook, pipeline.SinkFile, pipeline.SinkStdout} {
+		assert.Regexp(t, "(?m)^### `"+typ+"`", doc, "a section for sink type %s", typ)
+	}
+	for _, v := range []any{pipeline.Definition{}, pipeline.Selector{}, pipeline.SinkDefinition{}} {
+		rt := reflect.TypeOf(v)
+		for i := range rt.NumField() {
+			key, _, _ := strings.Cut(rt.Field(i).Tag.Get("yaml"), ",")
+			assert.Contains(t, doc, "`"+key+"`", "%s.%s (%s) is documented", rt.Name(), rt.Field(i).Name, key)
+		}
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(readme), "(docs/pipelines.md)", "the README links it")
 }

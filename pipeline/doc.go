@@ -3,6 +3,11 @@
 // transforms and deliver the result to a sink (a topic on this flowd or on a remote
 // RocketMQ cluster, a NATS subject, an HTTP webhook, or JSON lines on a file or stdout).
 //
+// A topic sink's topic must exist when the pipeline starts, or the definition must have it
+// created (SinkDefinition.CreateQueues): a mistyped topic fails the start with
+// ErrNoSinkTopic rather than becoming a new topic through the producer's auto-create route.
+// Every field and sink is documented for users in docs/pipelines.md.
+//
 // A Definition describes a pipeline as plain data (a config file or a KV entry holds it);
 // a Manager runs definitions by name and resolves what they name (transform and allocator
 // plugins, the NATS connection). A pipeline reads through the Manager's name servers, or

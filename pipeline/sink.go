@@ -290,6 +290,9 @@ func (m *Manager) newSink(ctx context.Context, name string, def SinkDefinition) 
 		if len(ns) == 0 {
 			ns = m.opts.NameServers
 		}
+		if err := ensureTopic(ctx, ns, def, m.log); err != nil {
+			return nil, fmt.Errorf("topic sink %s: %w", def.Topic, err)
+		}
 		opts := append([]producer.Option{producer.WithNameServers(ns...), producer.WithSendTimeout(timeout), producer.WithLogger(m.log)}, m.opts.ProducerOptions...)
 		p, err := producer.New("pipeline-"+name, opts...)
 		if err != nil {

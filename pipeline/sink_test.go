@@ -134,3 +134,58 @@ func TestStartResolvesNamedResources(t *testing.T) {
 	assert.Equal(t, pipeline.StateRunning, list[0].State)
 	assert.Equal(t, "pipeline-p", list[0].Definition.Group)
 }
+
+// A topic sink's topic must exist: a pipeline whose sink names one that does not (a typo)
+// does not start, the error naming the topic and the field that would create it, and
+// nothing creates the topic.
+func TestTopicSinkRefusesATopicThatDoesNotExist(t *testing.T) {
+	b := startBroker(t, nil)
+	createTopic(t, b, "orders", 1)
+	m := newManager(t, b, nil)
+	ctx := context.Background()
+	err := m.Start(ctx, pipeline.Definition{
+		Name: "typo", Topics: []string{"orders"}, StartFrom: pipeline.StartFirst,
+		Sink: pipeline.SinkDefinition{Type: pipeline.SinkTopic, Topic: "eu-ordrs"},
+	})
+	require.ErrorIs(t, err, pipeline.ErrUnavailable)
+	require.ErrorIs(t, err, pipeline.ErrNoSinkTopic)
+	assert.Contains(t, err.Error(), `start typo: topic sink eu-ordrs: `)
+	assert.Contains(t, err.Error(), `topic "eu-ordrs" does not exist`)
+	assert.Contains(t, err.Error(), "sink.create_queues")
+	list, err := m.List(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, list, "the pipeline did not start")
+	_, ok := b.Topic("eu-ordrs")
+	assert.False(t, ok, "the missing topic was not created")
+}
+
+// sink.create_queues has a topic that does not exist created at start, with that many
+// queues, on the sink's cluster (here a remote one); an existing topic is left as it is.
+func TestTopicSinkCreatesItsTopicWhenAsked(t *testing.T) {
+	local := startBroker(t, nil)
+	remote := startBroker(t, nil)
+	createTopic(t, local, "orders", 1)
+	createTopic(t, local, "existing", 2)
+	m := newManager(t, local, nil)
+	ctx := context.Background()
+	require.NoError(t, m.Start(ctx, pipeline.Definition{
+		Name: "create", Topics: []string{"orders"}, StartFrom: pipeline.StartFirst,
+		Sink: pipeline.SinkDefinition{Type: pipeline.SinkTopic, Topic: "eu-orders", CreateQueues: 3, NameServers: []string{remote.NamesrvAddr()}},
+	}))
+	qs, err := remote.TopicQueues("eu-orders")
+	require.NoError(t, err, "created at start, before any message")
+	assert.Len(t, qs, 3)
+	_, ok := local.Topic("eu-orders")
+	assert.False(t, ok, "created on the sink's cluster only")
+	send(t, newProducer(t, local), &producer.Message{Topic: "orders", Body: []byte("o1")})
+	got := readTopic(t, remote, "eu-orders", "eu-check", 1)
+	assert.Equal(t, "o1", string(got[0].Body))
+
+	require.NoError(t, m.Start(ctx, pipeline.Definition{
+		Name: "keep", Topics: []string{"orders"},
+		Sink: pipeline.SinkDefinition{Type: pipeline.SinkTopic, Topic: "existing", CreateQueues: 5},
+	}))
+	qs, err = local.TopicQueues("existing")
+	require.NoError(t, err)
+	assert.Len(t, qs, 2, "an existing topic keeps its queues")
+}

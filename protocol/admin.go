@@ -159,6 +159,16 @@ type ClusterInfo struct {
 	ClusterAddrTable map[string][]string   `json:"clusterAddrTable"`
 }
 
+// DecodeClusterInfo decodes a GET_BROKER_CLUSTER_INFO body, as a Java name server writes it
+// too (fastjson's unquoted broker ids).
+func DecodeClusterInfo(b []byte) (*ClusterInfo, error) {
+	ci := new(ClusterInfo)
+	if err := unmarshalTolerant(b, ci); err != nil {
+		return nil, fmt.Errorf("decode cluster info: %w", err)
+	}
+	return ci, nil
+}
+
 // DataVersion is the version stamp Java brokers attach to their config tables.
 type DataVersion struct {
 	Timestamp int64 `json:"timestamp"`

@@ -489,3 +489,33 @@ func TestProduceProgressBar(t *testing.T) {
 	_, stderr = run("a\nb\n")
 	assert.Empty(t, stderr)
 }
+
+// config validate reports every mistake of a file at once, each with its line and key path,
+// an unknown key with the key meant, and exits non-zero.
+func TestConfigValidateReportsEveryMistake(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte(`listen:
+  brokr: 127.0.0.1:10911
+log:
+  level: loud
+pipelines:
+  - name: eu
+    topics: [orders]
+    sink: {type: topic}
+  - name: us
+    topics: [orders]
+    selector: {type: SQL92}
+    sink: {type: nats, subjet: us}
+`), 0o600))
+	var out syncBuffer
+	err := run(context.Background(), []string{"config", "validate", bad}, &out, &out)
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Equal(t, "config "+bad+": invalid configuration:\n"+
+		"  line 2: listen.brokr: unknown key; did you mean \"broker\"?\n"+
+		"  line 4: log.level: \"loud\" is not debug, info, warn or error\n"+
+		"  line 8: pipelines[0].sink.topic: \"\" is not a valid topic name\n"+
+		"  line 11: pipelines[1].selector.expression: required for type SQL92\n"+
+		"  line 12: pipelines[1].sink.subjet: unknown key; did you mean \"subject\"?\n"+
+		"  line 12: pipelines[1].sink.subject: \"\" is not a valid NATS subject", err.Error())
+	assert.NotContains(t, out.String(), "ok")
+}

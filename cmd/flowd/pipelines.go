@@ -149,20 +149,16 @@ func (h *pipelineHost) close(ctx context.Context) error {
 	return nil
 }
 
+// lagUnknown explains the word pipeline list writes for a lag it cannot know.
+const lagUnknown = "LAG unknown: a queue with no committed offset yet, a source on another flowd (source_name_servers), or a pipeline not running"
+
 func printPipelines(w io.Writer, ps ...pipeline.Status) {
 	fmt.Fprintln(w, "NAME\tSTATE\tTOPICS\tSINK\tIN\tOUT\tFILTERED\tFAILED\tLAG")
+	unknown := false
 	for _, p := range ps {
-		lag := int64(0)
-		for _, q := range p.Queues {
-			if q.Lag < 0 {
-				lag = -1
-				break
-			}
-			lag += q.Lag
-		}
-		lagS := fmt.Sprint(lag)
-		if lag < 0 {
-			lagS = "-"
+		lag := pipelineLag(p)
+		if lag == "unknown" {
+			unknown = true
 		}
 		sink := p.Definition.Sink.Type
 		switch {
@@ -177,8 +173,28 @@ func printPipelines(w io.Writer, ps ...pipeline.Status) {
 		}
 		c := p.Counters
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", p.Name, state, strings.Join(p.Definition.Topics, ","), sink,
-			c.In, c.Out, c.Filtered, c.Failed, lagS)
+			c.In, c.Out, c.Filtered, c.Failed, lag)
 	}
+	if unknown {
+		fmt.Fprintln(w, lagUnknown)
+	}
+}
+
+// pipelineLag is the messages a pipeline has still to read in the queues it owns, or
+// "unknown" when that cannot be told: a stopped or failed pipeline owns no queue, and a
+// queue's lag is -1 when it has no committed offset or lives on another flowd.
+func pipelineLag(p pipeline.Status) string {
+	if p.State != pipeline.StateRunning && p.State != pipeline.StatePaused {
+		return "unknown"
+	}
+	lag := int64(0)
+	for _, q := range p.Queues {
+		if q.Lag < 0 {
+			return "unknown"
+		}
+		lag += q.Lag
+	}
+	return fmt.Sprint(lag)
 }
 
 func pipelineCommand() *cobra.Command {

@@ -236,6 +236,8 @@ func TestServeDrainsPipelinesBeforeTheBrokerStops(t *testing.T) {
 	first := startServedIn(t, dir, "cluster: e2e\n")
 	_, err := cli(t, "", "topic", "create", "orders", "--nats", first.nats, "--cluster", "e2e")
 	require.NoError(t, err)
+	_, err = cli(t, "", "topic", "create", "eu-orders", "--nats", first.nats, "--cluster", "e2e")
+	require.NoError(t, err)
 	first.stop()
 	d := startServedIn(t, dir, "cluster: e2e\n"+euPipeline)
 	nc, err := nats.Connect(d.nats)
@@ -260,6 +262,52 @@ func TestServeDrainsPipelinesBeforeTheBrokerStops(t *testing.T) {
 	assert.Contains(t, d.logs.String(), "pipeline stopped")
 }
 
+// A pipeline of the configuration whose sink topic does not exist does not start: the log
+// and the pipeline.failed event name the topic and the field that creates it. With that
+// field, the next reload creates the topic and starts the pipeline.
+func TestServeRefusesAPipelineWhoseSinkTopicDoesNotExist(t *testing.T) {
+	dir := t.TempDir()
+	d := startServedIn(t, dir, "cluster: e2e\n")
+	ctl := []string{"--nats", d.nats, "--cluster", "e2e"}
+	_, err := cli(t, "", append([]string{"topic", "create", "orders"}, ctl...)...)
+	require.NoError(t, err)
+	nc, err := nats.Connect(d.nats)
+	require.NoError(t, err)
+	defer nc.Close()
+	events, err := nc.SubscribeSync("flowd.evt.e2e.pipeline.>")
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+
+	cfgFile := filepath.Join(dir, "flowd.yaml")
+	rawCfg, err := os.ReadFile(cfgFile)
+	require.NoError(t, err)
+	typo := strings.Replace(euPipeline, "topic: eu-orders", "topic: eu-ordrs", 1)
+	require.NoError(t, os.WriteFile(cfgFile, append(rawCfg, typo...), 0o600))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	msg, err := events.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "flowd.evt.e2e.pipeline.failed", msg.Subject)
+	var data control.EventData
+	require.NoError(t, json.Unmarshal(msg.Data, &data))
+	assert.Contains(t, data.Reason, `topic "eu-ordrs" does not exist`)
+	assert.Contains(t, data.Reason, "sink.create_queues")
+	assert.Contains(t, d.logs.String(), `topic \"eu-ordrs\" does not exist`)
+	out, err := cli(t, "", append([]string{"topic", "describe", "eu-ordrs"}, ctl...)...)
+	require.ErrorContains(t, err, "404", "nothing created the topic: %s", out)
+
+	create := strings.Replace(typo, "topic: eu-ordrs}", "topic: eu-ordrs, create_queues: 2}", 1)
+	require.NoError(t, os.WriteFile(cfgFile, append(rawCfg, create...), 0o600))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	msg, err = events.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "flowd.evt.e2e.pipeline.started", msg.Subject)
+	out, err = cli(t, "", append([]string{"topic", "describe", "eu-ordrs", "--json"}, ctl...)...)
+	require.NoError(t, err)
+	var desc control.TopicDescribeReply
+	require.NoError(t, json.Unmarshal([]byte(out), &desc), out)
+	assert.Len(t, desc.Queues, 2)
+}
+
 // config validate refuses a pipeline definition in error, naming its field.
 func TestConfigValidateNamesAPipelineField(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
@@ -277,4 +325,26 @@ func TestConfigValidateNamesAPipelineField(t *testing.T) {
 	out2, err := cli(t, "", "config", "defaults")
 	require.NoError(t, err)
 	assert.Contains(t, out2, "pipelines: []")
+}
+
+// pipeline list writes a lag it cannot know as a word, not a bare dash, and says why below
+// the table.
+func TestPipelineListSaysWhenTheLagIsUnknown(t *testing.T) {
+	q := func(lag int64) pipeline.QueueStatus {
+		return pipeline.QueueStatus{Queue: consumer.MessageQueue{Topic: "orders"}, Committed: -1, Lag: lag}
+	}
+	sink := pipeline.Definition{Topics: []string{"orders"}, Sink: pipeline.SinkDefinition{Type: pipeline.SinkStdout}}
+	var out strings.Builder
+	printPipelines(&out,
+		pipeline.Status{Name: "known", State: pipeline.StateRunning, Queues: []pipeline.QueueStatus{q(2), q(3)}, Definition: sink},
+		pipeline.Status{Name: "fresh", State: pipeline.StateRunning, Queues: []pipeline.QueueStatus{q(1), q(-1)}, Definition: sink},
+		pipeline.Status{Name: "gone", State: pipeline.StateFailed, Err: "boom", Definition: sink},
+	)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 5, out.String())
+	assert.Regexp(t, `^known\s.*\s5$`, lines[1])
+	assert.Regexp(t, `^fresh\s.*\sunknown$`, lines[2])
+	assert.Regexp(t, `^gone\s.*\sunknown$`, lines[3])
+	assert.NotRegexp(t, `(?m)\s-\s*$`, out.String())
+	assert.Equal(t, "LAG unknown: a queue with no committed offset yet, a source on another flowd (source_name_servers), or a pipeline not running", lines[4])
 }

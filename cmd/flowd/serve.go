@@ -7,9 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -111,17 +113,27 @@ func (s *serveCmd) load() (config.Config, error) {
 	return cfg, nil
 }
 
-// flagNames adds the flag spelling to validation errors of settings given as flags, so that
+// flagNames adds the flag spelling to the problems of settings that have a flag, so that
 // `--log-level loud` is reported as such.
 func flagNames(err error) error {
-	msg := err.Error()
+	var inv *config.InvalidError
+	if !errors.As(err, &inv) {
+		return err
+	}
+	flags := map[string]string{}
 	def := config.Default()
 	for _, st := range config.Settings(&def) {
 		if st.Flag != "" {
-			msg = strings.ReplaceAll(msg, " "+st.Key+": ", " "+st.Key+" (--"+st.Flag+"): ")
+			flags[st.Key] = st.Flag
 		}
 	}
-	return fmt.Errorf("%w%s", config.ErrInvalid, strings.TrimPrefix(msg, config.ErrInvalid.Error()))
+	out := &config.InvalidError{Problems: slices.Clone(inv.Problems)}
+	for i, p := range out.Problems {
+		if f, ok := flags[p.Key]; ok {
+			out.Problems[i].Key = p.Key + " (--" + f + ")"
+		}
+	}
+	return out
 }
 
 // brokerConfig maps the daemon configuration onto the broker's.
@@ -204,8 +216,8 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	cfg.Filters = ph.filters
 	var httpLn net.Listener
 	if c.HTTP.Listen != "off" {
-		if httpLn, err = net.Listen("tcp", c.HTTP.Listen); err != nil {
-			return errors.Join(fmt.Errorf("serve: http.listen: %w", err), ph.close(context.Background()))
+		if httpLn, err = listen(ctx, httpAddr(c)); err != nil {
+			return errors.Join(err, ph.close(context.Background()))
 		}
 		defer httpLn.Close()
 	}
@@ -216,14 +228,14 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	}
 	b, err := broker.New(cfg)
 	if err != nil {
-		return errors.Join(dataDirError(c.DataDir, err), closePlugins())
+		return errors.Join(brokerListenError(ctx, c, dataDirError(c.DataDir, err)), closePlugins())
 	}
 	// NATS comes up before the broker serves, so that no event of the start is missed.
 	var cp *controlPlane
 	if c.NATS.Enabled {
 		cp, err = startControlPlane(ctx, c, cfg, b, ph, log)
 		if err != nil {
-			return errors.Join(err, b.Shutdown(context.Background()), closePlugins())
+			return errors.Join(natsListenError(ctx, c, err), b.Shutdown(context.Background()), closePlugins())
 		}
 	}
 	if err := b.Start(); err != nil {
@@ -251,26 +263,9 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 		log.Error("serve: pipelines not started", "err", err)
 	}
 
-	stopWatch := m.WatchBroker(b)
-	m.WatchPlugins(ph.reg.Stats)
-	m.WatchPipelines(pl.stats)
-	checks := metrics.BrokerChecks(b)
-	if cp != nil {
-		m.WatchPublisher(cp.pub.Stats)
-		checks = append(checks, metrics.NATSCheck(func() bool { return cp.pub.Stats().Connected }))
-	}
-	httpAddr := "off"
-	httpDone := make(chan error, 1)
-	hctx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
+	stopWatch, checks := watchMetrics(m, b, ph, pl, cp)
+	stopHTTP := serveHTTP(ctx, httpLn, metrics.NewHandler(m.Registry(), log, checks...))
 	defer stopHTTP()
-	if httpLn != nil {
-		httpAddr = httpLn.Addr().String()
-		go func() {
-			httpDone <- metrics.ServeListener(hctx, httpLn, metrics.NewHandler(m.Registry(), log, checks...))
-		}()
-	} else {
-		httpDone <- nil
-	}
 
 	w := &dirWatcher{ph: ph}
 	w.set(ctx, c.Plugins.Dir, c.Plugins.Poll)
@@ -278,7 +273,7 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	log.Info("flowd serving", "version", version, "broker", b.Addr(), "namesrv", b.NamesrvAddr(), "nats", cp.url(), "http", httpAddr, "data", cfg.DataDir, "plugin_dir", c.Plugins.Dir, "pid", os.Getpid())
+	log.Info("flowd serving", "version", version, "broker", b.Addr(), "namesrv", b.NamesrvAddr(), "nats", cp.url(), "http", addrOrOff(httpLn), "data", cfg.DataDir, "plugin_dir", c.Plugins.Dir, "pid", os.Getpid())
 	for running := true; running; {
 		select {
 		case <-ctx.Done():
@@ -289,8 +284,7 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	}
 	log.Info("flowd stopping")
 	w.stop()
-	stopHTTP()
-	herr := <-httpDone
+	herr := stopHTTP()
 	stopWatch()
 	// Pipelines drain first: what they polled is delivered and committed while the broker
 	// still serves, and their consumers leave the group.
@@ -305,6 +299,48 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	berr := b.Shutdown(sctx)
 	ph.setSink(nil)
 	return errors.Join(herr, perr, serr, berr, cp.close(sctx), ph.close(sctx))
+}
+
+// watchMetrics makes m read the broker, plugins, pipelines and publisher at scrape time, and
+// returns the function that stops watching the broker and the readiness checks.
+func watchMetrics(m *metrics.Metrics, b *broker.Broker, ph *pluginHost, pl *pipelineHost, cp *controlPlane) (stop func(), checks []metrics.Check) {
+	stop = m.WatchBroker(b)
+	m.WatchPlugins(ph.reg.Stats)
+	m.WatchPipelines(pl.stats)
+	checks = metrics.BrokerChecks(b)
+	if cp != nil {
+		m.WatchPublisher(cp.pub.Stats)
+		checks = append(checks, metrics.NATSCheck(func() bool { return cp.pub.Stats().Connected }))
+	}
+	return stop, checks
+}
+
+// addrOrOff is ln's address, or "off" when there is no listener.
+func addrOrOff(ln net.Listener) string {
+	if ln == nil {
+		return "off"
+	}
+	return ln.Addr().String()
+}
+
+// serveHTTP serves h on ln (nil: nothing) until stop is called, which returns the
+// server's error. The server outlives ctx's signals: the daemon stops it in its own turn.
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler) (stop func() error) {
+	if ln == nil {
+		return func() error { return nil }
+	}
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- metrics.ServeListener(hctx, ln, h) }()
+	var once sync.Once
+	var err error
+	return func() error {
+		once.Do(func() {
+			cancel()
+			err = <-done
+		})
+		return err
+	}
 }
 
 // reloadConfig re-reads the configuration on SIGHUP, applies the settings that can change
