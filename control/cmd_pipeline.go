@@ -195,8 +195,11 @@ func (s *Service) pipelineReply(ctx context.Context, name string) (any, error) {
 func pipelineError(err error, field string) error {
 	var fe *pipeline.FieldError
 	switch {
+	case errors.As(err, &fe) && errors.Is(err, pipeline.ErrInvalidDefinition):
+		// A definition may be wrong in several fields: the message names them all.
+		return badField(fe.Field, "%s", err.Error())
 	case errors.As(err, &fe):
-		return badField(fe.Field, "%s", fe.Err)
+		return badField(fe.Field, "%s", fe.Detail())
 	case errors.Is(err, pipeline.ErrNotFound):
 		return &cmdError{code: CodeNotFound, msg: err.Error()}
 	case errors.Is(err, pipeline.ErrNotRunning), errors.Is(err, pipeline.ErrExists):

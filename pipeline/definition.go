@@ -196,22 +196,54 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 // pipeline package is a client and does not import the broker).
 const maxQueues = 1024
 
-// FieldError is one field of a Definition in error. It wraps ErrInvalidDefinition.
+// FieldError names the field at fault in a Definition (it wraps ErrInvalidDefinition) or in
+// a request such as a seek (it wraps ErrInvalidArgument), so that a caller can tell its
+// user which one to fix with errors.As instead of reading the message apart.
 type FieldError struct {
-	// Field is the field's key path within the definition: "sink.topic", "topics[1]".
+	// Field is the field's key path: "sink.topic", "topics[1]", "queue", "offset".
 	Field string
-	// Msg says what is wrong with it.
+	// Msg says what is wrong with it; empty when Err says it.
 	Msg string
+	// Err is the failure behind it, if any (consumer.ErrOffsetOutOfRange, …); errors.Is
+	// sees it.
+	Err error
+	// kind is ErrInvalidDefinition or ErrInvalidArgument.
+	kind error
+}
+
+// Detail says what is wrong with the field, without the field's name.
+func (e *FieldError) Detail() string {
+	if e.Msg == "" && e.Err != nil {
+		return e.Err.Error()
+	}
+	return e.Msg
 }
 
 func (e *FieldError) Error() string {
-	return ErrInvalidDefinition.Error() + ": " + e.Field + ": " + e.Msg
+	return e.sentinel().Error() + ": " + e.Field + ": " + e.Detail()
 }
 
-func (e *FieldError) Unwrap() error { return ErrInvalidDefinition }
+func (e *FieldError) sentinel() error {
+	if e.kind == nil {
+		return ErrInvalidDefinition
+	}
+	return e.kind
+}
+
+func (e *FieldError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{e.sentinel()}
+	}
+	return []error{e.sentinel(), e.Err}
+}
 
 func invalid(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// badArgument is a request field in error: it wraps ErrInvalidArgument and err.
+func badArgument(field string, err error) error {
+	return &FieldError{Field: field, Err: err, kind: ErrInvalidArgument}
 }
 
 // FieldErrors returns the field errors err holds (those Validate joined), looking through

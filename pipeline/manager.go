@@ -34,18 +34,6 @@ var (
 	ErrInvalidArgument = errors.New("pipeline: invalid argument")
 )
 
-// FieldError is an invalid argument naming the request field at fault ("queue",
-// "offset"), so that a caller can tell its user which one to fix without reading the
-// message. errors.Is(err, ErrInvalidArgument) holds for it.
-type FieldError struct {
-	Field string
-	Err   error // what is wrong with it
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
-
-func (e *FieldError) Unwrap() []error { return []error{ErrInvalidArgument, e.Err} }
-
 // EventType names what happened to a pipeline.
 type EventType string
 
@@ -335,7 +323,7 @@ func (m *Manager) Seek(ctx context.Context, name string, req SeekRequest) error 
 		return fmt.Errorf("seek %s: %w", name, ErrNotRunning)
 	}
 	if req.Queue != nil && !slices.Contains(p.c.Assignment(), *req.Queue) {
-		return &FieldError{Field: "queue", Err: fmt.Errorf("pipeline %s does not own %s (its status lists the queues it owns)", name, req.Queue)}
+		return badArgument("queue", fmt.Errorf("pipeline %s does not own %s (its status lists the queues it owns)", name, req.Queue))
 	}
 	return seekError(p.seek(ctx, req), req)
 }
@@ -348,9 +336,9 @@ func seekError(err error, req SeekRequest) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, consumer.ErrOffsetOutOfRange) && req.Position == SeekOffset:
-		return &FieldError{Field: "offset", Err: err}
+		return badArgument("offset", err)
 	case errors.Is(err, consumer.ErrNotAssigned) && req.Queue != nil:
-		return &FieldError{Field: "queue", Err: err}
+		return badArgument("queue", err)
 	case errors.Is(err, consumer.ErrNotRunning):
 		return fmt.Errorf("%w: %w", ErrNotRunning, err)
 	}
