@@ -45,9 +45,15 @@ const (
 // with removed ones below NextBeginOffset: the batch's messages are then not the Count
 // queue offsets below NextBeginOffset, and each carries its own queue offset.
 //
-// The error is non-nil when ctx is done, the store is closed, or f.Match failed under
-// FailClosed before any message was taken (ErrFilterFailed); everything else is a status.
-// Call Release on the result when its Messages are no longer needed.
+// A message (or consume-queue unit) that cannot be read, an I/O error or a short read,
+// ends the batch: the messages before it are returned with NextBeginOffset at it, never past
+// it. A read that fails before it took any message returns an error wrapping ErrReadFailed,
+// so that the caller retries from offset.
+//
+// The error is non-nil when ctx is done, the store is closed, f.Match failed under
+// FailClosed before any message was taken (ErrFilterFailed), or a read failed before any
+// was (ErrReadFailed); everything else is a status. Call Release on the result when its
+// Messages are no longer needed.
 func (s *Store) GetMessage(ctx context.Context, topic string, queueID int32, offset int64, maxMsgs, maxBytes int, f *Filter) (*GetResult, error) {
 	return s.getMessage(ctx, topic, queueID, offset, maxMsgs, maxBytes, f, false)
 }
