@@ -29,9 +29,10 @@ var readFaults = []struct {
 	{"short", true, io.EOF},
 }
 
-// faultAt fails the reads of the commit log that reach into the message r.
+// faultAt fails the reads of the commit log that reach into the message r (in a store
+// with testOptions' SegmentSize).
 func faultAt(ffs *vfs.FaultFS, r PutResult, short bool) {
-	ffs.FailReads(&vfs.ReadFault{Match: onlyCommitLog, Off: r.CommitLogOffset % (1 << 20), Len: int64(r.Size), Short: short})
+	ffs.FailReads(&vfs.ReadFault{Match: onlyCommitLog, Off: r.CommitLogOffset % testOptions().SegmentSize, Len: int64(r.Size), Short: short})
 }
 
 func openFaulty(t *testing.T, o Options) (*Store, *vfs.FaultFS) {
