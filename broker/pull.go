@@ -104,7 +104,7 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 	zeroCopy := !b.cfg.DisableZeroCopy && (f == nil || f.Match == nil)
 	res, err := b.readPull(ctx, h.Topic, h.QueueID, h.QueueOffset, maxMsgs, maxBytes, f, zeroCopy)
 	if err != nil {
-		return b.pullReadError(req, h.ConsumerGroup, h.Topic, h.QueueID, err)
+		return b.pullReadError(req, h.ConsumerGroup, h.Topic, h.QueueID, h.QueueOffset, err)
 	}
 	code := pullCode(res.Status, h.QueueOffset)
 	// OFFSET_FOUND_NULL is not "caught up": the consume-queue file at the offset is gone and
@@ -155,13 +155,22 @@ func (b *Broker) readPull(ctx context.Context, topic string, queueID int32, from
 	return b.store.GetMessage(ctx, topic, queueID, from, maxMsgs, maxBytes, f)
 }
 
-// pullReadError answers a pull whose read failed.
-func (b *Broker) pullReadError(req *protocol.Command, group, topic string, queueID int32, err error) *protocol.Command {
-	if errors.Is(err, store.ErrFilterFailed) {
+// pullReadError answers a pull from offset whose read failed.
+func (b *Broker) pullReadError(req *protocol.Command, group, topic string, queueID int32, offset int64, err error) *protocol.Command {
+	switch {
+	case errors.Is(err, store.ErrFilterFailed):
 		// Fail-closed filter: the consumer retries from its offset after its error back-off;
 		// no other queue waits for this one.
 		b.log.Warn("pull: message filter failed", "group", group, "topic", topic, "queue", queueID, "err", err)
 		return errorResponse(req, protocol.SystemError, err)
+	case errors.Is(err, store.ErrReadFailed):
+		// The disk could not give back the next message. SYSTEM_ERROR is what RocketMQ's
+		// clients retry (after their error back-off) from the same offset, which is what
+		// must happen: answering anything with a nextBeginOffset would skip the message.
+		b.log.Error("pull: store read failed", "group", group, "topic", topic, "queue", queueID, "offset", offset, "err", err)
+		return protocol.NewResponse(req, protocol.SystemError, fmt.Sprintf(
+			"the broker could not read the message store for %s/%d from offset %d; nothing was skipped, pull again from that offset: %v",
+			topic, queueID, offset, err))
 	}
 	return storeErrorResponse(req, err)
 }
@@ -219,7 +228,7 @@ func (b *Broker) serveParked(w *pollWaiter) {
 		res, err := b.readPull(ctx, w.key.topic, w.key.queueID, from, int(w.maxMsgs), int(w.maxBytes), w.filter, w.zeroCopy)
 		if err != nil {
 			b.poll.unpark(w)
-			w.d.Respond(b.pullReadError(w.request(), w.owner.group, w.key.topic, w.key.queueID, err))
+			w.d.Respond(b.pullReadError(w.request(), w.owner.group, w.key.topic, w.key.queueID, from, err))
 			return
 		}
 		code := pullCode(res.Status, w.requested)

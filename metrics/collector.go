@@ -81,13 +81,14 @@ var (
 	descFsyncs        = desc("flowd_store_fsyncs_total", "Commit-log fsyncs since the store opened (group commit makes it smaller than the synchronous appends).")
 	descCQs           = desc("flowd_store_consume_queues", "Consume queues (topic, queue id pairs).")
 	descWritable      = desc("flowd_store_writable", "1 while the store accepts writes, 0 after a write failure stopped it (disk full, failed flush).")
+	descReadErrors    = desc("flowd_store_read_errors_total", "Reads of store files (commit log, consume queues, key index) that failed with an I/O error or came back short since the store opened; no offset moves past a message that could not be read.")
 	descTxn           = desc("flowd_transactions_pending", "Transactional half messages waiting for their outcome.")
 )
 
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descParked, descConns, descEventsDropped, descTopics, descGroups,
 		descClients, descLockedQueues, descMembers, descGroupLag, descQueueLag, descSegments, descLogBytes,
-		descUnflushed, descUndispatched, descLogOffset, descFsyncs, descCQs, descWritable, descTxn} {
+		descUnflushed, descUndispatched, descLogOffset, descFsyncs, descCQs, descWritable, descReadErrors, descTxn} {
 		ch <- d
 	}
 }
@@ -119,6 +120,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		writable = 0
 	}
 	gauge(ch, descWritable, writable)
+	counter(ch, descReadErrors, uint64(s.ReadErrors))
 
 	// Groups come sorted by name: the first MaxGroups keep their label, so a group's series
 	// does not move to "~other" because of traffic elsewhere. DescribeGroup (which walks the

@@ -182,6 +182,33 @@ func TestReadyzFailsWhenTheStoreFails(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code, "the process is alive")
 }
 
+// A read the store cannot make counts in flowd_store_read_errors_total; the store keeps
+// taking writes (and /readyz stays ready: readiness is about writes).
+func TestStoreReadErrorsAreCounted(t *testing.T) {
+	ffs := vfs.NewFaultFS(nil)
+	m := metrics.New(metrics.Options{})
+	b := startBroker(t, m, func(cfg *broker.Config) { cfg.Store.FS = ffs })
+	createTopic(t, b, "scratched", 1)
+	p := newProducer(t, b)
+	res, err := p.Send(context.Background(), &producer.Message{Topic: "scratched", Body: []byte("x")})
+	require.NoError(t, err)
+	srv := serveMetrics(t, m, metrics.BrokerChecks(b)...)
+	errs, ok := value(t, m.Registry(), "flowd_store_read_errors_total")
+	require.True(t, ok, "exported before any read failed")
+	require.Zero(t, errs)
+
+	ffs.FailReads(&vfs.ReadFault{Match: func(n string) bool { return strings.Contains(n, "/commitlog/") }})
+	_, err = b.MessageByID(res.OffsetMsgID)
+	require.ErrorIs(t, err, store.ErrReadFailed)
+	ffs.FailReads(nil)
+	errs, _ = value(t, m.Registry(), "flowd_store_read_errors_total")
+	assert.Equal(t, 1.0, errs)
+	code, body := get(t, srv, "/readyz")
+	assert.Equal(t, http.StatusOK, code, body)
+	_, err = b.MessageByID(res.OffsetMsgID)
+	require.NoError(t, err, "the message reads again")
+}
+
 // /readyz turns not-ready when NATS is configured and disconnected, and ready again when it
 // comes back.
 func TestReadyzFollowsTheNATSCheck(t *testing.T) {

@@ -211,6 +211,10 @@ type Stats struct {
 	ConsumeQueues int
 	// WriteFailure is the write error that stopped the store taking writes, or nil.
 	WriteFailure error
+	// ReadErrors counts reads of the commit log, consume queues and key index since Open
+	// that failed with an I/O error or came back short (ErrReadFailed). The store keeps
+	// working: each such read fails, or ends its batch, at what it could not read.
+	ReadErrors int64
 	// Recovery is what Open found and repaired.
 	Recovery RecoveryReport
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -105,34 +106,46 @@ func (s *Store) clean() error {
 }
 
 // cleanQueues deletes consume-queue files whose every unit points below clMin (never a
-// queue's last file) and moves min offsets past units that point below it.
+// queue's last file) and moves min offsets past units that point below it. A queue whose
+// units cannot be read is left as it is (a unit it cannot read is not known to be dead),
+// and the failure returned once the other queues are done.
 func (s *Store) cleanQueues(clMin int64) error {
+	var errs []error
 	for _, q := range s.allQueues() {
-		for {
-			q.mu.RLock()
-			if len(q.files) < 2 {
-				q.mu.RUnlock()
-				break
-			}
-			f := q.files[0]
-			q.mu.RUnlock()
-			off, size, _, ok := q.unitAt(f.start + q.units - 1)
-			if ok && size > 0 && off >= clMin {
-				break
-			}
-			q.mu.Lock()
-			q.files = q.files[1:]
-			q.mu.Unlock()
-			if q.min.Load() < f.start+q.units {
-				q.min.Store(f.start + q.units)
-			}
-			f.close(-1)
-			if err := s.fs.Remove(f.path); err != nil {
-				return fmt.Errorf("remove consume queue file %s: %w", f.path, err)
-			}
-			s.log.Info("deleted consume-queue file", "file", f.path)
+		if err := s.cleanQueue(q, clMin); err != nil {
+			errs = append(errs, err)
 		}
-		s.correctMinOffset(q, clMin)
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+func (s *Store) cleanQueue(q *consumeQueue, clMin int64) error {
+	for {
+		q.mu.RLock()
+		if len(q.files) < 2 {
+			q.mu.RUnlock()
+			break
+		}
+		f := q.files[0]
+		q.mu.RUnlock()
+		off, size, _, err := q.unitAt(f.start + q.units - 1)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("clean consume queue %s/%d: %w", q.topic, q.qid, err)
+		}
+		if err == nil && size > 0 && off >= clMin {
+			break
+		}
+		q.mu.Lock()
+		q.files = q.files[1:]
+		q.mu.Unlock()
+		if q.min.Load() < f.start+q.units {
+			q.min.Store(f.start + q.units)
+		}
+		f.close(-1)
+		if err := s.fs.Remove(f.path); err != nil {
+			return fmt.Errorf("remove consume queue file %s: %w", f.path, err)
+		}
+		s.log.Info("deleted consume-queue file", "file", f.path)
+	}
+	return s.correctMinOffset(q, clMin)
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/flowd-io/flowd/broker/store/vfs"
 	"github.com/flowd-io/flowd/protocol"
@@ -35,6 +37,9 @@ type segment struct {
 
 	// pins keeps f open while regions of it are being sent (see region.go).
 	pins segmentPins
+	// readErrs is the store's count of failed reads (Stats.ReadErrors), for the reads of
+	// regions the transport makes.
+	readErrs *atomic.Int64
 }
 
 // writeAt stores b at off (relative to the segment start).
@@ -155,7 +160,7 @@ func (s *Store) createSegment(start int64) (*segment, error) {
 		f.Close()
 		return nil, fmt.Errorf("create segment %s: sync dir: %w", path, err)
 	}
-	return &segment{start: start, path: path, f: f, limit: s.opts.SegmentSize}, nil
+	return &segment{start: start, path: path, f: f, limit: s.opts.SegmentSize, readErrs: &s.readErrors}, nil
 }
 
 // segmentFor returns the segment holding off, or nil if it was removed or not created yet.
@@ -417,20 +422,21 @@ func (s *Store) rollLocked() error {
 }
 
 // readLog reads len(p) bytes of the commit log at off; the range must lie within one segment
-// and below written. It returns ErrNotFound if the segment is gone.
+// and below written. It returns ErrNotFound if the segment is gone, and an error wrapping
+// ErrReadFailed (counted in Stats.ReadErrors) if the file could not be read.
 func (s *Store) readLog(p []byte, off int64) error {
 	seg := s.segmentFor(off)
 	if seg == nil {
 		return fmt.Errorf("read commit log at %d: %w", off, ErrNotFound)
 	}
 	if err := seg.readAt(p, off-seg.start); err != nil {
-		if s.segmentFor(off) == nil { // removed under us
+		if s.segmentFor(off) == nil || errors.Is(err, ErrNotFound) { // removed under us, or outside it
 			return fmt.Errorf("read commit log at %d: %w", off, ErrNotFound)
 		}
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		return fmt.Errorf("read segment %s at %d: %w", seg.path, off-seg.start, err)
+		return readFailure(&s.readErrors, fmt.Errorf("read segment %s at %d: %w", seg.path, off-seg.start, err))
 	}
 	return nil
 }

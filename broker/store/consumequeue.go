@@ -40,6 +40,8 @@ type consumeQueue struct {
 	// mapped is the one file of the queue the dispatcher has mapped (mapCQFile); only the
 	// dispatcher uses it.
 	mapped *cqFile
+
+	readErrs *atomic.Int64 // the store's count of failed reads (Stats.ReadErrors)
 }
 
 type cqFile struct {
@@ -155,7 +157,7 @@ func (s *Store) queueOrCreate(topic []byte, qid int32) (*consumeQueue, error) {
 	if q := qs[qid]; q != nil {
 		return q, nil
 	}
-	q := &consumeQueue{topic: t, qid: qid, dir: s.cqDir(t, qid), units: int64(s.opts.ConsumeQueueUnits)}
+	q := &consumeQueue{topic: t, qid: qid, dir: s.cqDir(t, qid), units: int64(s.opts.ConsumeQueueUnits), readErrs: &s.readErrors}
 	qs[qid] = q
 	return q, nil
 }
@@ -320,35 +322,44 @@ const (
 
 // readUnits reads up to maxUnits units from idx into buf, never past max or the end of the
 // file holding idx (a scan stays within one file, as RocketMQ's does). On cqNoFile, next is
-// the first unit of the following file.
-func (q *consumeQueue) readUnits(buf []byte, idx int64, maxUnits int) (units []byte, st cqReadStatus, next int64) {
+// the first unit of the following file. A file that is there but cannot be read fails
+// with an error wrapping ErrReadFailed: taking it for a removed one would move a reader
+// past every unit it holds.
+func (q *consumeQueue) readUnits(buf []byte, idx int64, maxUnits int) (units []byte, st cqReadStatus, next int64, err error) {
 	hi := q.max.Load()
 	if idx >= hi {
-		return nil, cqNoUnits, idx
+		return nil, cqNoUnits, idx, nil
 	}
 	f := q.fileFor(idx)
 	if f == nil {
-		return nil, cqNoFile, idx - idx%q.units + q.units
+		return nil, cqNoFile, idx - idx%q.units + q.units, nil
 	}
 	n := min(int64(maxUnits), hi-idx, f.start+q.units-idx)
 	b := buf[:n*cqUnitSize]
 	if _, err := f.f.ReadAt(b, (idx-f.start)*cqUnitSize); err != nil {
-		// Closed by retention or DeleteTopic while we read, or shorter than max says
-		// (cannot happen: max is published after the write).
-		return nil, cqNoFile, idx - idx%q.units + q.units
+		if errors.Is(err, os.ErrClosed) || q.fileFor(idx) != f {
+			// Closed by retention or DeleteTopic while we read.
+			return nil, cqNoFile, idx - idx%q.units + q.units, nil
+		}
+		// max is published after the write, so even a short read is a failed one.
+		return nil, cqOK, idx, readFailure(q.readErrs, fmt.Errorf("read consume queue %s at unit %d: %w", f.path, idx, err))
 	}
-	return b, cqOK, idx
+	return b, cqOK, idx, nil
 }
 
-// unitAt reads one unit.
-func (q *consumeQueue) unitAt(idx int64) (off int64, size int32, tags int64, ok bool) {
+// unitAt reads one unit. It fails with ErrNotFound when there is none at idx (or its file
+// is gone), and with ErrReadFailed when it could not be read.
+func (q *consumeQueue) unitAt(idx int64) (off int64, size int32, tags int64, err error) {
 	var b [cqUnitSize]byte
-	u, st, _ := q.readUnits(b[:], idx, 1)
+	u, st, _, err := q.readUnits(b[:], idx, 1)
+	if err != nil {
+		return 0, 0, 0, err
+	}
 	if st != cqOK {
-		return 0, 0, 0, false
+		return 0, 0, 0, fmt.Errorf("unit %s/%d@%d: %w", q.topic, q.qid, idx, ErrNotFound)
 	}
 	off, size, tags = decodeUnit(u)
-	return off, size, tags, true
+	return off, size, tags, nil
 }
 
 func decodeUnit(u []byte) (off int64, size int32, tags int64) {

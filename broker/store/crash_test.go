@@ -221,8 +221,8 @@ func verifyAcks(t *testing.T, s *Store, acks []ack) {
 		require.Equal(t, a.hash, bodyHash(m.Body), "body of %d", a.cloff)
 		require.Equal(t, a.qoff, m.QueueOffset)
 		require.Equal(t, a.qid, m.QueueID)
-		off, _, _, ok := s.queue("K", a.qid).unitAt(a.qoff)
-		require.True(t, ok)
+		off, _, _, err := s.queue("K", a.qid).unitAt(a.qoff)
+		require.NoError(t, err)
 		require.Equal(t, a.cloff, off, "unit %d/%d", a.qid, a.qoff)
 		maxQ[a.qid] = max(maxQ[a.qid], a.qoff+1)
 	}

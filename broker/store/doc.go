@@ -65,6 +65,15 @@
 // queue units that point past the recovered end, and zero-filled unit tails, are removed.
 // Stats().Recovery and the log say what was cut and why.
 //
+// Recovery cuts only what it read and found bad. A read that fails (an I/O error, or a read
+// of a file that comes back short) fails Open with an error wrapping ErrReadFailed and
+// naming the file and offset, whichever file it was (commit log, consume queue, key index,
+// checkpoints, deleted-topic records): taken for damage, the unit or message could be good
+// data, cut; taken for a missing checkpoint, a crash recovery would drop the key index. The
+// store stays closed until the disk reads again (or the file is moved away). Nothing is
+// ever cut on account of a read that failed, and the abort marker, if there was one, stays,
+// so the next Open recovers from the same point.
+//
 // # Failures
 //
 // A failed write or fsync (short write, EIO, ENOSPC) fails the store: Put returns an error
@@ -72,6 +81,20 @@
 // ever follows a hole. After an fsync error nothing is retried: the kernel may already have
 // dropped the dirty pages ("fsyncgate"). Reads keep working. Reopen to recover; recovery
 // cuts whatever the failed write left behind.
+//
+// A failed read (EIO, a short read, a fault on a mapped page) fails that read only, with an
+// error wrapping ErrReadFailed, and counts in Stats().ReadErrors; the store keeps working.
+// No offset ever moves past a message that was not read: a pull's batch ends at the first
+// message it cannot read (NextBeginOffset is that message's offset) and a pull that would
+// start there fails, so the consumer retries it until the disk gives it back; a consume
+// queue that cannot be read fails the pull instead of being taken for a removed file;
+// OffsetByTimestamp counts an unreadable message as recent enough, so a seek lands at or
+// before it; lookups by offset and by key fail rather than answer "not found". Retention
+// leaves a consume queue it cannot read as it is. GetRegions reads nothing: a fault
+// while the transport sends a region closes that connection (the frame cannot be
+// finished), and the client pulls again from the same offset. The dispatcher is the
+// exception: a read failure there fails the store, as a write failure does, since no
+// later message can be dispatched past it.
 //
 // # Retention
 //

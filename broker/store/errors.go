@@ -2,6 +2,8 @@ package store
 
 import (
 	"errors"
+	"fmt"
+	"sync/atomic"
 
 	"github.com/flowd-io/flowd/broker/store/vfs"
 )
@@ -37,4 +39,16 @@ var (
 	// any message; the queue stays at the requested offset. The filter's own error is
 	// wrapped too.
 	ErrFilterFailed = errors.New("message filter failed")
+	// ErrReadFailed: a read of a store file (commit log, consume queue, key index,
+	// checkpoint) failed with an I/O error or came back short. Nothing was skipped: a read
+	// for a pull stops at the message it could not read, and a read during Open fails it
+	// before anything is cut. The file's own error is wrapped too.
+	ErrReadFailed = errors.New("store read failed")
 )
+
+// readFailure marks err, a failed read of a store file, as ErrReadFailed and counts it in
+// n (Stats.ReadErrors).
+func readFailure(n *atomic.Int64, err error) error {
+	n.Add(1)
+	return fmt.Errorf("%w: %w", ErrReadFailed, err)
+}

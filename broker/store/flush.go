@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"time"
+
+	"github.com/flowd-io/flowd/broker/store/vfs"
 )
 
 // flushCommitLog fsyncs every segment holding bytes in [flushed, written) and advances
@@ -212,12 +214,31 @@ func (s *Store) openCheckpoint() (checkpointRecord, bool, error) {
 		return checkpointRecord{}, false, fmt.Errorf("open checkpoint: %w", err)
 	}
 	b := make([]byte, checkpointSize)
-	n, err := f.ReadAt(b, 0)
-	if err != nil && n < checkpointSize && !errors.Is(err, io.EOF) {
+	n, err := readHead(f, b)
+	if err != nil {
 		f.Close()
-		return checkpointRecord{}, false, fmt.Errorf("read checkpoint: %w", err)
+		return checkpointRecord{}, false, readFailure(&s.readErrors, fmt.Errorf("read checkpoint %s: %w", path, err))
 	}
 	s.cp = f
 	rec, ok := decodeCheckpoint(b[:n])
 	return rec, ok, nil
+}
+
+// readHead reads the start of a small record file into b and returns how much of b it
+// filled: less only when the file really is shorter (a crash before its first write
+// completed). A read that comes back short of what the file holds is an error, not a
+// short file: taken for one, a checkpoint would be ignored.
+func readHead(f vfs.File, b []byte) (int, error) {
+	n, err := f.ReadAt(b, 0)
+	if err == nil || !errors.Is(err, io.EOF) {
+		return n, err
+	}
+	fi, serr := f.Stat()
+	if serr != nil {
+		return n, fmt.Errorf("%w (and stat: %w)", err, serr)
+	}
+	if fi.Size() > int64(n) {
+		return n, fmt.Errorf("%d of the file's %d bytes read: %w", n, fi.Size(), err)
+	}
+	return n, nil
 }

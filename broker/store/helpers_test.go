@@ -98,8 +98,8 @@ func checkConsistent(t testing.TB, s *Store) {
 			lo, hi := q.min.Load(), q.max.Load()
 			prev := int64(-1)
 			for i := lo; i < hi; i++ {
-				off, size, tags, ok := q.unitAt(i)
-				require.True(t, ok, "unit %s/%d@%d", topic, id, i)
+				off, size, tags, err := q.unitAt(i)
+				require.NoError(t, err, "unit %s/%d@%d", topic, id, i)
 				require.Greater(t, off, prev, "unit %s/%d@%d", topic, id, i)
 				prev = off
 				b, err := s.MessageAt(off)

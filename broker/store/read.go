@@ -45,9 +45,15 @@ const (
 // with removed ones below NextBeginOffset: the batch's messages are then not the Count
 // queue offsets below NextBeginOffset, and each carries its own queue offset.
 //
-// The error is non-nil when ctx is done, the store is closed, or f.Match failed under
-// FailClosed before any message was taken (ErrFilterFailed); everything else is a status.
-// Call Release on the result when its Messages are no longer needed.
+// A message (or consume-queue unit) that cannot be read, an I/O error or a short read,
+// ends the batch: the messages before it are returned with NextBeginOffset at it, never past
+// it. A read that fails before it took any message returns an error wrapping ErrReadFailed,
+// so that the caller retries from offset.
+//
+// The error is non-nil when ctx is done, the store is closed, f.Match failed under
+// FailClosed before any message was taken (ErrFilterFailed), or a read failed before any
+// was (ErrReadFailed); everything else is a status. Call Release on the result when its
+// Messages are no longer needed.
 func (s *Store) GetMessage(ctx context.Context, topic string, queueID int32, offset int64, maxMsgs, maxBytes int, f *Filter) (*GetResult, error) {
 	return s.getMessage(ctx, topic, queueID, offset, maxMsgs, maxBytes, f, false)
 }
@@ -62,45 +68,22 @@ func (s *Store) getMessage(ctx context.Context, topic string, queueID int32, off
 	}
 	r := &GetResult{s: s}
 	q := s.queue(topic, queueID)
-	if q == nil {
-		r.Status, r.NextBeginOffset = NoMatchedLogicQueue, 0
-		return r, nil
-	}
-	lo, hi := q.min.Load(), q.max.Load()
-	r.MinOffset, r.MaxOffset = lo, hi
-	switch {
-	case hi == 0:
-		r.Status, r.NextBeginOffset = NoMessageInQueue, 0
-		return r, nil
-	case offset < lo:
-		r.Status, r.NextBeginOffset = OffsetTooSmall, lo
-		return r, nil
-	case offset == hi:
-		r.Status, r.NextBeginOffset = OffsetOverflowOne, offset
-		return r, nil
-	case offset > hi:
-		// An offset past the end (a consumer's offset from before the queue was deleted
-		// and recreated, say) is corrected to the queue's start while the queue still
-		// holds its first message, as RocketMQ 4.x does: re-delivering is safe, skipping
-		// what is there is not. Only a queue that already lost its head goes to the end.
-		r.Status, r.NextBeginOffset = OffsetOverflowBadly, hi
-		if lo == 0 {
-			r.NextBeginOffset = 0
-		}
+	if !r.bounds(q, offset) {
 		return r, nil
 	}
 
 	scan := max(minScanBytes, min(maxMsgs, maxScanMsgs)*cqUnitSize) / cqUnitSize
 	up := s.getReadBuf()
 	ubuf := slices.Grow((*up)[:0], scan*cqUnitSize)[:scan*cqUnitSize]
-	units, st, next := q.readUnits(ubuf, offset, scan)
-	switch st {
-	case cqNoFile:
-		s.putReadBuf(up, ubuf)
+	defer s.putReadBuf(up, ubuf)
+	units, st, next, err := q.readUnits(ubuf, offset, scan)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("read %s/%d at queue offset %d: %w", topic, queueID, offset, err)
+	case st == cqNoFile:
 		r.Status, r.NextBeginOffset = OffsetFoundNull, next
 		return r, nil
-	case cqNoUnits:
-		s.putReadBuf(up, ubuf)
+	case st == cqNoUnits:
 		r.Status, r.NextBeginOffset = OffsetOverflowOne, offset
 		return r, nil
 	}
@@ -112,20 +95,17 @@ func (s *Store) getMessage(ctx context.Context, topic string, queueID int32, off
 	S := s.opts.SegmentSize
 	status := NoMatchedMessage
 	skipBelow := int64(-1) // units in a removed segment are skipped without reading
-	var match BatchFilter
-	if f != nil {
-		match = f.Match
-	}
-	zeroCopy := regions && match == nil // units become regions: nothing is read from the log
-	if zeroCopy {
-		rd.regions = make([]Region, 0, min(max(maxMsgs, 1), memBatchCount))
-	}
-	var win *filterWindow
-	if match != nil {
+	var win *filterWindow  // with a batch filter (f.Match)
+	if f != nil && f.Match != nil {
 		win = s.getWindow()
 		defer s.putWindow(win)
 	}
+	zeroCopy := regions && win == nil // units become regions: nothing is read from the log
+	if zeroCopy {
+		rd.regions = make([]Region, 0, min(max(maxMsgs, 1), memBatchCount))
+	}
 	var ferr error // why the read stopped early without a message, if it did
+	var rerr error // a message that could not be read: the batch ends at its unit
 	n := len(units) / cqUnitSize
 	i := 0 // units below i are decided
 scan:
@@ -151,112 +131,165 @@ scan:
 				}
 				continue
 			}
-			if match != nil && win.full(int(size)) {
+			if win != nil && win.full(int(size)) {
 				break
 			}
-			ahead := min(max(maxMsgs, 1), memBatchCount) - rd.count
-			if win != nil {
-				ahead = win.maxCount - len(win.ents)
+			at, err := rd.read(units, i, off, int(size), inDisk, win, zeroCopy)
+			if errors.Is(err, ErrReadFailed) {
+				// Passing over it would move NextBeginOffset past a message nobody read: the
+				// batch ends here, and the next read starts with it.
+				rerr = fmt.Errorf("read %s/%d at queue offset %d: %w", topic, queueID, offset+int64(i), err)
+				break
 			}
-			var at int
-			var err error
-			if zeroCopy {
-				err = rd.region(off, int(size))
-			} else {
-				at, err = rd.get(units, i, off, int(size), inDisk, ahead)
-			}
-			if err != nil {
-				if errors.Is(err, ErrNotFound) {
-					if rd.count == 0 {
-						status = MessageWasRemoving
-					}
-					skipBelow = off - off%S + S
-					continue
+			if errors.Is(err, ErrNotFound) {
+				if rd.count == 0 {
+					status = MessageWasRemoving
 				}
+				skipBelow = off - off%S + S
+				continue
+			}
+			if err != nil { // a unit that does not match the log: damage no read repairs
 				s.log.Warn("read message for pull", "topic", topic, "queue", queueID, "offset", offset+int64(i), "err", err)
 				continue
 			}
-			if zeroCopy {
-				status = Found
-				continue
-			}
-			if match == nil {
-				rd.accept(at, int(size))
+			if win == nil { // no batch filter: the message is in the batch
+				if !zeroCopy {
+					rd.accept(at, int(size))
+				}
 				status = Found
 				continue
 			}
 			win.add(windowEntry{unit: i, at: at, size: int(size), offset: offset + int64(i), tagCode: tc, inDisk: inDisk})
 		}
-		if win == nil || len(win.ents) == 0 {
+		if win != nil && len(win.ents) > 0 {
+			if at, err := s.decideWindow(ctx, f, win, &rd, &status, topic, queueID); at >= 0 {
+				i, ferr = at, err
+				break scan
+			}
+		}
+		if rerr != nil {
+			break
+		}
+	}
+	return rd.finish(r, bp, status, offset+int64(i), ferr, rerr, zeroCopy)
+}
+
+// bounds sets r's status for a read of q at offset that finds nothing without reading
+// (no such queue, an empty one, an offset outside it) and returns false then; true means
+// there are units to read.
+func (r *GetResult) bounds(q *consumeQueue, offset int64) bool {
+	if q == nil {
+		r.Status, r.NextBeginOffset = NoMatchedLogicQueue, 0
+		return false
+	}
+	lo, hi := q.min.Load(), q.max.Load()
+	r.MinOffset, r.MaxOffset = lo, hi
+	switch {
+	case hi == 0:
+		r.Status, r.NextBeginOffset = NoMessageInQueue, 0
+	case offset < lo:
+		r.Status, r.NextBeginOffset = OffsetTooSmall, lo
+	case offset == hi:
+		r.Status, r.NextBeginOffset = OffsetOverflowOne, offset
+	case offset > hi:
+		// An offset past the end (a consumer's offset from before the queue was deleted
+		// and recreated, say) is corrected to the queue's start while the queue still
+		// holds its first message, as RocketMQ 4.x does: re-delivering is safe, skipping
+		// what is there is not. Only a queue that already lost its head goes to the end.
+		r.Status, r.NextBeginOffset = OffsetOverflowBadly, hi
+		if lo == 0 {
+			r.NextBeginOffset = 0
+		}
+	default:
+		return true
+	}
+	return false
+}
+
+// decideWindow hands the window to f.Match and takes what it keeps into the batch. It
+// returns the unit at which the read stops (-1: go on), with the read's error when a
+// FailClosed filter failed.
+func (s *Store) decideWindow(ctx context.Context, f *Filter, win *filterWindow, rd *batchReader, status *GetStatus, topic string, queueID int32) (int, error) {
+	keep, err := win.decide(ctx, f.Match, rd, topic, queueID)
+	if err != nil {
+		first := win.ents[0]
+		if ctx.Err() == nil && f.OnError == FailOpen {
+			s.log.Warn("message filter failed; delivering its batch (fail-open)", "topic", topic, "queue", queueID, "offset", first.offset, "messages", len(win.ents), "err", err)
+			for k := range keep {
+				keep[k] = true
+			}
+		} else {
+			// Hold the queue at the window's first message: nothing of it was decided.
+			if ctx.Err() != nil {
+				return first.unit, ctx.Err()
+			}
+			return first.unit, fmt.Errorf("%w: %s/%d at %d: %w", ErrFilterFailed, topic, queueID, first.offset, err)
+		}
+	}
+	rejected := false
+	for k, ok := range keep {
+		if !ok {
+			rejected = true
+			if rd.count == 0 {
+				*status = NoMatchedMessage
+			}
 			continue
 		}
-		keep, err := win.decide(ctx, match, &rd, topic, queueID)
-		if err != nil {
-			if ctx.Err() == nil && f.OnError == FailOpen {
-				s.log.Warn("message filter failed; delivering its batch (fail-open)", "topic", topic, "queue", queueID, "offset", win.ents[0].offset, "messages", len(win.ents), "err", err)
-				for k := range keep {
-					keep[k] = true
-				}
-			} else {
-				// Hold the queue at the window's first message: nothing of it was decided.
-				i = win.ents[0].unit
-				if ctx.Err() != nil {
-					ferr = ctx.Err()
-				} else {
-					ferr = fmt.Errorf("%w: %s/%d at %d: %w", ErrFilterFailed, topic, queueID, win.ents[0].offset, err)
-				}
-				break scan
-			}
+		e := win.ents[k]
+		if rd.full(e.size, e.inDisk) {
+			return e.unit, nil // evaluated but not taken: the next read starts here
 		}
-		rejected := false
-		for k, ok := range keep {
-			if !ok {
-				rejected = true
-				if rd.count == 0 {
-					status = NoMatchedMessage
-				}
-				continue
-			}
-			e := win.ents[k]
-			if rd.full(e.size, e.inDisk) {
-				i = e.unit // evaluated but not taken: the next read starts here
-				break scan
-			}
-			rd.accept(e.at, e.size)
-			status = Found
-		}
-		if rejected {
-			rd.compact(win.bufStart, win.spanStart)
-		}
-		win.grow++
+		rd.accept(e.at, e.size)
+		*status = Found
 	}
-	s.putReadBuf(up, ubuf)
+	if rejected {
+		rd.compact(win.bufStart, win.spanStart)
+	}
+	win.grow++
+	return -1, nil
+}
+
+// finish ends a read that stopped at next: with ferr if it took nothing (and failed), else
+// with the batch in r. rerr is a read that failed at next: the error when nothing was
+// taken, else only logged, since the batch before it is delivered.
+func (rd *batchReader) finish(r *GetResult, bp *[]byte, status GetStatus, next int64, ferr, rerr error, zeroCopy bool) (*GetResult, error) {
+	if rerr != nil && ferr == nil {
+		if rd.count == 0 {
+			ferr = rerr
+		} else {
+			rd.s.log.Warn("pull batch ends at a message that could not be read", "err", rerr)
+		}
+	}
 	if ferr != nil && rd.count == 0 {
-		s.putReadBuf(bp, rd.buf)
+		rd.s.putReadBuf(bp, rd.buf)
 		return nil, ferr
 	}
-	r.Status = status
-	r.NextBeginOffset = offset + int64(i)
+	r.Status, r.NextBeginOffset = status, next
+	rd.result(r, bp, zeroCopy)
+	return r, nil
+}
+
+// result puts the batch into r: its regions, or its messages in the buffer bp (handed to r
+// when it holds any, back to the pool otherwise).
+func (rd *batchReader) result(r *GetResult, bp *[]byte, zeroCopy bool) {
 	r.Count = rd.count
+	r.TotalBytes = rd.total
 	if zeroCopy {
-		s.putReadBuf(bp, rd.buf)
-		r.TotalBytes = rd.total
+		rd.s.putReadBuf(bp, rd.buf)
 		r.pins = rd.pins
 		r.Regions = rd.regions
-		return r, nil
+		return
 	}
-	if rd.count > 0 {
-		r.Messages = make([][]byte, rd.count)
-		for j, sp := range rd.spans {
-			r.Messages[j] = rd.buf[sp[0]:sp[1]:sp[1]]
-		}
-		r.TotalBytes = rd.total
-		*bp = rd.buf
-		r.buf = bp
-	} else {
-		s.putReadBuf(bp, rd.buf)
+	if rd.count == 0 {
+		rd.s.putReadBuf(bp, rd.buf)
+		return
 	}
-	return r, nil
+	r.Messages = make([][]byte, rd.count)
+	for j, sp := range rd.spans {
+		r.Messages[j] = rd.buf[sp[0]:sp[1]:sp[1]]
+	}
+	*bp = rd.buf
+	r.buf = bp
 }
 
 // maxWindowGrowth bounds how far a filter window grows past the room left in the batch
@@ -381,6 +414,9 @@ type batchReader struct {
 	// window: log bytes [wStart, wEnd) are at buf[wAt:].
 	wStart, wEnd int64
 	wAt          int
+	// singles: a read of a run of messages failed; the rest of the batch is read one
+	// message at a time.
+	singles bool
 
 	// GetRegions: the batch as regions, the segments they pin, and the last one pinned.
 	regions []Region
@@ -403,6 +439,20 @@ func (r *batchReader) full(size int, inDisk bool) bool {
 		return r.total+size > diskBatchBytes || r.count >= diskBatchCount
 	}
 	return r.total+size > memBatchBytes || r.count >= memBatchCount
+}
+
+// read adds the message of unit i (at off, size bytes) to the batch as a region
+// (zeroCopy), or reads it with get, the run ahead as long as the batch (or the filter
+// window) could take it, and returns where it is in r.buf.
+func (r *batchReader) read(units []byte, i int, off int64, size int, inDisk bool, win *filterWindow, zeroCopy bool) (int, error) {
+	if zeroCopy {
+		return 0, r.region(off, size)
+	}
+	ahead := min(max(r.maxMsgs, 1), memBatchCount) - r.count
+	if win != nil {
+		ahead = win.maxCount - len(win.ents)
+	}
+	return r.get(units, i, off, size, inDisk, ahead)
 }
 
 // get reads the message of unit i (at off, size bytes) and returns its position in r.buf.
@@ -429,6 +479,9 @@ func (r *batchReader) get(units []byte, i int, off int64, size int, inDisk bool,
 	S := r.s.opts.SegmentSize
 	segEnd := off - off%S + S
 	end := off + int64(size)
+	if r.singles {
+		ahead = 0
+	}
 	for j := i + 1; j < min(len(units)/cqUnitSize, i+ahead); j++ {
 		o, sz, _ := decodeUnit(units[j*cqUnitSize:])
 		if o != end || sz <= 0 || end+int64(sz) > segEnd || end+int64(sz)-off > int64(budget) {
@@ -438,7 +491,16 @@ func (r *batchReader) get(units []byte, i int, off int64, size int, inDisk bool,
 	}
 	at := len(r.buf)
 	r.buf = slices.Grow(r.buf, int(end-off))[:at+int(end-off)]
-	if err := r.s.readLog(r.buf[at:], off); err != nil {
+	err := r.s.readLog(r.buf[at:], off)
+	if err != nil && end > off+int64(size) && errors.Is(err, ErrReadFailed) {
+		// Somewhere in the run a read fails: read message by message from here on, so that
+		// the batch ends at the message that cannot be read, not before readable ones.
+		r.singles = true
+		end = off + int64(size)
+		r.buf = r.buf[:at+size]
+		err = r.s.readLog(r.buf[at:], off)
+	}
+	if err != nil {
 		r.buf = r.buf[:at]
 		return 0, err
 	}
@@ -482,14 +544,15 @@ func (r *batchReader) accept(at, size int) {
 // lets a group without a stored offset start a queue at 0 only while message 0 is not on
 // disk, so that a new group reads a young queue from its start (and never skips what was
 // written into queues added after it started) but does not replay a long history. It is
-// false when there is no such queue or no unit at offset, as in RocketMQ.
+// false when there is no such queue or no unit at offset, as in RocketMQ, and when the unit
+// cannot be read (the group then starts at 0: re-delivering, not skipping).
 func (s *Store) InDisk(topic string, queueID int32, offset int64) bool {
 	q := s.queue(topic, queueID)
 	if q == nil || offset < q.min.Load() {
 		return false
 	}
-	off, _, _, ok := q.unitAt(offset)
-	if !ok {
+	off, _, _, err := q.unitAt(offset)
+	if err != nil {
 		return false
 	}
 	return s.written.Load()-off > s.opts.MemoryBudget
@@ -514,14 +577,28 @@ func (s *Store) storeTimeOf(off int64, size int32) (int64, error) {
 }
 
 // StoreTimeAt returns the store timestamp (Unix ms) of the message at queue offset offset.
+// It fails with ErrNotFound when there is no such message, and with ErrReadFailed when it
+// could not be read.
 func (s *Store) StoreTimeAt(topic string, queueID int32, offset int64) (int64, error) {
 	q := s.queue(topic, queueID)
 	if q == nil || offset < q.min.Load() || offset >= q.max.Load() {
 		return 0, fmt.Errorf("store time of %s/%d at %d: %w", topic, queueID, offset, ErrNotFound)
 	}
-	off, size, _, ok := q.unitAt(offset)
-	if !ok || size <= 0 {
-		return 0, fmt.Errorf("store time of %s/%d at %d: %w", topic, queueID, offset, ErrNotFound)
+	t, err := s.unitStoreTime(q, offset)
+	if err != nil {
+		return 0, fmt.Errorf("store time of %s/%d at %d: %w", topic, queueID, offset, err)
+	}
+	return t, nil
+}
+
+// unitStoreTime is the store timestamp of the message of unit idx of q.
+func (s *Store) unitStoreTime(q *consumeQueue, idx int64) (int64, error) {
+	off, size, _, err := q.unitAt(idx)
+	if err != nil {
+		return 0, err
+	}
+	if size <= 0 {
+		return 0, fmt.Errorf("unit %d is empty: %w", idx, ErrNotFound)
 	}
 	return s.storeTimeOf(off, size)
 }
@@ -529,7 +606,9 @@ func (s *Store) StoreTimeAt(topic string, queueID int32, offset int64) (int64, e
 // OffsetByTimestamp returns the queue offset of the first message stored at or after ts
 // (Unix ms), found by bisection (store timestamps never decrease in a queue). It is clamped
 // to [MinOffset, MaxOffset]: MaxOffset when every message is older, 0 for an unknown queue.
-// Units whose message was already removed count as older than any ts.
+// Units whose message was already removed count as older than any ts; a message that
+// cannot be read (ErrReadFailed) counts as not older, so that the offset never lies past
+// it: a consumer seeking there re-reads rather than skips.
 func (s *Store) OffsetByTimestamp(topic string, queueID int32, ts int64) int64 {
 	q := s.queue(topic, queueID)
 	if q == nil {
@@ -538,11 +617,13 @@ func (s *Store) OffsetByTimestamp(topic string, queueID int32, ts int64) int64 {
 	lo, hi := q.min.Load(), q.max.Load()
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		t := int64(-1 << 63)
-		if off, size, _, ok := q.unitAt(mid); ok && size > 0 {
-			if st, err := s.storeTimeOf(off, size); err == nil {
-				t = st
-			}
+		t, err := s.unitStoreTime(q, mid)
+		switch {
+		case errors.Is(err, ErrReadFailed):
+			s.log.Warn("seek by time: message unreadable, counted as not older", "topic", topic, "queue", queueID, "offset", mid, "err", err)
+			t = ts
+		case err != nil:
+			t = -1 << 63
 		}
 		if t >= ts {
 			hi = mid

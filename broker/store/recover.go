@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -63,7 +64,11 @@ func (s *Store) recover() error {
 			idx = segIndex(min(cp.logOffset, cp.queueOffset))
 			limit := min(cp.logTime, cp.queueTime) - 3000
 			for idx > 0 {
-				if t, ok := s.firstMessageTime(s.segs[idx]); ok && t <= limit {
+				t, ok, err := s.firstMessageTime(s.segs[idx])
+				if err != nil {
+					return err
+				}
+				if ok && t <= limit {
 					break
 				}
 				idx--
@@ -96,8 +101,32 @@ func (s *Store) recover() error {
 		return err
 	}
 
-	// Consume queues: drop units past the recovered end, then align min offsets with the
-	// commit log's first segment.
+	if err := s.recoverQueues(end, &rep); err != nil {
+		return err
+	}
+	if err := s.resumeAt(end, rep.ValidatedFrom); err != nil {
+		return err
+	}
+	rep.Duration = time.Since(t0)
+	s.recovery = rep
+	attrs := []any{"clean", rep.Clean, "checkpoint", rep.CheckpointFound, "validated_from", rep.ValidatedFrom,
+		"end", rep.End, "redispatched", rep.Redispatched, "removed_units", rep.RemovedUnits, "took", rep.Duration}
+	if rep.Cut {
+		s.log.Warn("recovery cut the commit log", append(attrs, "cut_at", rep.CutAt, "cut_bytes", rep.CutBytes,
+			"reason", rep.CutReason, "removed_segments", rep.RemovedSegments)...)
+	} else {
+		msg := "store opened"
+		if !rep.Clean {
+			msg = "store recovered after an unclean stop"
+		}
+		s.log.Info(msg, attrs...)
+	}
+	return nil
+}
+
+// recoverQueues drops the consume-queue units past the recovered end of the log, then
+// aligns min offsets with the commit log's first segment.
+func (s *Store) recoverQueues(end int64, rep *RecoveryReport) error {
 	if len(s.segs) > 0 {
 		s.minOffset.Store(s.segs[0].start)
 	} else {
@@ -114,12 +143,19 @@ func (s *Store) recover() error {
 			return err
 		}
 		rep.RemovedUnits += n
-		s.correctMinOffset(q, s.minOffset.Load())
+		if err := s.correctMinOffset(q, s.minOffset.Load()); err != nil {
+			return err
+		}
 		s.qoff[qkey{q.topic, q.qid}] = q.max.Load()
 	}
+	return nil
+}
 
-	// The write position: a blank marker can end the last segment, or there may be none.
-	if len(s.segs) == 0 || end >= s.segs[len(s.segs)-1].start+S {
+// resumeAt sets the write position to end (the recovered end of the log), makes what was
+// kept from validatedFrom on durable, checkpoints it and puts the abort marker in place.
+func (s *Store) resumeAt(end, validatedFrom int64) error {
+	// A blank marker can end the last segment, or there may be none.
+	if len(s.segs) == 0 || end >= s.segs[len(s.segs)-1].start+s.opts.SegmentSize {
 		seg, err := s.createSegment(end)
 		if err != nil {
 			return err
@@ -137,7 +173,7 @@ func (s *Store) recover() error {
 	s.dispatched.Store(end)
 	// Everything kept must be durable before the checkpoint says so: after a process crash
 	// the tail may still be only in the page cache.
-	for _, seg := range s.segs[segIndexOf(s.segs, rep.ValidatedFrom):] {
+	for _, seg := range s.segs[segIndexOf(s.segs, validatedFrom):] {
 		if err := seg.f.Sync(); err != nil {
 			return fmt.Errorf("fsync segment %s: %w", seg.path, err)
 		}
@@ -157,20 +193,6 @@ func (s *Store) recover() error {
 	f.Close()
 	if err := s.fs.SyncDir(s.dir); err != nil {
 		return fmt.Errorf("sync %s: %w", s.dir, err)
-	}
-	rep.Duration = time.Since(t0)
-	s.recovery = rep
-	attrs := []any{"clean", rep.Clean, "checkpoint", rep.CheckpointFound, "validated_from", rep.ValidatedFrom,
-		"end", rep.End, "redispatched", rep.Redispatched, "removed_units", rep.RemovedUnits, "took", rep.Duration}
-	if rep.Cut {
-		s.log.Warn("recovery cut the commit log", append(attrs, "cut_at", rep.CutAt, "cut_bytes", rep.CutBytes,
-			"reason", rep.CutReason, "removed_segments", rep.RemovedSegments)...)
-	} else {
-		msg := "store opened"
-		if !rep.Clean {
-			msg = "store recovered after an unclean stop"
-		}
-		s.log.Info(msg, attrs...)
 	}
 	return nil
 }
@@ -208,7 +230,7 @@ func (s *Store) loadSegments() error {
 		if err != nil {
 			return fmt.Errorf("open segment %s: %w", path, err)
 		}
-		s.segs = append(s.segs, &segment{start: start, path: path, f: f, limit: S})
+		s.segs = append(s.segs, &segment{start: start, path: path, f: f, limit: S, readErrs: &s.readErrors})
 		fi, err := f.Stat()
 		if err != nil {
 			return fmt.Errorf("stat segment %s: %w", path, err)
@@ -225,17 +247,18 @@ func (s *Store) loadSegments() error {
 	return nil
 }
 
-// firstMessageTime is the store timestamp of a segment's first message.
-func (s *Store) firstMessageTime(seg *segment) (int64, bool) {
+// firstMessageTime is the store timestamp of a segment's first message; ok is false when
+// it does not start with one.
+func (s *Store) firstMessageTime(seg *segment) (t int64, ok bool, err error) {
 	var b [protocol.StoredBornHostAt + 20 + 8]byte
 	if _, err := seg.f.ReadAt(b[:], 0); err != nil {
-		return 0, false
+		return 0, false, readFailure(&s.readErrors, fmt.Errorf("read segment %s at 0: %w", seg.path, err))
 	}
 	if binary.BigEndian.Uint32(b[4:]) != protocol.MagicV1 {
-		return 0, false
+		return 0, false, nil
 	}
 	at := protocol.StoreTimestampAt(int32(binary.BigEndian.Uint32(b[protocol.StoredSysFlagAt:])))
-	return int64(binary.BigEndian.Uint64(b[at:])), true
+	return int64(binary.BigEndian.Uint64(b[at:])), true, nil
 }
 
 // scanLog validates the commit log from segment idx on, re-dispatching every valid message
@@ -260,7 +283,8 @@ scan:
 			n := min(segEnd-pos, int64(len(buf)))
 			b := buf[:n]
 			if _, err := seg.f.ReadAt(b, pos-seg.start); err != nil {
-				return 0, fmt.Errorf("read segment %s at %d: %w", seg.path, pos-seg.start, err)
+				// Never a cut: what could not be read is not known to be bad.
+				return 0, readFailure(&s.readErrors, fmt.Errorf("read segment %s at %d: %w", seg.path, pos-seg.start, err))
 			}
 			p, stop, reason, err := walkMessages(b, pos, segEnd, true, func(m *msgInfo) error {
 				if m.phys < redispatchFrom || s.dead.buried(m.topic, m.phys) {
@@ -316,18 +340,27 @@ scan:
 	if i == len(s.segs) {
 		return end, nil // the last segment ended with a blank marker
 	}
+	if err := s.cutLog(i, end, bad, zeroTail, rep); err != nil {
+		return 0, err
+	}
+	return end, nil
+}
+
+// cutLog ends the log at end, in segment i: it zeroes what follows end there (so that a
+// later scan cannot mistake stale bytes for messages) and removes later segments. bad is
+// why the message at end was rejected ("" if the log simply ends there); after a crash
+// (zeroTail) the rest of the segment is zeroed even then.
+func (s *Store) cutLog(i int, end int64, bad string, zeroTail bool, rep *RecoveryReport) error {
 	if bad != "" {
 		rep.Cut, rep.CutAt, rep.CutReason = true, end, bad
 	}
-	// Zero whatever follows end in its segment (so a later scan cannot mistake stale bytes
-	// for messages) and remove later segments.
 	seg := s.segs[i]
 	if bad == "" && zeroTail {
 		// Looking for stray data is bounded (the rest of the segment is normally a hole
 		// that is slow to read through); zeroing below is not.
 		n, err := s.dataAfter(seg, end, tornWindow)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if n > 0 {
 			rep.Cut, rep.CutAt, rep.CutReason = true, end, "data after a zero-filled gap (torn write)"
@@ -336,40 +369,40 @@ scan:
 	} else if bad != "" {
 		n, err := s.dataAfter(seg, end, s.opts.SegmentSize)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		rep.CutBytes += n
 	}
 	if rep.Cut || zeroTail {
 		if err := seg.f.Truncate(end - seg.start); err != nil {
-			return 0, fmt.Errorf("cut segment %s at %d: %w", seg.path, end-seg.start, err)
+			return fmt.Errorf("cut segment %s at %d: %w", seg.path, end-seg.start, err)
 		}
-		if err := seg.f.Truncate(S); err != nil {
-			return 0, fmt.Errorf("size segment %s: %w", seg.path, err)
+		if err := seg.f.Truncate(s.opts.SegmentSize); err != nil {
+			return fmt.Errorf("size segment %s: %w", seg.path, err)
 		}
 		if err := seg.f.Sync(); err != nil {
-			return 0, fmt.Errorf("fsync segment %s: %w", seg.path, err)
+			return fmt.Errorf("fsync segment %s: %w", seg.path, err)
 		}
 	}
 	if i+1 < len(s.segs) {
 		for _, later := range s.segs[i+1:] {
 			n, err := s.dataAfter(later, later.start, s.opts.SegmentSize)
 			if err != nil {
-				return 0, err
+				return err
 			}
 			rep.CutBytes += n
 			later.f.Close()
 			if err := s.fs.Remove(later.path); err != nil {
-				return 0, fmt.Errorf("remove segment %s: %w", later.path, err)
+				return fmt.Errorf("remove segment %s: %w", later.path, err)
 			}
 			rep.RemovedSegments = append(rep.RemovedSegments, filepath.Base(later.path))
 		}
 		s.segs = s.segs[:i+1]
 		if err := s.fs.SyncDir(s.clDir); err != nil {
-			return 0, fmt.Errorf("sync %s: %w", s.clDir, err)
+			return fmt.Errorf("sync %s: %w", s.clDir, err)
 		}
 	}
-	return end, nil
+	return nil
 }
 
 // tornWindow bounds the search for stray data after a zero-filled end after a crash.
@@ -384,7 +417,7 @@ func (s *Store) dataAfter(seg *segment, off, window int64) (int64, error) {
 		lo := max(off, hi-int64(len(buf)))
 		b := buf[:hi-lo]
 		if _, err := seg.f.ReadAt(b, lo-seg.start); err != nil {
-			return 0, fmt.Errorf("read segment %s: %w", seg.path, err)
+			return 0, readFailure(&s.readErrors, fmt.Errorf("read segment %s at %d: %w", seg.path, lo-seg.start, err))
 		}
 		for j := len(b) - 1; j >= 0; j-- {
 			if b[j] != 0 {
@@ -466,7 +499,7 @@ func (s *Store) trimQueueTail(q *consumeQueue) error {
 			k := min(n, int64(len(buf)/cqUnitSize))
 			b := buf[:k*cqUnitSize]
 			if _, err := f.f.ReadAt(b, (n-k)*cqUnitSize); err != nil {
-				return fmt.Errorf("read consume queue file %s: %w", f.path, err)
+				return readFailure(&s.readErrors, fmt.Errorf("read consume queue file %s at %d: %w", f.path, (n-k)*cqUnitSize, err))
 			}
 			j := k
 			for j > 0 {
@@ -507,8 +540,12 @@ func (s *Store) truncateQueue(q *consumeQueue, end int64) (int64, error) {
 	lo := q.min.Load()
 	newMax := hi
 	for newMax > lo {
-		off, size, _, ok := q.unitAt(newMax - 1)
-		if ok && size > 0 && off+int64(size) <= end {
+		off, size, _, err := q.unitAt(newMax - 1)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			// A unit that cannot be read may well be good: cutting it would lose its message.
+			return 0, fmt.Errorf("cut consume queue %s/%d: %w", q.topic, q.qid, err)
+		}
+		if err == nil && size > 0 && off+int64(size) <= end {
 			break
 		}
 		newMax--
@@ -542,23 +579,35 @@ func (s *Store) truncateQueue(q *consumeQueue, end int64) (int64, error) {
 }
 
 // correctMinOffset moves q.min to the first unit whose message is at or after clMin (the
-// commit log's first segment): units below point at removed segments.
-func (s *Store) correctMinOffset(q *consumeQueue, clMin int64) {
+// commit log's first segment): units below point at removed segments. A unit it cannot
+// read fails it, q.min unchanged: moving past the unit could hide a live message.
+func (s *Store) correctMinOffset(q *consumeQueue, clMin int64) error {
 	lo, hi := q.min.Load(), q.max.Load()
 	if lo >= hi {
-		return
+		return nil
 	}
-	if off, size, _, ok := q.unitAt(lo); ok && size > 0 && off >= clMin {
-		return
+	live := func(idx int64) (bool, error) {
+		off, size, _, err := q.unitAt(idx)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return false, fmt.Errorf("min offset of consume queue %s/%d: %w", q.topic, q.qid, err)
+		}
+		return err == nil && size > 0 && off >= clMin, nil
+	}
+	if ok, err := live(lo); ok || err != nil {
+		return err
 	}
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		off, size, _, ok := q.unitAt(mid)
-		if ok && size > 0 && off >= clMin {
+		ok, err := live(mid)
+		if err != nil {
+			return err
+		}
+		if ok {
 			hi = mid
 		} else {
 			lo = mid + 1
 		}
 	}
 	q.min.Store(lo)
+	return nil
 }

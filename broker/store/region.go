@@ -39,13 +39,18 @@ type SegmentFile interface {
 // operating-system descriptor.
 var ErrNoDescriptor = errors.New("segment file has no descriptor")
 
-// ReadAt reads len(p) bytes at off (relative to the segment start).
+// ReadAt reads len(p) bytes at off (relative to the segment start). A failed read wraps
+// ErrReadFailed and counts in Stats.ReadErrors, as the store's own reads do.
 func (seg *segment) ReadAt(p []byte, off int64) (int, error) {
 	if err := seg.readAt(p, off); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		return 0, fmt.Errorf("read segment %s at %d: %w", seg.path, off, err)
+		err = fmt.Errorf("read segment %s at %d: %w", seg.path, off, err)
+		if seg.readErrs != nil && !errors.Is(err, ErrNotFound) {
+			err = readFailure(seg.readErrs, err)
+		}
+		return 0, err
 	}
 	return len(p), nil
 }

@@ -85,6 +85,9 @@ type Store struct {
 	dispatched atomic.Int64 // consume queues cover [minOffset, dispatched)
 	minOffset  atomic.Int64
 	fsyncs     atomic.Int64
+	// readErrors counts failed reads of store files (Stats.ReadErrors); segments, queues
+	// and the key index count into it.
+	readErrors atomic.Int64
 	// dispatchHolds counts the dispatcher's holds after a busy pass (dispatchBatchWait), so
 	// that the tests can tell a hold from a quick dispatch without timing it.
 	dispatchHolds atomic.Int64
@@ -348,6 +351,7 @@ func (s *Store) Stats() Stats {
 		Fsyncs:             s.fsyncs.Load(),
 		ConsumeQueues:      ncq,
 		WriteFailure:       s.writeFailure(),
+		ReadErrors:         s.readErrors.Load(),
 		Recovery:           s.recovery,
 	}
 }

@@ -233,8 +233,8 @@ func TestBatchCaps(t *testing.T) {
 }
 
 func (s *Store) queueUnitSize(t testing.TB, topic string, qid int32, idx int64) int32 {
-	_, size, _, ok := s.queue(topic, qid).unitAt(idx)
-	require.True(t, ok)
+	_, size, _, err := s.queue(topic, qid).unitAt(idx)
+	require.NoError(t, err)
 	return size
 }
 
@@ -499,8 +499,8 @@ func TestRetention(t *testing.T) {
 	q := s.queue("T", 0)
 	min1 := q.min.Load()
 	assert.Greater(t, min1, int64(0))
-	off, _, _, ok := q.unitAt(min1)
-	require.True(t, ok)
+	off, _, _, err := q.unitAt(min1)
+	require.NoError(t, err)
 	assert.GreaterOrEqual(t, off, st.CommitLogMinOffset)
 	g := get(t, s, "T", 0, 0, 32, 0, nil)
 	assert.Equal(t, OffsetTooSmall, g.Status)

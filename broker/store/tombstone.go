@@ -50,7 +50,7 @@ func (s *Store) loadTombstones() (tombstones, error) {
 	}
 	b := make([]byte, fi.Size())
 	if _, err := f.ReadAt(b, 0); err != nil && err != io.EOF {
-		return nil, fmt.Errorf("read deleted-topic records: %w", err)
+		return nil, readFailure(&s.readErrors, fmt.Errorf("read deleted-topic records: %w", err))
 	}
 	t := tombstones{}
 	sc := bufio.NewScanner(bytes.NewReader(b))

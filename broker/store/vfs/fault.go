@@ -19,7 +19,9 @@ var ErrInjected = errors.New("injected fault")
 var ErrCrashed = errors.New("file system crashed (simulated power cut)")
 
 // FaultFS wraps an FS and injects faults into writes and syncs of the files Match selects,
-// for tests. Its zero configuration injects nothing. All methods are safe for concurrent use.
+// and into reads (FailReads), for tests. Its zero configuration injects nothing. All methods
+// are safe for concurrent use, and every fault can be switched on and off while files are
+// in use.
 //
 // With TrackUnsynced set before files are opened, it also remembers the old contents under
 // every write and truncation that no Sync has covered yet, so that Crash can put them back:
@@ -39,6 +41,34 @@ type FaultFS struct {
 	crashed     bool
 	writes      int64
 	usage       *Usage
+	readFault   *ReadFault
+	readFaults  int64 // reads failed by readFault
+}
+
+// ReadFault describes the reads FailReads makes fail.
+type ReadFault struct {
+	// Match selects the files by name (nil: every file). It is independent of
+	// FaultFS.Match, so that reads of one kind of file can fail while its writes work.
+	Match func(name string) bool
+	// Off and Len are the byte range [Off, Off+Len) of the file that a failing read
+	// overlaps; Len <= 0 means from Off to the end of the file.
+	Off, Len int64
+	// Short makes a failing read a short one: it returns the bytes before the range and an
+	// error wrapping io.EOF, as a read of a file cut short under the reader does. Otherwise
+	// it returns the bytes before the range and Err (syscall.EIO when nil), as pread does
+	// when it reaches a bad sector.
+	Short bool
+	Err   error
+}
+
+// overlaps reports whether a read of n bytes at off reaches into the range, and how many
+// bytes before it the read may return.
+func (r *ReadFault) overlaps(off int64, n int) (int, bool) {
+	end := off + int64(n)
+	if n == 0 || end <= r.Off || (r.Len > 0 && off >= r.Off+r.Len) {
+		return n, false
+	}
+	return int(max(0, r.Off-off)), true
 }
 
 type undoRecord struct {
@@ -93,6 +123,26 @@ func (f *FaultFS) HoldSyncs(release <-chan struct{}) {
 	f.mu.Lock()
 	f.syncHold = release
 	f.mu.Unlock()
+}
+
+// FailReads makes every later ReadAt of a file rf.Match accepts fail when it overlaps rf's
+// range (see ReadFault); nil stops failing reads. Each failure counts in ReadFaults.
+func (f *FaultFS) FailReads(rf *ReadFault) {
+	var c *ReadFault
+	if rf != nil {
+		cp := *rf
+		c = &cp
+	}
+	f.mu.Lock()
+	f.readFault = c
+	f.mu.Unlock()
+}
+
+// ReadFaults is how many reads FailReads has made fail.
+func (f *FaultFS) ReadFaults() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.readFaults
 }
 
 // TrackUnsynced enables the bookkeeping Crash needs. Set it before opening files.
@@ -357,8 +407,34 @@ func (h *faultFile) Sync() error {
 }
 
 func (h *faultFile) ReadAt(p []byte, off int64) (int, error) {
-	if err := h.fs.check(); err != nil {
-		return 0, err
+	f := h.fs
+	f.mu.Lock()
+	if f.crashed {
+		f.mu.Unlock()
+		return 0, ErrCrashed
 	}
-	return h.File.ReadAt(p, off)
+	rf := f.readFault
+	keep, fail := len(p), false
+	if rf != nil && (rf.Match == nil || rf.Match(h.name)) {
+		keep, fail = rf.overlaps(off, len(p))
+	}
+	if fail {
+		f.readFaults++
+	}
+	f.mu.Unlock()
+	if !fail {
+		return h.File.ReadAt(p, off)
+	}
+	n, err := h.File.ReadAt(p[:keep], off)
+	if err != nil {
+		return n, err
+	}
+	cause := rf.Err
+	switch {
+	case rf.Short:
+		cause = io.EOF
+	case cause == nil:
+		cause = syscall.EIO
+	}
+	return n, fmt.Errorf("read %s at %d: %w: %w", h.name, off+int64(n), ErrInjected, cause)
 }

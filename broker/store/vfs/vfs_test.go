@@ -102,3 +102,56 @@ func TestSyncAfterClose(t *testing.T) {
 	require.NoError(t, f.Close())
 	assert.ErrorIs(t, f.Sync(), os.ErrClosed)
 }
+
+// FailReads fails the reads that reach into its range of the files it matches, returning
+// the bytes before the range, with EIO (or another error) or as a short read, until it is
+// switched off.
+func TestFaultReads(t *testing.T) {
+	dir := t.TempDir()
+	fs := NewFaultFS(nil)
+	a, err := fs.Create(filepath.Join(dir, "a"))
+	require.NoError(t, err)
+	b, err := fs.Create(filepath.Join(dir, "b"))
+	require.NoError(t, err)
+	data := []byte("0123456789abcdefghij")
+	for _, f := range []File{a, b} {
+		_, err := f.WriteAt(data, 0)
+		require.NoError(t, err)
+	}
+	fs.FailReads(&ReadFault{Match: func(name string) bool { return filepath.Base(name) == "a" }, Off: 10, Len: 5})
+
+	p := make([]byte, 8)
+	n, err := a.ReadAt(p, 0)
+	require.NoError(t, err, "below the range")
+	assert.Equal(t, "01234567", string(p[:n]))
+	n, err = a.ReadAt(p[:5], 15)
+	require.NoError(t, err, "above the range")
+	assert.Equal(t, "fghij", string(p[:n]))
+	n, err = a.ReadAt(p, 6)
+	assert.ErrorIs(t, err, syscall.EIO)
+	assert.ErrorIs(t, err, ErrInjected)
+	assert.Equal(t, "6789", string(p[:n]), "the bytes before the range")
+	n, err = a.ReadAt(p, 12)
+	assert.ErrorIs(t, err, syscall.EIO)
+	assert.Zero(t, n)
+	n, err = b.ReadAt(p, 6)
+	require.NoError(t, err, "b is not matched")
+	assert.Equal(t, 8, n)
+	assert.EqualValues(t, 2, fs.ReadFaults())
+
+	fs.FailReads(&ReadFault{Off: 4, Short: true})
+	n, err = b.ReadAt(p, 0)
+	assert.ErrorIs(t, err, io.EOF)
+	assert.ErrorIs(t, err, ErrInjected)
+	assert.Equal(t, 4, n)
+	fs.FailReads(&ReadFault{Off: 0, Err: syscall.EBADMSG})
+	_, err = a.ReadAt(p, 18)
+	assert.ErrorIs(t, err, syscall.EBADMSG)
+	assert.EqualValues(t, 4, fs.ReadFaults())
+
+	fs.FailReads(nil)
+	n, err = a.ReadAt(p, 6)
+	require.NoError(t, err)
+	assert.Equal(t, "6789abcd", string(p[:n]))
+	assert.EqualValues(t, 4, fs.ReadFaults())
+}
