@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/apache/rocketmq-client-go/v2 v2.1.3-0.20251226070945-2173d070fd1b
+	github.com/flowd-io/flowd/plugins/sdk/go v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
 )
 
@@ -61,3 +62,7 @@ require (
 	gopkg.in/natefinch/lumberjack.v2 v2.0.0 // indirect
 	stathat.com/c/consistent v1.0.0 // indirect
 )
+
+// The Go guest SDK is a module of its own, so that plugins do not inherit the daemon's
+// dependencies; the daemon's examples and tests build against the copy in this tree.
+replace github.com/flowd-io/flowd/plugins/sdk/go => ./plugins/sdk/go

@@ -16,6 +16,11 @@
 // allocates little keeps a Go guest small, since its garbage collector may not run between
 // calls.
 //
-// Only the exports (exports_wasip1.go) are built for GOOS=wasip1 alone; the rest builds
-// anywhere, so plugins type-check with go vet ./... on the host.
+// The package is a module of its own, github.com/flowd-io/flowd/plugins/sdk/go, with no
+// dependencies, so a plugin's module graph holds nothing of the daemon's. It needs Go 1.24,
+// the first release with go:wasmexport and wasip1 reactors (-buildmode=c-shared).
+//
+// Only the exports (exports_wasip1.go) are built for GOOS=wasip1 alone; the rest, the ABI's
+// encodings in codec.go included, builds anywhere, so plugins type-check with go vet ./... on
+// the host and the encodings are tested natively against the golden vectors the host checks.
 package flowd

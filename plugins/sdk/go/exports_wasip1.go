@@ -3,13 +3,13 @@
 package flowd
 
 import (
-	"encoding/binary"
 	"errors"
 	"unsafe"
 )
 
-// The ABI's exports. Only a wasip1 build has them; the rest of the package builds anywhere,
-// so plugins type-check (go vet ./...) on the host too.
+// The ABI's exports: they move input and output across the boundary and leave the
+// encodings to codec.go. Only a wasip1 build has them; the rest of the package builds
+// anywhere, so plugins type-check (go vet ./...) and the encodings are tested on the host.
 
 func ptrOf(b []byte) int32 {
 	if cap(b) == 0 {
@@ -47,17 +47,7 @@ func exportAlloc(size int32) int32 {
 
 //go:wasmexport flowd_init
 func exportInit(p, n int32) int32 {
-	r := reader{b: view(p, n)}
-	count := r.u32()
-	for range count {
-		k := r.str16()
-		v := r.bytes32()
-		if r.bad {
-			return int32(CodeInput)
-		}
-		params[string(k)] = string(v)
-	}
-	if r.bad {
+	if !decodeParams(view(p, n), params) {
 		return int32(CodeInput)
 	}
 	if initFn != nil {
@@ -77,20 +67,11 @@ func exportFilter(p, n, count int32) int32 {
 	if filterFn == nil {
 		return int32(CodeUnsupported)
 	}
-	if !decodeMessages(view(p, n), count) {
+	var ok bool
+	if msgs, ok = decodeMessages(msgs, view(p, n), count); !ok {
 		return int32(CodeInput)
 	}
-	size := (int(count) + 7) / 8
-	if cap(outbuf) < max(size, 1) {
-		outbuf = make([]byte, max(size, 64))
-	}
-	bm := outbuf[:size]
-	clear(bm)
-	for i := range msgs {
-		if filterFn(msgs[i]) {
-			bm[i>>3] |= 1 << (i & 7)
-		}
-	}
+	outbuf = filterBitmap(outbuf, msgs, filterFn)
 	return ptrOf(outbuf)
 }
 
@@ -99,24 +80,13 @@ func exportTransform(p, n, count int32) int64 {
 	if transformFn == nil {
 		return int64(CodeUnsupported)
 	}
-	if !decodeMessages(view(p, n), count) {
+	var ok bool
+	if msgs, ok = decodeMessages(msgs, view(p, n), count); !ok {
 		return int64(CodeInput)
 	}
 	out := outbuf[:0]
-	le := binary.LittleEndian
 	for i := range msgs {
-		outs := transformFn(msgs[i])
-		out = le.AppendUint32(out, uint32(len(outs)))
-		for _, o := range outs {
-			out = le.AppendUint16(out, uint16(len(o.Tags)))
-			out = append(out, o.Tags...)
-			out = le.AppendUint16(out, uint16(len(o.Keys)))
-			out = append(out, o.Keys...)
-			out = le.AppendUint32(out, uint32(len(o.Properties)))
-			out = append(out, o.Properties...)
-			out = le.AppendUint32(out, uint32(len(o.Body)))
-			out = append(out, o.Body...)
-		}
+		out = appendOutputs(out, transformFn(msgs[i]))
 	}
 	outbuf = out
 	return packed(out)
@@ -127,7 +97,7 @@ func exportAllocate(p, n int32) int64 {
 	if allocFn == nil {
 		return int64(CodeUnsupported)
 	}
-	if !decodeInput(view(p, n)) {
+	if !decodeInput(&in, view(p, n)) {
 		return int64(CodeInput)
 	}
 	owners, err := allocFn(in)
@@ -138,10 +108,6 @@ func exportAllocate(p, n int32) int64 {
 		}
 		return int64(CodeGeneric)
 	}
-	out := outbuf[:0]
-	for _, o := range owners {
-		out = binary.LittleEndian.AppendUint32(out, uint32(o))
-	}
-	outbuf = out
-	return packed(out)
+	outbuf = appendOwners(outbuf[:0], owners)
+	return packed(outbuf)
 }

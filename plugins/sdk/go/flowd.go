@@ -1,9 +1,5 @@
 package flowd
 
-import (
-	"encoding/binary"
-)
-
 // ABIVersion is the plugin ABI this SDK implements.
 const ABIVersion = 1
 
@@ -112,6 +108,8 @@ type Input struct {
 	// Previous is the index of the member that owned each queue before (-1: none), or
 	// empty when there is no previous assignment.
 	Previous []int32
+
+	labels []Label // the array Members' labels share, reused from call to call
 }
 
 var (
@@ -126,7 +124,6 @@ var (
 	outbuf []byte
 	msgs   []Message
 	in     Input
-	labels []Label
 )
 
 // RegisterFilter makes f the plugin's filter: true keeps the message.
@@ -152,201 +149,3 @@ func Param(key string) (string, bool) {
 
 // Params returns all manifest parameters. Do not modify the map.
 func Params() map[string]string { return params }
-
-// decodeMessages decodes n records into the reused msgs slice.
-//
-// It is written out by hand, without the reader's methods: in Go compiled to Wasm every
-// call that is not inlined costs tens of nanoseconds, and a record has nine fields.
-func decodeMessages(b []byte, n int32) bool {
-	if n < 0 {
-		return false
-	}
-	if cap(msgs) < int(n) {
-		msgs = make([]Message, n)
-	}
-	msgs = msgs[:n]
-	le := binary.LittleEndian
-	off := 0
-	for i := range msgs {
-		if len(b)-off < 4 {
-			return false
-		}
-		size := int(le.Uint32(b[off:]))
-		off += 4
-		if size < recordFixed || len(b)-off < size {
-			return false
-		}
-		rec := b[off : off+size : off+size]
-		off += size
-		m := &msgs[i]
-		m.QueueID = int32(le.Uint32(rec))
-		m.QueueOffset = int64(le.Uint64(rec[4:]))
-		m.StoreTimestamp = int64(le.Uint64(rec[12:]))
-		p := 20
-		var ok bool
-		if m.Topic, p, ok = field16(rec, p); !ok {
-			return false
-		}
-		if m.Tags, p, ok = field16(rec, p); !ok {
-			return false
-		}
-		if m.Keys, p, ok = field16(rec, p); !ok {
-			return false
-		}
-		if m.Properties, p, ok = field32(rec, p); !ok {
-			return false
-		}
-		if m.Body, p, ok = field32(rec, p); !ok {
-			return false
-		}
-	}
-	return off == len(b)
-}
-
-// recordFixed is the size of a record's fixed fields after its length.
-const recordFixed = 4 + 8 + 8 + 2 + 2 + 2 + 4 + 4
-
-// field16 reads a u16-prefixed field at b[p:]; small enough to be inlined.
-func field16(b []byte, p int) ([]byte, int, bool) {
-	if len(b)-p < 2 {
-		return nil, p, false
-	}
-	n := int(b[p]) | int(b[p+1])<<8
-	p += 2
-	if len(b)-p < n {
-		return nil, p, false
-	}
-	return b[p : p+n : p+n], p + n, true
-}
-
-// field32 reads a u32-prefixed field at b[p:].
-func field32(b []byte, p int) ([]byte, int, bool) {
-	if len(b)-p < 4 {
-		return nil, p, false
-	}
-	n := int(uint32(b[p]) | uint32(b[p+1])<<8 | uint32(b[p+2])<<16 | uint32(b[p+3])<<24)
-	p += 4
-	if len(b)-p < n {
-		return nil, p, false
-	}
-	return b[p : p+n : p+n], p + n, true
-}
-
-func decodeInput(b []byte) bool {
-	r := reader{b: b}
-	in.Group = r.str16()
-	nq := int(r.u32())
-	if r.bad || nq > len(b)/8 {
-		return false
-	}
-	if cap(in.Queues) < nq {
-		in.Queues = make([]Queue, nq)
-	}
-	in.Queues = in.Queues[:nq]
-	for i := range in.Queues {
-		q := &in.Queues[i]
-		q.Topic = r.str16()
-		q.Broker = r.str16()
-		q.QueueID = int32(r.u32())
-	}
-	nm := int(r.u32())
-	if r.bad || nm > len(b)/12 {
-		return false
-	}
-	if cap(in.Members) < nm {
-		in.Members = make([]Member, nm)
-	}
-	in.Members = in.Members[:nm]
-	labels = labels[:0]
-	for i := range in.Members {
-		m := &in.Members[i]
-		m.ID = r.str16()
-		m.Weight = r.u32()
-		m.Room = r.str16()
-		nl := int(r.u32())
-		if r.bad || nl > len(b)/4 {
-			return false
-		}
-		from := len(labels)
-		for range nl {
-			k := r.str16()
-			v := r.str16()
-			labels = append(labels, Label{Key: k, Value: v})
-		}
-		m.Labels = labels[from:len(labels):len(labels)]
-	}
-	// labels may have been reallocated while growing: point members at the final array.
-	off := 0
-	for i := range in.Members {
-		nl := len(in.Members[i].Labels)
-		in.Members[i].Labels = labels[off : off+nl : off+nl]
-		off += nl
-	}
-	np := int(r.u32())
-	if r.bad || (np != 0 && np != nq) {
-		return false
-	}
-	if cap(in.Previous) < np {
-		in.Previous = make([]int32, np)
-	}
-	in.Previous = in.Previous[:np]
-	for k := range in.Previous {
-		in.Previous[k] = int32(r.u32())
-	}
-	return !r.bad && r.off == len(b)
-}
-
-// reader decodes little-endian fields; bad records the first overrun.
-type reader struct {
-	b   []byte
-	off int
-	bad bool
-}
-
-func (r *reader) need(n int) bool {
-	if r.bad || n < 0 || len(r.b)-r.off < n {
-		r.bad = true
-		return false
-	}
-	return true
-}
-
-func (r *reader) u32() uint32 {
-	if !r.need(4) {
-		return 0
-	}
-	v := binary.LittleEndian.Uint32(r.b[r.off:])
-	r.off += 4
-	return v
-}
-
-func (r *reader) u64() uint64 {
-	if !r.need(8) {
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(r.b[r.off:])
-	r.off += 8
-	return v
-}
-
-func (r *reader) str16() []byte {
-	if !r.need(2) {
-		return nil
-	}
-	n := int(binary.LittleEndian.Uint16(r.b[r.off:]))
-	r.off += 2
-	if !r.need(n) {
-		return nil
-	}
-	r.off += n
-	return r.b[r.off-n : r.off : r.off]
-}
-
-func (r *reader) bytes32() []byte {
-	n := int(r.u32())
-	if !r.need(n) {
-		return nil
-	}
-	r.off += n
-	return r.b[r.off-n : r.off : r.off]
-}

@@ -1,0 +1,3 @@
+module github.com/flowd-io/flowd/plugins/sdk/go
+
+go 1.24
