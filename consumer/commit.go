@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 	"time"
 )
 
@@ -38,7 +41,8 @@ func (l *LitePull) commitAll(ctx context.Context, onlyChanged bool) error {
 	return l.persistLocked(ctx, offsets)
 }
 
-// persistLocked writes offsets to the store and records them as persisted. commitMu is held.
+// persistLocked writes offsets to the store and records them as persisted. commitMu is held:
+// for writing, or for reading together with the commit locks of offsets' queues.
 func (l *LitePull) persistLocked(ctx context.Context, offsets map[MessageQueue]int64) error {
 	if len(offsets) == 0 {
 		return nil
@@ -68,11 +72,13 @@ func (l *LitePull) persistLocked(ctx context.Context, offsets map[MessageQueue]i
 // A queue's committed offset only moves forward: an offset below one this consumer already
 // sent for the queue (since it started reading it, or since the last Seek of it) is not
 // sent, so concurrent calls leave the highest offset stored whatever order they ran in. To
-// go back, Seek first.
+// go back, Seek first. Calls for different queues go to the broker at the same time: a slow
+// commit of one queue holds up the commits of that queue only.
 func (l *LitePull) CommitOffsets(ctx context.Context, offsets map[MessageQueue]int64) error {
 	runErr := l.checkRunning()
-	l.commitMu.Lock()
-	defer l.commitMu.Unlock()
+	l.commitMu.RLock()
+	defer l.commitMu.RUnlock()
+	defer l.lockCommits(offsets)()
 	now := time.Now()
 	l.mu.Lock()
 	for mq, off := range offsets {
@@ -105,6 +111,47 @@ func (l *LitePull) CommitOffsets(ctx context.Context, offsets map[MessageQueue]i
 	}
 	l.mu.Unlock()
 	return l.persistLocked(ctx, send)
+}
+
+// queueCommit orders the commits of one queue made by concurrent CommitOffsets calls; refs
+// counts the calls holding or waiting for it, so that LitePull.commits keeps only queues
+// being committed.
+type queueCommit struct {
+	mu   sync.Mutex
+	refs int // guarded by LitePull.mu
+}
+
+// lockCommits takes the commit locks of offsets' queues, in the queues' order (so that two
+// calls never wait for each other), and returns the function that releases them.
+func (l *LitePull) lockCommits(offsets map[MessageQueue]int64) (unlock func()) {
+	mqs := slices.SortedFunc(maps.Keys(offsets), MessageQueue.Compare)
+	locks := make([]*queueCommit, len(mqs))
+	l.mu.Lock()
+	for i, mq := range mqs {
+		qc := l.commits[mq]
+		if qc == nil {
+			qc = &queueCommit{}
+			l.commits[mq] = qc
+		}
+		qc.refs++
+		locks[i] = qc
+	}
+	l.mu.Unlock()
+	for _, qc := range locks {
+		qc.mu.Lock()
+	}
+	return func() {
+		for _, qc := range locks {
+			qc.mu.Unlock()
+		}
+		l.mu.Lock()
+		for i, mq := range mqs {
+			if locks[i].refs--; locks[i].refs == 0 {
+				delete(l.commits, mq)
+			}
+		}
+		l.mu.Unlock()
+	}
 }
 
 // Committed returns the offset stored for mq (on the broker, or in the local file in

@@ -59,10 +59,10 @@
 //   - Without auto-commit, a queue taken away is handed over at the offset the application last
 //     committed: what was polled but not committed is read again by the next owner. That is
 //     the at-least-once choice; commit before acting on a rebalance if that matters.
-//   - A queue's committed offset only moves forward: commits run one at a time, and an offset
-//     below one this consumer already sent for the queue is dropped, so concurrent
-//     CommitOffsets calls end at the highest offset whatever order they ran in. Seek (or a
-//     broker's offset reset) is the way back.
+//   - A queue's committed offset only moves forward: a queue's commits run one at a time
+//     (those of different queues at once), and an offset below one this consumer already
+//     sent for the queue is dropped, so concurrent CommitOffsets calls end at the highest
+//     offset whatever order they ran in. Seek (or a broker's offset reset) is the way back.
 //   - A consumer that owns more queues than it has pull goroutines (WithPullGoroutines) can
 //     make a queue with new messages wait behind long-polling pulls of idle queues, as Java's
 //     pull threads would.
@@ -76,5 +76,6 @@
 //
 // # Lock order
 //
-// See LitePull: startMu → commitMu → mu, and the client core's heartbeat lock → mu.
+// See LitePull: startMu → commitMu → a queue's commit lock → mu, and the client core's
+// heartbeat lock → mu.
 package consumer

@@ -20,12 +20,14 @@ import (
 //
 // # Lock order
 //
-//	startMu → commitMu → mu
+//	startMu → commitMu → a queue's commit lock (several in queue order) → mu
 //	client.Client's heartbeat lock → mu   (the client calls ConsumerData with it held)
 //
-// startMu serializes Start and Close. commitMu serializes every write of offsets to the
-// offset store with queue hand-overs (commit, then unlock), and is held across that network
-// I/O. mu guards the consumer's in-memory state and is never held across network I/O, while
+// startMu serializes Start and Close. commitMu orders every write of offsets to the offset
+// store with queue hand-overs (commit, then unlock), and is held across that network I/O:
+// for writing by hand-overs and by Commit and auto-commit, for reading by CommitOffsets,
+// whose calls for different queues go out together and those for one queue one after
+// another, under that queue's commit lock (commits). mu guards the consumer's in-memory state and is never held across network I/O, while
 // calling into the client core or while calling user code. Queues join and leave the owned
 // set only on the rebalance goroutine (and in Close, after that goroutine has ended), so a
 // rebalance never races another rebalance.
@@ -48,7 +50,8 @@ type LitePull struct {
 	rebalanceCh chan struct{}
 	metadataCh  chan struct{} // Subscribe while running: check the routes now
 
-	commitMu sync.Mutex
+	commitMu sync.RWMutex
+	commits  map[MessageQueue]*queueCommit // guarded by mu: the commit locks of queues being committed
 
 	mu             sync.Mutex
 	closing        bool
@@ -195,6 +198,7 @@ func NewLitePull(group string, opts ...Option) (*LitePull, error) {
 		handover:       map[MessageQueue]handover{},
 		revoking:       map[MessageQueue]*queue{},
 		parked:         map[MessageQueue]int{},
+		commits:        map[MessageQueue]*queueCommit{},
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	var err error

@@ -22,9 +22,10 @@
 // delivered in order and a worker finishes one batch before it starts the next of that
 // queue. After every record of a batch was acknowledged by the sink (stored by the topic's
 // broker, acked by JetStream or flushed to the NATS server, answered 2xx by the webhook,
-// written and synced to the file), the worker commits the offset past the batch. So an
-// offset is committed only after the sink acknowledged every message before it in its
-// queue, and a crash or a kill can only make a pipeline deliver again what it had not
+// written and synced to the file), the worker commits the offset past the batch; the workers
+// commit their queues independently, so a commit the broker is slow to take holds up its own
+// queue only. So an offset is committed only after the sink acknowledged every message before
+// it in its queue, and a crash or a kill can only make a pipeline deliver again what it had not
 // committed: the records the sink acknowledged, and the record being delivered when it
 // stopped, which the sink may have received although its answer never came back (a
 // webhook can read a request written before the kill after the pipeline has stopped). All

@@ -77,8 +77,16 @@ type Status struct {
 
 // queueState is the pipeline's view of one source queue. gen moves when a rebalance takes the
 // queue away (batches polled before are dropped unprocessed); seekGen moves on a seek (batches
-// polled before are dropped, and one being processed does not commit).
+// polled before are dropped, and one being processed does not commit). A queue's state is
+// never removed from Pipeline.queues, so a *queueState, and its commitMu, stay the queue's.
 type queueState struct {
+	// commitMu orders the queue's commits and seeks: a worker's check of seekGen and its
+	// commit, advance's commit, and a seek's move and commit. So a batch read before a seek
+	// never commits after it. It is held across the round trip to the broker, and so is one
+	// per queue: a slow commit holds up no other queue.
+	commitMu sync.Mutex
+
+	// Guarded by Pipeline.mu.
 	gen, seekGen uint64
 	committed    int64
 	inflight     int // batches dispatched and not finished
@@ -91,6 +99,17 @@ type batch struct {
 }
 
 // Pipeline is one running pipeline. Its methods are safe for concurrent use.
+//
+// # Lock order
+//
+//	Manager.mu → Pipeline.mu
+//	queueState.commitMu (one queue's at a time) → Pipeline.mu
+//
+// mu guards the pipeline's state and its queues' (queueState) and is never held across a call
+// to the consumer, the sink or a transform, nor while waiting. A queue's commitMu is held
+// across the consumer's calls that commit or move that queue (a broker round trip), and no
+// goroutine holds two of them: the workers, the poll loop (advance) and a seek commit each
+// queue on its own. The poll loop never waits for a commitMu (see advanceQueue).
 type Pipeline struct {
 	def        Definition
 	m          *Manager
@@ -120,10 +139,6 @@ type Pipeline struct {
 	changed    chan struct{} // closed and replaced when loopParked, busy or inflight change
 	queues     map[consumer.MessageQueue]*queueState
 
-	// commitMu orders a worker's check of a queue's seek generation and its commit with
-	// seeks, so that a batch read before a seek never commits after it.
-	commitMu sync.Mutex
-
 	in, out, filtered, failed, sinkErrors atomic.Uint64
 }
 
@@ -131,6 +146,13 @@ type selector struct{ typ, expr string }
 
 func (s selector) Type() string       { return s.typ }
 func (s selector) Expression() string { return s.expr }
+
+// queue is queueLocked for a caller not holding mu.
+func (p *Pipeline) queue(mq consumer.MessageQueue) *queueState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.queueLocked(mq)
+}
 
 func (p *Pipeline) queueLocked(mq consumer.MessageQueue) *queueState {
 	qs := p.queues[mq]
@@ -290,13 +312,19 @@ func (p *Pipeline) dispatch(msgs []*consumer.Message) {
 	p.busy++
 	b := &batch{mq: mq, msgs: msgs, gen: qs.gen, seekGen: qs.seekGen}
 	p.mu.Unlock()
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(mq.String()))
 	select {
-	case p.workers[int(h.Sum32()%uint32(len(p.workers)))] <- b:
+	case p.workers[workerOf(mq, len(p.workers))] <- b:
 	case <-p.ctx.Done():
 		p.finish(b)
 	}
+}
+
+// workerOf is the worker, of n, that processes mq's batches: always the same one, so that a
+// queue's batches are processed in order.
+func workerOf(mq consumer.MessageQueue, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(mq.String()))
+	return int(h.Sum32() % uint32(n))
 }
 
 // finish records that b is done with.
@@ -369,10 +397,11 @@ func (p *Pipeline) process(b *batch) {
 // commit commits the offset past b unless a seek moved the queue meanwhile.
 func (p *Pipeline) commit(ctx context.Context, b *batch) {
 	next := b.msgs[len(b.msgs)-1].QueueOffset + 1
-	p.commitMu.Lock()
-	defer p.commitMu.Unlock()
+	qs := p.queue(b.mq)
+	qs.commitMu.Lock()
+	defer qs.commitMu.Unlock()
 	p.mu.Lock()
-	stale := p.queueLocked(b.mq).seekGen != b.seekGen
+	stale := qs.seekGen != b.seekGen
 	p.mu.Unlock()
 	if stale {
 		return
@@ -384,7 +413,7 @@ func (p *Pipeline) commit(ctx context.Context, b *batch) {
 		return
 	}
 	p.mu.Lock()
-	p.queueLocked(b.mq).committed = next
+	qs.committed = next
 	p.mu.Unlock()
 }
 
@@ -400,11 +429,16 @@ func (p *Pipeline) advance(ctx context.Context) {
 	}
 }
 
+// advanceQueue commits mq's position as advance says. It runs on the poll loop, which must
+// not wait for a commit: a queue whose commitMu is taken is being committed (by the worker
+// of a batch, which then counts in flight) or sought, and is left for the next advance.
 func (p *Pipeline) advanceQueue(ctx context.Context, mq consumer.MessageQueue) {
-	p.commitMu.Lock()
-	defer p.commitMu.Unlock()
+	qs := p.queue(mq)
+	if !qs.commitMu.TryLock() {
+		return
+	}
+	defer qs.commitMu.Unlock()
 	p.mu.Lock()
-	qs := p.queueLocked(mq)
 	idle, committed := qs.inflight == 0 && p.seeking == 0, qs.committed
 	p.mu.Unlock()
 	if !idle {
@@ -636,110 +670,6 @@ func (p *Pipeline) stop(ctx context.Context) error {
 		<-p.done
 		return fmt.Errorf("stop %s: drain cut short: %w", p.def.Name, ctx.Err())
 	}
-}
-
-// Seek positions for SeekRequest.Position.
-const (
-	SeekFirst     = "first"
-	SeekLast      = "last"
-	SeekTimestamp = "timestamp"
-	SeekOffset    = "offset"
-)
-
-// SeekRequest moves a pipeline's position in one queue or in every queue it owns.
-type SeekRequest struct {
-	// Queue is the queue to move; nil moves every queue the pipeline owns now.
-	Queue *consumer.MessageQueue `json:"queue,omitempty" yaml:"queue,omitempty"`
-	// Position is first, last, timestamp or offset.
-	Position string `json:"position" yaml:"position"`
-	// Timestamp is the store time to move to, with Position timestamp.
-	Timestamp time.Time `json:"timestamp,omitzero" yaml:"timestamp,omitempty"`
-	// Offset is the queue offset to move to, with Position offset (Queue required).
-	Offset int64 `json:"offset,omitempty" yaml:"offset,omitempty"`
-}
-
-func (r SeekRequest) validate() error {
-	switch r.Position {
-	case SeekFirst, SeekLast:
-	case SeekTimestamp:
-		if r.Timestamp.IsZero() {
-			return fmt.Errorf("%w: seek: timestamp: required with position timestamp", ErrInvalidArgument)
-		}
-	case SeekOffset:
-		if r.Queue == nil {
-			return fmt.Errorf("%w: seek: queue: required with position offset", ErrInvalidArgument)
-		}
-		if r.Offset < 0 {
-			return fmt.Errorf("%w: seek: offset: %d is negative", ErrInvalidArgument, r.Offset)
-		}
-	default:
-		return fmt.Errorf("%w: seek: position: %q is not first, last, timestamp or offset", ErrInvalidArgument, r.Position)
-	}
-	return nil
-}
-
-// seek moves queues. Batches polled before are dropped; the new position is committed
-// (for offset and timestamp at once, for first and last with the first batch processed
-// from there).
-func (p *Pipeline) seek(ctx context.Context, r SeekRequest) error {
-	if err := r.validate(); err != nil {
-		return err
-	}
-	queues := p.c.Assignment()
-	if r.Queue != nil {
-		queues = []consumer.MessageQueue{*r.Queue}
-	}
-	// Stop polling, and wait for a poll in progress to tag its batch: every batch tagged
-	// from now on is read after the seek.
-	p.mu.Lock()
-	p.seeking++
-	if p.pollCancel != nil {
-		p.pollCancel()
-	}
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		p.seeking--
-		p.notifyLocked()
-		p.mu.Unlock()
-	}()
-	if err := p.waitFor(ctx, func() bool { return !p.polling }); err != nil {
-		return fmt.Errorf("pipeline %s: seek: %w", p.def.Name, err)
-	}
-	p.commitMu.Lock()
-	defer p.commitMu.Unlock()
-	for _, mq := range queues {
-		p.mu.Lock()
-		p.queueLocked(mq).seekGen++
-		p.mu.Unlock()
-		var err error
-		off := int64(-1)
-		switch r.Position {
-		case SeekFirst:
-			err = p.c.SeekToBegin(ctx, mq)
-		case SeekLast:
-			err = p.c.SeekToEnd(ctx, mq)
-		case SeekTimestamp:
-			if off, err = p.c.OffsetForTimestamp(ctx, mq, r.Timestamp); err == nil {
-				err = p.c.Seek(ctx, mq, off)
-			}
-		case SeekOffset:
-			off = r.Offset
-			err = p.c.Seek(ctx, mq, off)
-		}
-		if err != nil {
-			return fmt.Errorf("pipeline %s: %w", p.def.Name, err)
-		}
-		if off >= 0 {
-			if err := p.c.CommitOffsets(ctx, map[consumer.MessageQueue]int64{mq: off}); err != nil {
-				return fmt.Errorf("pipeline %s: commit seek of %s: %w", p.def.Name, mq, err)
-			}
-			p.mu.Lock()
-			p.queueLocked(mq).committed = off
-			p.mu.Unlock()
-		}
-	}
-	return nil
 }
 
 func (p *Pipeline) counters() Counters {

@@ -3,7 +3,10 @@ package producer
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowd-io/flowd/protocol"
@@ -11,10 +14,10 @@ import (
 
 // Unbatched SendAsync without a goroutine per send. The request is queued on the broker
 // connection (remoting.Conn.InvokeAsync) and the caller returns; the broker's answer is read
-// by the connection's read goroutine, which frees the send's slot and hands the callback to
-// the producer's callback goroutines (callbacks). Only a send that must be retried gets a
-// goroutine of its own, for its further attempts, and so does one whose topic route or broker
-// address is not cached yet (as before: it may wait for the name servers).
+// by the connection's read goroutine, which hands the callback to the producer's callback
+// goroutines (callbacks); the send's slot is freed once the callback returned. Only a send
+// that must be retried gets a goroutine of its own, for its further attempts, and so does one
+// whose topic route or broker address is not cached yet (it may wait for the name servers).
 
 // asyncSend is one unbatched SendAsync whose first attempt is in flight.
 type asyncSend struct {
@@ -88,22 +91,40 @@ func (a *asyncSend) failed(err error, stored bool) {
 	}()
 }
 
-// completeAsync ends one asynchronous send: it frees the send's slot at once and queues done
-// for the callback goroutines, which end the send's count in p.async once done returned.
+// completeAsync ends one asynchronous send: it queues done for the callback goroutines. The
+// send keeps its slot until done returned (runCallback), so that the callbacks waiting to run
+// count against WithMaxInFlightAsync, as the sends waiting for an answer do.
 func (p *Producer) completeAsync(done func(SendResult, error), res SendResult, err error) {
-	<-p.asyncSlots
-	p.callbacks.push(asyncDone{done: done, res: res, err: err, finished: &p.async})
+	p.callbacks.push(asyncDone{p: p, done: done, res: res, err: err})
 }
 
 // asyncDone is a callback to run, with its outcome, or the callbacks of a batch's messages
 // (batch set, done nil), which run one after another, each with its own result drawn from
 // res, the answer to the whole batch, or with err.
 type asyncDone struct {
-	done     func(SendResult, error)
-	batch    *asyncBatch
-	res      SendResult
-	err      error
-	finished *sync.WaitGroup // Done once done returned (for a batch: once per message)
+	p     *Producer
+	done  func(SendResult, error)
+	batch *asyncBatch
+	res   SendResult
+	err   error
+}
+
+// runCallback calls the callback done of an admitted asynchronous send, then frees the send's
+// slot and ends its count in p.async. A SendAsync that done makes when no slot is free may
+// take the slot over instead (callbacks.lend): it is then that send's, and stays taken.
+// SendAsync recognises a callback by this function's frame on its stack (see inCallback),
+// hence noinline.
+//
+//go:noinline
+func runCallback(p *Producer, done func(SendResult, error), res SendResult, err error) {
+	p.callbacks.calling.Add(1 << 32)
+	defer func() { // deferred: a callback on the caller's goroutine may panic and be recovered
+		if !p.callbacks.returned() {
+			<-p.asyncSlots
+		}
+		p.async.Done()
+	}()
+	done(res, err)
 }
 
 // maxCallbackGoroutines bounds the goroutines a producer runs SendAsync callbacks on.
@@ -113,9 +134,9 @@ const maxCallbackGoroutines = 4
 // keeps, in the order the sends completed; with more than one goroutine, callbacks of
 // different sends may run at the same time. Connections' read goroutines hand callbacks here
 // rather than run them: a callback may block (it may call SendAsync, which waits for a slot),
-// and the read goroutine must go on reading the answers that free slots. The queue is not
-// bounded by a count, but by the sends in flight: a callback is queued only after its send's
-// slot was freed, and each completed send queues one.
+// and the read goroutine must go on reading the answers that free slots. The queue is bounded
+// by WithMaxInFlightAsync: each send queues one callback and holds its slot until the callback
+// returned.
 type callbacks struct {
 	mu      sync.Mutex
 	cond    sync.Cond   // signalled when a callback is queued or the queue is stopped
@@ -124,6 +145,70 @@ type callbacks struct {
 	running int         // guarded by mu: goroutines started and not ended
 	idle    int         // guarded by mu: of those, how many wait for a callback
 	stopped bool        // guarded by mu: goroutines end once the queue is empty
+
+	// calling counts, in its high 32 bits, the callbacks running (runCallback) and, in its
+	// low 32 bits, how many of their slots SendAsync calls they made have taken over (lend).
+	// One word, so that a lend and a return never race: a running callback's slot is either
+	// still its own or lent, never both.
+	calling atomic.Uint64
+}
+
+// lend takes over the slot of a running callback, for a SendAsync that found no slot free,
+// when that SendAsync is made by a callback (one whose slot is not lent yet, or another
+// running one's: slots are alike). Without this, a callback that sends would wait for a slot
+// while holding one, and with every slot so held nothing would ever free one.
+func (cb *callbacks) lend() bool {
+	v := cb.calling.Load()
+	if v>>32 <= v&(1<<32-1) || !inCallback() {
+		return false // no running callback still holds its slot, or the caller is not one
+	}
+	for ; v>>32 > v&(1<<32-1); v = cb.calling.Load() {
+		if cb.calling.CompareAndSwap(v, v+1) {
+			return true
+		}
+	}
+	return false
+}
+
+// returned records that a running callback returned, and reports whether its slot (or that of
+// another running one: slots are alike) was lent, in which case it must not be freed: a send
+// holds it now.
+func (cb *callbacks) returned() (lent bool) {
+	for {
+		v := cb.calling.Load()
+		nv := v - 1<<32
+		if lent = v&(1<<32-1) > 0; lent {
+			nv--
+		}
+		if cb.calling.CompareAndSwap(v, nv) {
+			return lent
+		}
+	}
+}
+
+// inCallback reports whether the calling goroutine runs a SendAsync callback: whether
+// runCallback is on its stack. Only a SendAsync that found no slot free asks.
+func inCallback() bool {
+	entry := reflect.ValueOf(runCallback).Pointer()
+	var buf [64]uintptr
+	pcs := buf[:]
+	for {
+		n := runtime.Callers(2, pcs)
+		if n == len(pcs) {
+			pcs = make([]uintptr, 2*len(pcs)) // a deep stack: look at all of it
+			continue
+		}
+		frames := runtime.CallersFrames(pcs[:n])
+		for {
+			f, more := frames.Next()
+			if f.Entry == entry {
+				return true
+			}
+			if !more {
+				return false
+			}
+		}
+	}
 }
 
 func (cb *callbacks) push(d asyncDone) {
@@ -153,11 +238,10 @@ func (cb *callbacks) push(d asyncDone) {
 
 func (d *asyncDone) run() {
 	if d.batch != nil {
-		d.batch.runCallbacks(d.res, d.err, d.finished)
+		d.batch.runCallbacks(d.res, d.err)
 		return
 	}
-	defer d.finished.Done()
-	d.done(d.res, d.err)
+	runCallback(d.p, d.done, d.res, d.err)
 }
 
 func (cb *callbacks) work() {

@@ -2,6 +2,9 @@ package producer_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,33 +63,181 @@ func TestSendAsyncTimesOut(t *testing.T) {
 	assert.Len(t, fb.sent(), 2, "sent once, not retried")
 }
 
-// A callback may call SendAsync, even with every slot taken: callbacks do not run on the
-// goroutine that reads the answers which free the slots.
+// A callback may call SendAsync, even with every slot taken (by its own send, whose callback
+// has not returned): the callback's SendAsync takes that slot over rather than wait for it,
+// and callbacks do not run on the goroutine that reads the answers. So with batching, whose
+// callbacks run one after another on one goroutine, and with more chains than slots, whose
+// callbacks run at once on several goroutines while the later chains wait to begin.
 func TestSendAsyncFromCallback(t *testing.T) {
-	b := startBroker(t, nil)
-	createTopic(t, b, "chain", 2)
-	p := newProducer(t, b, producer.WithMaxInFlightAsync(1))
-	ctx := context.Background()
-	_, err := p.Send(ctx, &producer.Message{Topic: "chain", Body: []byte("route")})
-	require.NoError(t, err)
-	const n = 300
-	finished := make(chan error, 1)
-	var next func(int) func(producer.SendResult, error)
-	next = func(i int) func(producer.SendResult, error) {
-		return func(_ producer.SendResult, err error) {
-			if err != nil || i == n {
-				finished <- err
-				return
+	for _, tc := range []struct {
+		batching      bool
+		limit, chains int
+	}{{false, 1, 1}, {true, 1, 1}, {false, 2, 3}, {true, 2, 3}} {
+		t.Run(fmt.Sprintf("batching=%v,limit=%d,chains=%d", tc.batching, tc.limit, tc.chains), func(t *testing.T) {
+			b := startBroker(t, nil)
+			createTopic(t, b, "chain", 2)
+			opts := []producer.Option{producer.WithMaxInFlightAsync(tc.limit)}
+			if tc.batching {
+				opts = append(opts, producer.WithAsyncBatching(8, 64<<10, 0))
 			}
-			p.SendAsync(ctx, &producer.Message{Topic: "chain", Body: []byte("x")}, next(i+1)) // waits for the slot just freed
-		}
+			p := newProducer(t, b, opts...)
+			ctx := context.Background()
+			_, err := p.Send(ctx, &producer.Message{Topic: "chain", Body: []byte("route")})
+			require.NoError(t, err)
+			const n = 200
+			finished := make(chan error, tc.chains)
+			var next func(int) func(producer.SendResult, error)
+			next = func(i int) func(producer.SendResult, error) {
+				return func(_ producer.SendResult, err error) {
+					if err != nil || i == n {
+						finished <- err
+						return
+					}
+					p.SendAsync(ctx, &producer.Message{Topic: "chain", Body: []byte("x")}, next(i+1)) // no slot free but this callback's
+				}
+			}
+			for range tc.chains {
+				go p.SendAsync(ctx, &producer.Message{Topic: "chain", Body: []byte("x")}, next(1))
+			}
+			for range tc.chains {
+				select {
+				case err := <-finished:
+					require.NoError(t, err)
+				case <-time.After(30 * time.Second):
+					t.Fatal("the chains of sends stalled")
+				}
+			}
+			require.Len(t, readAll(t, b, "chain", 1+n*tc.chains), 1+n*tc.chains)
+		})
 	}
-	p.SendAsync(ctx, &producer.Message{Topic: "chain", Body: []byte("x")}, next(1))
-	select {
-	case err := <-finished:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the chain of sends stalled")
+}
+
+// WithMaxInFlightAsync bounds the sends whose callback has not returned, not only those
+// waiting for an answer: with a slow callback, SendAsync waits for callbacks to return, so
+// that no burst of sends queues more callbacks (and holds more messages) than the bound. A
+// SendAsync waiting for a slot ends when its context does, with the context's error, given to
+// its callback before it returns, and nothing sent. So with batching.
+func TestSendAsyncBoundHoldsUntilCallbackReturns(t *testing.T) {
+	for _, batching := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
+			const limit, n = 8, 200
+			b := startBroker(t, nil)
+			createTopic(t, b, "bounded", 4)
+			opts := []producer.Option{producer.WithMaxInFlightAsync(limit)}
+			if batching {
+				opts = append(opts, producer.WithAsyncBatching(4, 64<<10, 0))
+			}
+			p := newProducer(t, b, opts...)
+			ctx := context.Background()
+			_, err := p.Send(ctx, &producer.Message{Topic: "bounded", Body: []byte("route")}) // caches the route
+			require.NoError(t, err)
+			msg := func() *producer.Message { return &producer.Message{Topic: "bounded", Body: []byte("x")} }
+
+			// A slow callback: outstanding sends (returned from SendAsync, callback not yet
+			// returned) never exceed the bound. A send is admitted before SendAsync returns
+			// and counted as finished before its callback returns, so the count is a lower
+			// bound of the truth, which the fix keeps at limit.
+			var returned, finished, most atomic.Int64
+			errs := make(chan error, n)
+			for range n {
+				p.SendAsync(ctx, msg(), func(_ producer.SendResult, err error) {
+					if err != nil {
+						errs <- err
+					}
+					time.Sleep(2 * time.Millisecond) // slow, not an assertion
+					finished.Add(1)
+				})
+				out := returned.Add(1) - finished.Load()
+				for m := most.Load(); out > m && !most.CompareAndSwap(m, out); m = most.Load() {
+				}
+			}
+			require.Eventually(t, func() bool { return finished.Load() == n }, wait, time.Millisecond)
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			assert.LessOrEqual(t, most.Load(), int64(limit), "sends outstanding at once")
+
+			// Every slot held by a callback that does not return: SendAsync waits, and its
+			// context ends the wait with its error.
+			release := make(chan struct{})
+			var releaseOnce sync.Once
+			open := func() { releaseOnce.Do(func() { close(release) }) }
+			t.Cleanup(open) // before Close, which waits for the callbacks
+			entered := make(chan struct{}, limit)
+			var gated atomic.Int64
+			for range limit {
+				p.SendAsync(ctx, msg(), func(_ producer.SendResult, err error) {
+					assert.NoError(t, err)
+					entered <- struct{}{}
+					<-release
+					gated.Add(1)
+				})
+			}
+			select {
+			case <-entered:
+			case <-time.After(wait):
+				t.Fatal("no callback ran")
+			}
+			cctx, cancel := context.WithCancel(ctx)
+			probe := &doneProbe{Context: cctx, asked: make(chan struct{})}
+			got := make(chan error, 1)
+			cancelled := make(chan struct{})
+			go func() {
+				p.SendAsync(probe, msg(), func(_ producer.SendResult, err error) { got <- err })
+				close(cancelled)
+			}()
+			admittedAfter := make(chan int64, 1)
+			waiting := make(chan error, 1)
+			go func() {
+				p.SendAsync(ctx, msg(), func(_ producer.SendResult, err error) { waiting <- err })
+				admittedAfter <- gated.Load()
+			}()
+			select { // SendAsync waits on its context: cancel it then, not before
+			case <-probe.asked:
+			case <-time.After(wait):
+				t.Fatal("SendAsync never waited on its context")
+			}
+			cancel()
+			select {
+			case <-cancelled:
+			case <-time.After(wait):
+				t.Fatal("cancelling its context did not end SendAsync's wait")
+			}
+			select {
+			case err := <-got:
+				require.ErrorIs(t, err, context.Canceled)
+			default:
+				t.Fatal("SendAsync returned before its callback got the context's error: it did not wait for a slot")
+			}
+			open()
+			select {
+			case n := <-admittedAfter:
+				assert.GreaterOrEqual(t, n, int64(1), "admitted only once a callback returned")
+			case <-time.After(wait):
+				t.Fatal("SendAsync never got a slot")
+			}
+			select {
+			case err := <-waiting:
+				require.NoError(t, err)
+			case <-time.After(wait):
+				t.Fatal("no callback")
+			}
+			require.Eventually(t, func() bool { return gated.Load() == limit }, wait, time.Millisecond)
+			// The route, the burst, the gated sends and the one that waited: not the cancelled one.
+			require.Len(t, readAll(t, b, "bounded", 1+n+limit+1), 1+n+limit+1)
+		})
 	}
-	require.Len(t, readAll(t, b, "chain", n+1), n+1)
+}
+
+// doneProbe is a context that tells when Done is first asked for: when SendAsync waits on it.
+type doneProbe struct {
+	context.Context
+	once  sync.Once
+	asked chan struct{}
+}
+
+func (c *doneProbe) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.asked) })
+	return c.Context.Done()
 }

@@ -26,10 +26,11 @@ import (
 // queue has a batch gathering while one or more are on their way.
 //
 // No goroutine waits for a batch: it is handed to the connection with InvokeAsync, and its
-// answer, read on the connection's read goroutine, frees its messages' slots, queues their
-// callbacks for the producer's callback goroutines as one entry (they run in the batch's order,
-// one after another), and hands the queue's next batch, if one is waiting, to the connection.
-// Only a batch that must be retried, or resent message by message, gets a goroutine.
+// answer, read on the connection's read goroutine, queues its messages' callbacks for the
+// producer's callback goroutines as one entry (they run in the batch's order, one after
+// another, each message's slot freed once its callback returned), and hands the queue's next
+// batch, if one is waiting, to the connection. Only a batch that must be retried, or resent
+// message by message, gets a goroutine.
 //
 // # Order
 //
@@ -165,12 +166,10 @@ func (p *Producer) enqueueAsync(ctx context.Context, pm prepared, done func(Send
 	p.batcher.add(p, mq, &asyncItem{ctx: ctx, pm: pm, done: done})
 }
 
-// finishAsync ends one asynchronous send on the caller's goroutine: frees its slot, then
-// calls done.
+// finishAsync ends one asynchronous send on the caller's goroutine: calls done, then frees
+// its slot (runCallback).
 func (p *Producer) finishAsync(done func(SendResult, error), res SendResult, err error) {
-	defer p.async.Done()
-	<-p.asyncSlots
-	done(res, err)
+	runCallback(p, done, res, err)
 }
 
 func (b *asyncBatcher) add(p *Producer, mq MessageQueue, it *asyncItem) {
@@ -535,27 +534,24 @@ func (ab *asyncBatch) retry(lastErr error, from int) {
 }
 
 // completeBatch ends ab with the broker's answer res (one for the whole batch) or err: its
-// queue's next batch may leave, its messages' slots are freed, and their callbacks are queued
-// as one entry, which recycles ab once they ran.
+// queue's next batch may leave, and its messages' callbacks are queued as one entry, which
+// frees each message's slot once its callback returned and recycles ab once they all ran.
 func (p *Producer) completeBatch(ab *asyncBatch, res SendResult, err error) {
 	p.batcher.finished(ab.q)
 	if err != nil && len(ab.items) > 1 {
 		err = fmt.Errorf("send to topic %q in a batch of %d: %w", ab.q.mq.Topic, len(ab.items), err)
 	}
-	for range ab.items {
-		<-p.asyncSlots
-	}
-	p.callbacks.push(asyncDone{batch: ab, res: res, err: err, finished: &p.async})
+	p.callbacks.push(asyncDone{p: p, batch: ab, res: res, err: err})
 }
 
 // runCallbacks calls the callback of each of ab's messages, in order, with its own result
 // drawn from res, the answer to the whole batch (or with err), and recycles ab.
-func (ab *asyncBatch) runCallbacks(res SendResult, err error, finished *sync.WaitGroup) {
+func (ab *asyncBatch) runCallbacks(res SendResult, err error) {
+	p := ab.p
 	items := ab.items
 	if len(items) == 1 {
-		items[0].done(res, err)
-		finished.Done()
-		ab.p.batcher.recycle(ab)
+		runCallback(p, items[0].done, res, err)
+		p.batcher.recycle(ab)
 		return
 	}
 	// The broker answers with the first message's queue offset and the messages' offset ids
@@ -565,18 +561,16 @@ func (ab *asyncBatch) runCallbacks(res SendResult, err error, finished *sync.Wai
 	split := err == nil && strings.Count(ids, ",") == len(items)-1
 	for i, it := range items {
 		if err != nil {
-			it.done(SendResult{}, err)
-			finished.Done()
+			runCallback(p, it.done, SendResult{}, err)
 			continue
 		}
 		r := SendResult{Status: res.Status, MsgID: it.pm.uniq, Queue: res.Queue, QueueOffset: res.QueueOffset + int64(i), TransactionID: res.TransactionID}
 		if split {
 			r.OffsetMsgID, ids, _ = strings.Cut(ids, ",")
 		}
-		it.done(r, nil)
-		finished.Done()
+		runCallback(p, it.done, r, nil)
 	}
-	ab.p.batcher.recycle(ab)
+	p.batcher.recycle(ab)
 }
 
 // errStoredUnreadable marks a send the broker stored but whose answer could not be read: it

@@ -8,8 +8,9 @@
 //
 // Send waits for the broker to store the message and retries retriable failures on another
 // queue (another broker when there is one) within the send timeout; SendAsync does the same in
-// the background, with at most WithMaxInFlightAsync sends in flight (past that it blocks, on
-// its context, like franz-go's buffered-records bound); SendOneway does not wait at all;
+// the background, with at most WithMaxInFlightAsync sends outstanding, callbacks not yet
+// returned included (past that it blocks, on its context, like franz-go's buffered-records
+// bound); SendOneway does not wait at all;
 // SendBatch stores several messages of one topic together in one queue with one request
 // (SEND_BATCH_MESSAGE) and returns a result per message. WithAsyncBatching (off by default)
 // makes SendAsync gather the messages of each queue into such requests by itself, each

@@ -27,7 +27,8 @@ const (
 	// DefaultDefaultTopicQueues is the queue count of a topic created by its first send
 	// (WithDefaultTopicQueues).
 	DefaultDefaultTopicQueues = 4
-	// DefaultMaxInFlightAsync bounds the asynchronous sends in flight (WithMaxInFlightAsync).
+	// DefaultMaxInFlightAsync bounds the asynchronous sends outstanding, callbacks included
+	// (WithMaxInFlightAsync).
 	// RocketMQ's Java producer allows 10 000, which its broker queues; a flowd broker serves at
 	// most remoting.DefaultMaxInFlightPerConn (256) requests at once on one connection and
 	// answers SYSTEM_BUSY past that, so flowd's default stays well below, leaving room for the
@@ -266,11 +267,25 @@ func WithCreateTopicKey(topic string) Option {
 	}
 }
 
-// WithMaxInFlightAsync bounds the asynchronous sends in flight: past n, SendAsync blocks until
-// one of them completes, until its context ends, or until Close, like franz-go's
-// MaxBufferedRecords. This bounds the goroutines and memory a burst of SendAsync calls can
-// take, and keeps the requests in flight on the broker connection below the broker's limit
-// (past which it answers SYSTEM_BUSY).
+// WithMaxInFlightAsync bounds the asynchronous sends outstanding: admitted by SendAsync and
+// whose callback has not returned yet, whether they wait for the broker's answer, gather in a
+// batch (WithAsyncBatching), wait for their callback to run or are running it. Past n,
+// SendAsync blocks until a callback returns, until its context ends, or until Close, like
+// franz-go's MaxBufferedRecords (a record's slot is released once its promise returned). This
+// bounds the goroutines and memory a burst of SendAsync calls can take, callbacks queued
+// behind a slow one included, and keeps the requests in flight on the broker connection below
+// the broker's limit (past which it answers SYSTEM_BUSY).
+//
+// What a callback may call: anything, this producer's Send and SendAsync included; a callback
+// that blocks holds its slot meanwhile, and the producer runs callbacks on a few goroutines
+// (see SendAsync), so a callback that blocks long holds up the others. A SendAsync that a
+// callback makes when no slot is free does not wait: it takes over the slot of the send the
+// callback reports on (which then counts as done), so a callback may always send on, as a
+// chain of sends does, without deadlocking on the slot it holds itself. A callback that sends
+// more than once may wait for the later sends like any caller; if every slot is held by a
+// callback so waiting, or by a send whose callback waits behind them, nothing can free one:
+// give such sends a context with a deadline. The same holds of a goroutine the callback
+// starts and waits for: only the callback's own goroutine is recognised.
 //
 // Default DefaultMaxInFlightAsync (128).
 func WithMaxInFlightAsync(n int) Option {

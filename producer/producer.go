@@ -356,24 +356,27 @@ func (p *Producer) Send(ctx context.Context, msg *Message) (SendResult, error) {
 }
 
 // SendAsync sends msg in the background and calls done with the outcome; done may be nil. At
-// most WithMaxInFlightAsync sends are in flight at once: past that, SendAsync blocks until one
-// completes, until ctx ends (done gets ctx's error) or until Close (done gets ErrClosed).
-// Close waits for the sends in flight.
+// most WithMaxInFlightAsync sends are outstanding at once, from SendAsync until done returned:
+// past that, SendAsync blocks until a callback returns, until ctx ends (done gets ctx's error,
+// and nothing is sent) or until Close (done gets ErrClosed). Close waits for the sends in
+// flight and their callbacks.
 //
 // An error found before sending (not started, closed, invalid message, no slot) is passed to
-// done before SendAsync returns, on the caller's goroutine. Otherwise done runs after the
-// send's slot is freed, so it may call SendAsync itself. It runs on one of a few goroutines
-// the producer keeps for callbacks, in the order the sends completed, callbacks of different
-// sends possibly at the same time (no order between them is promised); with
-// WithAsyncBatching, the callbacks of one batch run in the batch's order, one after another.
+// done before SendAsync returns, on the caller's goroutine. Otherwise done runs on one of a
+// few goroutines the producer keeps for callbacks, in the order the sends completed,
+// callbacks of different sends possibly at the same time (no order between them is promised);
+// with WithAsyncBatching, the callbacks of one batch run in the batch's order, one after
+// another. done may call SendAsync itself: when no slot is free, the first such call takes
+// over the slot of the send done reports on rather than wait for it (see WithMaxInFlightAsync
+// for what else a callback may do).
 //
 // No goroutine waits for a send, batched or not: its request is queued on the broker
 // connection, whose writer sends the requests queued meanwhile together, and the answer is
-// read by the connection's reader, which frees the slot and queues the callback. A send (or a
-// batch) that must be retried gets a goroutine for its further attempts, and so does the first
-// send to a topic whose route is not known yet. SendAsync may wait for the connection to the
-// broker to be dialed, on its first use; with WithAsyncBatching it may also encode and queue
-// batches of its message's queue that are ready to leave.
+// read by the connection's reader, which queues the callback. A send (or a batch) that must be
+// retried gets a goroutine for its further attempts, and so does the first send to a topic
+// whose route is not known yet. SendAsync may wait for the connection to the broker to be
+// dialed, on its first use; with WithAsyncBatching it may also encode and queue batches of its
+// message's queue that are ready to leave.
 func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendResult, error)) {
 	if done == nil {
 		done = func(SendResult, error) {}
@@ -391,13 +394,8 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendRe
 		done(SendResult{}, fmt.Errorf("send to topic %q: %w", msg.Topic, err))
 		return
 	}
-	select {
-	case p.asyncSlots <- struct{}{}:
-	case <-ctx.Done():
-		done(SendResult{}, fmt.Errorf("send to topic %q: waiting for one of %d async sends in flight: %w", msg.Topic, cap(p.asyncSlots), ctx.Err()))
-		return
-	case <-p.closing:
-		done(SendResult{}, fmt.Errorf("send to topic %q: %w", msg.Topic, ErrClosed))
+	if err := p.takeSlot(ctx, msg.Topic); err != nil {
+		done(SendResult{}, err)
 		return
 	}
 	// Register under the lock that Close takes to change the state, so that Close either sees
@@ -405,7 +403,7 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendRe
 	p.mu.RLock()
 	if err := p.stateErr(); err != nil {
 		p.mu.RUnlock()
-		<-p.asyncSlots
+		<-p.asyncSlots // a slot taken over from a callback is this send's too
 		done(SendResult{}, err)
 		return
 	}
@@ -421,11 +419,31 @@ func (p *Producer) SendAsync(ctx context.Context, msg *Message, done func(SendRe
 	pm := new(prepared)
 	*pm = pmv
 	go func() {
-		defer p.async.Done()
 		res, err := p.send(ctx, pm)
-		<-p.asyncSlots
-		done(res, err)
+		p.completeAsync(done, res, err)
 	}()
+}
+
+// takeSlot admits one asynchronous send under the WithMaxInFlightAsync bound: it takes a free
+// slot, or one a callback calling it holds (callbacks.lend), or waits for a slot until ctx ends
+// or Close.
+func (p *Producer) takeSlot(ctx context.Context, topic string) error {
+	select {
+	case p.asyncSlots <- struct{}{}:
+		return nil
+	default:
+	}
+	if p.callbacks.lend() {
+		return nil
+	}
+	select {
+	case p.asyncSlots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("send to topic %q: waiting for one of %d async sends in flight and their callbacks: %w", topic, cap(p.asyncSlots), ctx.Err())
+	case <-p.closing:
+		return fmt.Errorf("send to topic %q: %w", topic, ErrClosed)
+	}
 }
 
 // SendOneway sends msg without waiting for the broker: it returns once the request is
