@@ -26,6 +26,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/flowd-io/flowd/internal/natsname"
 	"github.com/flowd-io/flowd/pipeline/definition"
 )
 
@@ -258,8 +259,8 @@ func (c Config) problems() []Problem {
 	if c.DataDir == "" {
 		bad("data_dir", "must not be empty")
 	}
-	if c.Cluster == "" || strings.ContainsAny(c.Cluster, ".*> \t") {
-		bad("cluster", "%q must be one NATS subject token (no '.', '*', '>' or spaces)", c.Cluster)
+	if err := natsname.Token(c.Cluster); err != nil {
+		bad("cluster", "%v", err)
 	}
 	if c.BrokerName == "" {
 		bad("broker_name", "must not be empty")

@@ -160,3 +160,22 @@ func TestDefinitionFieldsAndSinksAreDocumented(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(readme), "(docs/pipelines.md)", "the README links it")
 }
+
+// A NATS sink publishes to one literal subject: what NATS would refuse or read as a pattern
+// fails validation, saying why.
+func TestDefinitionSinkSubjectIsALiteralNATSSubject(t *testing.T) {
+	d := validDef()
+	for subject, msg := range map[string]string{
+		"orders.*":  `"orders.*" is not a valid NATS subject: token 2 is the wildcard '*' (messages are published to literal subjects)`,
+		"orders..x": `"orders..x" is not a valid NATS subject: token 2 is empty`,
+		"":          `"" is not a valid NATS subject: empty`,
+	} {
+		d.Sink = definition.SinkDefinition{Type: definition.SinkNATS, Subject: subject}
+		fes := definition.FieldErrors(d.Validate())
+		require.Len(t, fes, 1, subject)
+		assert.Equal(t, "sink.subject", fes[0].Field)
+		assert.Equal(t, msg, fes[0].Detail())
+	}
+	d.Sink = definition.SinkDefinition{Type: definition.SinkNATS, Subject: "$KV.orders.eu"}
+	assert.NoError(t, d.Validate())
+}

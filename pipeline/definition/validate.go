@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/flowd-io/flowd/internal/natsname"
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
@@ -193,8 +195,8 @@ func (s SinkDefinition) validate(p *problems) {
 			p.add("sink.create_queues", "%d is outside [1, %d] (0: the topic must exist)", s.CreateQueues, maxQueues)
 		}
 	case SinkNATS:
-		if s.Subject == "" || strings.ContainsAny(s.Subject, " \t\r\n") {
-			p.add("sink.subject", "%q is not a valid NATS subject", s.Subject)
+		if err := natsname.Subject(s.Subject); err != nil {
+			p.add("sink.subject", "%v", err)
 		}
 		switch s.JetStream {
 		case "", "auto", "always", "never":
