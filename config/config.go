@@ -26,7 +26,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/flowd-io/flowd/internal/natsname"
+	"github.com/flowd-io/flowd/internal/subjects"
 	"github.com/flowd-io/flowd/pipeline/definition"
 )
 
@@ -259,7 +259,7 @@ func (c Config) problems() []Problem {
 	if c.DataDir == "" {
 		bad("data_dir", "must not be empty")
 	}
-	if err := natsname.Token(c.Cluster); err != nil {
+	if err := subjects.Token(c.Cluster); err != nil {
 		bad("cluster", "%v", err)
 	}
 	if c.BrokerName == "" {

@@ -21,13 +21,17 @@ func TestConfigDependsOnLeavesOnly(t *testing.T) {
 	allowed := map[string]bool{
 		"github.com/flowd-io/flowd/config":              true,
 		"github.com/flowd-io/flowd/pipeline/definition": true,
-		"github.com/flowd-io/flowd/internal/natsname":   true,
+		"github.com/flowd-io/flowd/internal/subjects":   true,
 	}
 	var bad []string
 	for _, pkg := range strings.Fields(string(out)) {
-		heavy := strings.Contains(pkg, "wazero") || strings.Contains(pkg, "nats-io") || strings.Contains(pkg, "prometheus")
-		flowd := strings.HasPrefix(pkg, "github.com/flowd-io/flowd/") && !allowed[pkg]
-		if heavy || flowd {
+		if strings.HasPrefix(pkg, "github.com/flowd-io/flowd/") {
+			if !allowed[pkg] {
+				bad = append(bad, pkg)
+			}
+			continue
+		}
+		if strings.Contains(pkg, "wazero") || strings.Contains(pkg, "nats") || strings.Contains(pkg, "prometheus") {
 			bad = append(bad, pkg)
 		}
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/flowd-io/flowd/broker"
-	"github.com/flowd-io/flowd/internal/natsname"
+	"github.com/flowd-io/flowd/internal/subjects"
 	"github.com/flowd-io/flowd/pipeline"
 	"github.com/flowd-io/flowd/protocol"
 )
@@ -51,7 +51,7 @@ const (
 // EventsConfig configures the Publisher. The zero value is valid.
 type EventsConfig struct {
 	// Cluster is the cluster's name: the third token of every event subject, so it must be
-	// a valid NATS subject token (internal/natsname.Token: no ".", "*", ">", "$" at the
+	// a valid NATS subject token (internal/subjects.Token: no ".", "*", ">", "$" at the
 	// start, or white space).
 	// Default "local", the broker's default.
 	Cluster string
@@ -221,7 +221,7 @@ type offsetBatch struct {
 // no event of the start is missed, and call Started once the broker serves.
 func NewPublisher(ctx context.Context, n *NATS, b *broker.Broker, cfg EventsConfig) (*Publisher, error) {
 	cfg = cfg.withDefaults()
-	if err := natsname.Token(cfg.Cluster); err != nil {
+	if err := subjects.Token(cfg.Cluster); err != nil {
 		return nil, fmt.Errorf("events: cluster: %w: %w", err, ErrBadConfig)
 	}
 	p := &Publisher{

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowd-io/flowd/broker"
-	"github.com/flowd-io/flowd/internal/natsname"
+	"github.com/flowd-io/flowd/internal/subjects"
 	"github.com/flowd-io/flowd/pipeline"
 	"github.com/flowd-io/flowd/plugins"
 )
@@ -49,7 +49,7 @@ const (
 // default is taken from it.
 type ServiceConfig struct {
 	// Cluster is the cluster name in every subject and reply, and in the service metadata.
-	// It must be a single NATS subject token (internal/natsname.Token: no ".", "*", ">" or
+	// It must be a single NATS subject token (internal/subjects.Token: no ".", "*", ">" or
 	// white space, no leading "$"). Default: the
 	// broker's cluster (broker.Config.Cluster, itself "local" by default).
 	Cluster string
@@ -222,7 +222,7 @@ func StartService(ctx context.Context, nc *nats.Conn, b *broker.Broker, cfg Serv
 		return nil, errors.New("start control service: a NATS connection and a broker are required")
 	}
 	cfg = cfg.withDefaults(b)
-	if err := natsname.Token(cfg.Cluster); err != nil {
+	if err := subjects.Token(cfg.Cluster); err != nil {
 		return nil, fmt.Errorf("start control service: cluster: %w", err)
 	}
 	cmds := served(cfg)

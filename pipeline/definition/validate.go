@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flowd-io/flowd/internal/natsname"
+	"github.com/flowd-io/flowd/internal/subjects"
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
@@ -195,7 +195,7 @@ func (s SinkDefinition) validate(p *problems) {
 			p.add("sink.create_queues", "%d is outside [1, %d] (0: the topic must exist)", s.CreateQueues, maxQueues)
 		}
 	case SinkNATS:
-		if err := natsname.Subject(s.Subject); err != nil {
+		if err := subjects.Literal(s.Subject); err != nil {
 			p.add("sink.subject", "%v", err)
 		}
 		switch s.JetStream {

@@ -1,9 +1,9 @@
-// Package natsname holds the one set of rules for the names flowd puts into NATS subjects,
+// Package subjects holds the one set of rules for the names flowd puts into NATS subjects,
 // so that config validate, the control plane and the pipelines refuse the same names. The
 // rules follow what nats-server and nats.go refuse (nats-server's IsValidSubject and
 // IsValidPublishSubject, nats.go's subject check on publish), with two of flowd's own for a
 // token, given below. It imports nothing of flowd.
-package natsname
+package subjects
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-// ErrInvalid is wrapped by every error of Token and Subject.
+// ErrInvalid is wrapped by every error of Token and Literal.
 var ErrInvalid = errors.New("invalid NATS name")
 
 // Error is a name that breaks a rule. Its message quotes the name and says what is wrong:
@@ -59,11 +59,11 @@ func Token(s string) error {
 	return nil
 }
 
-// Subject checks s as a subject flowd publishes to (a pipeline's NATS sink): tokens
+// Literal checks s as a subject flowd publishes to (a pipeline's NATS sink): tokens
 // separated by '.', none empty and none a wildcard ('*' or '>' alone), with no white space,
 // NUL byte or bytes that are not UTF-8. A leading '$' is allowed: publishing to $KV or $JS
 // subjects is legitimate. It returns nil, or an *Error saying what is wrong.
-func Subject(s string) error {
+func Literal(s string) error {
 	bad := func(reason string) error { return &Error{Name: s, What: "subject", Reason: reason} }
 	if s == "" {
 		return bad("empty")

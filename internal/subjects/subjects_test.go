@@ -1,11 +1,11 @@
-package natsname_test
+package subjects_test
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/flowd-io/flowd/internal/natsname"
+	"github.com/flowd-io/flowd/internal/subjects"
 )
 
 func TestToken(t *testing.T) {
@@ -34,21 +34,21 @@ func TestToken(t *testing.T) {
 		"$a.b":       "starts with '$' (reserved for NATS's own subjects)",
 		"ok.but two": "contains '.'",
 	} {
-		err := natsname.Token(name)
+		err := subjects.Token(name)
 		if reason == "" {
 			assert.NoError(t, err, "%q", name)
 			continue
 		}
-		assert.ErrorIs(t, err, natsname.ErrInvalid, "%q", name)
-		var ne *natsname.Error
+		assert.ErrorIs(t, err, subjects.ErrInvalid, "%q", name)
+		var ne *subjects.Error
 		if assert.ErrorAs(t, err, &ne, "%q", name) {
-			assert.Equal(t, natsname.Error{Name: name, What: "subject token", Reason: reason}, *ne, "%q", name)
+			assert.Equal(t, subjects.Error{Name: name, What: "subject token", Reason: reason}, *ne, "%q", name)
 		}
 	}
-	assert.EqualError(t, natsname.Token("$x"), `"$x" is not a valid NATS subject token: starts with '$' (reserved for NATS's own subjects)`)
+	assert.EqualError(t, subjects.Token("$x"), `"$x" is not a valid NATS subject token: starts with '$' (reserved for NATS's own subjects)`)
 }
 
-func TestSubject(t *testing.T) {
+func TestLiteral(t *testing.T) {
 	for subject, reason := range map[string]string{
 		"orders":         "",
 		"orders.eu.out":  "",
@@ -65,12 +65,12 @@ func TestSubject(t *testing.T) {
 		"a\x00":          "contains a NUL byte",
 		"\xc3":           "is not valid UTF-8",
 	} {
-		err := natsname.Subject(subject)
+		err := subjects.Literal(subject)
 		if reason == "" {
 			assert.NoError(t, err, "%q", subject)
 			continue
 		}
-		assert.ErrorIs(t, err, natsname.ErrInvalid, "%q", subject)
-		assert.EqualError(t, err, (&natsname.Error{Name: subject, What: "subject", Reason: reason}).Error(), "%q", subject)
+		assert.ErrorIs(t, err, subjects.ErrInvalid, "%q", subject)
+		assert.EqualError(t, err, (&subjects.Error{Name: subject, What: "subject", Reason: reason}).Error(), "%q", subject)
 	}
 }
