@@ -21,7 +21,7 @@ import (
 // each onto one stack of closers as soon as it exists; serve stops them in reverse, within
 // one context bounded by shutdownTimeout, and a start that fails stops what it had built.
 //
-//	start                                     stop (reverse)
+//	built (n-th)                              stopped (n-th)
 //	1 plugins: Wasm runtime, plugin registry  9 plugins (Wasm filters run until the broker is down)
 //	2 HTTP listener (a taken address fails    8 HTTP listener (if the server did not close it)
 //	  the start before the broker opens)
