@@ -26,7 +26,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/flowd-io/flowd/pipeline"
+	"github.com/flowd-io/flowd/internal/subjects"
+	"github.com/flowd-io/flowd/pipeline/definition"
 )
 
 // Config is the daemon's configuration.
@@ -45,7 +46,7 @@ type Config struct {
 
 	// Pipelines are run by the daemon once the broker serves. A reload starts the new ones,
 	// stops (draining) the removed ones and restarts the changed ones.
-	Pipelines []pipeline.Definition `yaml:"pipelines" reload:"true" doc:"pipelines hosted by the daemon, each {name, topics, source_name_servers, selector, transforms, sink, ...} as in docs/pipelines.md; source_name_servers (host:port) read the topics of another flowd, default this one; default none"`
+	Pipelines []definition.Definition `yaml:"pipelines" reload:"true" doc:"pipelines hosted by the daemon, each {name, topics, source_name_servers, selector, transforms, sink, ...} as in docs/pipelines.md; source_name_servers (host:port) read the topics of another flowd, default this one; default none"`
 }
 
 // HTTP configures the observability listener.
@@ -148,7 +149,7 @@ func Default() Config {
 		HTTP:    HTTP{Listen: "127.0.0.1:8080"},
 		Log:     Log{Level: "info", Format: "text"},
 
-		Pipelines: []pipeline.Definition{},
+		Pipelines: []definition.Definition{},
 	}
 }
 
@@ -258,8 +259,8 @@ func (c Config) problems() []Problem {
 	if c.DataDir == "" {
 		bad("data_dir", "must not be empty")
 	}
-	if c.Cluster == "" || strings.ContainsAny(c.Cluster, ".*> \t") {
-		bad("cluster", "%q must be one NATS subject token (no '.', '*', '>' or spaces)", c.Cluster)
+	if err := subjects.Token(c.Cluster); err != nil {
+		bad("cluster", "%v", err)
 	}
 	if c.BrokerName == "" {
 		bad("broker_name", "must not be empty")
@@ -311,7 +312,7 @@ func (c Config) problems() []Problem {
 	names := map[string]int{}
 	for i, d := range c.Pipelines {
 		key := fmt.Sprintf("pipelines[%d]", i)
-		fes := pipeline.FieldErrors(d.Validate())
+		fes := definition.FieldErrors(d.Validate())
 		for _, fe := range fes {
 			bad(key+"."+fe.Field, "%s", fe.Msg)
 		}

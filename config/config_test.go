@@ -302,3 +302,30 @@ pipelines:
 	require.Len(t, inv.Problems, 1)
 	assert.Equal(t, `log.level: "loud" is not debug, info, warn or error`, inv.Problems[0].String())
 }
+
+// The cluster name is a token of every flowd subject: what NATS or flowd's subjects would
+// refuse is refused by config validate, with its key and line, rather than at start.
+func TestClusterMustBeANATSSubjectToken(t *testing.T) {
+	for name, msg := range map[string]string{
+		`$x`:       `"$x" is not a valid NATS subject token: starts with '$' (reserved for NATS's own subjects)`,
+		`eu.west`:  `"eu.west" is not a valid NATS subject token: contains '.'`,
+		`"a b"`:    `"a b" is not a valid NATS subject token: contains white space`,
+		`"a>"`:     `"a>" is not a valid NATS subject token: contains '>'`,
+		`'*'`:      `"*" is not a valid NATS subject token: contains '*'`,
+		`""`:       `"" is not a valid NATS subject token: empty`,
+		`"a\fb"`:   `"a\fb" is not a valid NATS subject token: contains white space`,
+		`"tab\tx"`: `"tab\tx" is not a valid NATS subject token: contains white space`,
+	} {
+		path := filepath.Join(t.TempDir(), "flowd.yaml")
+		require.NoError(t, os.WriteFile(path, []byte("data_dir: d\ncluster: "+name+"\n"), 0o600))
+		_, err := config.Load(path, nil)
+		require.ErrorIs(t, err, config.ErrInvalid, name)
+		var inv *config.InvalidError
+		require.ErrorAs(t, err, &inv)
+		require.Len(t, inv.Problems, 1, name)
+		assert.Equal(t, config.Problem{Line: 2, Key: "cluster", Msg: msg}, inv.Problems[0], name)
+	}
+	c := config.Default()
+	c.Cluster = "eu-west_1"
+	assert.NoError(t, c.Validate())
+}

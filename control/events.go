@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/internal/subjects"
 	"github.com/flowd-io/flowd/pipeline"
 	"github.com/flowd-io/flowd/protocol"
 )
@@ -50,7 +51,8 @@ const (
 // EventsConfig configures the Publisher. The zero value is valid.
 type EventsConfig struct {
 	// Cluster is the cluster's name: the third token of every event subject, so it must be
-	// a valid NATS subject token (no ".", "*", ">", "$" at the start, or white space).
+	// a valid NATS subject token (internal/subjects.Token: no ".", "*", ">", "$" at the
+	// start, or white space).
 	// Default "local", the broker's default.
 	Cluster string
 	// Node is the broker's name within the cluster, in ce-source. Default "broker-a".
@@ -118,15 +120,6 @@ func (c *EventsConfig) withDefaults() EventsConfig {
 		cfg.Logger = slog.Default()
 	}
 	return cfg
-}
-
-// ValidToken reports whether s can be one token of a NATS subject: not empty, no ".",
-// "*", ">" or white space, and not starting with "$" (reserved for NATS itself).
-func ValidToken(s string) bool {
-	if s == "" || s[0] == '$' {
-		return false
-	}
-	return !strings.ContainsAny(s, ".*> \t\r\n")
 }
 
 // EventData is the JSON payload of every event. Fields that do not apply to an event are
@@ -228,8 +221,8 @@ type offsetBatch struct {
 // no event of the start is missed, and call Started once the broker serves.
 func NewPublisher(ctx context.Context, n *NATS, b *broker.Broker, cfg EventsConfig) (*Publisher, error) {
 	cfg = cfg.withDefaults()
-	if !ValidToken(cfg.Cluster) {
-		return nil, fmt.Errorf("events: cluster name %q is not a valid NATS subject token: %w", cfg.Cluster, ErrBadConfig)
+	if err := subjects.Token(cfg.Cluster); err != nil {
+		return nil, fmt.Errorf("events: cluster: %w: %w", err, ErrBadConfig)
 	}
 	p := &Publisher{
 		cfg:     cfg,

@@ -223,7 +223,7 @@ func TestEventsStreamKeepsEventsAndDropsRepublishedIDs(t *testing.T) {
 func TestPublisherRefusesAClusterNameThatIsNotASubjectToken(t *testing.T) {
 	n := openEmbedded(t, func(c *NATSConfig) { c.Listen = "off" })
 	b := newBroker(t, nil)
-	for _, name := range []string{"eu.west", "a*", ">", "$SYS", "a b"} {
+	for _, name := range []string{"eu.west", "a*", ">", "$SYS", "a b", "a\fb"} {
 		_, err := NewPublisher(context.Background(), n, b, EventsConfig{Cluster: name, Logger: discardLogger()})
 		assert.ErrorIs(t, err, ErrBadConfig, name)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/internal/subjects"
 	"github.com/flowd-io/flowd/pipeline"
 	"github.com/flowd-io/flowd/plugins"
 )
@@ -48,7 +49,8 @@ const (
 // default is taken from it.
 type ServiceConfig struct {
 	// Cluster is the cluster name in every subject and reply, and in the service metadata.
-	// It must be a single NATS subject token (no ".", "*", ">" or white space). Default: the
+	// It must be a single NATS subject token (internal/subjects.Token: no ".", "*", ">" or
+	// white space, no leading "$"). Default: the
 	// broker's cluster (broker.Config.Cluster, itself "local" by default).
 	Cluster string
 
@@ -108,11 +110,6 @@ func (c ServiceConfig) withDefaults(b *broker.Broker) ServiceConfig {
 		c.Logger = slog.Default()
 	}
 	return c
-}
-
-// validToken reports whether s can be one token of a NATS subject.
-func validToken(s string) bool {
-	return s != "" && !strings.ContainsAny(s, ".*> \t\r\n")
 }
 
 // Service is the running command service of one node. Create it with StartService; Stop
@@ -225,8 +222,8 @@ func StartService(ctx context.Context, nc *nats.Conn, b *broker.Broker, cfg Serv
 		return nil, errors.New("start control service: a NATS connection and a broker are required")
 	}
 	cfg = cfg.withDefaults(b)
-	if !validToken(cfg.Cluster) {
-		return nil, fmt.Errorf("start control service: cluster %q must be one subject token (no '.', '*', '>' or spaces)", cfg.Cluster)
+	if err := subjects.Token(cfg.Cluster); err != nil {
+		return nil, fmt.Errorf("start control service: cluster: %w", err)
 	}
 	cmds := served(cfg)
 	disabled, err := disabledSet(cfg.Disabled, cmds)

@@ -322,6 +322,8 @@ func TestStartServiceRefusesBadConfig(t *testing.T) {
 		{Disabled: []string{"topic"}},
 		{Cluster: "a.b"},
 		{Cluster: "a*"},
+		{Cluster: "$x"},
+		{Cluster: "a\fb"},
 	} {
 		cfg.Logger = quiet()
 		_, err := control.StartService(context.Background(), nc, b, cfg)

@@ -9,11 +9,12 @@
 // Every field and sink is documented for users in docs/pipelines.md.
 //
 // A Definition describes a pipeline as plain data (a config file or a KV entry holds it);
-// a Manager runs definitions by name and resolves what they name (transform and allocator
-// plugins, the NATS connection). A pipeline reads through the Manager's name servers, or
-// through its definition's SourceNameServers (the topics of another flowd). Managers in
-// several daemons that run the same definition against the same source share its queues
-// through the consumer group, and hand them over on join and leave.
+// it and its validation live in package pipeline/definition, aliased here. A Manager runs
+// definitions by name and resolves what they name (transform and allocator plugins, the
+// NATS connection). A pipeline reads through the Manager's name servers, or through its
+// definition's SourceNameServers (the topics of another flowd). Managers in several daemons
+// that run the same definition against the same source share its queues through the
+// consumer group, and hand them over on join and leave.
 //
 // # Delivery guarantee: at least once
 //

@@ -137,7 +137,7 @@ func (m *Manager) Start(ctx context.Context, def Definition) error {
 	if err := def.Validate(); err != nil {
 		return err
 	}
-	def = def.withDefaults()
+	def = def.WithDefaults()
 	m.mu.Lock()
 	if old, ok := m.pipelines[def.Name]; ok {
 		if old == nil { // being started

@@ -115,7 +115,7 @@ func TestStartResolvesNamedResources(t *testing.T) {
 		}
 	})
 	ctx := context.Background()
-	def := validDef()
+	def := pipeline.Definition{Name: "p", Sink: pipeline.SinkDefinition{Type: pipeline.SinkStdout}}
 	def.Topics = []string{"res"}
 	def.Transforms = []string{"redact"}
 	require.ErrorIs(t, m.Start(ctx, def), pipeline.ErrUnavailable, "no transform resolver")

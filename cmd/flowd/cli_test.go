@@ -516,6 +516,6 @@ pipelines:
 		"  line 8: pipelines[0].sink.topic: \"\" is not a valid topic name\n"+
 		"  line 11: pipelines[1].selector.expression: required for type SQL92\n"+
 		"  line 12: pipelines[1].sink.subjet: unknown key; did you mean \"subject\"?\n"+
-		"  line 12: pipelines[1].sink.subject: \"\" is not a valid NATS subject", err.Error())
+		"  line 12: pipelines[1].sink.subject: \"\" is not a valid NATS subject: empty", err.Error())
 	assert.NotContains(t, out.String(), "ok")
 }

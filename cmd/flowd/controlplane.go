@@ -14,8 +14,8 @@ import (
 	"github.com/flowd-io/flowd/control"
 )
 
-// controlPlane is the NATS connection, the event publisher and the command service; a nil
-// *controlPlane (NATS disabled) does nothing.
+// controlPlane is the NATS connection, the event publisher and the command service. The
+// daemon has none when NATS is off.
 type controlPlane struct {
 	n   *control.NATS
 	pub *control.Publisher
@@ -75,9 +75,6 @@ func startControlPlane(ctx context.Context, c config.Config, cfg broker.Config, 
 
 // started announces the broker and starts taking commands, once the broker serves.
 func (c *controlPlane) started(ctx context.Context, b *broker.Broker) error {
-	if c == nil {
-		return nil
-	}
 	c.pub.Started()
 	svc, err := control.StartService(ctx, c.n.Conn(), b, c.cfg)
 	if err != nil {
@@ -91,7 +88,7 @@ func (c *controlPlane) started(ctx context.Context, b *broker.Broker) error {
 // the service refuses (an unknown command) leaves the old one serving. Commands arriving
 // during the switch get no responder.
 func (c *controlPlane) setDisabled(ctx context.Context, b *broker.Broker, disabled []string) error {
-	if c == nil || c.svc == nil {
+	if c.svc == nil { // a restart failed before: nothing serves to stop
 		return nil
 	}
 	if err := c.svc.Stop(); err != nil {
@@ -115,9 +112,6 @@ func (c *controlPlane) setDisabled(ctx context.Context, b *broker.Broker, disabl
 
 // stopping announces the stop and stops taking commands before the broker shuts down.
 func (c *controlPlane) stopping() error {
-	if c == nil {
-		return nil
-	}
 	c.pub.Stopping()
 	if c.svc == nil {
 		return nil
@@ -125,16 +119,9 @@ func (c *controlPlane) stopping() error {
 	return c.svc.Stop()
 }
 
-func (c *controlPlane) url() string {
-	if c == nil {
-		return "off"
-	}
-	return c.n.ListenURL()
-}
+func (c *controlPlane) url() string { return c.n.ListenURL() }
 
+// close flushes the publisher and closes NATS, once the broker has shut down.
 func (c *controlPlane) close(ctx context.Context) error {
-	if c == nil {
-		return nil
-	}
 	return errors.Join(c.pub.Close(ctx), c.n.Close(ctx))
 }

@@ -137,16 +137,13 @@ func (h *pipelineHost) stop(name string) error {
 	return nil
 }
 
-// close drains every pipeline, bounded by ctx.
+// close drains every pipeline within pipelineDrainTimeout (and ctx), so that the rest of
+// the shutdown keeps its share of the bound.
 func (h *pipelineHost) close(ctx context.Context) error {
-	if h == nil {
-		return nil
-	}
 	clear(h.running)
-	if err := h.m.Close(ctx); err != nil {
-		return fmt.Errorf("stop pipelines: %w", err)
-	}
-	return nil
+	ctx, cancel := context.WithTimeout(ctx, pipelineDrainTimeout)
+	defer cancel()
+	return h.m.Close(ctx)
 }
 
 // lagUnknown explains the word pipeline list writes for a lag it cannot know.

@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -180,125 +179,42 @@ func (s *serveCmd) run(cmd *cobra.Command, _ []string) error {
 	return serve(cmd.Context(), c, s, cmd.ErrOrStderr())
 }
 
-// serve runs the daemon until ctx ends or SIGINT/SIGTERM; SIGHUP reloads what it can.
+// serve runs the daemon until ctx ends or SIGINT/SIGTERM; SIGHUP reloads what it can. The
+// daemon is built and stopped as written above start (start.go).
 func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Writer) error {
 	var level slog.LevelVar
 	lv, _ := c.LogLevel() // validated by load
 	level.Set(lv)
 	log := newLogger(c, &level, stderr)
-	cfg := brokerConfig(c, log)
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-
-	if c.Plugins.Dir != "" {
-		if err := os.MkdirAll(c.Plugins.Dir, 0o755); err != nil {
-			return fmt.Errorf("serve: plugins.dir: %w", err)
-		}
-	}
-	// The store's lock is taken by broker.New; checking it first keeps a second daemon from
-	// touching the plugin store and says plainly what is wrong.
-	if err := checkDataDirFree(c.DataDir); err != nil {
-		return err
-	}
-	// Metrics: the broker counts traffic through the observer, the Wasm runtime times plugin
-	// calls and the store its flushes through their hooks; everything else is read at
-	// scrape time. The HTTP listener is opened below, so a taken address fails the start.
-	m := metrics.New(metrics.Options{})
-	cfg.Observer = m
-	cfg.Store.OnFlush = m.StoreFlush
-	// The plugin registry outlives the broker: pulls through Wasm filters run until the
-	// broker has shut down.
-	ph, err := openPlugins(ctx, cfg.DataDir, m.PluginCall, log)
-	if err != nil {
-		return err
-	}
-	cfg.Filters = ph.filters
-	var httpLn net.Listener
-	if c.HTTP.Listen != "off" {
-		if httpLn, err = listen(ctx, httpAddr(c)); err != nil {
-			return errors.Join(err, ph.close(context.Background()))
-		}
-		defer httpLn.Close()
-	}
-	closePlugins := func() error {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	cl := &closers{log: log}
+	// The parts outlive ctx's signals: they are stopped in their turn, within one bound.
+	shutdown := func() error {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 		defer cancel()
-		return ph.close(cctx)
+		return cl.close(sctx)
 	}
-	b, err := broker.New(cfg)
+	d, err := start(ctx, c, cl, log)
 	if err != nil {
-		return errors.Join(brokerListenError(ctx, c, dataDirError(c.DataDir, err)), closePlugins())
+		return errors.Join(err, shutdown())
 	}
-	// NATS comes up before the broker serves, so that no event of the start is missed.
-	var cp *controlPlane
-	if c.NATS.Enabled {
-		cp, err = startControlPlane(ctx, c, cfg, b, ph, log)
-		if err != nil {
-			return errors.Join(natsListenError(ctx, c, err), b.Shutdown(context.Background()), closePlugins())
-		}
-	}
-	if err := b.Start(); err != nil {
-		return errors.Join(err, b.Shutdown(context.Background()), cp.close(context.Background()), closePlugins())
-	}
-	// Pipelines read from the broker, so they start once it serves; the command service
-	// starts with their Manager, so that the pipeline commands are served from the start.
-	var pipelineEvents func(pipeline.Event)
-	var pipelineNATS *nats.Conn
-	if cp != nil {
-		pipelineEvents = cp.pub.Pipeline
-		pipelineNATS = cp.n.Conn()
-	}
-	pl, err := newPipelineHost(ctx, b, ph.reg, pipelineNATS, pipelineEvents, log)
-	if err != nil {
-		return errors.Join(err, b.Shutdown(context.Background()), cp.close(context.Background()), closePlugins())
-	}
-	if cp != nil {
-		cp.cfg.Pipelines = pl.m
-	}
-	if err := cp.started(ctx, b); err != nil {
-		return errors.Join(err, b.Shutdown(context.Background()), cp.close(context.Background()), closePlugins())
-	}
-	if err := pl.apply(c.Pipelines); err != nil {
-		log.Error("serve: pipelines not started", "err", err)
-	}
-
-	stopWatch, checks := watchMetrics(m, b, ph, pl, cp)
-	stopHTTP := serveHTTP(ctx, httpLn, metrics.NewHandler(m.Registry(), log, checks...))
-	defer stopHTTP()
-
-	w := &dirWatcher{ph: ph}
-	w.set(ctx, c.Plugins.Dir, c.Plugins.Poll)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	log.Info("flowd serving", "version", version, "broker", b.Addr(), "namesrv", b.NamesrvAddr(), "nats", cp.url(), "http", addrOrOff(httpLn), "data", cfg.DataDir, "plugin_dir", c.Plugins.Dir, "pid", os.Getpid())
+	log.Info("flowd serving", "version", version, "broker", d.b.Addr(), "namesrv", d.b.NamesrvAddr(), "nats", d.natsURL(), "http", addrOrOff(d.httpLn), "data", c.DataDir, "plugin_dir", c.Plugins.Dir, "pid", os.Getpid())
 	for running := true; running; {
 		select {
 		case <-ctx.Done():
 			running = false
 		case <-hup:
-			c = reloadConfig(ctx, c, reload, &level, w, func(d []string) error { return cp.setDisabled(ctx, b, d) }, pl.apply, log)
+			c = reloadConfig(ctx, c, reload, &level, d.w, func(dis []string) error { return d.setDisabled(ctx, dis) }, d.pl.apply, log)
 		}
 	}
 	log.Info("flowd stopping")
-	w.stop()
-	herr := stopHTTP()
-	stopWatch()
-	// Pipelines drain first: what they polled is delivered and committed while the broker
-	// still serves, and their consumers leave the group.
-	pctx, pcancel := context.WithTimeout(context.Background(), pipelineDrainTimeout)
-	perr := pl.close(pctx)
-	pcancel()
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	// The "stopping" event goes out first, the broker's last events (members leaving as
-	// connections close) follow while it shuts down, then the publisher and NATS drain.
-	serr := cp.stopping()
-	berr := b.Shutdown(sctx)
-	ph.setSink(nil)
-	return errors.Join(herr, perr, serr, berr, cp.close(sctx), ph.close(sctx))
+	return shutdown()
 }
 
 // watchMetrics makes m read the broker, plugins, pipelines and publisher at scrape time, and
