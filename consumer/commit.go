@@ -12,6 +12,9 @@ func (l *LitePull) Commit(ctx context.Context) error {
 	if err := l.checkRunning(); err != nil {
 		return err
 	}
+	if l.cfg.reader {
+		return fmt.Errorf("commit: %w", ErrReadOnly)
+	}
 	return l.commitAll(ctx, false)
 }
 
@@ -70,6 +73,9 @@ func (l *LitePull) persistLocked(ctx context.Context, offsets map[MessageQueue]i
 // sent, so concurrent calls leave the highest offset stored whatever order they ran in. To
 // go back, Seek first.
 func (l *LitePull) CommitOffsets(ctx context.Context, offsets map[MessageQueue]int64) error {
+	if l.cfg.reader {
+		return fmt.Errorf("commit offsets: %w", ErrReadOnly)
+	}
 	runErr := l.checkRunning()
 	l.commitMu.Lock()
 	defer l.commitMu.Unlock()
