@@ -23,9 +23,6 @@ func NewReader(opts ...Option) (*LitePull, error) {
 	return newLitePull(protocol.ReaderGroup, true, opts)
 }
 
-// IsReader reports whether the consumer was made by NewReader.
-func (l *LitePull) IsReader() bool { return l.cfg.reader }
-
 // readerStore is the offset store of a reader: nothing is ever stored.
 type readerStore struct{}
 
