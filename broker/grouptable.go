@@ -164,8 +164,14 @@ func (t *groupTable) flushIfDirty() error {
 }
 
 // ensureGroup creates a subscription group on first use, or refuses an unknown one when
-// auto-creation is off or the table is at its cap (Config.MaxGroups).
+// auto-creation is off or the table is at its cap (Config.MaxGroups). protocol.ReaderGroup
+// is always refused: it never gets state.
 func (b *Broker) ensureGroup(req *protocol.Command, group string) *protocol.Command {
+	if group == protocol.ReaderGroup {
+		// Pulls of stateless reads do not come here (processPull); anything else under the
+		// group would give it state: membership, offsets, a retry topic.
+		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("consumer group %q keeps no state: it only pulls (join, commit or send back under another group)", group))
+	}
 	if _, ok := b.groups.get(group); ok {
 		return nil
 	}

@@ -55,8 +55,12 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 	if h.QueueID < 0 || int(h.QueueID) >= tc.ReadQueueNums {
 		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("queueId %d is illegal: topic %q has %d read queues", h.QueueID, h.Topic, tc.ReadQueueNums))
 	}
-	if resp := b.ensureGroup(req, h.ConsumerGroup); resp != nil {
-		return resp
+	// A stateless read (protocol.ReaderGroup) creates no group, and so no retry topic.
+	reader := h.ConsumerGroup == protocol.ReaderGroup
+	if !reader {
+		if resp := b.ensureGroup(req, h.ConsumerGroup); resp != nil {
+			return resp
+		}
 	}
 
 	// The filter is compiled once per subscription version and shared by every pull of it.
@@ -78,7 +82,7 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		began = time.Now()
 	}
 
-	if h.SysFlag&protocol.PullFlagCommitOffset != 0 && h.CommitOffset >= 0 {
+	if h.SysFlag&protocol.PullFlagCommitOffset != 0 && h.CommitOffset >= 0 && !reader {
 		b.commitPulled(c, h.ConsumerGroup, h.Topic, h.QueueID, h.CommitOffset)
 	}
 

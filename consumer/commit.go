@@ -15,6 +15,9 @@ func (l *LitePull) Commit(ctx context.Context) error {
 	if err := l.checkRunning(); err != nil {
 		return err
 	}
+	if l.cfg.reader {
+		return fmt.Errorf("commit: %w", ErrReadOnly)
+	}
 	return l.commitAll(ctx, false)
 }
 
@@ -75,6 +78,9 @@ func (l *LitePull) persistLocked(ctx context.Context, offsets map[MessageQueue]i
 // go back, Seek first. Calls for different queues go to the broker at the same time: a slow
 // commit of one queue holds up the commits of that queue only.
 func (l *LitePull) CommitOffsets(ctx context.Context, offsets map[MessageQueue]int64) error {
+	if l.cfg.reader {
+		return fmt.Errorf("commit offsets: %w", ErrReadOnly)
+	}
 	runErr := l.checkRunning()
 	l.commitMu.RLock()
 	defer l.commitMu.RUnlock()

@@ -30,8 +30,18 @@
 // Subscribe (or SubscribeSelector) shares each topic's queues among the members of the
 // consumer group with an allocation strategy (package allocate; averagely by default), and
 // rebalances whenever membership or the topic's queues change. Assign reads an explicit list
-// of queues instead, outside any sharing; the two are mutually exclusive. Broadcasting
-// (WithMessageModel) gives every member every queue and keeps offsets in a local file.
+// of queues instead, outside any sharing (SetAssignSelector filters them); the two are
+// mutually exclusive. Broadcasting (WithMessageModel) gives every member every queue and
+// keeps offsets in a local file. NewReader makes a consumer of assigned queues that keeps no
+// state anywhere: no group, no offsets, no retry topic (see protocol.ReaderGroup).
+//
+// # Errors
+//
+// Poll fails for a pull the broker refuses for a reason retrying cannot change: a
+// subscription it cannot compile (ErrSubscriptionRefused), a topic that does not exist
+// (ErrTopicNotExist), a group it will not create (ErrGroupNotExist). Everything else (a lost
+// connection, a busy broker, a filter that failed on some message) is retried in the
+// background, as RocketMQ's consumers do.
 //
 // # Where flowd differs from RocketMQ
 //

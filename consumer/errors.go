@@ -23,8 +23,18 @@ var (
 	ErrInvalidOption = errors.New("consumer: invalid option")
 	// ErrInvalidArgument: a call's argument is invalid (empty topic, nil selector, …).
 	ErrInvalidArgument = errors.New("consumer: invalid argument")
-	// ErrTopicNotExist: the name servers know no such topic.
+	// ErrTopicNotExist: the name servers know no such topic, or a broker answered a pull of
+	// it TOPIC_NOT_EXIST.
 	ErrTopicNotExist = client.ErrTopicNotExist
+	// ErrSubscriptionRefused: a broker cannot read with the subscription's expression
+	// (SUBSCRIPTION_PARSE_FAILED: a SQL92 syntax error, an unknown expression type, a Wasm
+	// filter that is not deployed or not active). Poll reports it; see Poll.
+	ErrSubscriptionRefused = errors.New("consumer: subscription refused by the broker")
+	// ErrGroupNotExist: a broker does not keep the consumer group and will not create it
+	// (SUBSCRIPTION_GROUP_NOT_EXIST). Poll reports it; see Poll.
+	ErrGroupNotExist = errors.New("consumer: consumer group does not exist on the broker")
+	// ErrReadOnly: a reader (NewReader) commits nothing and sends nothing back.
+	ErrReadOnly = errors.New("consumer: a reader keeps no offsets")
 )
 
 // BrokerError is a broker's refusal: its response code and remark. Test with errors.As.

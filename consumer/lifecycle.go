@@ -55,10 +55,13 @@ func (l *LitePull) Start(ctx context.Context) (err error) {
 	if l.cfg.consumeFrom == ConsumeFromTimestamp && l.cfg.consumeTS.IsZero() {
 		l.cfg.consumeTS = l.started.Add(-DefaultConsumeTimestampAgo)
 	}
-	if err := l.cl.RegisterConsumer(l.group, (*hooks)(l)); err != nil {
-		return err
+	// A reader joins no group: no heartbeat may name it (see NewReader).
+	if !l.cfg.reader {
+		if err := l.cl.RegisterConsumer(l.group, (*hooks)(l)); err != nil {
+			return err
+		}
+		registered = true
 	}
-	registered = true
 	for _, topic := range l.topics() {
 		if r, err := l.cl.Route(ctx, topic); err != nil {
 			if ctx.Err() != nil {
@@ -73,11 +76,13 @@ func (l *LitePull) Start(ctx context.Context) (err error) {
 			l.setTopicQueues(topic, r.SubscribeQueues, false)
 		}
 	}
-	if err := l.cl.SendHeartbeat(ctx); err != nil {
-		if ctx.Err() != nil {
-			return err
+	if registered {
+		if err := l.cl.SendHeartbeat(ctx); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			l.log.Warn("first heartbeat failed", "err", err)
 		}
-		l.log.Warn("first heartbeat failed", "err", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -152,8 +157,10 @@ func (l *LitePull) Close(ctx context.Context) error {
 	l.mu.Unlock()
 	l.revoke(ctx, all)
 	err := l.release(ctx, all)
-	if uerr := l.cl.UnregisterConsumer(ctx, l.group); uerr != nil {
-		err = errors.Join(err, uerr)
+	if !l.cfg.reader {
+		if uerr := l.cl.UnregisterConsumer(ctx, l.group); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
 	}
 	if l.ownsClient {
 		err = errors.Join(err, l.cl.Close(ctx))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/protocol"
 )
 
 // LitePull is RocketMQ's lite-pull consumer: it pulls the queues it owns in the background and
@@ -58,6 +59,7 @@ type LitePull struct {
 	mode           subMode
 	subs           map[string]*subscription
 	assigned       map[MessageQueue]bool
+	assignSubs     map[string]*subscription // by topic: the selectors of assigned queues (SetAssignSelector)
 	paused         map[MessageQueue]bool
 	queues         map[MessageQueue]*queue // owned: assigned to us, locked or waiting for the lock
 	order          []*queue                // queues, sorted; Poll rotates through it
@@ -77,6 +79,7 @@ type LitePull struct {
 	handover       map[MessageQueue]handover // dropped queues whose commit failed: commit, then unlock
 	revoking       map[MessageQueue]*queue   // detached queues the revoke function is being told of
 	parked         map[MessageQueue]int      // long-polling pulls in flight, by queue (see pullTask)
+	failures       map[MessageQueue]error    // refused pulls Poll has still to report (see refusal)
 	alloc          allocStatus               // the group's agreement on its allocator, as last read
 
 	rebalances atomic.Uint64 // rebalances done, for tests to wait on
@@ -98,7 +101,7 @@ const (
 // assigned-queue offsets).
 type queue struct {
 	mq  MessageQueue
-	sub *subscription // nil in assign mode: take every message
+	sub *subscription // nil in assign mode without SetAssignSelector: take every message
 
 	// Guarded by LitePull.mu.
 	lockTried      bool // a lock request was sent: release must unlock
@@ -120,6 +123,7 @@ type queue struct {
 	gen            uint64 // bumped by seeks: results of pulls started before are dropped
 	taskCancel     context.CancelFunc
 	lastPull       time.Time
+	refused        bool          // the last pull was refused for good (see refusal)
 	wake           chan struct{} // Poll made room, Resume: a waiting task may pull again
 	restart        chan struct{} // Seek: stop waiting for the pull in flight
 }
@@ -172,7 +176,15 @@ func NewLitePull(group string, opts ...Option) (*LitePull, error) {
 	if group == "" {
 		return nil, fmt.Errorf("%w: empty consumer group", ErrInvalidArgument)
 	}
+	if group == protocol.ReaderGroup {
+		return nil, fmt.Errorf("%w: consumer group %q is the one of stateless reads: use NewReader", ErrInvalidArgument, group)
+	}
+	return newLitePull(group, false, opts)
+}
+
+func newLitePull(group string, reader bool, opts []Option) (*LitePull, error) {
 	cfg := defaultConfig()
+	cfg.reader = reader
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
@@ -189,6 +201,7 @@ func NewLitePull(group string, opts ...Option) (*LitePull, error) {
 		metadataCh:     make(chan struct{}, 1),
 		subs:           map[string]*subscription{},
 		assigned:       map[MessageQueue]bool{},
+		assignSubs:     map[string]*subscription{},
 		paused:         map[MessageQueue]bool{},
 		queues:         map[MessageQueue]*queue{},
 		dataCh:         make(chan struct{}),
@@ -199,6 +212,7 @@ func NewLitePull(group string, opts ...Option) (*LitePull, error) {
 		revoking:       map[MessageQueue]*queue{},
 		parked:         map[MessageQueue]int{},
 		commits:        map[MessageQueue]*queueCommit{},
+		failures:       map[MessageQueue]error{},
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	var err error
@@ -206,13 +220,16 @@ func NewLitePull(group string, opts ...Option) (*LitePull, error) {
 		return nil, fmt.Errorf("consumer %q: %w", group, err)
 	}
 	l.log = l.cl.Logger().With("group", group)
-	if cfg.model == Broadcasting {
+	switch {
+	case cfg.reader:
+		l.store = readerStore{}
+	case cfg.model == Broadcasting:
 		ls, err := openLocalStore(cfg.offsetDir, group)
 		if err != nil {
 			return nil, fmt.Errorf("consumer %q: %w", group, err)
 		}
 		l.store = ls
-	} else {
+	default:
 		l.store = &remoteStore{cl: l.cl, group: group}
 	}
 	return l, nil

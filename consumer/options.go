@@ -99,6 +99,7 @@ type config struct {
 	client client.Options // the options of a client core the consumer builds
 	shared *client.Client
 
+	reader        bool // NewReader: assigned queues only, no group, no offsets
 	model         MessageModel
 	strategy      allocate.Strategy
 	consumeFrom   ConsumeFrom
@@ -167,6 +168,13 @@ func defaultConfig() config {
 func (c *config) validate() error {
 	if c.shared == nil && len(c.client.NameServers) == 0 {
 		return fmt.Errorf("%w: WithNameServers is required", ErrInvalidOption)
+	}
+	if c.reader {
+		if c.model == Broadcasting {
+			return fmt.Errorf("%w: a reader keeps no offsets, local or remote: broadcasting does not apply", ErrInvalidOption)
+		}
+		// Nothing to commit, nobody to hand a queue over to.
+		c.autoCommit, c.handoverLocks, c.handoverLocksSet = false, false, true
 	}
 	if c.suspendedTimeout <= c.brokerSuspend {
 		return fmt.Errorf("%w: the suspended pull timeout %v must exceed the broker suspend time %v", ErrInvalidOption, c.suspendedTimeout, c.brokerSuspend)

@@ -3,6 +3,8 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -10,6 +12,14 @@ import (
 // offset past them: with auto-commit they count as consumed from now on. It waits for
 // messages until ctx ends (returning ctx's error) or for the poll timeout (returning no
 // messages and no error). Queues take turns, so one busy queue cannot starve the others.
+//
+// A pull the broker refuses for a reason retrying does not change fails Poll with an error
+// wrapping ErrSubscriptionRefused (the expression cannot be compiled: a SQL92 syntax error,
+// a Wasm filter not deployed), ErrTopicNotExist or ErrGroupNotExist, and the *BrokerError
+// with the broker's code and remark. Each refusal is reported once, before any message;
+// the queue is pulled again after the pull-error delay, so a consumer that goes on polling
+// resumes by itself once the cause is fixed. Other failures (a lost connection, a busy
+// broker) are retried without failing Poll.
 func (l *LitePull) Poll(ctx context.Context) ([]*Message, error) {
 	if err := l.checkRunning(); err != nil {
 		return nil, err
@@ -21,6 +31,10 @@ func (l *LitePull) Poll(ctx context.Context) ([]*Message, error) {
 		if l.closing {
 			l.mu.Unlock()
 			return nil, fmt.Errorf("poll: %w", ErrNotRunning)
+		}
+		if err := l.takeFailureLocked(); err != nil {
+			l.mu.Unlock()
+			return nil, fmt.Errorf("poll: %w", err)
 		}
 		msgs, q := l.takeLocked(time.Now())
 		ch := l.dataCh
@@ -40,6 +54,18 @@ func (l *LitePull) Poll(ctx context.Context) ([]*Message, error) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// takeFailureLocked returns a refused pull not reported yet, the first queue's first, and
+// forgets it.
+func (l *LitePull) takeFailureLocked() error {
+	if len(l.failures) == 0 {
+		return nil
+	}
+	mq := slices.MinFunc(slices.Collect(maps.Keys(l.failures)), MessageQueue.Compare)
+	err := l.failures[mq]
+	delete(l.failures, mq)
+	return err
 }
 
 // takeLocked hands out the first cached batch of the next queue that has one.

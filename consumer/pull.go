@@ -288,11 +288,24 @@ func (l *LitePull) applyPull(q *queue, gen uint64, suspended bool, res *pullResu
 		if client.IsCode(err, protocol.FlowControl) {
 			return l.cfg.brokerFlowDelay
 		}
+		if ferr := refusal(err); ferr != nil {
+			// Retrying will not help until someone fixes the cause: tell the user through
+			// Poll, and keep retrying so that a fix is picked up. Logged once per episode.
+			l.failures[q.mq] = ferr
+			l.wakePollersLocked()
+			if q.refused {
+				l.log.Debug("pull refused again", "queue", q.mq.String(), "err", err)
+				return l.cfg.pullErrorDelay
+			}
+			q.refused = true
+		}
 		if !errors.Is(err, context.Canceled) {
 			l.log.Warn("pull failed", "queue", q.mq.String(), "err", err)
 		}
 		return l.cfg.pullErrorDelay
 	}
+	q.refused = false
+	delete(l.failures, q.mq)
 	if res.code == protocol.PullOffsetMoved {
 		l.log.Warn("pull offset moved", "queue", q.mq.String(), "from", q.pullOffset, "to", res.next)
 	}
@@ -323,4 +336,23 @@ func (l *LitePull) applyPull(q *queue, gen uint64, suspended bool, res *pullResu
 	l.cachedBatches++
 	l.wakePollersLocked()
 	return 0
+}
+
+// refusal returns err wrapped with the sentinel of a pull answer that retrying will not
+// change (the subscription cannot be compiled, the topic or the group does not exist), or
+// nil for any other failure, which is retried in silence.
+func refusal(err error) error {
+	var be *client.BrokerError
+	if !errors.As(err, &be) {
+		return nil
+	}
+	switch be.Code {
+	case protocol.SubscriptionParseFailed:
+		return fmt.Errorf("%w: %w", ErrSubscriptionRefused, err)
+	case protocol.TopicNotExist:
+		return fmt.Errorf("%w: %w", ErrTopicNotExist, err)
+	case protocol.SubscriptionGroupNotExist:
+		return fmt.Errorf("%w: %w", ErrGroupNotExist, err)
+	}
+	return nil
 }

@@ -90,6 +90,9 @@ func (l *LitePull) rebalance(ctx context.Context) {
 	l.mu.Lock()
 	mode := l.mode
 	subs := maps.Clone(l.subs)
+	if mode == modeAssign {
+		subs = maps.Clone(l.assignSubs) // the queues' selectors (SetAssignSelector)
+	}
 	assigned := slices.Collect(maps.Keys(l.assigned))
 	topicSet := map[string]bool{}
 	for mq := range l.queues {
@@ -97,7 +100,9 @@ func (l *LitePull) rebalance(ctx context.Context) {
 	}
 	l.mu.Unlock()
 	for t := range subs {
-		topicSet[t] = true
+		if mode != modeAssign {
+			topicSet[t] = true
+		}
 	}
 	for _, mq := range assigned {
 		topicSet[mq.Topic] = true
@@ -273,6 +278,7 @@ func (l *LitePull) detachLocked(q *queue) {
 	l.clearCacheLocked(q)
 	if l.queues[q.mq] == q {
 		delete(l.queues, q.mq)
+		delete(l.failures, q.mq)
 	}
 }
 

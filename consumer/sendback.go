@@ -27,6 +27,9 @@ func (l *LitePull) SendBack(ctx context.Context, m *Message, delayLevel int) err
 	if m == nil {
 		return fmt.Errorf("%w: send back a nil message", ErrInvalidArgument)
 	}
+	if l.cfg.reader {
+		return fmt.Errorf("send back %s: %w", m.MsgID, ErrReadOnly)
+	}
 	if l.cfg.model == Broadcasting {
 		return fmt.Errorf("send back %s: %w: broadcasting consumers have no retry topic", m.MsgID, ErrInvalidArgument)
 	}

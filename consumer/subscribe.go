@@ -25,6 +25,9 @@ func (l *LitePull) SubscribeSelector(topic string, sel Selector) error {
 	if s := l.State(); s != CreateJust && s != Running {
 		return fmt.Errorf("subscribe %q: %w (state %s)", topic, ErrNotRunning, s)
 	}
+	if l.cfg.reader {
+		return fmt.Errorf("subscribe %q: %w: a reader reads assigned queues only", topic, ErrSubscribeAndAssign)
+	}
 	l.mu.Lock()
 	if l.mode == modeAssign {
 		l.mu.Unlock()

@@ -253,3 +253,10 @@ const (
 // AutoCreateTopicKey is the topic whose route a producer asks for when its own topic has none;
 // a broker that auto-creates topics serves it and creates the real topic on the first send.
 const AutoCreateTopicKey = "TBW102"
+
+// ReaderGroup is the consumer group of stateless reads (flowd's consumer.NewReader, and
+// "flowd consume" without --group): a flowd broker serves pulls under it without creating
+// a subscription group or a retry topic, and refuses heartbeats, commits and send-backs
+// naming it, so that such a read leaves nothing behind. The percent signs keep it apart
+// from user groups, as RocketMQ's %RETRY% and %DLQ% prefixes do.
+const ReaderGroup = "%READER%"

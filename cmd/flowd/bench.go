@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
 
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/broker/store"
@@ -206,24 +206,39 @@ func parseSizes(s string) ([]int, error) {
 	return out, nil
 }
 
-// bench measures, in one run on this machine: raw sequential-write and fsync-per-write
-// baselines on the data disk; produce throughput (synchronous, asynchronous with sends in
-// flight, batched) at each message size with one and with N producers, each next to the same
-// load on an embedded JetStream; consume throughput; produce with the store in SYNC_FLUSH
-// against the disk's fsync rate; and the delay from a send to a long-polling consumer at a
-// fixed offered rate. Every figure is reported next to a baseline of the same run, so that
-// figures from a noisy machine still compare.
-func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c benchConfig
-	var sizes, scenarios string
-	var size int
-	var list bool
+// benchFlags are flowd bench's flags, as parsed.
+type benchFlags struct {
+	c                benchConfig
+	sizes, scenarios string
+	size             int
+	list             bool
+}
+
+// benchCommand is "flowd bench". Its flags keep the names and defaults they had under Go's
+// flag package, whose single-dash spelling longFlags still accepts.
+func benchCommand() *cobra.Command {
+	f := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   "bench [flags]",
+		Short: "Measure produce, consume and delivery delay against a broker",
+		Long: `Measure, in one run on this machine: raw sequential-write and fsync-per-write baselines on
+the data disk; produce throughput (synchronous, asynchronous with sends in flight, batched) at
+each message size with one and with N producers, each next to the same load on an embedded
+NATS JetStream; consume throughput; produce with the store in SYNC_FLUSH against the disk's
+fsync rate; and the delay from a send to a long-polling consumer at a fixed offered rate.
+Every figure is reported next to a baseline of the same run, so that figures from a noisy
+machine still compare. --list prints the scenarios a configuration runs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	fs := cmd.Flags()
+	c := &f.c
 	fs.StringVar(&c.namesrv, "namesrv", "", "name server of the broker to measure (default: start an embedded broker); the sync-flush run needs the embedded one")
 	fs.StringVar(&c.dataDir, "data-dir", "", "data directory of the embedded brokers, JetStream and the disk baselines (default: a temporary directory, removed afterwards)")
-	fs.StringVar(&sizes, "sizes", "128,1024", "message body sizes in bytes, comma-separated")
-	fs.IntVar(&size, "size", 0, "one message body size (overrides --sizes)")
+	fs.StringVar(&f.sizes, "sizes", "128,1024", "message body sizes in bytes, comma-separated")
+	fs.IntVar(&f.size, "size", 0, "one message body size (overrides --sizes)")
 	fs.IntVar(&c.messages, "messages", 50000, "messages per produce and consume scenario")
 	fs.IntVar(&c.inflight, "inflight", 64, "async sends in flight per producer")
 	fs.IntVar(&c.queues, "queues", 8, "queues of the benchmark topics")
@@ -233,44 +248,58 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.rate, "rate", 10000, "offered rate of the end-to-end delay scenario, msg/s")
 	fs.StringVar(&c.baseline, "baseline", "jetstream", `what to compare produce and consume with: "jetstream" (an embedded NATS JetStream, file store, one replica, under the data directory) or "none"`)
 	fs.IntVar(&c.batch, "batch", 64, "messages per batch of the batched runs (producer.WithAsyncBatching); below 2: no batched runs")
-	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenario names or patterns (produce-1024-*, consume-*); default all; --list prints them")
+	fs.StringVar(&f.scenarios, "scenarios", "", "comma-separated scenario names or patterns (produce-1024-*, consume-*); default all; --list prints them")
 	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of each scenario (everything in this process: with --baseline none, flowd's broker and clients alone) to `FILE`.<scenario>")
-	fs.BoolVar(&list, "list", false, "print the scenarios this configuration and --scenarios would run, and exit")
+	fs.BoolVar(&f.list, "list", false, "print the scenarios this configuration and --scenarios would run, and exit")
 	fs.BoolVar(&c.json, "json", false, `print one JSON document {"messages","size","sizes","inflight","queues","producers","rate","results":[{"scenario","unit","flowd","baseline","ratio","baseline_name",…}]} instead of text`)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+	return cmd
+}
+
+// bench runs "flowd bench" with args, its flags.
+func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := benchCommand()
+	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	return cmd.ExecuteContext(ctx)
+}
+
+// plan checks the flags and returns the configuration they make and the scenarios they
+// select, in the order they run.
+func (f *benchFlags) plan() (benchConfig, []benchScenario, error) {
+	c, sizes := f.c, f.sizes
 	var err error
-	if size != 0 {
-		sizes = strconv.Itoa(size)
+	if f.size != 0 {
+		sizes = strconv.Itoa(f.size)
 	}
 	if c.sizes, err = parseSizes(sizes); err != nil {
-		return err
+		return c, nil, err
 	}
 	switch {
 	case c.messages < 1:
-		return fmt.Errorf("bench: --messages %d must be positive", c.messages)
+		return c, nil, fmt.Errorf("bench: --messages %d must be positive", c.messages)
 	case c.inflight < 1:
-		return fmt.Errorf("bench: --inflight %d must be positive", c.inflight)
+		return c, nil, fmt.Errorf("bench: --inflight %d must be positive", c.inflight)
 	case c.queues < 1 || c.queues > 1024:
-		return fmt.Errorf("bench: --queues %d must be within 1..1024", c.queues)
+		return c, nil, fmt.Errorf("bench: --queues %d must be within 1..1024", c.queues)
 	case c.producers < 1 || c.producers > 1000:
-		return fmt.Errorf("bench: --producers %d must be within 1..1000", c.producers)
+		return c, nil, fmt.Errorf("bench: --producers %d must be within 1..1000", c.producers)
 	case c.syncProducers < 1 || c.syncProducers > 1000:
-		return fmt.Errorf("bench: --sync-producers %d must be within 1..1000", c.syncProducers)
+		return c, nil, fmt.Errorf("bench: --sync-producers %d must be within 1..1000", c.syncProducers)
 	case c.baseline != "jetstream" && c.baseline != "none":
-		return fmt.Errorf(`bench: --baseline %q must be "jetstream" or "none"`, c.baseline)
+		return c, nil, fmt.Errorf(`bench: --baseline %q must be "jetstream" or "none"`, c.baseline)
 	case c.samples < 1:
-		return fmt.Errorf("bench: --latency-samples %d must be positive", c.samples)
+		return c, nil, fmt.Errorf("bench: --latency-samples %d must be positive", c.samples)
 	case c.rate < 1 || c.rate > 1_000_000:
-		return fmt.Errorf("bench: --rate %d must be within 1..1000000", c.rate)
+		return c, nil, fmt.Errorf("bench: --rate %d must be within 1..1000000", c.rate)
 	}
-	for _, p := range strings.Split(scenarios, ",") {
+	for _, p := range strings.Split(f.scenarios, ",") {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
 		}
 		if _, err := path.Match(p, ""); err != nil {
-			return fmt.Errorf("bench: --scenarios %q: %w", p, err)
+			return c, nil, fmt.Errorf("bench: --scenarios %q: %w", p, err)
 		}
 		c.patterns = append(c.patterns, p)
 	}
@@ -280,14 +309,23 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			plan = append(plan, sc)
 		}
 	}
-	if list {
+	if len(plan) == 0 && !f.list {
+		return c, nil, fmt.Errorf("bench: --scenarios %q matches none of this configuration's scenarios (see --list)", f.scenarios)
+	}
+	return c, plan, nil
+}
+
+// run runs the scenarios the flags select (see benchCommand), or lists them.
+func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
+	c, plan, err := f.plan()
+	if err != nil {
+		return err
+	}
+	if f.list {
 		for _, sc := range plan {
 			fmt.Fprintln(stdout, sc.name)
 		}
 		return nil
-	}
-	if len(plan) == 0 {
-		return fmt.Errorf("bench: --scenarios %q matches none of this configuration's scenarios (see --list)", scenarios)
 	}
 	c.progress = !c.json && isTerminal(stderr)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -243,13 +243,14 @@ func TestServeSettingPrecedence(t *testing.T) {
 	assert.Equal(t, config.Default().Listen, cfg.Listen)
 }
 
-// The single-dash long flags serve took before still work.
+// The single-dash long flags serve and bench took before still work.
 func TestSingleDashServeFlags(t *testing.T) {
 	root := newRoot(nil, nil)
 	assert.Equal(t, []string{"serve", "--data-dir", "d", "--nats=false", "-c", "f", "--", "-x"},
 		longFlags(root, []string{"serve", "-data-dir", "d", "-nats=false", "-c", "f", "--", "-x"}))
 	assert.Equal(t, []string{"--listen", "a"}, longFlags(root, []string{"-listen", "a"}))
-	assert.Equal(t, []string{"bench", "-size", "3"}, longFlags(root, []string{"bench", "-size", "3"}), "bench parses its own")
+	assert.Equal(t, []string{"bench", "--size", "3", "-h"}, longFlags(root, []string{"bench", "-size", "3", "-h"}), "bench's Go-flag spelling")
+	assert.Equal(t, []string{"topic", "create", "-queues"}, longFlags(root, []string{"topic", "create", "-queues"}), "only serve's and bench's")
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"serve", "-log-level", "loud"}, &out, &out)
 	require.ErrorContains(t, err, `(--log-level): "loud"`)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -354,20 +355,32 @@ func pluginCommand() *cobra.Command {
 	}
 	deploy.Flags().BoolVar(&activate, "activate", false, "make the version active once deployed")
 	list := &cobra.Command{
-		Use: "list [NAME]", Short: "List plugin versions", Args: cobra.MaximumNArgs(1),
+		Use: "list [NAME[@VERSION]]", Short: "List plugin versions (of one plugin, or one version)", Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var req control.PluginListRequest
+			var version string
 			if len(args) == 1 {
-				req.Name = args[0]
+				req.Name, version, _ = strings.Cut(args[0], "@")
 			}
-			return call(cmd, o, "plugin.list", req, func(w io.Writer, r *control.PluginListReply) { printPlugins(w, r.Plugins...) })
+			return call(cmd, o, "plugin.list", req, func(w io.Writer, r *control.PluginListReply) {
+				ps := r.Plugins
+				if version != "" {
+					ps = slices.DeleteFunc(slices.Clone(ps), func(p control.PluginView) bool { return p.Manifest == nil || p.Manifest.Version != version })
+				}
+				printPlugins(w, ps...)
+			})
 		},
 	}
 	versionCmd := func(verb, short string) *cobra.Command {
 		return &cobra.Command{
-			Use: verb + " NAME VERSION", Short: short, Args: cobra.ExactArgs(2),
+			Use: verb + " NAME@VERSION", Short: short, Args: nameVersionArgs,
+			Long: short + `.
+
+A version is named NAME@VERSION, as --wasm and pipeline selectors name one; the two
+arguments NAME VERSION are accepted too.`,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return call(cmd, o, "plugin."+verb, control.PluginVersionRequest{Name: args[0], Version: args[1]},
+				name, ver := splitNameVersion(args)
+				return call(cmd, o, "plugin."+verb, control.PluginVersionRequest{Name: name, Version: ver},
 					func(w io.Writer, r *control.PluginReply) { printPlugins(w, r.Plugin) })
 			},
 		}
@@ -375,6 +388,32 @@ func pluginCommand() *cobra.Command {
 	cmd.AddCommand(deploy, list, versionCmd("activate", "Make a deployed version the active one"),
 		versionCmd("remove", "Delete a deployed version that is not active"))
 	return cmd
+}
+
+// nameVersionArgs accepts a plugin version as NAME@VERSION, or as the two arguments NAME
+// VERSION that plugin activate and remove took first.
+func nameVersionArgs(_ *cobra.Command, args []string) error {
+	ok := false
+	switch len(args) {
+	case 1:
+		name, ver, found := strings.Cut(args[0], "@")
+		ok = found && name != "" && ver != "" && !strings.Contains(ver, "@")
+	case 2:
+		ok = args[0] != "" && args[1] != "" && !strings.Contains(args[0], "@") && !strings.Contains(args[1], "@")
+	}
+	if !ok {
+		return errors.New("want NAME@VERSION")
+	}
+	return nil
+}
+
+// splitNameVersion returns the name and version of arguments nameVersionArgs accepted.
+func splitNameVersion(args []string) (name, version string) {
+	if len(args) == 2 {
+		return args[0], args[1]
+	}
+	name, version, _ = strings.Cut(args[0], "@")
+	return name, version
 }
 
 // requestOverhead is what a plugin.deploy request adds to its module and manifest: the JSON

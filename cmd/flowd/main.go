@@ -46,11 +46,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-// longFlags rewrites the single-dash long flags of serve ("-data-dir x"), which flowd's
-// serve accepted before its command line moved to cobra, into their double-dash form.
+// longFlags rewrites the single-dash long flags of serve and bench ("-data-dir x"), which
+// both accepted before their command lines moved to cobra, into their double-dash form.
 func longFlags(root *cobra.Command, args []string) []string {
-	if len(args) > 0 && args[0] != "serve" && !strings.HasPrefix(args[0], "-") {
-		return args
+	flags := root.Flags()
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, _, err := root.Find(args[:1])
+		if err != nil || (sub.Name() != "serve" && sub.Name() != "bench") {
+			return args
+		}
+		flags = sub.Flags()
 	}
 	out := make([]string, len(args))
 	for i, a := range args {
@@ -60,7 +65,7 @@ func longFlags(root *cobra.Command, args []string) []string {
 			break
 		}
 		name, _, _ := strings.Cut(strings.TrimPrefix(a, "-"), "=")
-		if len(a) > 2 && a[0] == '-' && a[1] != '-' && len(name) > 1 && root.Flags().Lookup(name) != nil {
+		if len(a) > 2 && a[0] == '-' && a[1] != '-' && len(name) > 1 && flags.Lookup(name) != nil {
 			out[i] = "-" + a
 		}
 	}
@@ -100,15 +105,6 @@ nats.disabled_commands apply at once; other changes are logged as needing a rest
 	sv2.addFlags(serve)
 	serve.RunE = sv2.run
 
-	bench := &cobra.Command{
-		Use:                "bench [flags]",
-		Short:              "Measure produce, consume and delivery delay against a broker",
-		DisableFlagParsing: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			// bench parses its own flags (and prints them for -h).
-			return bench(cmd.Context(), args, cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
-	}
 	ver := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
@@ -118,7 +114,8 @@ nats.disabled_commands apply at once; other changes are logged as needing a rest
 			return err
 		},
 	}
-	root.AddCommand(serve, bench, ver, configCommand(), produceCommand(), consumeCommand())
+	root.AddCommand(serve, benchCommand(), ver, configCommand(), produceCommand(), consumeCommand())
 	root.AddCommand(clientCommands()...)
+	checkArgs(root)
 	return root
 }

@@ -3,10 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -15,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/producer"
 )
 
@@ -100,7 +100,7 @@ and its offset message id (for "flowd message get").`,
 				return fmt.Errorf("produce: %w", err)
 			}
 			if err := p.Start(ctx); err != nil {
-				return fmt.Errorf("produce: name service %s: %w", namesrv, err)
+				return noDaemon(ctx, namesrv, fmt.Errorf("produce: name service %s: %w", namesrv, err))
 			}
 			defer p.Close(context.Background())
 			out := cmd.OutOrStdout()
@@ -108,7 +108,7 @@ and its offset message id (for "flowd message get").`,
 			send := func(body []byte) error {
 				res, err := p.Send(ctx, &producer.Message{Topic: args[0], Tags: tag, Keys: keyList, Properties: properties, Body: body})
 				if err != nil {
-					return fmt.Errorf("produce: message %d: %w", sent+1, err)
+					return noDaemon(ctx, namesrv, fmt.Errorf("produce: message %d: %w", sent+1, err))
 				}
 				sent++
 				if !quiet {
@@ -182,126 +182,34 @@ func quietLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// consumedMessage is one line of consume's JSON output.
-type consumedMessage struct {
-	Topic      string            `json:"topic"`
-	Queue      int               `json:"queue"`
-	Offset     int64             `json:"offset"`
-	MsgID      string            `json:"msg_id"`
-	Tags       string            `json:"tags,omitempty"`
-	Keys       []string          `json:"keys,omitempty"`
-	Properties map[string]string `json:"properties,omitempty"`
-	Body       string            `json:"body"`
-	BornTime   time.Time         `json:"born_time"`
-}
-
-func consumeCommand() *cobra.Command {
-	var namesrv, group, tag, sql, wasm, from, output string
-	var maxN int
-	cmd := &cobra.Command{
-		Use:   "consume TOPIC",
-		Short: "Tail a topic: print its messages as they arrive",
-		Long: `Tail TOPIC through the name service (--namesrv), printing each message (text: the body, one
-a line; json: one object a line). Without --group a fresh group is used each time, so
---from decides where reading starts; with --group the group's committed offsets do, and
-what is printed is committed. Stops after --max messages, or on interrupt.
-
-At most one filter, run by the broker: --tag (tag expression), --sql (SQL92 over the
-properties) or --wasm (a Wasm filter plugin deployed on the daemon, "name" for its active
-version or "name@version"; see "flowd plugin").`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			if n := btoi(tag != "") + btoi(sql != "") + btoi(wasm != ""); n > 1 {
-				return fmt.Errorf("consume: --tag, --sql and --wasm cannot be combined")
-			}
-			var start consumer.ConsumeFrom
-			switch from {
-			case "first":
-				start = consumer.ConsumeFromFirst
-			case "last":
-				start = consumer.ConsumeFromLast
-			default:
-				return fmt.Errorf("consume: --from %q: want first or last", from)
-			}
-			if output != "text" && output != "json" {
-				return fmt.Errorf("consume: --output %q: want text or json", output)
-			}
-			g := group
-			if g == "" {
-				g = fmt.Sprintf("flowd-cli-%d", time.Now().UnixNano())
-			}
-			lp, err := consumer.NewLitePull(g, consumer.WithNameServers(namesrv), consumer.WithConsumeFrom(start),
-				consumer.WithLogger(quietLogger(cmd.ErrOrStderr())))
-			if err != nil {
-				return fmt.Errorf("consume: %w", err)
-			}
-			var sel consumer.Selector = consumer.TagSelector("*")
-			if tag != "" {
-				sel = consumer.TagSelector(tag)
-			} else if sql != "" {
-				sel = consumer.SQLSelector(sql)
-			} else if wasm != "" {
-				sel = consumer.WasmSelector(wasm)
-			}
-			if err := lp.SubscribeSelector(args[0], sel); err != nil {
-				return fmt.Errorf("consume: %w", err)
-			}
-			if err := lp.Start(ctx); err != nil {
-				return fmt.Errorf("consume: name service %s: %w", namesrv, err)
-			}
-			defer lp.Close(context.Background())
-			out := cmd.OutOrStdout()
-			enc := json.NewEncoder(out)
-			got := 0
-			for maxN <= 0 || got < maxN {
-				msgs, err := lp.Poll(ctx)
-				if ctx.Err() != nil {
-					return nil
-				}
-				if err != nil {
-					return fmt.Errorf("consume: after %d messages: %w", got, err)
-				}
-				for _, m := range msgs {
-					if maxN > 0 && got >= maxN {
-						break
-					}
-					got++
-					if output == "json" {
-						if err := enc.Encode(consumedMessage{Topic: m.Topic, Queue: m.Queue.QueueID, Offset: m.QueueOffset, MsgID: m.MsgID,
-							Tags: m.Tags, Keys: m.Keys, Properties: m.Properties(), Body: string(m.Body), BornTime: m.BornTimestamp}); err != nil {
-							return fmt.Errorf("consume: %w", err)
-						}
-						continue
-					}
-					if _, err := fmt.Fprintln(out, string(m.Body)); err != nil {
-						return fmt.Errorf("consume: %w", err)
-					}
-				}
-			}
-			if group != "" {
-				if err := lp.Commit(ctx); err != nil {
-					return fmt.Errorf("consume: commit: %w", err)
-				}
-			}
-			return nil
-		},
+// noDaemon turns err, when it says that nothing answered a connection (to the name service
+// or to the broker it routes to), into the error the NATS commands give when no daemon
+// answers them. Other errors are returned as they are.
+func noDaemon(ctx context.Context, namesrv string, err error) error {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		return err
 	}
-	fs := cmd.Flags()
-	fs.StringVar(&namesrv, "namesrv", envOr("FLOWD_CTL_NAMESRV", "127.0.0.1:9876"), "name service address (env FLOWD_CTL_NAMESRV)")
-	fs.StringVar(&group, "group", "", "consumer group (default: a new group each run)")
-	fs.StringVar(&tag, "tag", "", `tag expression ("a || b"); default every message`)
-	fs.StringVar(&sql, "sql", "", `SQL92 property selector ("a > 5 AND b = 'x'")`)
-	fs.StringVar(&wasm, "wasm", "", `Wasm filter plugin deployed on the daemon: "name" or "name@version"`)
-	fs.StringVar(&from, "from", "last", "where a group without committed offsets starts: first or last")
-	fs.StringVarP(&output, "output", "o", "text", "text or json")
-	fs.IntVarP(&maxN, "max", "n", 0, "stop after this many messages (0: run until interrupted)")
-	return cmd
+	chain := errors.Join(errNoDaemon, err)
+	// Which one did not answer: the name service, or the broker address of its routes?
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	var d net.Dialer
+	for _, addr := range strings.Split(namesrv, ";") {
+		if c, derr := d.DialContext(ctx, "tcp", strings.TrimSpace(addr)); derr == nil {
+			c.Close()
+			return &cliError{fmt.Sprintf("%s on %s, the broker address the name service %s gives: is it reachable from here? (%v)", errNoDaemon, op.Addr, namesrv, op.Err), chain}
+		}
+	}
+	return &cliError{fmt.Sprintf("%s on %s: is `flowd serve` running? (%v)", errNoDaemon, namesrv, op.Err), chain}
 }
 
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
+// cliError is an error whose message is written for the command line's user, over the
+// error chain it stands for.
+type cliError struct {
+	msg string
+	err error
 }
+
+func (e *cliError) Error() string { return e.msg }
+func (e *cliError) Unwrap() error { return e.err }
