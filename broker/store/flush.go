@@ -56,7 +56,6 @@ func (s *Store) flushCommitLog() error {
 	s.fsyncs.Add(1)
 	s.flushedAt.Store(startedAt)
 	s.flushed.Store(target)
-	s.notifyFlush()
 	if s.opts.FlushMode == FlushSync {
 		signal(s.commitReq)
 	}

@@ -58,7 +58,9 @@ func (s *Store) GetMessage(ctx context.Context, topic string, queueID int32, off
 	return s.getMessage(ctx, topic, queueID, offset, maxMsgs, maxBytes, f, false)
 }
 
-// getMessage is GetMessage, or GetRegions when regions is set.
+// getMessage is GetMessage, or GetRegions when regions is set. It scans the consume queue
+// once and hands the units, as a unitIter that keeps GetMessage's rules, to the read that
+// fits: windows for a batch filter, regions, or a plain batch.
 func (s *Store) getMessage(ctx context.Context, topic string, queueID int32, offset int64, maxMsgs, maxBytes int, f *Filter, regions bool) (*GetResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -87,91 +89,34 @@ func (s *Store) getMessage(ctx context.Context, topic string, queueID int32, off
 		r.Status, r.NextBeginOffset = OffsetOverflowOne, offset
 		return r, nil
 	}
-	// units alias ubuf; messages go to a second pooled buffer.
-	bp := s.getReadBuf()
-	rd := batchReader{s: s, buf: (*bp)[:0], maxMsgs: maxMsgs, maxBytes: maxBytes}
-	maxPhy := s.written.Load()
-	budget := s.opts.MemoryBudget
-	S := s.opts.SegmentSize
-	status := NoMatchedMessage
-	skipBelow := int64(-1) // units in a removed segment are skipped without reading
-	var win *filterWindow  // with a batch filter (f.Match)
-	if f != nil && f.Match != nil {
-		win = s.getWindow()
-		defer s.putWindow(win)
+	it := s.newUnitIter(topic, queueID, offset, units, maxMsgs, maxBytes, f)
+	switch {
+	case f != nil && f.Match != nil: // the filter needs the bytes, regions or not
+		return it.readFiltered(ctx, r)
+	case regions:
+		return it.readRegions(r)
+	default:
+		return it.readBatch(r)
 	}
-	zeroCopy := regions && win == nil // units become regions: nothing is read from the log
-	if zeroCopy {
-		rd.regions = make([]Region, 0, min(max(maxMsgs, 1), memBatchCount))
-	}
-	var ferr error // why the read stopped early without a message, if it did
-	var rerr error // a message that could not be read: the batch ends at its unit
-	n := len(units) / cqUnitSize
-	i := 0 // units below i are decided
-scan:
-	for i < n {
-		if win != nil {
-			win.start(&rd)
-		}
-		for ; i < n; i++ {
-			off, size, tc := decodeUnit(units[i*cqUnitSize:])
-			if size <= 0 || int64(size) > S || off < skipBelow {
-				continue // a hole (zero unit), a damaged unit, or a removed segment
-			}
-			inDisk := maxPhy-off > budget
-			if rd.full(int(size), inDisk) {
-				if win == nil || len(win.ents) == 0 {
-					break scan
-				}
-				break // decide the window first: it may leave room for nothing more
-			}
-			if !f.MatchTagsCode(tc) {
-				if rd.count == 0 {
-					status = NoMatchedMessage // the last reason for an empty batch wins, as in RocketMQ
-				}
-				continue
-			}
-			if win != nil && win.full(int(size)) {
-				break
-			}
-			at, err := rd.read(units, i, off, int(size), inDisk, win, zeroCopy)
-			if errors.Is(err, ErrReadFailed) {
-				// Passing over it would move NextBeginOffset past a message nobody read: the
-				// batch ends here, and the next read starts with it.
-				rerr = fmt.Errorf("read %s/%d at queue offset %d: %w", topic, queueID, offset+int64(i), err)
-				break
-			}
-			if errors.Is(err, ErrNotFound) {
-				if rd.count == 0 {
-					status = MessageWasRemoving
-				}
-				skipBelow = off - off%S + S
-				continue
-			}
-			if err != nil { // a unit that does not match the log: damage no read repairs
-				s.log.Warn("read message for pull", "topic", topic, "queue", queueID, "offset", offset+int64(i), "err", err)
-				continue
-			}
-			if win == nil { // no batch filter: the message is in the batch
-				if !zeroCopy {
-					rd.accept(at, int(size))
-				}
-				status = Found
-				continue
-			}
-			win.add(windowEntry{unit: i, at: at, size: int(size), offset: offset + int64(i), tagCode: tc, inDisk: inDisk})
-		}
-		if win != nil && len(win.ents) > 0 {
-			if at, err := s.decideWindow(ctx, f, win, &rd, &status, topic, queueID); at >= 0 {
-				i, ferr = at, err
-				break scan
-			}
-		}
-		if rerr != nil {
-			break
+}
+
+// readBatch reads every unit it gives into one pooled buffer, the messages of r.
+func (it *unitIter) readBatch(r *GetResult) (*GetResult, error) {
+	bp := it.s.getReadBuf()
+	rd := batchReader{s: it.s, buf: (*bp)[:0]}
+	for u, ok := it.next(); ok; u, ok = it.next() {
+		at, err := rd.get(it.units, u, it.countRoom(), it.byteRoom(u.inDisk))
+		if it.settle(u, err) {
+			rd.accept(at, u.size)
+			it.take(u.size)
 		}
 	}
-	return rd.finish(r, bp, status, offset+int64(i), ferr, rerr, zeroCopy)
+	if err := it.end(r); err != nil {
+		it.s.putReadBuf(bp, rd.buf)
+		return nil, err
+	}
+	rd.result(r, bp)
+	return r, nil
 }
 
 // bounds sets r's status for a read of q at offset that finds nothing without reading
@@ -206,184 +151,19 @@ func (r *GetResult) bounds(q *consumeQueue, offset int64) bool {
 	return false
 }
 
-// decideWindow hands the window to f.Match and takes what it keeps into the batch. It
-// returns the unit at which the read stops (-1: go on), with the read's error when a
-// FailClosed filter failed.
-func (s *Store) decideWindow(ctx context.Context, f *Filter, win *filterWindow, rd *batchReader, status *GetStatus, topic string, queueID int32) (int, error) {
-	keep, err := win.decide(ctx, f.Match, rd, topic, queueID)
-	if err != nil {
-		first := win.ents[0]
-		if ctx.Err() == nil && f.OnError == FailOpen {
-			s.log.Warn("message filter failed; delivering its batch (fail-open)", "topic", topic, "queue", queueID, "offset", first.offset, "messages", len(win.ents), "err", err)
-			for k := range keep {
-				keep[k] = true
-			}
-		} else {
-			// Hold the queue at the window's first message: nothing of it was decided.
-			if ctx.Err() != nil {
-				return first.unit, ctx.Err()
-			}
-			return first.unit, fmt.Errorf("%w: %s/%d at %d: %w", ErrFilterFailed, topic, queueID, first.offset, err)
-		}
-	}
-	rejected := false
-	for k, ok := range keep {
-		if !ok {
-			rejected = true
-			if rd.count == 0 {
-				*status = NoMatchedMessage
-			}
-			continue
-		}
-		e := win.ents[k]
-		if rd.full(e.size, e.inDisk) {
-			return e.unit, nil // evaluated but not taken: the next read starts here
-		}
-		rd.accept(e.at, e.size)
-		*status = Found
-	}
-	if rejected {
-		rd.compact(win.bufStart, win.spanStart)
-	}
-	win.grow++
-	return -1, nil
-}
-
-// finish ends a read that stopped at next: with ferr if it took nothing (and failed), else
-// with the batch in r. rerr is a read that failed at next: the error when nothing was
-// taken, else only logged, since the batch before it is delivered.
-func (rd *batchReader) finish(r *GetResult, bp *[]byte, status GetStatus, next int64, ferr, rerr error, zeroCopy bool) (*GetResult, error) {
-	if rerr != nil && ferr == nil {
-		if rd.count == 0 {
-			ferr = rerr
-		} else {
-			rd.s.log.Warn("pull batch ends at a message that could not be read", "err", rerr)
-		}
-	}
-	if ferr != nil && rd.count == 0 {
-		rd.s.putReadBuf(bp, rd.buf)
-		return nil, ferr
-	}
-	r.Status, r.NextBeginOffset = status, next
-	rd.result(r, bp, zeroCopy)
-	return r, nil
-}
-
-// result puts the batch into r: its regions, or its messages in the buffer bp (handed to r
-// when it holds any, back to the pool otherwise).
-func (rd *batchReader) result(r *GetResult, bp *[]byte, zeroCopy bool) {
-	r.Count = rd.count
-	r.TotalBytes = rd.total
-	if zeroCopy {
-		rd.s.putReadBuf(bp, rd.buf)
-		r.pins = rd.pins
-		r.Regions = rd.regions
-		return
-	}
-	if rd.count == 0 {
+// result puts the batch's messages into r, in the buffer bp (handed to r when it holds
+// any, back to the pool otherwise).
+func (rd *batchReader) result(r *GetResult, bp *[]byte) {
+	if len(rd.spans) == 0 {
 		rd.s.putReadBuf(bp, rd.buf)
 		return
 	}
-	r.Messages = make([][]byte, rd.count)
+	r.Messages = make([][]byte, len(rd.spans))
 	for j, sp := range rd.spans {
 		r.Messages[j] = rd.buf[sp[0]:sp[1]:sp[1]]
 	}
 	*bp = rd.buf
 	r.buf = bp
-}
-
-// maxWindowGrowth bounds how far a filter window grows past the room left in the batch
-// (×2 per window that left room): a filter that rejects most messages is then called a few
-// times per read instead of once per batch-sized window, and at most 8 × 256 KiB is read
-// ahead.
-const maxWindowGrowth = 3
-
-// filterWindow is one batch of candidates for Filter.Match. Its slices are reused across
-// the windows of a read and, through Store.winPool, across reads.
-type filterWindow struct {
-	ents  []windowEntry
-	bytes int
-	// limits of this window, from the batch's remaining room and grow
-	maxCount, maxBytes int
-	grow               int
-	// where the batch reader's buffer and spans stood when the window started
-	bufStart, spanStart int
-
-	cands []Candidate
-	keep  []bool
-}
-
-// windowEntry is a candidate: its unit index, queue offset, tag code, and position in the
-// batch reader's buffer.
-type windowEntry struct {
-	unit, at, size  int
-	offset, tagCode int64
-	inDisk          bool
-}
-
-func (s *Store) getWindow() *filterWindow {
-	if w, ok := s.winPool.Get().(*filterWindow); ok {
-		return w
-	}
-	return &filterWindow{}
-}
-
-func (s *Store) putWindow(w *filterWindow) {
-	if cap(w.ents) > memBatchCount<<maxWindowGrowth {
-		return // a read with a huge maxMsgs: let it go
-	}
-	w.ents, w.grow = w.ents[:0], 0
-	s.winPool.Put(w)
-}
-
-// start empties the window and sizes it from the room the batch has left.
-func (w *filterWindow) start(rd *batchReader) {
-	w.ents = w.ents[:0]
-	w.bytes = 0
-	count := min(max(rd.maxMsgs, 1), memBatchCount) - rd.count
-	bytes := memBatchBytes - rd.total
-	if rd.maxBytes > 0 {
-		bytes = min(bytes, rd.maxBytes-rd.total)
-	}
-	g := min(w.grow, maxWindowGrowth)
-	w.maxCount, w.maxBytes = max(count, 1)<<g, max(bytes, 1)<<g
-	w.bufStart, w.spanStart = len(rd.buf), len(rd.spans)
-}
-
-// full reports whether a candidate of size bytes would overfill the window (never when it
-// is empty, so that a message larger than the window is still evaluated).
-func (w *filterWindow) full(size int) bool {
-	return len(w.ents) > 0 && (len(w.ents) >= w.maxCount || w.bytes+size > w.maxBytes)
-}
-
-func (w *filterWindow) add(e windowEntry) {
-	w.ents = append(w.ents, e)
-	w.bytes += e.size
-}
-
-// decide hands the window to m as one batch. A panic in m is an error of the batch, so a
-// faulty filter fails its reads instead of the broker.
-func (w *filterWindow) decide(ctx context.Context, m BatchFilter, rd *batchReader, topic string, queueID int32) (keep []bool, err error) {
-	n := len(w.ents)
-	w.cands = slices.Grow(w.cands[:0], n)[:n]
-	w.keep = slices.Grow(w.keep[:0], n)[:n]
-	for k, e := range w.ents {
-		w.cands[k] = Candidate{
-			Topic: topic, QueueID: queueID, QueueOffset: e.offset, TagsCode: e.tagCode,
-			Stored: rd.buf[e.at : e.at+e.size : e.at+e.size],
-		}
-		w.keep[k] = false
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			keep, err = w.keep, fmt.Errorf("message filter panicked: %v", p)
-		}
-		clear(w.cands) // drop the references to the buffer
-	}()
-	if err := m.MatchBatch(ctx, w.cands, w.keep); err != nil {
-		return w.keep, err
-	}
-	return w.keep, nil
 }
 
 func (s *Store) getReadBuf() *[]byte {
@@ -404,61 +184,24 @@ func (s *Store) putReadBuf(p *[]byte, b []byte) {
 func (s *Store) isClosed() bool { return s.closedA.Load() }
 
 // batchReader collects a pull's messages into one buffer, reading runs of messages that are
-// adjacent in the commit log with one pread.
+// adjacent in the commit log with one pread. What the batch may take is unitIter's to say.
 type batchReader struct {
-	s                 *Store
-	buf               []byte
-	spans             [][2]int
-	count, total      int
-	maxMsgs, maxBytes int
+	s     *Store
+	buf   []byte
+	spans [][2]int // the messages taken, as positions in buf
 	// window: log bytes [wStart, wEnd) are at buf[wAt:].
 	wStart, wEnd int64
 	wAt          int
 	// singles: a read of a run of messages failed; the rest of the batch is read one
 	// message at a time.
 	singles bool
-
-	// GetRegions: the batch as regions, the segments they pin, and the last one pinned.
-	regions []Region
-	pins    []*segment
-	seg     *segment
 }
 
-// full is RocketMQ's isTheBatchFull plus the byte cap of a pull request.
-func (r *batchReader) full(size int, inDisk bool) bool {
-	if r.count == 0 {
-		return false
-	}
-	if r.maxMsgs <= r.count {
-		return true
-	}
-	if r.maxBytes > 0 && r.total+size > r.maxBytes {
-		return true
-	}
-	if inDisk {
-		return r.total+size > diskBatchBytes || r.count >= diskBatchCount
-	}
-	return r.total+size > memBatchBytes || r.count >= memBatchCount
-}
-
-// read adds the message of unit i (at off, size bytes) to the batch as a region
-// (zeroCopy), or reads it with get, the run ahead as long as the batch (or the filter
-// window) could take it, and returns where it is in r.buf.
-func (r *batchReader) read(units []byte, i int, off int64, size int, inDisk bool, win *filterWindow, zeroCopy bool) (int, error) {
-	if zeroCopy {
-		return 0, r.region(off, size)
-	}
-	ahead := min(max(r.maxMsgs, 1), memBatchCount) - r.count
-	if win != nil {
-		ahead = win.maxCount - len(win.ents)
-	}
-	return r.get(units, i, off, size, inDisk, ahead)
-}
-
-// get reads the message of unit i (at off, size bytes) and returns its position in r.buf.
-// A read from the log takes along the messages of up to ahead-1 following units when they
-// are adjacent, since the batch (or the filter window) may take them too.
-func (r *batchReader) get(units []byte, i int, off int64, size int, inDisk bool, ahead int) (int, error) {
+// get reads the message of u and returns its position in r.buf. A read from the log takes
+// along the messages of up to ahead-1 following units when they are adjacent and within
+// room bytes, since the batch (or the filter window) may take them too.
+func (r *batchReader) get(units []byte, u cqUnit, ahead, room int) (int, error) {
+	off, size := u.off, u.size
 	if off >= r.wStart && off+int64(size) <= r.wEnd {
 		at := r.wAt + int(off-r.wStart)
 		return at, r.check(r.buf[at:at+size], off, size)
@@ -468,21 +211,14 @@ func (r *batchReader) get(units []byte, i int, off int64, size int, inDisk bool,
 	}
 	// Extend the read over the following units while they continue the run in the same
 	// segment and the batch could still take them.
-	capBytes := memBatchBytes
-	if inDisk {
-		capBytes = diskBatchBytes
-	}
-	if r.maxBytes > 0 {
-		capBytes = min(capBytes, r.maxBytes)
-	}
-	budget := max(capBytes-r.total, size)
+	budget := max(room, size)
 	S := r.s.opts.SegmentSize
 	segEnd := off - off%S + S
 	end := off + int64(size)
 	if r.singles {
 		ahead = 0
 	}
-	for j := i + 1; j < min(len(units)/cqUnitSize, i+ahead); j++ {
+	for j := u.idx + 1; j < min(len(units)/cqUnitSize, u.idx+ahead); j++ {
 		o, sz, _ := decodeUnit(units[j*cqUnitSize:])
 		if o != end || sz <= 0 || end+int64(sz) > segEnd || end+int64(sz)-off > int64(budget) {
 			break
@@ -534,8 +270,6 @@ func (r *batchReader) compact(bufStart, spanStart int) {
 // kept because r.buf may move when a later read grows it.
 func (r *batchReader) accept(at, size int) {
 	r.spans = append(r.spans, [2]int{at, at + size})
-	r.count++
-	r.total += size
 }
 
 // InDisk reports whether the message at queue offset offset of (topic, queueID) lies more

@@ -124,27 +124,53 @@ func (s *Store) GetRegions(ctx context.Context, topic string, queueID int32, off
 	return s.getMessage(ctx, topic, queueID, offset, maxMsgs, maxBytes, f, true)
 }
 
-// region adds the message at off (size bytes) to the batch as a region, pinning its segment.
-func (r *batchReader) region(off int64, size int) error {
-	seg := r.seg
+// readRegions turns every unit it gives into a region of r: the read of GetRegions, which
+// reads nothing from the log.
+func (it *unitIter) readRegions(r *GetResult) (*GetResult, error) {
+	rb := regionBatch{s: it.s, regions: make([]Region, 0, it.countRoom())}
+	for u, ok := it.next(); ok; u, ok = it.next() {
+		if it.settle(u, rb.add(u.off, u.size)) {
+			it.take(u.size)
+		}
+	}
+	if err := it.end(r); err != nil {
+		for _, seg := range rb.pins {
+			seg.unpin()
+		}
+		return nil, err
+	}
+	r.Regions, r.pins = rb.regions, rb.pins
+	return r, nil
+}
+
+// regionBatch is a batch of GetRegions: its regions, the segments they pin, and the last
+// one pinned.
+type regionBatch struct {
+	s       *Store
+	regions []Region
+	pins    []*segment
+	seg     *segment
+}
+
+// add adds the message at off (size bytes) to the batch as a region, pinning its segment.
+func (b *regionBatch) add(off int64, size int) error {
+	seg := b.seg
 	if seg == nil || off < seg.start || off+int64(size) > seg.start+seg.limit {
-		if off < r.s.minOffset.Load() {
+		if off < b.s.minOffset.Load() {
 			return fmt.Errorf("region at %d: %w", off, ErrNotFound)
 		}
-		seg = r.s.segmentFor(off)
+		seg = b.s.segmentFor(off)
 		if seg == nil || off+int64(size) > seg.start+seg.limit || !seg.pin() {
 			return fmt.Errorf("region at %d: %w", off, ErrNotFound)
 		}
-		r.pins = append(r.pins, seg)
-		r.seg = seg
+		b.pins = append(b.pins, seg)
+		b.seg = seg
 	}
 	rel := off - seg.start
-	if n := len(r.regions); n > 0 && r.regions[n-1].File == seg && r.regions[n-1].Offset+r.regions[n-1].Length == rel {
-		r.regions[n-1].Length += int64(size)
+	if n := len(b.regions); n > 0 && b.regions[n-1].File == seg && b.regions[n-1].Offset+b.regions[n-1].Length == rel {
+		b.regions[n-1].Length += int64(size)
 	} else {
-		r.regions = append(r.regions, Region{File: seg, Offset: rel, Length: int64(size)})
+		b.regions = append(b.regions, Region{File: seg, Offset: rel, Length: int64(size)})
 	}
-	r.count++
-	r.total += size
 	return nil
 }

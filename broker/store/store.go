@@ -24,7 +24,7 @@ import (
 //
 // A goroutine holding a lock may only take locks further down this list:
 //
-//	Store.mu          appends: active segment, write position, queue-offset table, closed/failed
+//	Store.mu          appends: active segment, write position, queue-offset table, closed
 //	Store.waitMu      the group commit's waiters (taken under Store.mu by appends)
 //	Store.flushRun    serializes commit-log fsyncs
 //	Store.cpMu        serializes consume-queue fsyncs and checkpoint writes
@@ -32,7 +32,7 @@ import (
 //	segment.mu        one segment's memory mapping (readers and the prefaulter share it; unmap)
 //	Store.cqMu        the consume-queue registry
 //	consumeQueue.mu   one queue's file list
-//	Store.notifyMu    the flush and dispatch notification channels (leaf)
+//	Store.notifyMu    the dispatch notification channel (leaf)
 //
 // The dispatcher takes no lock above segMu, so Store.mu holders may wait for it.
 type Store struct {
@@ -47,7 +47,6 @@ type Store struct {
 	mu      sync.Mutex
 	closed  bool
 	closedA atomic.Bool // closed, for readers that must not take mu
-	failed  error       // first write failure; see fail
 	wpos    int64       // next append offset, == written under mu
 	lastTs  int64       // last store timestamp handed out, keeps them monotonic
 	active  *segment
@@ -76,7 +75,6 @@ type Store struct {
 	lastTopic atomic.Pointer[string] // the topic encode last found valid (topicOK)
 
 	notifyMu   sync.Mutex
-	flushCh    chan struct{} // closed and replaced when flushed advances or the store fails
 	dispatchCh chan struct{} // closed and replaced when dispatched advances or the store fails
 
 	written    atomic.Int64 // [minOffset, written) is in the page cache
@@ -152,7 +150,6 @@ func Open(dir string, opts Options) (*Store, error) {
 		cqRoot:      filepath.Join(dir, consumeQueueDir),
 		qoff:        make(map[qkey]int64),
 		cqs:         make(map[string]map[int32]*consumeQueue),
-		flushCh:     make(chan struct{}),
 		dispatchCh:  make(chan struct{}),
 		flushReq:    make(chan struct{}, 1),
 		commitReq:   make(chan struct{}, 1),
@@ -284,7 +281,6 @@ func (s *Store) fail(err error) error {
 		if s.opts.OnFailure != nil {
 			go s.opts.OnFailure(err)
 		}
-		s.notifyFlush()
 		s.notifyDispatch()
 		signal(s.commitReq)
 	}
@@ -298,24 +294,11 @@ func (s *Store) writeFailure() error {
 	return nil
 }
 
-func (s *Store) notifyFlush() {
-	s.notifyMu.Lock()
-	close(s.flushCh)
-	s.flushCh = make(chan struct{})
-	s.notifyMu.Unlock()
-}
-
 func (s *Store) notifyDispatch() {
 	s.notifyMu.Lock()
 	close(s.dispatchCh)
 	s.dispatchCh = make(chan struct{})
 	s.notifyMu.Unlock()
-}
-
-func (s *Store) flushWaitCh() chan struct{} {
-	s.notifyMu.Lock()
-	defer s.notifyMu.Unlock()
-	return s.flushCh
 }
 
 func (s *Store) dispatchWaitCh() chan struct{} {

@@ -78,6 +78,7 @@ func TestFaultWrites(t *testing.T) {
 	_, err = b.WriteAt(make([]byte, 100), 0)
 	assert.NoError(t, err, "b is not matched")
 	n, err = a.WriteAt(make([]byte, 10), 0)
+	assert.Equal(t, 10, n)
 	assert.NoError(t, err)
 	n, err = a.Write(make([]byte, 10))
 	assert.Equal(t, 5, n)
