@@ -283,7 +283,8 @@ func (b *Broker) sendSyncFlush(ctx context.Context, req *protocol.Command, m *pr
 	return true
 }
 
-// answerStub is what answering req later needs of it: its code, opaque and serialize type.
+// answerStub is what answering req later needs of it: its code, opaque, flag and serialize
+// type.
 func answerStub(req *protocol.Command) *protocol.Command {
 	return &protocol.Command{Code: req.Code, Opaque: req.Opaque, Serialize: req.Serialize, Flag: req.Flag}
 }
