@@ -4,9 +4,14 @@
 //
 // # Lock order
 //
-// The broker's tables (topics, groups, consumers, offsets, locks, long polling) each have their
-// own mutex and never call into one another while holding it; events are emitted and members
-// notified only after every lock is released. The store's locks are below all of these.
+// The broker's tables (topics, groups, consumers, producers, offsets, locks, long polling,
+// pending transactions) each have their own mutex and never call into one another while
+// holding it. The event bus's lock is a leaf below them all: the offset, group and consumer
+// tables and the rebalance watch emit their events while they hold their own lock, so that
+// events are numbered in the order the state changed. Emitting only queues the event for each
+// subscriber's goroutine, so no subscriber runs under a table's lock and one may call back
+// into the broker. Members are notified (NOTIFY_CONSUMER_IDS_CHANGED) only after every lock
+// is released. The store's locks are below all of these.
 package broker
 
 import (

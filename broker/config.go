@@ -318,6 +318,15 @@ func parseAddrPort(s string) netip.AddrPort {
 	return ap
 }
 
+// addrPort is a connection's remote address as an ip:port (a message's born host).
+func addrPort(a net.Addr) netip.AddrPort {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.AddrPort()
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap
+}
+
 // advertisable turns a bound address into one clients can dial: a wildcard bind (0.0.0.0 or
 // ::) is announced with the first non-loopback IPv4 address of the machine, or loopback when
 // there is none.

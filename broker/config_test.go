@@ -22,7 +22,7 @@ func TestValidateTopic(t *testing.T) {
 		{"a", true},
 		{"%RETRY%group-1", true},
 		{"with|pipe_and-dash", true},
-		{string(make([]byte, 127, 127)), false},
+		{string(make([]byte, 127)), false},
 		{"", false},
 		{"has space", false},
 		{"slash/topic", false},

@@ -120,8 +120,8 @@ type Event struct {
 // anything of the broker, its own cancel included, without deadlocking.
 //
 // Tables whose events must come out in the order of their state changes (offsets, members,
-// groups) call emit while they hold their own lock: the bus's lock is a leaf below every
-// table lock, so Seq order is the order of the changes.
+// groups, and the rebalance watch) call emit while they hold their own lock: the bus's lock
+// is a leaf below every table lock, so Seq order is the order of the changes.
 type eventBus struct {
 	cluster, broker string
 	queueSize       int

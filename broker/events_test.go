@@ -70,6 +70,45 @@ func TestEventSubscriberCancelsInsideItsCallback(t *testing.T) {
 	}
 }
 
+// The offset, group and consumer tables emit while they hold their own lock: a subscriber
+// that reads those tables back from its callback must not deadlock, which holds only while
+// emit queues events instead of running subscribers.
+func TestEventSubscriberReadsTheTablesThatEmitted(t *testing.T) {
+	b := newTestBroker(t, nil)
+	seen := make(chan EventType, 16)
+	defer b.Subscribe(func(e Event) {
+		if _, err := b.DescribeGroup(e.Group); err != nil {
+			t.Errorf("describe group %q after %s: %v", e.Group, e.Type, err)
+		}
+		seen <- e.Type
+	})()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _, err := b.groups.createIfAbsent(GroupConfig{Name: "g", ConsumeEnable: true}, time.Now(), b.events)
+		assert.NoError(t, err)
+		b.consumers.heartbeat("g", "client-1", nil, "CONSUME_ACTIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET", "", nil, time.Now())
+		b.commitOffset("g", "t", 0, 7)
+		b.consumers.unregister("g", "client-1")
+	}()
+	want := []EventType{GroupCreated, MemberJoined, OffsetCommitted, MemberLeft}
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("deadlock: a table emitting under its lock waited for a subscriber reading it")
+	}
+	for i, typ := range want {
+		select {
+		case got := <-seen:
+			assert.Equal(t, typ, got, "event %d", i)
+		case <-ctx.Done():
+			t.Fatalf("deadlock: the subscriber's callback for %s did not return", typ)
+		}
+	}
+}
+
 // Concurrent commits of one queue: after each round of racing commits, the latest event
 // for the queue carries the offset the table holds, and events arrive numbered without gaps.
 func TestEventsFollowTheOrderOfStateChanges(t *testing.T) {

@@ -75,7 +75,9 @@ func newConsumerManager(events *eventBus, log *slog.Logger) *consumerManager {
 	return &consumerManager{events: events, log: log, groups: map[string]*consumerGroup{}, seen: map[*remoting.Conn]*atomic.Int64{}}
 }
 
-// memberChange is one join or leave, reported after the manager's lock is released.
+// memberChange is one join or leave. Its event was emitted under the manager's lock; the
+// change itself is returned to the caller, which notifies the group after the lock is
+// released.
 type memberChange struct {
 	group, clientID string
 	joined          bool

@@ -92,7 +92,8 @@ func openOffsetTable(path string, log *slog.Logger) (*offsetTable, error) {
 
 // commit records an offset and reports whether it changed. When it changed and events is
 // not nil, the OffsetCommitted event is emitted before the lock is released, so that of two
-// concurrent commits of one queue the one applied last also has the later event.
+// concurrent commits of one queue the one applied last also has the later event (emit only
+// queues it: see eventBus).
 func (t *offsetTable) commit(group, topic string, queueID int32, offset int64, now time.Time, events *eventBus) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()

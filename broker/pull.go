@@ -118,7 +118,8 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		return b.answerPull(ctx, req, h.Topic, h.QueueID, pollOwner{c, h.ConsumerGroup}, code, res, began)
 	}
 
-	// Park. The waiter keeps what the pull needs to read again and answer, not the request:
+	// Nothing yet: defer the answer (remoting.Defer) and leave a waiter in the long-poll
+	// table. The waiter keeps what the pull needs to read again and answer, not the request:
 	// the topic's name is the topic table's, the group's a copy, so the request's header
 	// (its map, or the header text its strings point into) goes with the request.
 	w := &pollWaiter{

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -148,34 +147,6 @@ func delayLevel[P ~string | ~[]byte](raw P) int {
 	return lvl
 }
 
-// storedUnflushed reports whether a Put that returned err (and a result, when haveResult)
-// stored its messages without knowing them durable: the fsync wait timed out, or the request
-// was canceled while waiting for it (the store only waits after the append).
-func storedUnflushed(err error, haveResult bool) bool {
-	if errors.Is(err, store.ErrFlushTimeout) {
-		return true
-	}
-	return haveResult && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
-}
-
-// storedResponse answers a send whose messages are stored: SUCCESS, or FLUSH_DISK_TIMEOUT
-// when the fsync covering them did not finish in time (err says why). Both carry the message id, queue and
-// offset, as RocketMQ's do, because the message is stored and will be delivered: a client
-// that saw an error without them would resend it and store a second copy.
-//
-// The answer's header is h, written straight into the frame (protocol.NewResponseWith), or,
-// when h is nil, the caller's to put in ExtFields.
-func storedResponse(req *protocol.Command, err error, h protocol.FieldAppender) *protocol.Command {
-	code, remark := protocol.Success, ""
-	if err != nil {
-		code, remark = protocol.FlushDiskTimeout, err.Error()
-	}
-	if h != nil {
-		return protocol.NewResponseWith(req, code, remark, h)
-	}
-	return protocol.NewResponse(req, code, remark)
-}
-
 // sendAnswer is storedResponse with h (as protocol.NewResponseWith makes it), the response
 // and its header in one allocation: a send's answer is made for every message.
 //
@@ -312,7 +283,8 @@ func (b *Broker) sendSyncFlush(ctx context.Context, req *protocol.Command, m *pr
 	return true
 }
 
-// answerStub is what answering req later needs of it: its code, opaque and serialize type.
+// answerStub is what answering req later needs of it: its code, opaque, flag and serialize
+// type.
 func answerStub(req *protocol.Command) *protocol.Command {
 	return &protocol.Command{Code: req.Code, Opaque: req.Opaque, Serialize: req.Serialize, Flag: req.Flag}
 }
@@ -357,27 +329,6 @@ func (b *Broker) topicForSend(req *protocol.Command, h *protocol.SendMessageRequ
 	return tc, nil
 }
 
-// topicForWrite returns the topic, creating it with n queues when it does not exist.
-func (b *Broker) topicForWrite(name string, n int) (TopicConfig, error) {
-	tc, created, err := b.topics.createIfAbsent(TopicConfig{Name: name, ReadQueueNums: n, WriteQueueNums: n, Perm: protocol.PermRead | protocol.PermWrite})
-	if err != nil {
-		return tc, fmt.Errorf("create topic %q: %w", name, err)
-	}
-	if created {
-		b.log.Info("topic created", "topic", name, "queues", n)
-		b.events.emit(Event{Type: TopicCreated, Topic: name, Queues: n})
-	}
-	return tc, nil
-}
-
-// internalTopic returns a group's retry or dead-letter topic, creating it with one queue.
-func (b *Broker) internalTopic(name string) (TopicConfig, error) { return b.topicForWrite(name, 1) }
-
-func isSystemTopic(topic string) bool {
-	return topic == ScheduleTopic || topic == protocol.AutoCreateTopicKey ||
-		topic == protocol.TransactionHalfTopic || topic == protocol.TransactionOpTopic
-}
-
 // checkTransactionType refuses a message sent with the rolled-back transaction type: only
 // END_TRANSACTION resolves a half message, and a rolled-back message must never be stored
 // where a consumer could read it.
@@ -386,33 +337,4 @@ func checkTransactionType(topic string, sysFlag int32) error {
 		return fmt.Errorf("a rolled-back transactional message cannot be sent (topic %q, sysFlag %#x): send a half message and roll it back with END_TRANSACTION", topic, sysFlag)
 	}
 	return nil
-}
-
-// storeErrorResponse maps a store error to the response code a RocketMQ client expects.
-func storeErrorResponse(req *protocol.Command, err error) *protocol.Command {
-	switch {
-	case errors.Is(err, store.ErrHalfMessage):
-		return errorResponse(req, protocol.NoPermission, err)
-	case errors.Is(err, store.ErrMessageTooLarge):
-		return errorResponse(req, protocol.MessageIllegal, err)
-	case errors.Is(err, store.ErrFlushTimeout):
-		return errorResponse(req, protocol.FlushDiskTimeout, err)
-	case errors.Is(err, store.ErrWriteFailed), errors.Is(err, store.ErrClosed):
-		return errorResponse(req, protocol.ServiceNotAvailable, err)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return errorResponse(req, protocol.SystemBusy, err)
-	}
-	return errorResponse(req, protocol.SystemError, err)
-}
-
-func errorResponse(req *protocol.Command, code protocol.ResponseCode, err error) *protocol.Command {
-	return protocol.NewResponse(req, code, err.Error())
-}
-
-func addrPort(a net.Addr) netip.AddrPort {
-	if t, ok := a.(*net.TCPAddr); ok {
-		return t.AddrPort()
-	}
-	ap, _ := netip.ParseAddrPort(a.String())
-	return ap
 }

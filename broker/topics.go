@@ -255,3 +255,26 @@ func (t *topicTable) doc() any {
 		Topics map[string]TopicConfig `json:"topicConfigTable"`
 	}{t.topics}
 }
+
+// topicForWrite returns the topic, creating it with n queues when it does not exist.
+func (b *Broker) topicForWrite(name string, n int) (TopicConfig, error) {
+	tc, created, err := b.topics.createIfAbsent(TopicConfig{Name: name, ReadQueueNums: n, WriteQueueNums: n, Perm: protocol.PermRead | protocol.PermWrite})
+	if err != nil {
+		return tc, fmt.Errorf("create topic %q: %w", name, err)
+	}
+	if created {
+		b.log.Info("topic created", "topic", name, "queues", n)
+		b.events.emit(Event{Type: TopicCreated, Topic: name, Queues: n})
+	}
+	return tc, nil
+}
+
+// internalTopic returns a group's retry or dead-letter topic, creating it with one queue.
+func (b *Broker) internalTopic(name string) (TopicConfig, error) { return b.topicForWrite(name, 1) }
+
+// isSystemTopic reports whether topic is one of the broker's own, which sends and the topic
+// administration refuse (ErrReserved).
+func isSystemTopic(topic string) bool {
+	return topic == ScheduleTopic || topic == protocol.AutoCreateTopicKey ||
+		topic == protocol.TransactionHalfTopic || topic == protocol.TransactionOpTopic
+}

@@ -145,14 +145,9 @@ func (t *txnTable) len() int {
 	return len(t.pending) + len(t.busy)
 }
 
-// isHalf reports whether a send is a transactional half message: prepared by its sysFlag or
-// by its TRAN_MSG property (RocketMQ's broker goes by the property).
-func isHalf(sysFlag int32, props map[string]string) bool {
-	return sysFlag&protocol.MsgTransactionMask == protocol.MsgTransactionPrepared ||
-		strings.EqualFold(props[protocol.PropertyTransactionPrepared], "true")
-}
-
-// isHalfRaw is isHalf on a raw property block.
+// isHalfRaw reports whether a send is a transactional half message: prepared by its sysFlag
+// or by the TRAN_MSG property of its raw property block (RocketMQ's broker goes by the
+// property).
 func isHalfRaw[P ~string | ~[]byte](sysFlag int32, raw P) bool {
 	if sysFlag&protocol.MsgTransactionMask == protocol.MsgTransactionPrepared {
 		return true

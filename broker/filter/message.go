@@ -39,8 +39,8 @@ type BatchMatcher interface {
 }
 
 // MatcherFunc resolves a subscription to its matcher: for WASM, the daemon parses the
-// expression (a module name@version and its parameters) and returns the deployed module's
-// matcher. An error is answered to the pull as SUBSCRIPTION_PARSE_FAILED; wrap
+// expression (a plugin's name, or name@version) and returns a matcher over that deployed
+// filter plugin. An error is answered to the pull as SUBSCRIPTION_PARSE_FAILED; wrap
 // ErrUnavailable when the module is not deployed.
 type MatcherFunc func(ctx context.Context, sub Subscription) (BatchMatcher, error)
 

@@ -18,8 +18,11 @@ const DefaultCacheSize = 4096
 // so a subscription is compiled once per version (the expression is in the key because a
 // pull without the subscription flag reads with its group's heartbeat subscription, whose
 // version says nothing about the pull's). It is bounded and evicts the least recently used
-// entry: groups come and go, and each compiled Wasm filter may hold a module instance. Errors
-// are not cached: a type that becomes available (a module deployed) works on the next pull.
+// entry: groups come and go, and each entry keeps its compiled form (a parsed SQL92
+// selector, a Wasm filter's matcher bound to its plugin). A compiled Wasm filter holds no
+// module instance: it borrows one from the plugin's pool for each call (plugins/wasmfilter).
+// Errors are not cached: a type that becomes available (a module deployed) works on the next
+// pull.
 //
 // A Registry is safe for concurrent use.
 type Registry struct {
