@@ -13,8 +13,8 @@
 // A compiled filter follows the registry: every call borrows an instance of the plugin's
 // active version, so activating another version takes effect on the next pull of every
 // subscription naming just the plugin, without recompiling it. Whether bodies are
-// decompressed and passed (the manifest's wants_body) is read from the active version on
-// every call too.
+// decompressed and passed (the manifest's wants_body) is read on every call too, from the
+// manifest of the version whose instance the call borrowed.
 //
 // This package sits between plugins and broker/filter so that neither imports the other.
 package wasmfilter
