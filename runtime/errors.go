@@ -186,3 +186,10 @@ func firstLine(err error) string {
 	}
 	return s
 }
+
+// oneLine shows only the first line of the error it wraps, which errors.Is and errors.As
+// still see whole.
+type oneLine struct{ err error }
+
+func (e oneLine) Error() string { return firstLine(e.err) }
+func (e oneLine) Unwrap() error { return e.err }

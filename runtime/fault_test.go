@@ -160,3 +160,21 @@ func TestFaultKindNames(t *testing.T) {
 	}
 	require.Equal(t, []string{"trap", "timeout", "memory", "bad_output", "guest_error"}, names)
 }
+
+// A guest that traps while it starts is refused in one line too, its cause still reachable.
+func TestStartTrapIsOneLine(t *testing.T) {
+	sink := &logSink{}
+	wasm := wmod{memPages: 1, funcs: []wfunc{{name: "_initialize", body: bodyTrap}}}.bytes()
+	_, err := newRuntime(t, slog.New(sink)).Load(context.Background(), Spec{Name: "start", Wasm: wasm})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "unreachable")
+	require.NotContains(t, err.Error(), "\n")
+	traced := false
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		traced = traced || strings.Contains(e.Error(), "wasm stack trace")
+	}
+	require.True(t, traced, "the wrapped cause keeps the trace")
+	detail := sink.lines("wasm instantiate failed")
+	require.Len(t, detail, 1)
+	require.Contains(t, detail[0]["err"], "wasm stack trace")
+}

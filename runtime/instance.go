@@ -71,9 +71,9 @@ func (m *Module) newInstance(ctx context.Context) (*Instance, error) {
 			m.rt.logger.LogAttrs(ctx, slog.LevelDebug, "wasm instantiate failed", append(m.attrs[:len(m.attrs):len(m.attrs)], slog.String("err", full))...)
 		}
 		if i.memRefused {
-			return nil, fmt.Errorf("instantiate: %w: %s", ErrMemory, firstLine(err))
+			return nil, fmt.Errorf("instantiate: %w: %w", ErrMemory, oneLine{err})
 		}
-		return nil, fmt.Errorf("instantiate: %s", firstLine(err))
+		return nil, fmt.Errorf("instantiate: %w", oneLine{err})
 	}
 	i.mod = mod
 	if i.lm != nil { // mod.Memory() is a non-nil interface even without a memory
