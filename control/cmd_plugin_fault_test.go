@@ -33,6 +33,9 @@ func badguest(t *testing.T) []byte {
 	return wasm
 }
 
+// slowCommand bounds a command that compiles or starts a Go guest.
+const slowCommand = 3 * time.Minute
+
 // startWithLargePayloads is startWithPlugins on a NATS server taking requests of up to
 // 8 MiB, so that a Go guest (about 2 MB) fits in plugin.deploy.
 func startWithLargePayloads(t *testing.T) *pluginEnv {
@@ -57,7 +60,9 @@ func startWithLargePayloads(t *testing.T) *pluginEnv {
 	})
 	require.True(t, ns.ReadyForConnections(wait), "nats server ready")
 	b := startBroker(t, nil)
-	cfg := control.ServiceConfig{Logger: quiet(), Plugins: reg, PluginEvents: func(e control.PluginEvent) {
+	// Compiling and starting a Go guest takes seconds under the race detector on a busy
+	// machine: the commands get minutes.
+	cfg := control.ServiceConfig{Logger: quiet(), Plugins: reg, RequestTimeout: slowCommand, PluginEvents: func(e control.PluginEvent) {
 		pe.mu.Lock()
 		defer pe.mu.Unlock()
 		pe.events = append(pe.events, e)
@@ -65,7 +70,7 @@ func startWithLargePayloads(t *testing.T) *pluginEnv {
 	svc, err := control.StartService(ctx, connect(t, ns), b, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, svc.Stop()) })
-	pe.env = &env{t: t, b: b, ns: ns, svc: svc, cl: connect(t, ns), cfg: cfg}
+	pe.env = &env{t: t, b: b, ns: ns, svc: svc, cl: connect(t, ns), cfg: cfg, replyWait: slowCommand}
 	return pe
 }
 
