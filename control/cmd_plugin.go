@@ -25,8 +25,8 @@ const (
 	// pluginVersion, kind.
 	EventPluginActivated = "plugin.activated"
 	// EventPluginFailed: a fault stopped the plugin's active version (its policy failed it
-	// open or closed); it stays stopped until a version is activated. Payload: plugin,
-	// pluginVersion, reason.
+	// open or closed), published once per stop however many calls faulted at once; it stays
+	// stopped until a version is activated. Payload: plugin, pluginVersion, reason.
 	EventPluginFailed = "plugin.failed"
 	// EventPluginRemoved: a version was deleted. Payload: plugin, pluginVersion.
 	EventPluginRemoved = "plugin.removed"

@@ -84,6 +84,9 @@ type env struct {
 	svc *control.Service
 	cl  *nats.Conn
 	cfg control.ServiceConfig
+	// replyWait bounds the wait for a reply; zero: wait. Commands that compile a Go guest
+	// need longer under the race detector.
+	replyWait time.Duration
 }
 
 func start(t *testing.T, mod func(*control.ServiceConfig)) *env {
@@ -103,7 +106,11 @@ func start(t *testing.T, mod func(*control.ServiceConfig)) *env {
 // request sends a command ("topic.create") of the local cluster and returns the reply.
 func (e *env) request(cmd, body string) *nats.Msg {
 	e.t.Helper()
-	msg, err := e.cl.Request("flowd.ctl.v1.local."+cmd, []byte(body), wait)
+	d := e.replyWait
+	if d == 0 {
+		d = wait
+	}
+	msg, err := e.cl.Request("flowd.ctl.v1.local."+cmd, []byte(body), d)
 	require.NoError(e.t, err, cmd)
 	return msg
 }

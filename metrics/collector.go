@@ -8,6 +8,7 @@ import (
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/control"
 	"github.com/flowd-io/flowd/plugins"
+	"github.com/flowd-io/flowd/runtime"
 )
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -158,7 +159,7 @@ type pluginCollector struct{ stats func() []plugins.PluginStats }
 
 var (
 	descPluginCalls     = desc("flowd_plugin_calls_total", "Calls into a plugin's active version since it was loaded (a new version starts from zero).", "plugin", "kind", "version")
-	descPluginFaults    = desc("flowd_plugin_faults_total", "Faulted plugin calls by fault: trap, timeout (time limit per call), memory (memory cap).", "plugin", "kind", "version", "fault")
+	descPluginFaults    = desc("flowd_plugin_faults_total", "Faulted plugin calls by fault: trap, timeout (time limit per call), memory (memory cap), bad_output (malformed result), guest_error (error code).", "plugin", "kind", "version", "fault")
 	descPluginReloads   = desc("flowd_plugin_reloads_total", "Faulted plugin instances replaced.", "plugin", "kind", "version")
 	descPluginInstances = desc("flowd_plugin_instances", "Instances of a plugin's active version alive (idle or borrowed).", "plugin", "kind", "version")
 	descPluginBorrowed  = desc("flowd_plugin_instances_busy", "Instances of a plugin's active version serving a call now.", "plugin", "kind", "version")
@@ -175,9 +176,9 @@ func (c *pluginCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.stats() {
 		l := []string{p.Name, string(p.Kind), p.Version}
 		counter(ch, descPluginCalls, p.Calls, l...)
-		counter(ch, descPluginFaults, p.Traps, append(l, "trap")...)
-		counter(ch, descPluginFaults, p.Timeouts, append(l, "timeout")...)
-		counter(ch, descPluginFaults, p.MemoryFaults, append(l, "memory")...)
+		for k := range runtime.NumFaultKinds {
+			counter(ch, descPluginFaults, p.Faults[k], append(l, k.String())...)
+		}
 		counter(ch, descPluginReloads, p.Reloads, l...)
 		gauge(ch, descPluginInstances, float64(p.Instances), l...)
 		gauge(ch, descPluginBorrowed, float64(p.Borrowed), l...)

@@ -302,7 +302,7 @@ func TestPluginAndPublisherCollectors(t *testing.T) {
 	calls := uint64(0)
 	m.WatchPlugins(func() []plugins.PluginStats {
 		return []plugins.PluginStats{{Name: "big-orders", Version: "1.2.0", Kind: plugins.KindFilter,
-			Stats: runtime.Stats{Calls: calls, Traps: 2, Timeouts: 1, Instances: 3, Borrowed: 1}}}
+			Stats: runtime.Stats{Calls: calls, Faults: [runtime.NumFaultKinds]uint64{runtime.FaultTrap: 2, runtime.FaultTimeout: 1}, Instances: 3, Borrowed: 1}}}
 	})
 	pub := control.PublisherStats{Published: 41, Buffered: 3, Dropped: 2, Connected: true}
 	m.WatchPublisher(func() control.PublisherStats { return pub })

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/flowd-io/flowd/runtime"
@@ -70,90 +68,33 @@ func (k Kind) export() (runtime.Export, bool) {
 	return runtime.Export{}, false
 }
 
-// version is what the instances of one loaded plugin version share: its configuration and
-// the fault policy applied to guest error codes and malformed output (package runtime
-// applies it to traps, time-outs and memory faults, which it detects itself).
+// version is what the instances of one loaded plugin version share: its manifest and
+// configuration. Faults, whoever detects them, are the runtime's to count and to apply the
+// policy to (see [state.fail]).
 type version struct {
+	man       *Manifest
 	name, ver string
 	kind      Kind
 	wantsBody bool
 	params    []byte // encoded for flowd_init
-
-	policy runtime.Policy
-	budget int
-	window time.Duration
-
-	state  atomic.Int32 // 0 serving, 1 failed open, 2 failed closed
-	mu     sync.Mutex
-	faults []time.Time
 }
 
-const (
-	vServing int32 = iota
-	vFailedOpen
-	vFailedClosed
-)
-
-// check returns the policy's verdict once a fault stopped the version.
-func (v *version) check() error {
-	switch v.state.Load() {
-	case vFailedOpen:
-		return fmt.Errorf("plugin %s %s: %w", v.name, v.ver, runtime.ErrPolicyOpen)
-	case vFailedClosed:
-		return fmt.Errorf("plugin %s %s: %w", v.name, v.ver, runtime.ErrPolicyClosed)
-	}
-	return nil
-}
-
-// fault applies the policy to a guest error code or malformed output and returns the
-// error the caller sees.
-func (v *version) fault(fn string, kind, err error) error {
-	v.mu.Lock()
-	var action runtime.Action
-	switch {
-	case v.state.Load() == vFailedOpen:
-		action = runtime.ActionFailedOpen
-	case v.state.Load() == vFailedClosed:
-		action = runtime.ActionFailedClosed
-	case v.policy == runtime.PolicyFailOpen:
-		action = runtime.ActionFailedOpen
-	case v.policy == runtime.PolicyReload:
-		now := time.Now()
-		v.faults = slices.DeleteFunc(v.faults, func(t time.Time) bool { return now.Sub(t) >= v.window })
-		if len(v.faults) >= v.budget {
-			action = runtime.ActionFailedClosed
-		} else {
-			v.faults = append(v.faults, now)
-			action = runtime.ActionReloaded
-		}
-	default:
-		action = runtime.ActionFailedClosed
-	}
-	switch action {
-	case runtime.ActionFailedOpen:
-		v.state.CompareAndSwap(vServing, vFailedOpen)
-	case runtime.ActionFailedClosed:
-		v.state.CompareAndSwap(vServing, vFailedClosed)
-	}
-	v.mu.Unlock()
-	return &runtime.FaultError{Module: v.name, Version: v.ver, Function: fn, Kind: kind, Action: action, Err: err}
-}
-
-// applyFault turns an ABI-level failure of a call into a policy decision; other errors
-// (runtime faults, which already carry one, and caller errors) pass through.
-func (v *version) applyFault(fn string, err error) error {
+// fail turns an ABI-level failure of the call just made (a guest error code, malformed
+// output) into a fault of the instance, so that the runtime counts it, discards the instance
+// and applies the one policy and restart budget; other errors (runtime faults, which went
+// that way already, and the host's own errors) pass through.
+func (st *state) fail(ctx context.Context, fn string, err error) error {
 	if err == nil {
 		return nil
 	}
 	var fe *runtime.FaultError
-	if errors.As(err, &fe) {
-		return err
-	}
 	switch {
+	case errors.As(err, &fe):
+		return err
 	case errors.Is(err, ErrGuest):
-		return v.fault(fn, ErrGuest, err)
+		return st.inst.Fault(ctx, runtime.FaultGuestError, fn, err)
 	case errors.Is(err, ErrBadOutput):
-		return v.fault(fn, ErrBadOutput, err)
+		return st.inst.Fault(ctx, runtime.FaultBadOutput, fn, err)
 	}
 	return err
 }
@@ -195,31 +136,30 @@ func (st *state) input(ctx context.Context, n int) ([]byte, error) {
 		}
 		ptr := uint32(st.stack[0])
 		if ptr == 0 {
-			return nil, fmt.Errorf("plugin %s: flowd_alloc(%d): out of memory: %w", st.v.name, size, &GuestError{Code: int64(CodeNoMemory)})
+			return nil, fmt.Errorf("flowd_alloc(%d): out of memory: %w", size, &GuestError{Code: int64(CodeNoMemory)})
 		}
 		if uint64(ptr)+uint64(size) > uint64(st.inst.Memory().Size()) {
-			return nil, fmt.Errorf("plugin %s: flowd_alloc(%d) returned %#x, past the end of memory (%d bytes): %w",
-				st.v.name, size, ptr, st.inst.Memory().Size(), ErrBadOutput)
+			return nil, fmt.Errorf("flowd_alloc(%d) returned %#x, past the end of memory (%d bytes): %w",
+				size, ptr, st.inst.Memory().Size(), ErrBadOutput)
 		}
 		st.buf, st.bufCap = ptr, size
 	}
 	view, ok := st.inst.Memory().Read(st.buf, uint32(n))
 	if !ok {
-		return nil, fmt.Errorf("plugin %s: input buffer %#x+%d outside memory: %w", st.v.name, st.buf, n, ErrBadOutput)
+		return nil, fmt.Errorf("input buffer %#x+%d outside memory: %w", st.buf, n, ErrBadOutput)
 	}
 	return view, nil
 }
 
 // output returns the guest memory a packed (ptr<<32 | len) result names.
-func (st *state) output(fn string, packed uint64) ([]byte, error) {
+func (st *state) output(packed uint64) ([]byte, error) {
 	if int64(packed) < 0 {
-		return nil, fmt.Errorf("plugin %s: %s: %w", st.v.name, fn, &GuestError{Code: int64(packed)})
+		return nil, &GuestError{Code: int64(packed)}
 	}
 	ptr, n := uint32(packed>>32), uint32(packed)
 	view, ok := st.inst.Memory().Read(ptr, n)
 	if !ok {
-		return nil, fmt.Errorf("plugin %s: %s returned %d bytes at %#x, outside memory (%d bytes): %w",
-			st.v.name, fn, n, ptr, st.inst.Memory().Size(), ErrBadOutput)
+		return nil, fmt.Errorf("result of %d bytes at %#x outside memory (%d bytes): %w", n, ptr, st.inst.Memory().Size(), ErrBadOutput)
 	}
 	return view, nil
 }
@@ -229,20 +169,12 @@ func (st *state) output(fn string, packed uint64) ([]byte, error) {
 func spec(m *Manifest, wasm []byte) runtime.Spec {
 	export, _ := m.Kind.export()
 	v := &version{
+		man:       m,
 		name:      m.Name,
 		ver:       m.Version,
 		kind:      m.Kind,
 		wantsBody: m.WantsBody,
 		params:    encodeParams(m.Parameters),
-		policy:    m.Policy.runtimePolicy(),
-		budget:    m.Policy.RestartBudget,
-		window:    time.Duration(m.Policy.RestartWindow),
-	}
-	if v.budget <= 0 {
-		v.budget = 3
-	}
-	if v.window <= 0 {
-		v.window = time.Minute
 	}
 	s := runtime.Spec{
 		Name:             m.Name,
@@ -252,9 +184,9 @@ func spec(m *Manifest, wasm []byte) runtime.Spec {
 		MaxInstances:     m.Limits.MaxInstances,
 		MemoryLimitPages: m.Limits.MemoryPages,
 		CallTimeout:      time.Duration(m.Limits.CallTimeout),
-		Policy:           v.policy,
-		RestartBudget:    v.budget,
-		RestartWindow:    v.window,
+		Policy:           m.Policy.runtimePolicy(),
+		RestartBudget:    m.Policy.RestartBudget,
+		RestartWindow:    time.Duration(m.Policy.RestartWindow),
 		Exports: []runtime.Export{
 			{Name: ExportAlloc, Params: []api.ValueType{i32}, Results: []api.ValueType{i32}},
 			export,

@@ -41,17 +41,17 @@ type AllocInput struct {
 // queues to a group's members. It is safe for concurrent use; each call borrows one
 // instance.
 type Allocator struct {
-	slot *runtime.Slot
+	src source
 }
 
 // NewAllocator returns an Allocator calling the active version of slot, which must hold
 // allocator plugins loaded with [Manifest.Spec].
-func NewAllocator(slot *runtime.Slot) *Allocator { return &Allocator{slot: slot} }
+func NewAllocator(slot *runtime.Slot) *Allocator { return &Allocator{src: slot} }
 
 // Version is the active version's "name@version", or "" when none is active: members of a
 // group compare it to check they run the same allocator.
 func (a *Allocator) Version() string {
-	m := a.slot.Active()
+	m := a.src.Active()
 	if m == nil {
 		return ""
 	}
@@ -60,7 +60,7 @@ func (a *Allocator) Version() string {
 
 // SHA256 is the active module's sha256 ("" when none is active).
 func (a *Allocator) SHA256() string {
-	m := a.slot.Active()
+	m := a.src.Active()
 	if m == nil {
 		return ""
 	}
@@ -76,7 +76,7 @@ func (a *Allocator) Allocate(ctx context.Context, in *AllocInput, owners []int32
 	if len(in.Previous) != 0 && len(in.Previous) != len(in.Queues) {
 		return owners[:0], fmt.Errorf("allocate: %d previous owners for %d queues", len(in.Previous), len(in.Queues))
 	}
-	inst, err := a.slot.Borrow(ctx)
+	inst, err := a.src.Borrow(ctx)
 	if err != nil {
 		return owners[:0], fmt.Errorf("allocate: %w", err)
 	}
@@ -85,11 +85,8 @@ func (a *Allocator) Allocate(ctx context.Context, in *AllocInput, owners []int32
 	if err != nil {
 		return owners[:0], err
 	}
-	if err := st.v.check(); err != nil {
-		return owners[:0], err
-	}
 	owners, err = st.allocate(ctx, in, owners)
-	return owners, st.v.applyFault(ExportAllocate, err)
+	return owners, st.fail(ctx, ExportAllocate, err)
 }
 
 func allocSize(in *AllocInput) (int, error) {
@@ -172,19 +169,19 @@ func (st *state) allocate(ctx context.Context, in *AllocInput, owners []int32) (
 	if err := st.inst.Call(ctx, st.call, st.stack[:]); err != nil {
 		return owners, err
 	}
-	out, err := st.output(ExportAllocate, st.stack[0])
+	out, err := st.output(st.stack[0])
 	if err != nil {
 		return owners, err
 	}
 	nq, nm := len(in.Queues), len(in.Members)
 	if len(out) != 4*nq {
-		return owners, fmt.Errorf("plugin %s: %s returned %d bytes for %d queues, want %d: %w", st.v.name, ExportAllocate, len(out), nq, 4*nq, ErrBadOutput)
+		return owners, fmt.Errorf("%d bytes of owners for %d queues, want %d: %w", len(out), nq, 4*nq, ErrBadOutput)
 	}
 	owners = slices.Grow(owners, nq)
 	for k := range nq {
 		o := int32(binary.LittleEndian.Uint32(out[4*k:]))
 		if o < 0 || int(o) >= nm {
-			return owners[:0], fmt.Errorf("plugin %s: %s gave queue %d to member %d of %d: %w", st.v.name, ExportAllocate, k, o, nm, ErrBadOutput)
+			return owners[:0], fmt.Errorf("queue %d given to member %d of %d: %w", k, o, nm, ErrBadOutput)
 		}
 		owners = append(owners, o)
 	}

@@ -81,12 +81,12 @@ func encodeRecords(b []byte, msgs []Message, body bool) {
 // Filter runs a filter plugin: the active version of its slot decides which messages of a
 // batch a consumer gets. It is safe for concurrent use; each call borrows one instance.
 type Filter struct {
-	slot *runtime.Slot
+	src source
 }
 
 // NewFilter returns a Filter calling the active version of slot, which must hold filter
 // plugins loaded with [Manifest.Spec] (a [Registry] hands out slots that do).
-func NewFilter(slot *runtime.Slot) *Filter { return &Filter{slot: slot} }
+func NewFilter(slot *runtime.Slot) *Filter { return &Filter{src: slot} }
 
 // Match sets keep[i] to whether msgs[i] passes the filter. keep must be at least as long as
 // msgs. Batches larger than [MaxBatch] messages or [MaxBatchBytes] are split into several
@@ -117,19 +117,63 @@ func (f *Filter) match(ctx context.Context, msgs []Message, keep []bool) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	inst, err := f.slot.Borrow(ctx)
+	st, err := f.borrow(ctx)
 	if err != nil {
-		return fmt.Errorf("filter: %w", err)
+		return err
 	}
-	defer inst.Release()
+	defer st.inst.Release()
+	return st.fail(ctx, ExportFilter, st.filter(ctx, msgs, keep))
+}
+
+// MatchWith is [Filter.Match] for messages that depend on the version filtering them:
+// prepare gets the manifest of the version an instance was borrowed from and returns the
+// messages (with bodies only if that manifest's WantsBody is set, say), so that manifest
+// and verdicts come from one version even while another is being activated. keep must be
+// at least as long as the messages. An error from prepare ends the call and is returned.
+// On error keep is set as Match sets it.
+func (f *Filter) MatchWith(ctx context.Context, keep []bool, prepare func(*Manifest) ([]Message, error)) error {
+	err := f.matchWith(ctx, keep, prepare)
+	if err != nil {
+		open := errors.Is(err, runtime.ErrPolicyOpen)
+		for i := range keep {
+			keep[i] = open
+		}
+	}
+	return err
+}
+
+func (f *Filter) matchWith(ctx context.Context, keep []bool, prepare func(*Manifest) ([]Message, error)) error {
+	st, err := f.borrow(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.inst.Release()
+	msgs, err := prepare(st.v.man)
+	if err != nil {
+		return err
+	}
+	if len(keep) < len(msgs) {
+		return fmt.Errorf("filter: %d messages but room for %d verdicts", len(msgs), len(keep))
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return st.fail(ctx, ExportFilter, st.filter(ctx, msgs, keep[:len(msgs)]))
+}
+
+// borrow borrows an instance of the active version and returns its state; release it with
+// st.inst.Release.
+func (f *Filter) borrow(ctx context.Context) (*state, error) {
+	inst, err := f.src.Borrow(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("filter: %w", err)
+	}
 	st, err := stateOf(inst, KindFilter)
 	if err != nil {
-		return err
+		inst.Release()
+		return nil, err
 	}
-	if err := st.v.check(); err != nil {
-		return err
-	}
-	return st.v.applyFault(ExportFilter, st.filter(ctx, msgs, keep))
+	return st, nil
 }
 
 // filter runs msgs through the guest in chunks.
@@ -160,15 +204,15 @@ func (st *state) filter(ctx context.Context, msgs []Message, keep []bool) error 
 // bitmap validates the guest's bitmap at ptr and copies it into keep.
 func (st *state) bitmap(ptr int32, keep []bool) error {
 	if ptr < 0 {
-		return fmt.Errorf("plugin %s: %s: %w", st.v.name, ExportFilter, &GuestError{Code: int64(ptr)})
+		return &GuestError{Code: int64(ptr)}
 	}
 	n := len(keep)
 	bm, ok := st.inst.Memory().Read(uint32(ptr), uint32((n+7)/8))
 	if !ok {
-		return fmt.Errorf("plugin %s: %s returned a bitmap at %#x outside memory (%d bytes): %w", st.v.name, ExportFilter, ptr, st.inst.Memory().Size(), ErrBadOutput)
+		return fmt.Errorf("bitmap at %#x outside memory (%d bytes): %w", ptr, st.inst.Memory().Size(), ErrBadOutput)
 	}
 	if n%8 != 0 && bm[len(bm)-1]>>(n%8) != 0 {
-		return fmt.Errorf("plugin %s: %s returned a bitmap with bits set past message %d (last byte %#08b): %w", st.v.name, ExportFilter, n, bm[len(bm)-1], ErrBadOutput)
+		return fmt.Errorf("bitmap with bits set past message %d (last byte %#08b): %w", n, bm[len(bm)-1], ErrBadOutput)
 	}
 	for i := range keep {
 		keep[i] = bm[i>>3]&(1<<(i&7)) != 0

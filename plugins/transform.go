@@ -20,12 +20,12 @@ type Output struct {
 // Transform runs a transform plugin: the active version of its slot turns each message into
 // zero, one or more messages. It is safe for concurrent use; each call borrows one instance.
 type Transform struct {
-	slot *runtime.Slot
+	src source
 }
 
 // NewTransform returns a Transform calling the active version of slot, which must hold
 // transform plugins loaded with [Manifest.Spec].
-func NewTransform(slot *runtime.Slot) *Transform { return &Transform{slot: slot} }
+func NewTransform(slot *runtime.Slot) *Transform { return &Transform{src: slot} }
 
 // Apply returns, for each message, what the plugin made of it, copied out of guest memory.
 // The guest's output is checked before it is used ([ErrBadOutput] if it does not parse).
@@ -58,7 +58,7 @@ func (t *Transform) apply(ctx context.Context, msgs []Message) ([][]Output, erro
 	if len(msgs) == 0 {
 		return out, nil
 	}
-	inst, err := t.slot.Borrow(ctx)
+	inst, err := t.src.Borrow(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("transform: %w", err)
 	}
@@ -67,10 +67,7 @@ func (t *Transform) apply(ctx context.Context, msgs []Message) ([][]Output, erro
 	if err != nil {
 		return nil, err
 	}
-	if err := st.v.check(); err != nil {
-		return nil, err
-	}
-	return out, st.v.applyFault(ExportTransform, st.transform(ctx, msgs, out))
+	return out, st.fail(ctx, ExportTransform, st.transform(ctx, msgs, out))
 }
 
 func (st *state) transform(ctx context.Context, msgs []Message, out [][]Output) error {
@@ -88,12 +85,12 @@ func (st *state) transform(ctx context.Context, msgs []Message, out [][]Output) 
 		if err := st.inst.Call(ctx, st.call, st.stack[:]); err != nil {
 			return err
 		}
-		res, err := st.output(ExportTransform, st.stack[0])
+		res, err := st.output(st.stack[0])
 		if err != nil {
 			return err
 		}
 		if err := decodeOutputs(res, out[from:end]); err != nil {
-			return fmt.Errorf("plugin %s: %s: %w", st.v.name, ExportTransform, err)
+			return err
 		}
 		from = end
 	}

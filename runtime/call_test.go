@@ -24,16 +24,16 @@ func TestCallFaults(t *testing.T) {
 		want   error
 		stat   func(Stats) uint64
 	}{
-		{name: "unreachable", spec: Spec{Wasm: cModule(1)}, export: "trap", want: ErrTrap, stat: func(s Stats) uint64 { return s.Traps }},
-		{name: "Go panic", spec: Spec{Wasm: goWasm}, export: "boom", want: ErrTrap, stat: func(s Stats) uint64 { return s.Traps }},
+		{name: "unreachable", spec: Spec{Wasm: cModule(1)}, export: "trap", want: ErrTrap, stat: func(s Stats) uint64 { return s.Faults[FaultTrap] }},
+		{name: "Go panic", spec: Spec{Wasm: goWasm}, export: "boom", want: ErrTrap, stat: func(s Stats) uint64 { return s.Faults[FaultTrap] }},
 		{name: "loop past the time limit", spec: Spec{Wasm: cModule(1), CallTimeout: 50 * time.Millisecond}, export: "loop",
-			want: ErrTimeout, stat: func(s Stats) uint64 { return s.Timeouts }},
+			want: ErrTimeout, stat: func(s Stats) uint64 { return s.Faults[FaultTimeout] }},
 		{name: "Go loop past the time limit", spec: Spec{Wasm: goWasm, CallTimeout: 50 * time.Millisecond}, export: "spin", args: []uint64{1},
-			want: ErrTimeout, stat: func(s Stats) uint64 { return s.Timeouts }},
+			want: ErrTimeout, stat: func(s Stats) uint64 { return s.Faults[FaultTimeout] }},
 		{name: "growth past the memory cap", spec: Spec{Wasm: cModule(1), MemoryLimitPages: 4}, export: "grow_or_die", args: []uint64{8},
-			want: ErrMemory, stat: func(s Stats) uint64 { return s.MemoryFaults }},
+			want: ErrMemory, stat: func(s Stats) uint64 { return s.Faults[FaultMemory] }},
 		{name: "Go allocation past the memory cap", spec: Spec{Wasm: goWasm, MemoryLimitPages: 128}, export: "hog", args: []uint64{64},
-			want: ErrMemory, stat: func(s Stats) uint64 { return s.MemoryFaults }},
+			want: ErrMemory, stat: func(s Stats) uint64 { return s.Faults[FaultMemory] }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,7 +74,7 @@ func TestMemoryRefusedWithoutTrapIsNoFault(t *testing.T) {
 	st, err = call(ctx, m, "grow", 3)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), st[0], "growth up to the cap is allowed")
-	require.Zero(t, m.Stats().MemoryFaults)
+	require.Zero(t, m.Stats().Faults[FaultMemory])
 }
 
 func TestTimeoutLeavesOtherInstancesWorking(t *testing.T) {
@@ -103,7 +103,7 @@ func TestTimeoutLeavesOtherInstancesWorking(t *testing.T) {
 		case err := <-done:
 			require.ErrorIs(t, err, ErrTimeout)
 			require.Positive(t, calls)
-			require.Equal(t, uint64(1), m.Stats().Timeouts)
+			require.Equal(t, uint64(1), m.Stats().Faults[FaultTimeout])
 			return
 		default:
 		}
@@ -123,7 +123,7 @@ func TestCallerCancelIsNotAFault(t *testing.T) {
 	var fe *FaultError
 	require.False(t, errors.As(err, &fe))
 	st := m.Stats()
-	require.Zero(t, st.Timeouts+st.Traps)
+	require.Zero(t, st.Faults[FaultTimeout]+st.Faults[FaultTrap])
 	require.Equal(t, StateActive, st.State)
 	require.Equal(t, 0, st.Instances, "the stopped instance was discarded")
 }
@@ -169,7 +169,7 @@ func TestPolicy(t *testing.T) {
 			}
 			st := m.Stats()
 			require.Equal(t, tt.state, st.State)
-			require.Equal(t, uint64(len(tt.faults)), st.Traps)
+			require.Equal(t, uint64(len(tt.faults)), st.Faults[FaultTrap])
 		})
 	}
 }

@@ -33,9 +33,13 @@
 // # Faults
 //
 // A call that traps ([ErrTrap]), outlives [Spec.CallTimeout] ([ErrTimeout]) or is refused
-// memory past [Spec.MemoryLimitPages] ([ErrMemory]) returns a [*FaultError]. The instance it
-// ran on is discarded, never reused, and the module's [Policy] decides what follows:
-// [PolicyReload] replaces the instance within a restart budget, [PolicyFailOpen] and
-// [PolicyFailClosed] stop the module, and later borrows return [ErrPolicyOpen] or
-// [ErrPolicyClosed] so the caller knows whether to bypass the module or refuse the work.
+// memory past [Spec.MemoryLimitPages] ([ErrMemory]) returns a [*FaultError]; so does
+// [Instance.Fault], through which the ABI on top reports what only it can see (malformed
+// output, a guest error code). Every [FaultKind] takes one path: the instance is discarded,
+// never reused, the fault is counted in [Stats].Faults, and the module's [Policy] decides
+// what follows: [PolicyReload] replaces the instance within one restart budget,
+// [PolicyFailOpen] and [PolicyFailClosed] stop the module, and later borrows return
+// [ErrPolicyOpen] or [ErrPolicyClosed] so the caller knows whether to bypass the module or
+// refuse the work. [FaultError].Stopped marks the one fault that stopped the module. A fault
+// while [Runtime.Load] warms the module fails the load and applies no policy.
 package runtime

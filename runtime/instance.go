@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -63,10 +65,15 @@ func (m *Module) newInstance(ctx context.Context) (*Instance, error) {
 	}))
 	mod, err := m.wr.InstantiateModule(actx, m.cm, cfg)
 	if err != nil {
-		if i.memRefused {
-			return nil, fmt.Errorf("instantiate: %w: %w", ErrMemory, err)
+		// A trap in _initialize carries wazero's multi-line stack trace: the error keeps its
+		// first line, the log the rest.
+		if full := err.Error(); strings.Contains(full, "\n") {
+			m.rt.logger.LogAttrs(ctx, slog.LevelDebug, "wasm instantiate failed", append(m.attrs[:len(m.attrs):len(m.attrs)], slog.String("err", full))...)
 		}
-		return nil, fmt.Errorf("instantiate: %w", err)
+		if i.memRefused {
+			return nil, fmt.Errorf("instantiate: %w: %w", ErrMemory, oneLine{err})
+		}
+		return nil, fmt.Errorf("instantiate: %w", oneLine{err})
 	}
 	i.mod = mod
 	if i.lm != nil { // mod.Memory() is a non-nil interface even without a memory
@@ -168,8 +175,6 @@ func (i *Instance) call(ctx context.Context, fn api.Function, stack []uint64) er
 }
 
 func (i *Instance) fault(ctx context.Context, fn api.Function, err error, limited bool) error {
-	i.faulted = true
-	m := i.m
 	name := fn.Definition().Name()
 	if names := fn.Definition().ExportNames(); len(names) > 0 {
 		name = names[0]
@@ -177,19 +182,39 @@ func (i *Instance) fault(ctx context.Context, fn api.Function, err error, limite
 	var exit *sys.ExitError
 	ctxStop := errors.As(err, &exit) &&
 		(exit.ExitCode() == sys.ExitCodeDeadlineExceeded || exit.ExitCode() == sys.ExitCodeContextCanceled)
-	var kind error
+	var kind FaultKind
 	switch {
 	case i.memRefused:
-		kind = ErrMemory
+		kind = FaultMemory
 	case ctxStop && limited:
-		kind = ErrTimeout
+		kind = FaultTimeout
 	case ctxStop && ctx.Err() != nil:
-		return fmt.Errorf("module %s %s: call %s stopped: %w", m.spec.Name, m.spec.Version, name, context.Cause(ctx))
+		i.faulted = true // stopped mid-call: its memory may be half-written
+		return fmt.Errorf("module %s %s: call %s stopped: %w", i.m.spec.Name, i.m.spec.Version, name, context.Cause(ctx))
 	default:
-		kind = ErrTrap
+		kind = FaultTrap
 	}
-	action := m.fault(ctx, kind)
-	return &FaultError{Module: m.spec.Name, Version: m.spec.Version, Function: name, Kind: kind, Action: action, Err: err}
+	return i.Fault(ctx, kind, name, err)
+}
+
+// Fault reports a fault the runtime cannot see itself: the embedder refused the result of
+// the call it just made ([FaultBadOutput]) or the guest returned an error code
+// ([FaultGuestError]). It takes the same path as a trap: the instance is marked faulted
+// (Release discards it, so a reload really gets a fresh instance), the fault is counted in
+// [Stats].Faults, the module's policy is applied with the one restart budget, and the
+// [*FaultError] to return is built, wrapping cause. fn names the export. A second fault on
+// an instance already faulted is not counted again.
+func (i *Instance) Fault(ctx context.Context, kind FaultKind, fn string, cause error) error {
+	m := i.m
+	if kind >= NumFaultKinds {
+		return fmt.Errorf("module %s %s: call %s: fault of unknown kind %d: %w", m.spec.Name, m.spec.Version, fn, kind, cause)
+	}
+	if i.faulted {
+		return fmt.Errorf("module %s %s: call %s on a faulted instance: %w", m.spec.Name, m.spec.Version, fn, cause)
+	}
+	i.faulted = true
+	action, stopped := m.fault(ctx, kind, fn, cause)
+	return &FaultError{Module: m.spec.Name, Version: m.spec.Version, Function: fn, Kind: kind, Action: action, Stopped: stopped, Err: cause}
 }
 
 // Release gives the instance back to its module. A faulted instance is discarded, never

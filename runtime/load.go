@@ -112,6 +112,7 @@ func (r *Runtime) Load(ctx context.Context, spec Spec) (*Module, error) {
 		}
 	}
 	m.idle = append(m.idle, first)
+	m.serving.Store(true) // from here a fault is the policy's, not a failed load
 
 	r.mu.Lock()
 	if r.closed {

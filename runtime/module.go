@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,13 +49,21 @@ type Stats struct {
 	Instances int // instances alive, idle or borrowed
 	Borrowed  int // instances borrowed now
 	Calls     uint64
-	// Faults by kind. Calls stopped by the caller's own context are not faults.
-	Traps        uint64
-	Timeouts     uint64
-	MemoryFaults uint64
+	// Faults counts faulted calls by kind (Faults[FaultTrap], …), whoever detected them.
+	// Calls stopped by the caller's own context are not faults.
+	Faults [NumFaultKinds]uint64
 	// Reloads counts faulted instances replaced under [PolicyReload].
 	Reloads         uint64
 	LogLinesDropped uint64
+}
+
+// FaultsTotal is the sum of Faults.
+func (s Stats) FaultsTotal() uint64 {
+	var n uint64
+	for _, f := range s.Faults {
+		n += f
+	}
+	return n
 }
 
 // Module is one loaded module version with its pool of instances. It is safe for
@@ -81,13 +90,17 @@ type Module struct {
 	drained   chan struct{} // closed when the last instance is gone
 
 	state atomic.Int32 // State
+	// serving is set by Load once the module passed its checks: a fault before then fails
+	// the load, and no policy applies to a module nobody will use.
+	serving atomic.Bool
 
 	mu       sync.Mutex
 	idle     []*Instance
 	restarts []time.Time // fault times within the restart window
 
-	live, borrowed                             atomic.Int64
-	calls, traps, timeouts, memFaults, reloads atomic.Uint64
+	live, borrowed atomic.Int64
+	calls, reloads atomic.Uint64
+	faults         [NumFaultKinds]atomic.Uint64
 }
 
 func newModule(r *Runtime, spec Spec, wr wazero.Runtime, cm wazero.CompiledModule) *Module {
@@ -123,17 +136,18 @@ func (m *Module) State() State { return State(m.state.Load()) }
 
 // Stats returns the module's counters.
 func (m *Module) Stats() Stats {
-	return Stats{
+	s := Stats{
 		State:           m.State(),
 		Instances:       int(m.live.Load()),
 		Borrowed:        int(m.borrowed.Load()),
 		Calls:           m.calls.Load(),
-		Traps:           m.traps.Load(),
-		Timeouts:        m.timeouts.Load(),
-		MemoryFaults:    m.memFaults.Load(),
 		Reloads:         m.reloads.Load(),
 		LogLinesDropped: m.log.dropped.Load(),
 	}
+	for k := range s.Faults {
+		s.Faults[k] = m.faults[k].Load()
+	}
+	return s
 }
 
 // unavailable says why the module cannot serve, or nil.
@@ -214,54 +228,26 @@ func (m *Module) release(inst *Instance) {
 	m.tokens <- struct{}{}
 }
 
-// fault counts a fault of the given kind and applies the policy.
-func (m *Module) fault(ctx context.Context, kind error) Action {
-	switch kind {
-	case ErrTimeout:
-		m.timeouts.Add(1)
-	case ErrMemory:
-		m.memFaults.Add(1)
-	default:
-		m.traps.Add(1)
+// fault is the one fault path: it counts a fault of kind and applies the policy, and
+// reports whether this fault is the one that stopped the module. cause is logged in full at
+// debug level (wazero's traps carry a multi-line stack trace).
+func (m *Module) fault(ctx context.Context, kind FaultKind, fn string, cause error) (Action, bool) {
+	attrs := append(m.attrs[:len(m.attrs):len(m.attrs)], slog.String("function", fn), slog.String("kind", kind.String()))
+	if !m.serving.Load() {
+		m.rt.logger.LogAttrs(ctx, slog.LevelDebug, "wasm module fault while loading", append(attrs, slog.String("err", cause.Error()))...)
+		return 0, false
 	}
+	m.faults[kind].Add(1)
 	m.mu.Lock()
-	var action Action
-	switch State(m.state.Load()) {
-	case StateFailedOpen:
-		action = ActionFailedOpen
-	case StateFailedClosed:
-		action = ActionFailedClosed
-	default: // active, or closed and draining: the policy still decides what the caller does
-		switch m.spec.Policy {
-		case PolicyFailOpen:
-			action = ActionFailedOpen
-		case PolicyReload:
-			now := time.Now()
-			kept := m.restarts[:0]
-			for _, t := range m.restarts {
-				if now.Sub(t) < m.spec.RestartWindow {
-					kept = append(kept, t)
-				}
-			}
-			m.restarts = kept
-			if len(m.restarts) >= m.spec.RestartBudget {
-				action = ActionFailedClosed
-			} else {
-				m.restarts = append(m.restarts, now)
-				m.reloads.Add(1)
-				action = ActionReloaded
-			}
-		default:
-			action = ActionFailedClosed
-		}
-	}
+	action := m.decide()
+	stopped := false
 	var idle []*Instance
 	if action != ActionReloaded {
 		to := StateFailedClosed
 		if action == ActionFailedOpen {
 			to = StateFailedOpen
 		}
-		m.state.CompareAndSwap(int32(StateActive), int32(to))
+		stopped = m.state.CompareAndSwap(int32(StateActive), int32(to))
 		idle, m.idle = m.idle, nil
 	}
 	m.mu.Unlock()
@@ -269,8 +255,43 @@ func (m *Module) fault(ctx context.Context, kind error) Action {
 		inst.discard(ctx)
 	}
 	m.rt.logger.LogAttrs(ctx, slog.LevelWarn, "wasm module fault",
-		append(m.attrs[:len(m.attrs):len(m.attrs)], slog.String("kind", kind.Error()), slog.String("action", action.String()))...)
-	return action
+		append(attrs, slog.String("action", action.String()), slog.String("err", firstLine(cause)))...)
+	if full := cause.Error(); strings.Contains(full, "\n") {
+		m.rt.logger.LogAttrs(ctx, slog.LevelDebug, "wasm module fault detail", append(attrs, slog.String("err", full))...)
+	}
+	return action, stopped
+}
+
+// decide applies the policy to a fault; m.mu is held. A module stopped already stays as it
+// is, and every fault of PolicyReload spends the same budget, whatever its kind.
+func (m *Module) decide() Action {
+	switch State(m.state.Load()) {
+	case StateFailedOpen:
+		return ActionFailedOpen
+	case StateFailedClosed:
+		return ActionFailedClosed
+	}
+	// Active, or closed and draining: the policy still decides what the caller does.
+	switch m.spec.Policy {
+	case PolicyFailOpen:
+		return ActionFailedOpen
+	case PolicyReload:
+		now := time.Now()
+		kept := m.restarts[:0]
+		for _, t := range m.restarts {
+			if now.Sub(t) < m.spec.RestartWindow {
+				kept = append(kept, t)
+			}
+		}
+		m.restarts = kept
+		if len(m.restarts) >= m.spec.RestartBudget {
+			return ActionFailedClosed
+		}
+		m.restarts = append(m.restarts, now)
+		m.reloads.Add(1)
+		return ActionReloaded
+	}
+	return ActionFailedClosed
 }
 
 // Close stops the module taking new borrows (a waiting borrower gets [ErrClosed]), waits for

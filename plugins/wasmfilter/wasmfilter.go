@@ -13,8 +13,8 @@
 // A compiled filter follows the registry: every call borrows an instance of the plugin's
 // active version, so activating another version takes effect on the next pull of every
 // subscription naming just the plugin, without recompiling it. Whether bodies are
-// decompressed and passed (the manifest's wants_body) is read from the active version on
-// every call too.
+// decompressed and passed (the manifest's wants_body) is read on every call too, from the
+// manifest of the version whose instance the call borrowed.
 //
 // This package sits between plugins and broker/filter so that neither imports the other.
 package wasmfilter
@@ -51,8 +51,8 @@ type Fault struct {
 // Options configure the compiler.
 type Options struct {
 	// OnFault is called (on the reading pull's goroutine; it must not block) when a
-	// plugin's fault policy stops its active version: the call that faulted reports it,
-	// later calls see the stopped version and do not. Default: nothing.
+	// plugin's fault policy stops its active version: once per stop, by the call whose fault
+	// stopped it; calls faulting at the same time and later calls do not. Default: nothing.
 	OnFault func(Fault)
 	// MaxBodySize bounds a decompressed body. Default protocol.MaxFrameSize.
 	MaxBodySize int
@@ -143,42 +143,47 @@ type batch struct {
 }
 
 func (m *matcher) Match(ctx context.Context, msgs []filter.Message, keep []bool) error {
-	man := m.reg.ActiveManifest(m.expr.Name)
-	if man == nil {
-		return fmt.Errorf("filter plugin %q has no active version: %w", m.expr.Name, ErrNotActive)
-	}
-	if m.expr.Version != "" && man.Version != m.expr.Version {
-		return fmt.Errorf("filter plugin %s@%s is not active (active: %s): %w", m.expr.Name, m.expr.Version, man.Version, ErrNotActive)
-	}
 	b := m.pool.Get().(*batch)
 	defer func() {
 		clear(b.msgs) // drop references into the store's read buffer
 		b.msgs = b.msgs[:0]
 		m.pool.Put(b)
 	}()
-	b.msgs = b.msgs[:0]
-	for i := range msgs {
-		src := &msgs[i]
-		pm := plugins.Message{
-			Topic: src.Topic, QueueID: src.QueueID, QueueOffset: src.QueueOffset,
-			StoreTimestamp: src.StoreTimestamp, Tags: src.Tags, Keys: src.Keys,
-			Properties: src.Properties,
+	// The messages are made for the version whose instance was borrowed, so that its
+	// manifest (wants_body, the pinned version) and its verdicts are one version's.
+	err := m.f.MatchWith(ctx, keep, func(man *plugins.Manifest) ([]plugins.Message, error) {
+		if m.expr.Version != "" && man.Version != m.expr.Version {
+			return nil, fmt.Errorf("filter plugin %s@%s is not active (active: %s): %w", m.expr.Name, m.expr.Version, man.Version, ErrNotActive)
 		}
-		if man.WantsBody {
-			pm.Body = m.body(ctx, b, i, src)
+		b.msgs = b.msgs[:0]
+		for i := range msgs {
+			src := &msgs[i]
+			pm := plugins.Message{
+				Topic: src.Topic, QueueID: src.QueueID, QueueOffset: src.QueueOffset,
+				StoreTimestamp: src.StoreTimestamp, Tags: src.Tags, Keys: src.Keys,
+				Properties: src.Properties,
+			}
+			if man.WantsBody {
+				pm.Body = m.body(ctx, b, i, src)
+			}
+			b.msgs = append(b.msgs, pm)
 		}
-		b.msgs = append(b.msgs, pm)
-	}
-	err := m.f.Match(ctx, b.msgs, keep)
+		return b.msgs, nil
+	})
 	if err == nil {
 		return nil
 	}
+	if errors.Is(err, runtime.ErrClosed) && m.reg.ActiveManifest(m.expr.Name) == nil {
+		return fmt.Errorf("filter plugin %q has no active version: %w", m.expr.Name, ErrNotActive)
+	}
+	// Only the fault that stopped the version reports it: two queues faulting at once, or
+	// calls that were in flight when it stopped, are one stop.
 	var fe *runtime.FaultError
-	if m.opts.OnFault != nil && errors.As(err, &fe) && fe.Action != runtime.ActionReloaded {
-		m.opts.OnFault(Fault{Name: m.expr.Name, Version: man.Version, Err: err})
+	if m.opts.OnFault != nil && errors.As(err, &fe) && fe.Stopped {
+		m.opts.OnFault(Fault{Name: m.expr.Name, Version: fe.Version, Err: err})
 	}
 	if errors.Is(err, runtime.ErrPolicyOpen) {
-		return nil // Match set every keep to true
+		return nil // MatchWith set every keep to true
 	}
 	return err
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -344,4 +346,81 @@ func TestDeployDoesNotHoldUpFiltering(t *testing.T) {
 	}
 	release()
 	require.NoError(t, <-deployed)
+}
+
+// panicBarrier is a log handler that holds each guest printing its panic until two have,
+// so that two calls are in the guest when the first of them faults.
+type panicBarrier struct {
+	mu      sync.Mutex
+	n       int
+	release chan struct{}
+}
+
+func (b *panicBarrier) Enabled(context.Context, slog.Level) bool { return true }
+func (b *panicBarrier) WithAttrs([]slog.Attr) slog.Handler       { return b }
+func (b *panicBarrier) WithGroup(string) slog.Handler            { return b }
+func (b *panicBarrier) Handle(_ context.Context, r slog.Record) error {
+	line := ""
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "line" {
+			line = a.Value.String()
+		}
+		return true
+	})
+	if !strings.HasPrefix(line, "panic: boom") {
+		return nil
+	}
+	b.mu.Lock()
+	b.n++
+	if b.n == 2 {
+		close(b.release)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.release:
+	case <-time.After(wait): // the other call never came: the test fails on its error
+	}
+	return nil
+}
+
+// Two queues whose pulls fault at the same time stop the plugin once: OnFault, which the
+// daemon turns into plugin.failed, is called once, though both calls faulted.
+func TestConcurrentFaultsReportOneStop(t *testing.T) {
+	wasm, err := badguest()
+	require.NoError(t, err)
+	barrier := &panicBarrier{release: make(chan struct{})}
+	rt, err := runtime.New(context.Background(), runtime.Options{Logger: slog.New(barrier)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close(context.Background())) })
+	reg := newRegistryOn(t, rt)
+	deploy(t, reg, plugins.Manifest{Name: "trapper", Version: "1.0.0", Limits: plugins.Limits{MemoryPages: 128, MaxInstances: 2},
+		Policy: plugins.FaultPolicy{OnFault: plugins.OnFaultFailClosed}, Parameters: map[string]string{"mode": "trap"}}, wasm, true)
+	var mu sync.Mutex
+	var faults []wasmfilter.Fault
+	filters := filter.NewRegistry(0)
+	filters.Register(filter.TypeWasm, wasmfilter.Compiler(reg, wasmfilter.Options{OnFault: func(f wasmfilter.Fault) {
+		mu.Lock()
+		defer mu.Unlock()
+		faults = append(faults, f)
+	}}))
+	f, err := filters.Filter(context.Background(), filter.Subscription{Group: "g", Topic: "orders", ExpressionType: "WASM", Expression: "trapper"})
+	require.NoError(t, err)
+
+	errs := make(chan error, 2)
+	for q := range 2 {
+		go func() {
+			c := candidate(t, 0, "eu")
+			c.QueueID = int32(q)
+			errs <- f.Match.MatchBatch(context.Background(), []store.Candidate{c}, make([]bool, 1))
+		}()
+	}
+	for range 2 {
+		err := <-errs
+		require.ErrorIs(t, err, runtime.ErrTrap, "both calls faulted")
+		require.ErrorIs(t, err, runtime.ErrPolicyClosed)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, faults, 1, "one stop, one report")
+	assert.Equal(t, "trapper", faults[0].Name)
 }

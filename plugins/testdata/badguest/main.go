@@ -1,6 +1,9 @@
 // Command badguest is a test plugin of every kind that misbehaves on demand: it behaves
-// until a batch mentions "boom" (a filter or transform message) or holds more than one
-// queue (an allocator), then does what its "mode" parameter says.
+// until a batch mentions its "trigger" parameter ("boom" by default; a filter or transform
+// message) or holds more than one queue (an allocator), then does what its "mode" parameter
+// says. A batch mentioning "panic" traps whatever the mode. Mode "poison" keeps what it did in memory: after a batch with the trigger it
+// returns an error code, and from then on keeps nothing, as a guest whose state a fault
+// corrupted would.
 package main
 
 import (
@@ -12,10 +15,12 @@ import (
 func main() {}
 
 var (
-	in   []byte
-	out  []byte
-	mode string
-	hog  [][]byte
+	in       []byte
+	out      []byte
+	mode     string
+	trigger  = []byte("boom")
+	hog      [][]byte
+	poisoned bool
 )
 
 func ptr(b []byte) int32 { return int32(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
@@ -34,20 +39,29 @@ func alloc(size int32) int32 {
 //go:wasmexport flowd_init
 func initParams(p, n int32) int32 {
 	b := in[:n]
-	if binary.LittleEndian.Uint32(b) == 0 {
-		return 0
+	count := int(binary.LittleEndian.Uint32(b))
+	b = b[4:]
+	for range count {
+		kl := int(binary.LittleEndian.Uint16(b))
+		key := string(b[2 : 2+kl])
+		vl := int(binary.LittleEndian.Uint32(b[2+kl:]))
+		value := string(b[6+kl : 6+kl+vl])
+		b = b[6+kl+vl:]
+		switch key {
+		case "mode":
+			mode = value
+		case "trigger":
+			trigger = []byte(value)
+		}
 	}
-	kl := int(binary.LittleEndian.Uint16(b[4:]))
-	vl := int(binary.LittleEndian.Uint32(b[6+kl:]))
-	mode = string(b[10+kl : 10+kl+vl])
 	if mode == "refuse" {
 		return -4
 	}
 	return 0
 }
 
-// misbehave does what mode says for a trap, a loop or a memory hog, and reports whether it
-// did nothing (the mode is about output).
+// misbehave does what mode says for a trap, a loop, a load out of bounds or a memory hog;
+// it does nothing for the modes about output.
 func misbehave() {
 	switch mode {
 	case "trap":
@@ -55,6 +69,9 @@ func misbehave() {
 	case "loop":
 		for {
 		}
+	case "oob":
+		// A load far past the end of memory: a WebAssembly trap, with wazero's stack trace.
+		hog = append(hog, []byte{*(*byte)(unsafe.Pointer(uintptr(0x7ffffff0)))})
 	case "grow":
 		for {
 			hog = append(hog, make([]byte, 1<<20))
@@ -72,11 +89,21 @@ func filter(p, n, count int32) int32 {
 	if r := count % 8; r != 0 {
 		out[size-1] = byte(1)<<r - 1
 	}
-	if !bytes.Contains(in[:n], []byte("boom")) {
+	if poisoned {
+		clear(out)
+		return ptr(out)
+	}
+	if bytes.Contains(in[:n], []byte("panic")) {
+		panic("panic")
+	}
+	if !bytes.Contains(in[:n], trigger) {
 		return ptr(out)
 	}
 	misbehave()
 	switch mode {
+	case "poison":
+		poisoned = true
+		return -2
 	case "bitmap":
 		out[size-1] = 0xff
 	case "code":
@@ -112,7 +139,7 @@ func allocate(p, n int32) int64 {
 //go:wasmexport flowd_transform
 func transform(p, n, count int32) int64 {
 	out = make([]byte, 4*count)
-	if bytes.Contains(in[:n], []byte("boom")) {
+	if bytes.Contains(in[:n], trigger) {
 		misbehave()
 		switch mode {
 		case "truncated":
