@@ -329,23 +329,12 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	c.progress = !c.json && isTerminal(stderr)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	undo, err := c.setUp(quiet)
+	if err != nil {
+		return err
+	}
+	defer undo()
 
-	if c.dataDir == "" {
-		dir, err := os.MkdirTemp("", "flowd-bench-")
-		if err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-		defer os.RemoveAll(dir)
-		c.dataDir = dir
-	}
-	if c.namesrv == "" {
-		b, err := startBenchBroker(c, "broker", store.FlushAsync, quiet)
-		if err != nil {
-			return err
-		}
-		defer b.Shutdown(context.Background())
-		c.namesrv, c.embedded = b.NamesrvAddr(), true
-	}
 	text := stdout
 	if c.json {
 		text = io.Discard
@@ -353,9 +342,53 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	fmt.Fprintf(text, "flowd bench: %d messages of %v B per scenario, %d in flight per producer, 1 and %d producers, %d queues, name server %s\n",
 		c.messages, c.sizes, c.inflight, c.producers, c.queues, c.namesrv)
 	fmt.Fprintf(text, "flowd acknowledges in the %s; JetStream in the %s\n", durAsync, durJetStream)
-	report := benchReport{Messages: c.messages, Size: c.sizes[0], Sizes: c.sizes, InFlight: c.inflight,
-		Queues: c.queues, Producers: c.producers, Rate: c.rate}
+	results, err := runPlan(ctx, c, plan, quiet, text, stderr)
+	if err != nil {
+		return err
+	}
+	if !c.json {
+		return nil
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(benchReport{Messages: c.messages, Size: c.sizes[0], Sizes: c.sizes, InFlight: c.inflight,
+		Queues: c.queues, Producers: c.producers, Rate: c.rate, Results: results}); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	return nil
+}
 
+// setUp gives the run a data directory (a temporary one unless --data-dir named one) and,
+// unless --namesrv named one, an embedded broker to measure; undo stops and removes what
+// it started.
+func (c *benchConfig) setUp(log *slog.Logger) (undo func(), err error) {
+	removeDir := func() {}
+	if c.dataDir == "" {
+		dir, err := os.MkdirTemp("", "flowd-bench-")
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		removeDir = func() { _ = os.RemoveAll(dir) }
+		c.dataDir = dir
+	}
+	if c.namesrv != "" {
+		return removeDir, nil
+	}
+	b, err := startBenchBroker(*c, "broker", store.FlushAsync, log)
+	if err != nil {
+		removeDir()
+		return nil, err
+	}
+	c.namesrv, c.embedded = b.NamesrvAddr(), true
+	return func() {
+		_ = b.Shutdown(context.Background())
+		removeDir()
+	}, nil
+}
+
+// runPlan runs the scenarios in order, each result printed to text as it comes, with a
+// progress bar on stderr when c.progress, and returns the results.
+func runPlan(ctx context.Context, c benchConfig, plan []benchScenario, log *slog.Logger, text, stderr io.Writer) ([]benchResult, error) {
 	var bar *progressbar.ProgressBar
 	if c.progress {
 		bar = progressbar.NewOptions(len(plan), progressbar.OptionSetWriter(stderr),
@@ -363,36 +396,29 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 			progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
 		defer bar.Exit()
 	}
-	add := func(r benchResult) {
-		report.Results = append(report.Results, r)
-		if bar != nil {
-			_ = bar.Clear()
-		}
-		fmt.Fprintln(text, formatResult(r))
-	}
-
-	r := &benchRun{c: c, log: quiet, asyncTopic: map[int]string{}, jsSubject: map[int]string{}, jsAsync: map[[2]int]float64{}}
+	r := &benchRun{c: c, log: log, asyncTopic: map[int]string{}, jsSubject: map[int]string{}, jsAsync: map[[2]int]float64{}}
 	defer r.close()
 	if c.baseline == "jetstream" {
+		var err error
 		if r.js, err = startJetStream(ctx, c); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	var results []benchResult
 	for _, sc := range plan {
 		if bar != nil {
 			bar.Describe(sc.name)
 		}
-		stop, err := startProfile(c.profile, sc.name)
+		got, err := r.profiled(ctx, sc)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		results, err := r.run(ctx, sc)
-		stop()
-		if err != nil {
-			return fmt.Errorf("%s: %w", sc.name, err)
-		}
-		for _, res := range results {
-			add(res)
+		for _, res := range got {
+			results = append(results, res)
+			if bar != nil {
+				_ = bar.Clear()
+			}
+			fmt.Fprintln(text, formatResult(res))
 		}
 		if bar != nil {
 			_ = bar.Add(1)
@@ -401,14 +427,7 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if bar != nil {
 		_ = bar.Finish()
 	}
-	if c.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(report); err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-	}
-	return nil
+	return results, nil
 }
 
 // formatResult is a result's line in the text output.

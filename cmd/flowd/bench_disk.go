@@ -10,20 +10,15 @@ import (
 // one write system call each and no fsync, and returns records per second: the raw
 // sequential-write rate that the produce scenarios store the same bodies against.
 func diskWrite(c benchConfig, size int) (float64, error) {
-	f, err := os.CreateTemp(c.dataDir, "baseline-")
-	if err != nil {
-		return 0, fmt.Errorf("bench: disk baseline: %w", err)
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
 	buf := make([]byte, size)
-	start := time.Now()
-	for range c.messages {
-		if _, err := f.Write(buf); err != nil {
-			return 0, fmt.Errorf("bench: disk baseline: %w", err)
+	return timeWrites(c, "baseline-", "disk baseline", func(f *os.File) (int, error) {
+		for range c.messages {
+			if _, err := f.Write(buf); err != nil {
+				return 0, err
+			}
 		}
-	}
-	return float64(c.messages) / time.Since(start).Seconds(), nil
+		return c.messages, nil
+	})
 }
 
 // Bounds of the fsync-per-write baseline: enough writes for a stable rate, few enough to
@@ -37,23 +32,36 @@ const (
 // fsync (what the store's flusher calls), and returns records per second: what a store
 // without group commit could acknowledge durably, one writer at a time.
 func diskFsync(c benchConfig) (float64, error) {
-	f, err := os.CreateTemp(c.dataDir, "baseline-fsync-")
+	buf := make([]byte, 1024)
+	return timeWrites(c, "baseline-fsync-", "fsync baseline", func(f *os.File) (int, error) {
+		start := time.Now()
+		n := 0
+		for n < fsyncMaxWrites && (n < 10 || time.Since(start) < fsyncMaxTime) {
+			if _, err := f.Write(buf); err != nil {
+				return 0, err
+			}
+			if err := f.Sync(); err != nil {
+				return 0, err
+			}
+			n++
+		}
+		return n, nil
+	})
+}
+
+// timeWrites runs write on a new file of the data directory, removed afterwards, and returns
+// the records it wrote per second; what names the baseline in errors.
+func timeWrites(c benchConfig, pattern, what string, write func(*os.File) (int, error)) (float64, error) {
+	f, err := os.CreateTemp(c.dataDir, pattern)
 	if err != nil {
-		return 0, fmt.Errorf("bench: fsync baseline: %w", err)
+		return 0, fmt.Errorf("bench: %s: %w", what, err)
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	buf := make([]byte, 1024)
 	start := time.Now()
-	n := 0
-	for n < fsyncMaxWrites && (n < 10 || time.Since(start) < fsyncMaxTime) {
-		if _, err := f.Write(buf); err != nil {
-			return 0, fmt.Errorf("bench: fsync baseline: %w", err)
-		}
-		if err := f.Sync(); err != nil {
-			return 0, fmt.Errorf("bench: fsync baseline: %w", err)
-		}
-		n++
+	n, err := write(f)
+	if err != nil {
+		return 0, fmt.Errorf("bench: %s: %w", what, err)
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
 }

@@ -119,10 +119,7 @@ func (p *jetStreamPeer) produce(ctx context.Context, size int, mode string, prod
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i, pub := range pubs {
-		n := messages / producers
-		if i < messages%producers {
-			n++
-		}
+		n := shareOf(messages, producers, i)
 		wg.Go(func() { errs[i] = jsPublishN(ctx, pub.js, subject, body, n, mode) })
 	}
 	wg.Wait()

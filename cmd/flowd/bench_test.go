@@ -167,3 +167,22 @@ func TestBenchRuntimeDelta(t *testing.T) {
 	assert.Equal(t, 10*time.Millisecond, d.schedMax)
 	assert.Zero(t, a.until(a).schedMax, "nothing happened")
 }
+
+// Without --json the bench prints a header of the configuration and what each side
+// acknowledges in, then one table row a result, in the order the scenarios ran.
+func TestBenchTextTable(t *testing.T) {
+	var out, errs bytes.Buffer
+	err := bench(context.Background(), []string{"--data-dir", t.TempDir(), "--messages", "200", "--baseline", "none",
+		"--sizes", "128,1024", "--scenarios", "disk-*"}, &out, &errs)
+	require.NoError(t, err, errs.String())
+	assert.Empty(t, errs.String(), "no progress bar when stderr is not a terminal")
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	require.Len(t, lines, 5, out.String())
+	assert.Regexp(t, `^flowd bench: 200 messages of \[128 1024\] B per scenario, 64 in flight per producer, 1 and 8 producers, 8 queues, name server 127\.0\.0\.1:\d+$`, lines[0])
+	assert.Equal(t, "flowd acknowledges in the "+durAsync+"; JetStream in the "+durJetStream, lines[1])
+	for i, name := range []string{"disk-write-128", "disk-write-1024", "disk-fsync-1024"} {
+		row := lines[2+i]
+		assert.Regexp(t, `^  `+name+` +\d+ rec/s$`, row)
+		assert.Len(t, row, 2+30+1+12+1+5, "the columns are aligned: %q", row)
+	}
+}
