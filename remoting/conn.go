@@ -311,7 +311,8 @@ func (c *Conn) run() {
 	// The flusher is only started under qmu on an open connection: past this barrier none
 	// can start, and Wait cannot race an Add.
 	c.qmu.Lock()
-	c.qmu.Unlock() //nolint:staticcheck // an empty critical section is the barrier
+	//lint:ignore SA2001 an empty critical section is the barrier
+	c.qmu.Unlock()
 	c.flushing.Wait()
 	if c.cfg.onClose != nil {
 		c.cfg.onClose(c)
