@@ -1,6 +1,7 @@
 // Command badguest is a test plugin of every kind that misbehaves on demand: it behaves
 // until a batch mentions "boom" (a filter or transform message) or holds more than one
-// queue (an allocator), then does what its "mode" parameter says.
+// queue (an allocator), then does what its "mode" parameter says. Mode "spin" loops on
+// every call, the self-test's included.
 package main
 
 import (
@@ -62,8 +63,15 @@ func misbehave() {
 	}
 }
 
+// spin loops forever in mode "spin".
+func spin() {
+	for mode == "spin" {
+	}
+}
+
 //go:wasmexport flowd_filter
 func filter(p, n, count int32) int32 {
+	spin()
 	size := (int(count) + 7) / 8
 	out = make([]byte, size)
 	for i := range out {
@@ -89,6 +97,7 @@ func filter(p, n, count int32) int32 {
 
 //go:wasmexport flowd_allocate
 func allocate(p, n int32) int64 {
+	spin()
 	b := in[:n]
 	gl := int(binary.LittleEndian.Uint16(b))
 	nq := int(binary.LittleEndian.Uint32(b[2+gl:]))
@@ -111,6 +120,7 @@ func allocate(p, n int32) int64 {
 
 //go:wasmexport flowd_transform
 func transform(p, n, count int32) int64 {
+	spin()
 	out = make([]byte, 4*count)
 	if bytes.Contains(in[:n], []byte("boom")) {
 		misbehave()
