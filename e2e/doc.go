@@ -4,7 +4,8 @@
 // consume) and observed over NATS and HTTP. The package has no code of its own; its tests
 // cover what in-process tests cannot: signals (SIGHUP reload, SIGTERM drain, SIGKILL),
 // restarts on the same data directory, several daemons sharing a pipeline's consumer group,
-// and the exit status and messages of the command line.
+// plugins that never return (the daemon must keep serving and stop on SIGTERM), and the exit
+// status and messages of the command line.
 //
 // The tests run with "go test ./e2e/"; the binary is built without -race whatever the
 // test's flags, so that a run stays quick.

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/runtime"
 )
 
 func benchOrders(n int) []Message {
@@ -49,39 +51,45 @@ func nativeAmountAbove(body []byte, key []byte, threshold float64) bool {
 // BenchmarkFilter is the cost per message of the go-jsonfilter example through the host,
 // next to the same logic in plain Go, at three batch sizes. Go compiled to Wasm scans bytes
 // far slower than native Go; the tags-only filter shows the fixed cost per call and per
-// message.
+// message. Each Wasm filter runs compiled as flowd loads every plugin ("interruptible":
+// with wazero's close-on-context-done checks, so a call can be stopped at its time limit)
+// and without the checks ("uninterruptible", runtime.Options.Uninterruptible), in the same
+// run:
+//
+//	go test -run '^$' -bench 'BenchmarkFilter$' -benchtime 20000x ./plugins/
 func BenchmarkFilter(b *testing.B) {
 	wasm := goGuest(b, jsonFilterPkg)
 	m := manifest("big-orders", KindFilter, wasm, map[string]string{"threshold": "100"})
 	m.WantsBody = true
-	rt := newRuntime(b)
-	f := NewFilter(load(b, rt, m, wasm))
 	// The same batches through a filter that only compares tags: the cost of the host, the
 	// ABI and the SDK, without the JSON scan.
 	tagsWasm := goGuest(b, "./testdata/tagfilter")
-	tags := NewFilter(load(b, rt, manifest("tags", KindFilter, tagsWasm, nil), tagsWasm))
+	tagsM := manifest("tags", KindFilter, tagsWasm, nil)
+	type filters struct{ json, tags *Filter }
+	modes := map[string]filters{}
+	for mode, opts := range map[string]runtime.Options{"interruptible": {}, "uninterruptible": {Uninterruptible: true}} {
+		rt := newRuntimeWith(b, opts)
+		modes[mode] = filters{json: NewFilter(load(b, rt, m, wasm)), tags: NewFilter(load(b, rt, tagsM, tagsWasm))}
+	}
 	ctx := context.Background()
-	for _, n := range []int{1, 32, 256} {
-		msgs := benchOrders(n)
-		keep := make([]bool, n)
-		b.Run(fmt.Sprintf("wasm-go/batch=%d", n), func(b *testing.B) {
+	match := func(f *Filter, msgs []Message, keep []bool) func(b *testing.B) {
+		return func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if err := f.Match(ctx, msgs, keep); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
-		})
-		b.Run(fmt.Sprintf("wasm-go-tags-only/batch=%d", n), func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := tags.Match(ctx, msgs, keep); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
-		})
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(msgs)), "ns/msg")
+		}
+	}
+	for _, n := range []int{1, 32, 256} {
+		msgs := benchOrders(n)
+		keep := make([]bool, n)
+		for _, mode := range []string{"interruptible", "uninterruptible"} {
+			b.Run(fmt.Sprintf("wasm-go/%s/batch=%d", mode, n), match(modes[mode].json, msgs, keep))
+			b.Run(fmt.Sprintf("wasm-go-tags-only/%s/batch=%d", mode, n), match(modes[mode].tags, msgs, keep))
+		}
 		b.Run(fmt.Sprintf("native/batch=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			key := []byte(`"amount"`)

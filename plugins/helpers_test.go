@@ -27,12 +27,16 @@ type guestBuild struct {
 var guests struct {
 	mu     sync.Mutex
 	dir    string
+	shared bool // dir is the parent process's (see isolated): use its builds, keep it
 	builds map[string]*guestBuild
 }
 
+// buildDirEnv, in a child test process (see isolated), is its parent's build directory.
+const buildDirEnv = "FLOWD_PLUGINS_BUILD_DIR"
+
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if guests.dir != "" {
+	if guests.dir != "" && !guests.shared {
 		_ = os.RemoveAll(guests.dir)
 	}
 	os.Exit(code)
@@ -43,10 +47,14 @@ func buildDir(t testing.TB) string {
 	guests.mu.Lock()
 	defer guests.mu.Unlock()
 	if guests.dir == "" {
+		guests.builds = map[string]*guestBuild{}
+		if d := os.Getenv(buildDirEnv); d != "" {
+			guests.dir, guests.shared = d, true
+			return d
+		}
 		d, err := os.MkdirTemp("", "flowd-plugins-test-")
 		require.NoError(t, err)
 		guests.dir = d
-		guests.builds = map[string]*guestBuild{}
 	}
 	return guests.dir
 }
@@ -65,6 +73,11 @@ func goGuest(t testing.TB, pkg string) []byte {
 	guests.mu.Unlock()
 	b.once.Do(func() {
 		out := filepath.Join(dir, strings.NewReplacer("/", "_", ".", "_").Replace(pkg)+".wasm")
+		if guests.shared {
+			if b.wasm, b.err = os.ReadFile(out); b.err == nil {
+				return
+			}
+		}
 		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, pkg)
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 		if o, err := cmd.CombinedOutput(); err != nil {
@@ -97,9 +110,16 @@ const (
 // Go guest compiles once.
 func newRuntime(t testing.TB) *runtime.Runtime {
 	t.Helper()
+	return newRuntimeWith(t, runtime.Options{})
+}
+
+// newRuntimeWith is newRuntime with opts (their CacheDir is replaced).
+func newRuntimeWith(t testing.TB, opts runtime.Options) *runtime.Runtime {
+	t.Helper()
 	cache := filepath.Join(buildDir(t), "cache")
 	require.NoError(t, os.MkdirAll(cache, 0o755))
-	rt, err := runtime.New(context.Background(), runtime.Options{CacheDir: cache})
+	opts.CacheDir = cache
+	rt, err := runtime.New(context.Background(), opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rt.Close(context.Background()) })
 	return rt

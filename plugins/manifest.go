@@ -55,8 +55,11 @@ type Limits struct {
 	// MemoryPages caps each instance's memory in 64 KiB pages, 1 to 32 768. Default 512
 	// (32 MiB). A Go guest needs at least 37.
 	MemoryPages uint32 `json:"memory_pages,omitempty"`
-	// CallTimeout limits each call, e.g. "100ms". Default 0: no limit, and cheaper calls
-	// (see runtime.Spec.CallTimeout).
+	// CallTimeout limits each call, e.g. "100ms": a call still running at the limit is
+	// stopped and is a fault, and the policy applies. Every call has a limit: without
+	// call_timeout, the kind's default ([DefaultFilterTimeout], [DefaultAllocatorTimeout],
+	// [DefaultTransformTimeout]). At most [MaxCallTimeout]. The self-test has a limit of
+	// its own, [SelfTestTimeout].
 	CallTimeout Duration `json:"call_timeout,omitempty"`
 	// MaxInstances bounds the instances, and so the concurrent calls. Default GOMAXPROCS.
 	MaxInstances int `json:"max_instances,omitempty"`
@@ -113,6 +116,38 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// Time limits of plugin calls. A manifest's limits.call_timeout replaces the kind's
+// default, up to the ceiling; the self-test's limit is fixed.
+const (
+	// DefaultFilterTimeout limits a filter call (one window of a pull) without call_timeout.
+	DefaultFilterTimeout = time.Second
+	// DefaultTransformTimeout limits a transform call (one batch of a pipeline).
+	DefaultTransformTimeout = time.Second
+	// DefaultAllocatorTimeout limits an allocation (the whole group's assignment, once per
+	// rebalance, within the consumer's allocate timeout).
+	DefaultAllocatorTimeout = 5 * time.Second
+	// SelfTestTimeout bounds the start of the first instance and the self-test together, at
+	// deploy and at activation, whatever the manifest says (runtime.Spec.StartTimeout).
+	SelfTestTimeout = 2 * time.Second
+	// MaxCallTimeout is the most limits.call_timeout may be; a manifest asking for more is
+	// refused.
+	MaxCallTimeout = runtime.MaxCallTimeout
+)
+
+// callTimeout is the limit of each call of a plugin of kind k under these limits.
+func (l Limits) callTimeout(k Kind) time.Duration {
+	if l.CallTimeout > 0 {
+		return time.Duration(l.CallTimeout)
+	}
+	switch k {
+	case KindAllocator:
+		return DefaultAllocatorTimeout
+	case KindTransform:
+		return DefaultTransformTimeout
+	}
+	return DefaultFilterTimeout
+}
+
 var (
 	nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 	// semverRE is the regular expression semver.org gives for semantic version 2.0.0.
@@ -155,6 +190,8 @@ func (m *Manifest) Validate() error {
 		return bad("limits.memory_pages", "%d is over the maximum of %d", m.Limits.MemoryPages, MaxMemoryPages)
 	case m.Limits.CallTimeout < 0:
 		return bad("limits.call_timeout", "%v is negative", time.Duration(m.Limits.CallTimeout))
+	case m.Limits.CallTimeout > Duration(MaxCallTimeout):
+		return bad("limits.call_timeout", "%v is over the ceiling of %v", time.Duration(m.Limits.CallTimeout), MaxCallTimeout)
 	case m.Limits.MaxInstances < 0:
 		return bad("limits.max_instances", "%d is negative", m.Limits.MaxInstances)
 	case m.Policy.OnFault != "" && m.Policy.OnFault != OnFaultFailClosed && m.Policy.OnFault != OnFaultFailOpen && m.Policy.OnFault != OnFaultReload:
@@ -185,8 +222,9 @@ func (m *Manifest) Validate() error {
 
 // Spec is the [runtime.Spec] that loads this plugin version with [runtime.Runtime.Load]:
 // the kind's required exports and signatures, flowd_alloc, the ABI marker
-// flowd_abi_version = 1, flowd_init with the parameters on every instance, the limits, the
-// policy and the kind's self-test. The manifest must be valid.
+// flowd_abi_version = 1, flowd_init with the parameters on every instance, the limits (the
+// kind's default time limit without call_timeout), the policy and the kind's self-test. The
+// manifest must be valid.
 func (m *Manifest) Spec(wasm []byte) runtime.Spec { return spec(m, wasm) }
 
 // ID is "name@version".

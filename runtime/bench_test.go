@@ -11,30 +11,16 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
-// BenchmarkCall compares a call of a trivial export through Instance.Call (plain, with an
-// OnCall hook, with a time limit) with wazero's CallWithStack on an instance of the same
-// module, in the same run.
+// BenchmarkCall compares a call of a trivial export through Instance.Call (as every module
+// is loaded: interruptible under its time limit; with an OnCall hook; compiled without the
+// interruption checks) with wazero's CallWithStack on an instance of the same module, in
+// the same run.
 func BenchmarkCall(b *testing.B) {
 	ctx := context.Background()
 	wasm := goGuestWasm(b)
-	b.Run("runtime", func(b *testing.B) {
-		m, err := newRuntime(b, nil).Load(ctx, Spec{Name: "bench", Wasm: wasm})
-		require.NoError(b, err)
-		inst, err := m.Borrow(ctx)
-		require.NoError(b, err)
-		defer inst.Release()
-		fn := inst.Function("noop")
-		stack := make([]uint64, 1)
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := inst.Call(ctx, fn, stack); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("runtime observed", func(b *testing.B) { // with an OnCall hook, as flowd serve sets
-		var calls int
-		rt, err := New(ctx, Options{CacheDir: sharedCacheDir(b), OnCall: func(string, time.Duration, error) { calls++ }})
+	bench := func(b *testing.B, opts Options) {
+		opts.CacheDir = sharedCacheDir(b)
+		rt, err := New(ctx, opts)
 		require.NoError(b, err)
 		defer rt.Close(ctx)
 		m, err := rt.Load(ctx, Spec{Name: "bench", Wasm: wasm})
@@ -50,22 +36,13 @@ func BenchmarkCall(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	}
+	b.Run("runtime", func(b *testing.B) { bench(b, Options{}) })
+	b.Run("runtime observed", func(b *testing.B) { // with an OnCall hook, as flowd serve sets
+		var calls int
+		bench(b, Options{OnCall: func(string, time.Duration, error) { calls++ }})
 	})
-	b.Run("runtime with time limit", func(b *testing.B) {
-		m, err := newRuntime(b, nil).Load(ctx, Spec{Name: "bench", Wasm: wasm, CallTimeout: 1e9})
-		require.NoError(b, err)
-		inst, err := m.Borrow(ctx)
-		require.NoError(b, err)
-		defer inst.Release()
-		fn := inst.Function("noop")
-		stack := make([]uint64, 1)
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := inst.Call(ctx, fn, stack); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	b.Run("runtime uninterruptible", func(b *testing.B) { bench(b, Options{Uninterruptible: true}) })
 	b.Run("wazero", func(b *testing.B) {
 		cache, err := wazero.NewCompilationCacheWithDir(sharedCacheDir(b))
 		require.NoError(b, err)
@@ -109,11 +86,20 @@ type batchABI struct {
 
 // BenchmarkBatch writes 32 messages of 256 bytes into a guest buffer allocated once per
 // instance through the guest's flowd_alloc, and makes one call over the batch, in which the
-// guest reads the first byte of each message.
+// guest reads the first byte of each message: with the guest compiled with the interruption
+// checks (as every module is) and without.
 func BenchmarkBatch(b *testing.B) {
+	b.Run("interruptible", func(b *testing.B) { benchBatch(b, false) })
+	b.Run("uninterruptible", func(b *testing.B) { benchBatch(b, true) })
+}
+
+func benchBatch(b *testing.B, uninterruptible bool) {
 	const n, size = 32, 256
 	ctx := context.Background()
-	m, err := newRuntime(b, nil).Load(ctx, Spec{Name: "bench", Wasm: goGuestWasm(b),
+	rt, err := New(ctx, Options{CacheDir: sharedCacheDir(b), Uninterruptible: uninterruptible})
+	require.NoError(b, err)
+	defer rt.Close(ctx)
+	m, err := rt.Load(ctx, Spec{Name: "bench", Wasm: goGuestWasm(b),
 		Init: func(ctx context.Context, inst *Instance) error {
 			st := []uint64{n * size}
 			if err := inst.Call(ctx, inst.Function("flowd_alloc"), st); err != nil {

@@ -30,6 +30,16 @@
 // the runtime's [log/slog.Logger]. A module may import nothing but WASI and the host modules
 // given in [Spec.Host]; anything else is refused when it is loaded, naming the import.
 //
+// # Time limits
+//
+// Every call into a guest is bounded, whatever the Spec says: by [Spec.CallTimeout]
+// ([DefaultCallTimeout] when zero, at most [MaxCallTimeout]), and a guest's start and
+// self-test by [Spec.StartTimeout]. Modules are compiled with wazero's checks for a done
+// context, the only way to stop a guest that never returns: Go cannot preempt compiled
+// guest code, so without them a looping guest would hold its goroutine for good and stall
+// the whole process at the next garbage collection. The checks cost time per call and per
+// loop iteration (RATIONALE.md).
+//
 // # Faults
 //
 // A call that traps ([ErrTrap]), outlives [Spec.CallTimeout] ([ErrTimeout]) or is refused

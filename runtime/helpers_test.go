@@ -24,11 +24,17 @@ var goGuest struct {
 	dir  string
 	wasm []byte
 	err  error
+
+	shared bool // dir is the parent process's (see isolated): use its build, keep it
 }
+
+// guestEnv, in a child test process (see isolated), is its parent's build directory: the
+// module and the compilation cache.
+const guestEnv = "FLOWD_RUNTIME_GUEST_DIR"
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if goGuest.dir != "" {
+	if goGuest.dir != "" && !goGuest.shared {
 		_ = os.RemoveAll(goGuest.dir)
 	}
 	os.Exit(code)
@@ -38,6 +44,11 @@ func TestMain(m *testing.M) {
 func goGuestWasm(t testing.TB) []byte {
 	t.Helper()
 	goGuest.once.Do(func() {
+		if dir := os.Getenv(guestEnv); dir != "" {
+			goGuest.dir, goGuest.shared = dir, true
+			goGuest.wasm, goGuest.err = os.ReadFile(filepath.Join(dir, "guest.wasm"))
+			return
+		}
 		dir, err := os.MkdirTemp("", "flowd-runtime-test-")
 		if err != nil {
 			goGuest.err = err

@@ -73,6 +73,9 @@ func (m *Module) newInstance(ctx context.Context) (*Instance, error) {
 		if i.memRefused {
 			return nil, fmt.Errorf("instantiate: %w: %w", ErrMemory, oneLine{err})
 		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("instantiate: _initialize stopped: %w", context.Cause(ctx))
+		}
 		return nil, fmt.Errorf("instantiate: %w", oneLine{err})
 	}
 	i.mod = mod
@@ -130,12 +133,11 @@ func (i *Instance) SetData(v any) { i.data = v }
 // Call calls fn, an export of this instance (from Function, never another instance's), with
 // params in stack and results written back
 // into it (see [api.Function.CallWithStack]; stack must hold max(params, results) values).
-// Without a time limit it allocates nothing.
 //
-// A trap, a timeout or a memory fault returns a [*FaultError]: the instance is marked
-// faulted (Release discards it) and the module's policy is applied. A call stopped because
-// ctx ended (only modules with a CallTimeout can be stopped) returns ctx's error and also
-// discards the instance, but is not the guest's fault.
+// A trap, a timeout (past [Spec.CallTimeout]) or a memory fault returns a [*FaultError]:
+// the instance is marked faulted (Release discards it) and the module's policy is applied.
+// A call stopped because ctx ended returns ctx's error (its cause) and also discards the
+// instance, but is not the guest's fault.
 func (i *Instance) Call(ctx context.Context, fn api.Function, stack []uint64) error {
 	if fn == nil {
 		return fmt.Errorf("module %s %s: call of a function the module does not export", i.m.spec.Name, i.m.spec.Version)
@@ -157,7 +159,7 @@ func (i *Instance) Call(ctx context.Context, fn api.Function, stack []uint64) er
 // call is Call after its checks.
 func (i *Instance) call(ctx context.Context, fn api.Function, stack []uint64) error {
 	i.memRefused = false
-	if i.m.spec.CallTimeout <= 0 {
+	if i.m.rt.uninterruptible {
 		err := fn.CallWithStack(ctx, stack)
 		if err == nil {
 			return nil
@@ -188,6 +190,7 @@ func (i *Instance) fault(ctx context.Context, fn api.Function, err error, limite
 		kind = FaultMemory
 	case ctxStop && limited:
 		kind = FaultTimeout
+		err = fmt.Errorf("stopped at the time limit of %v: %w", i.m.spec.CallTimeout, err)
 	case ctxStop && ctx.Err() != nil:
 		i.faulted = true // stopped mid-call: its memory may be half-written
 		return fmt.Errorf("module %s %s: call %s stopped: %w", i.m.spec.Name, i.m.spec.Version, name, context.Cause(ctx))

@@ -28,6 +28,9 @@ func (r *Runtime) Load(ctx context.Context, spec Spec) (*Module, error) {
 	if spec.Name == "" {
 		return nil, errors.New("load module: Spec.Name is empty")
 	}
+	if err := spec.checkLimits(); err != nil {
+		return nil, fmt.Errorf("load module %s: %w", spec.Name, err)
+	}
 	spec = spec.withDefaults()
 	name := spec.Name
 	if !bytes.HasPrefix(spec.Wasm, wasmHeader) {
@@ -47,12 +50,14 @@ func (r *Runtime) Load(ctx context.Context, spec Spec) (*Module, error) {
 		return nil, fmt.Errorf("load module %s: runtime: %w", name, ErrClosed)
 	}
 
-	// One wazero runtime per module version: the context-done checks that enforce the time
-	// limit are compiled in per runtime, and closing the version frees everything at once.
-	// Compiled code is still shared through the cache.
+	// One wazero runtime per module version: closing the version frees everything at once.
+	// Compiled code is still shared through the cache (its key tells code with and without
+	// the context-done checks apart). The checks are what let a call be stopped: without
+	// them a looping guest can be neither timed out nor preempted by Go's scheduler, and
+	// the next garbage collection waits for it forever.
 	cfg := wazero.NewRuntimeConfig().
 		WithCompilationCache(r.cache).
-		WithCloseOnContextDone(spec.CallTimeout > 0)
+		WithCloseOnContextDone(!r.uninterruptible)
 	wr := wazero.NewRuntimeWithConfig(ctx, cfg)
 	ok := false
 	defer func() {
@@ -93,23 +98,9 @@ func (r *Runtime) Load(ctx context.Context, spec Spec) (*Module, error) {
 	}
 
 	m := newModule(r, spec, wr, cm)
-	first, err := m.newInstance(ctx)
+	first, err := m.start(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("load module %s: first instance: %w", name, err)
-	}
-	if err := checkABI(ctx, first, spec.ABI); err != nil {
-		first.discard(ctx)
 		return nil, fmt.Errorf("load module %s: %w", name, err)
-	}
-	if spec.SelfTest != nil {
-		if err := spec.SelfTest(ctx, first); err != nil {
-			first.discard(ctx)
-			return nil, fmt.Errorf("load module %s: %w: %w", name, ErrSelfTest, err)
-		}
-		if first.faulted {
-			first.discard(ctx)
-			return nil, fmt.Errorf("load module %s: %w: the instance faulted", name, ErrSelfTest)
-		}
 	}
 	m.idle = append(m.idle, first)
 	m.serving.Store(true) // from here a fault is the policy's, not a failed load
@@ -125,6 +116,39 @@ func (r *Runtime) Load(ctx context.Context, spec Spec) (*Module, error) {
 	ok = true
 	r.logger.LogAttrs(ctx, slog.LevelInfo, "wasm module loaded", m.attrs...)
 	return m, nil
+}
+
+// start makes the first instance, checks its ABI marker and runs the self-test, all
+// within Spec.StartTimeout.
+func (m *Module) start(ctx context.Context) (*Instance, error) {
+	sctx, cancel := m.startContext(ctx, "start and pass its self-test")
+	defer cancel()
+	first, err := m.newInstance(sctx)
+	if err != nil {
+		return nil, fmt.Errorf("first instance: %w", err)
+	}
+	if err := checkABI(sctx, first, m.spec.ABI); err != nil {
+		first.discard(ctx)
+		return nil, err
+	}
+	if m.spec.SelfTest != nil {
+		if err := m.spec.SelfTest(sctx, first); err != nil {
+			first.discard(ctx)
+			return nil, fmt.Errorf("%w: %w", ErrSelfTest, err)
+		}
+		if first.faulted {
+			first.discard(ctx)
+			return nil, fmt.Errorf("%w: the instance faulted", ErrSelfTest)
+		}
+	}
+	return first, nil
+}
+
+// startContext bounds a start by Spec.StartTimeout; its cause, when it ends the start, says
+// so and wraps ErrTimeout.
+func (m *Module) startContext(ctx context.Context, what string) (context.Context, context.CancelFunc) {
+	limit := fmt.Errorf("the guest did not %s within %v: %w", what, m.spec.StartTimeout, ErrTimeout)
+	return context.WithTimeoutCause(ctx, m.spec.StartTimeout, limit)
 }
 
 // checkImports refuses every import the host does not offer with the same signature. The

@@ -193,8 +193,11 @@ func (m *Module) Borrow(ctx context.Context) (*Instance, error) {
 	}
 	m.mu.Unlock()
 	if inst == nil {
+		sctx, cancel := m.startContext(ctx, "start")
 		var err error
-		if inst, err = m.newInstance(ctx); err != nil {
+		inst, err = m.newInstance(sctx)
+		cancel()
+		if err != nil {
 			m.tokens <- struct{}{}
 			return nil, fmt.Errorf("module %s %s: %w", m.spec.Name, m.spec.Version, err)
 		}

@@ -27,16 +27,23 @@ type Options struct {
 	// latency without the runtime knowing what measures it. It costs two clock reads per
 	// call (BenchmarkCall "runtime observed") and allocates nothing. Default: none.
 	OnCall func(module string, d time.Duration, err error)
+	// Uninterruptible compiles guests without the checks that let a running call be
+	// stopped, and enforces no time limit, so that a benchmark can measure what the checks
+	// cost. A guest that loops then never returns and stalls the whole process at its next
+	// garbage collection: never set it outside a benchmark. Default false.
+	Uninterruptible bool
 }
 
 // Runtime compiles and hosts modules. It owns the compilation cache shared by every module
 // it loads; each loaded module version gets a wazero runtime of its own (see RATIONALE.md:
-// limits and context-done checks are per wazero runtime). A Runtime is safe for concurrent
-// use.
+// limits are per wazero runtime). Every module is compiled with wazero's checks for a done
+// context, so every call can be stopped (see [Spec.CallTimeout]). A Runtime is safe for
+// concurrent use.
 type Runtime struct {
-	cache  wazero.CompilationCache
-	logger *slog.Logger
-	onCall func(module string, d time.Duration, err error)
+	cache           wazero.CompilationCache
+	logger          *slog.Logger
+	onCall          func(module string, d time.Duration, err error)
+	uninterruptible bool
 
 	mu      sync.Mutex
 	closed  bool
@@ -46,7 +53,7 @@ type Runtime struct {
 // New creates a Runtime. With Options.CacheDir it creates the directory if needed.
 func New(ctx context.Context, opts Options) (*Runtime, error) {
 	_ = ctx // reserved: compilation cache setup does not block today
-	r := &Runtime{logger: opts.Logger, onCall: opts.OnCall, modules: make(map[*Module]struct{})}
+	r := &Runtime{logger: opts.Logger, onCall: opts.OnCall, uninterruptible: opts.Uninterruptible, modules: make(map[*Module]struct{})}
 	if r.logger == nil {
 		r.logger = slog.New(slog.DiscardHandler)
 	}

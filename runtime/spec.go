@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	goruntime "runtime"
 	"time"
 
@@ -28,13 +29,18 @@ type Spec struct {
 	// memory past the cap that then fails is an [ErrMemory] fault. A Go wasip1 guest needs at
 	// least 37 pages to start. Default: 512 (32 MiB).
 	MemoryLimitPages uint32
-	// CallTimeout limits each call; a guest still running at the limit is stopped, its
-	// instance discarded, and the call fails with [ErrTimeout]. Zero: no limit, and then the
-	// caller's context cannot stop a running guest either, but calls are cheaper (stopping a
-	// guest needs checks compiled into its loops: about 1.6 µs per call and loops about ten
-	// times slower, measured with wazero 1.12). The guest's _initialize is not limited; calls
-	// made from Init and SelfTest are. Default: 0.
+	// CallTimeout limits each call: a guest still running at the limit is stopped, its
+	// instance discarded, and the call fails with [ErrTimeout], a fault like a trap. Every
+	// call has a limit, so that no guest can hold a goroutine, or the process, for good
+	// (see RATIONALE.md). Default: [DefaultCallTimeout]; at most [MaxCallTimeout], and a
+	// larger value fails the load.
 	CallTimeout time.Duration
+	// StartTimeout bounds what a guest runs before it serves: on the first instance its
+	// _initialize, Init, the ABI marker and SelfTest together; on every later instance its
+	// _initialize and Init. A guest still running at the limit fails the load (or the
+	// borrow that made the instance) with [ErrTimeout]. Calls made meanwhile are limited
+	// by CallTimeout as well. Default: [DefaultStartTimeout]; at most [MaxCallTimeout].
+	StartTimeout time.Duration
 
 	// Policy is applied after a fault. Default: [PolicyFailClosed].
 	Policy Policy
@@ -124,6 +130,19 @@ func (p Policy) String() string {
 	return "Policy(?)"
 }
 
+// Time limits of guest code, whatever the Spec says: every call and every start is
+// bounded.
+const (
+	// DefaultCallTimeout is Spec.CallTimeout when it is zero.
+	DefaultCallTimeout = time.Second
+	// DefaultStartTimeout is Spec.StartTimeout when it is zero.
+	DefaultStartTimeout = 2 * time.Second
+	// MaxCallTimeout is the most Spec.CallTimeout and Spec.StartTimeout may be: a call
+	// holds its caller's goroutine (a pull, a rebalance, a pipeline batch) and a module
+	// being closed waits for it.
+	MaxCallTimeout = 10 * time.Second
+)
+
 const (
 	defaultMemoryLimitPages = 512
 	defaultRestartBudget    = 3
@@ -134,7 +153,29 @@ const (
 	maxMemoryPages          = 65536
 )
 
+// checkLimits refuses time limits past the ceiling, naming the field.
+func (s Spec) checkLimits() error {
+	for _, l := range []struct {
+		field string
+		d     time.Duration
+	}{{"CallTimeout", s.CallTimeout}, {"StartTimeout", s.StartTimeout}} {
+		if l.d < 0 {
+			return fmt.Errorf("Spec.%s %v is negative", l.field, l.d)
+		}
+		if l.d > MaxCallTimeout {
+			return fmt.Errorf("Spec.%s %v is over the ceiling of %v", l.field, l.d, MaxCallTimeout)
+		}
+	}
+	return nil
+}
+
 func (s Spec) withDefaults() Spec {
+	if s.CallTimeout == 0 {
+		s.CallTimeout = DefaultCallTimeout
+	}
+	if s.StartTimeout == 0 {
+		s.StartTimeout = DefaultStartTimeout
+	}
 	if s.MaxInstances <= 0 {
 		s.MaxInstances = goruntime.GOMAXPROCS(0)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
 	"github.com/flowd-io/flowd/remoting"
+	"github.com/flowd-io/flowd/runtime"
 )
 
 // BenchmarkPullThroughput pulls the same stored messages through the broker's read path
@@ -95,24 +96,39 @@ func BenchmarkPullThroughput(b *testing.B) {
 }
 
 // BenchmarkMatchBatch is the filter's own cost in the read path: one window of 32 stored
-// messages decoded, converted and decided by the C property filter.
+// messages decoded, converted and decided by the C property filter, compiled as flowd loads
+// every plugin ("interruptible": with wazero's close-on-context-done checks, so a call can
+// be stopped at its time limit) and without the checks ("uninterruptible"), in one run:
+//
+//	go test -run '^$' -bench MatchBatch -benchtime 20000x ./plugins/wasmfilter/
 func BenchmarkMatchBatch(b *testing.B) {
-	reg := newRegistry(b)
-	deploy(b, reg, plugins.Manifest{Name: "region", Version: "1.0.0", Parameters: map[string]string{"property": "region", "value": "eu"}}, propfilter(b), true)
-	filters := filter.NewRegistry(0)
-	filters.Register(filter.TypeWasm, wasmfilter.Compiler(reg, wasmfilter.Options{}))
-	f, err := filters.Filter(context.Background(), filter.Subscription{Group: "g", Topic: "orders", ExpressionType: "WASM", Expression: "region"})
-	require.NoError(b, err)
-	cands := make([]store.Candidate, 32)
-	for i := range cands {
-		cands[i] = candidate(b, int64(i), "eu")
-	}
-	keep := make([]bool, len(cands))
-	for b.Loop() {
-		clear(keep)
-		if err := f.Match.MatchBatch(context.Background(), cands, keep); err != nil {
-			b.Fatal(err)
+	for _, mode := range []struct {
+		name string
+		opts runtime.Options
+	}{{"interruptible", runtime.Options{}}, {"uninterruptible", runtime.Options{Uninterruptible: true}}} {
+		rt, err := runtime.New(context.Background(), mode.opts)
+		require.NoError(b, err)
+		b.Cleanup(func() { require.NoError(b, rt.Close(context.Background())) })
+		reg := newRegistryOn(b, rt)
+		deploy(b, reg, plugins.Manifest{Name: "region", Version: "1.0.0", Parameters: map[string]string{"property": "region", "value": "eu"}}, propfilter(b), true)
+		filters := filter.NewRegistry(0)
+		filters.Register(filter.TypeWasm, wasmfilter.Compiler(reg, wasmfilter.Options{}))
+		f, err := filters.Filter(context.Background(), filter.Subscription{Group: "g", Topic: "orders", ExpressionType: "WASM", Expression: "region"})
+		require.NoError(b, err)
+		cands := make([]store.Candidate, 32)
+		for i := range cands {
+			cands[i] = candidate(b, int64(i), "eu")
 		}
+		keep := make([]bool, len(cands))
+		b.Run(mode.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(keep)
+				if err := f.Match.MatchBatch(context.Background(), cands, keep); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(cands)), "ns/msg")
+		})
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(cands)), "ns/msg")
 }

@@ -1,9 +1,10 @@
 // Command badguest is a test plugin of every kind that misbehaves on demand: it behaves
 // until a batch mentions its "trigger" parameter ("boom" by default; a filter or transform
 // message) or holds more than one queue (an allocator), then does what its "mode" parameter
-// says. A batch mentioning "panic" traps whatever the mode. Mode "poison" keeps what it did in memory: after a batch with the trigger it
-// returns an error code, and from then on keeps nothing, as a guest whose state a fault
-// corrupted would.
+// says. A batch mentioning "panic" traps whatever the mode. Mode "poison" keeps what it did
+// in memory: after a batch with the trigger it returns an error code, and from then on keeps
+// nothing, as a guest whose state a fault corrupted would. Mode "spin" loops on every call,
+// the self-test's included.
 package main
 
 import (
@@ -79,8 +80,15 @@ func misbehave() {
 	}
 }
 
+// spin loops forever in mode "spin".
+func spin() {
+	for mode == "spin" {
+	}
+}
+
 //go:wasmexport flowd_filter
 func filter(p, n, count int32) int32 {
+	spin()
 	size := (int(count) + 7) / 8
 	out = make([]byte, size)
 	for i := range out {
@@ -116,6 +124,7 @@ func filter(p, n, count int32) int32 {
 
 //go:wasmexport flowd_allocate
 func allocate(p, n int32) int64 {
+	spin()
 	b := in[:n]
 	gl := int(binary.LittleEndian.Uint16(b))
 	nq := int(binary.LittleEndian.Uint32(b[2+gl:]))
@@ -138,6 +147,7 @@ func allocate(p, n int32) int64 {
 
 //go:wasmexport flowd_transform
 func transform(p, n, count int32) int64 {
+	spin()
 	out = make([]byte, 4*count)
 	if bytes.Contains(in[:n], trigger) {
 		misbehave()
