@@ -135,8 +135,9 @@ func TestActivateDoesNotWaitForCallsInFlight(t *testing.T) {
 	t.Cleanup(func() { _ = reg.Close(ctx) })
 	wasm := goGuest(t, badGuestPkg)
 	v1 := manifest("slow", KindFilter, wasm, map[string]string{"mode": "loop"})
-	// The loop ends when its caller gives up (or after an hour): the test ends it.
-	v1.Limits.CallTimeout = Duration(time.Hour)
+	// The loop ends when its caller gives up or at the ceiling, twice the activation's
+	// deadline below: the test ends it.
+	v1.Limits.CallTimeout = Duration(MaxCallTimeout)
 	v2 := manifest("slow", KindFilter, wasm, map[string]string{"mode": "pointer"})
 	v2.Version = "2.0.0"
 	require.NoError(t, reg.Deploy(ctx, v1, wasm))
