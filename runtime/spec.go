@@ -160,10 +160,10 @@ func (s Spec) checkLimits() error {
 		d     time.Duration
 	}{{"CallTimeout", s.CallTimeout}, {"StartTimeout", s.StartTimeout}} {
 		if l.d < 0 {
-			return fmt.Errorf("Spec.%s %v is negative", l.field, l.d)
+			return fmt.Errorf("spec: %s %v is negative", l.field, l.d)
 		}
 		if l.d > MaxCallTimeout {
-			return fmt.Errorf("Spec.%s %v is over the ceiling of %v", l.field, l.d, MaxCallTimeout)
+			return fmt.Errorf("spec: %s %v is over the ceiling of %v", l.field, l.d, MaxCallTimeout)
 		}
 	}
 	return nil
