@@ -78,7 +78,7 @@ func badManifest(t *testing.T, wasm []byte, version string, params map[string]st
 	return manifestJSON(t, version, wasm, func(m map[string]any) {
 		m["name"] = "bad"
 		m["parameters"] = params
-		m["limits"] = map[string]any{"memory_pages": 128, "max_instances": 2, "call_timeout": "1h"}
+		m["limits"] = map[string]any{"memory_pages": 128, "max_instances": 2, "call_timeout": "10s"} // the ceiling
 		m["policy"] = map[string]any{"on_fault": policy}
 	})
 }
