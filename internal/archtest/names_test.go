@@ -164,7 +164,9 @@ func (ix *names) has(rel, name string) bool {
 
 var (
 	// qualified is pkg.Name or pkg.Type.Member, pkg a Go package name or a relative path.
-	qualified = regexp.MustCompile(`^([a-z][a-z0-9]*(?:/[a-z0-9]+)*)\.([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?$`)
+	// A name without a capital is not taken for Go: pipeline.seek and broker.events_dropped
+	// are a command and an event of the control plane.
+	qualified = regexp.MustCompile(`^([a-z][a-z0-9]*(?:/[a-z0-9]+)*)\.([A-Za-z][a-z0-9]*[A-Z][A-Za-z0-9]*|[A-Z][A-Za-z0-9]*)(?:\.([A-Za-z][A-Za-z0-9]*))?$`)
 	// typeMember is Type.Member, with the type in any package.
 	typeMember = regexp.MustCompile(`^([A-Z]\w*)\.([A-Za-z_]\w*)$`)
 	// exported is an exported Go name standing alone (mixed case: WIRE_NAMES and TBW102 are
