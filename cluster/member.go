@@ -24,10 +24,10 @@ type BrokerInfo struct {
 	Name    string `json:"name"`
 	Cluster string `json:"cluster"`
 	// Addr is the broker's remoting address; NamesrvAddr its name service's ("" when off).
-	Addr        string `json:"addr"`
-	NamesrvAddr string `json:"namesrvAddr,omitempty"`
-	Node        string `json:"node"`
-	Version     string `json:"version"`
+	Addr        string    `json:"addr"`
+	NamesrvAddr string    `json:"namesrvAddr,omitempty"`
+	Node        string    `json:"node"`
+	Version     string    `json:"version"`
 	Started     time.Time `json:"started"`
 	// Heartbeat is when the entry was last written.
 	Heartbeat time.Time `json:"heartbeat"`
@@ -222,7 +222,7 @@ func (m *Member) Joined() bool {
 	return m.joined
 }
 
-// Brokers lists the registry: every live broker, this one included, by name.
+// Registry lists the registry: every live broker, this one included, by name.
 func (m *Member) Registry() []BrokerInfo {
 	m.mu.RLock()
 	out := make([]BrokerInfo, 0, len(m.brokers))
