@@ -293,7 +293,8 @@ func (m *Member) Close(ctx context.Context) error {
 		}
 		dctx, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
 		defer cancel()
-		if derr := m.brokersKV.Delete(dctx, encodeKey(m.name)); derr != nil {
+		// Only this member's own revision: a broker that took the name since stays.
+		if derr := m.brokersKV.Delete(dctx, encodeKey(m.name), jetstream.LastRevision(m.rev)); derr != nil {
 			err = fmt.Errorf("cluster: deregister broker %q: %w", m.name, derr)
 		}
 	})
