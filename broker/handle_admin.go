@@ -16,7 +16,8 @@ import (
 // The administrative and inspection requests RocketMQ's admin tools (mqadmin, the dashboard,
 // rocketmq-client-go's admin package) send. They answer from the broker's own administrative
 // methods (admin.go), in the JSON bodies Java's tools parse. flowd is its own name server, so
-// the name-server requests (cluster info, topic lists) answer with this one broker.
+// the name-server requests answer with this broker: cluster info adds the brokers
+// Config.Peers reports; the topic lists are this broker's.
 
 // processClusterInfo answers GET_BROKER_CLUSTER_INFO (106): this broker group and those
 // Config.Peers reports, by cluster.
