@@ -135,3 +135,31 @@ func TestServesAloneUntilJetStreamComesUp(t *testing.T) {
 	require.Eventually(t, func() bool { return len(brokersOf(b.route(t, "early"))) == 2 }, wait, 10*time.Millisecond,
 		"the topic A created while alone was published when it joined")
 }
+
+func TestConcurrentCreatesOfOneTopicSettleOnOneConfiguration(t *testing.T) {
+	s := startNATS(t, false)
+	a := startNode(t, s, "broker-a", nil)
+	b := startNode(t, s, "broker-b", nil)
+	require.Eventually(t, func() bool { return len(a.m.Registry()) == 2 && len(b.m.Registry()) == 2 }, wait, 10*time.Millisecond)
+	perm := protocol.PermRead | protocol.PermWrite
+	done := make(chan error, 2)
+	go func() { done <- a.b.CreateTopic(broker.TopicConfig{Name: "race", ReadQueueNums: 2, WriteQueueNums: 2, Perm: perm}) }()
+	go func() { done <- b.b.CreateTopic(broker.TopicConfig{Name: "race", ReadQueueNums: 5, WriteQueueNums: 5, Perm: perm}) }()
+	for range 2 {
+		require.NoError(t, <-done)
+	}
+	require.Eventually(t, func() bool {
+		ta, okA := a.b.Topic("race")
+		tb, okB := b.b.Topic("race")
+		ra, rb := a.route(t, "race"), b.route(t, "race")
+		if !okA || !okB || ta != tb || len(brokersOf(ra)) != 2 || len(brokersOf(rb)) != 2 {
+			return false
+		}
+		for _, q := range append(ra.QueueDatas, rb.QueueDatas...) {
+			if int(q.WriteQueueNums) != ta.WriteQueueNums {
+				return false
+			}
+		}
+		return true
+	}, wait, 10*time.Millisecond, "both brokers and both routes agree on the first creation")
+}
