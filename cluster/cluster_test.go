@@ -143,8 +143,12 @@ func TestConcurrentCreatesOfOneTopicSettleOnOneConfiguration(t *testing.T) {
 	require.Eventually(t, func() bool { return len(a.m.Registry()) == 2 && len(b.m.Registry()) == 2 }, wait, 10*time.Millisecond)
 	perm := protocol.PermRead | protocol.PermWrite
 	done := make(chan error, 2)
-	go func() { done <- a.b.CreateTopic(broker.TopicConfig{Name: "race", ReadQueueNums: 2, WriteQueueNums: 2, Perm: perm}) }()
-	go func() { done <- b.b.CreateTopic(broker.TopicConfig{Name: "race", ReadQueueNums: 5, WriteQueueNums: 5, Perm: perm}) }()
+	go func() {
+		done <- a.b.CreateTopic(broker.TopicConfig{Name: "race", ReadQueueNums: 2, WriteQueueNums: 2, Perm: perm})
+	}()
+	go func() {
+		done <- b.b.CreateTopic(broker.TopicConfig{Name: "race", ReadQueueNums: 5, WriteQueueNums: 5, Perm: perm})
+	}()
 	for range 2 {
 		require.NoError(t, <-done)
 	}
