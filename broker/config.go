@@ -164,6 +164,13 @@ type Config struct {
 	// called on the request's goroutine, so it must be cheap and must not block. Default
 	// nil: no calls, and no clock reads for it.
 	Observer Observer
+
+	// Peers is the rest of the cluster as the name service sees it: route queries
+	// (GET_ROUTEINFO_BY_TOPIC) and cluster info (GET_BROKER_CLUSTER_INFO) add the brokers it
+	// reports to this broker's own answer. It is read on the request path, so it must
+	// answer from memory. Default nil: a cluster of this one broker, the answers exactly
+	// those of a single node.
+	Peers Peers
 }
 
 // Observer counts traffic on the broker's hot paths (the metrics package implements it).

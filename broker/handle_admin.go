@@ -16,9 +16,11 @@ import (
 // The administrative and inspection requests RocketMQ's admin tools (mqadmin, the dashboard,
 // rocketmq-client-go's admin package) send. They answer from the broker's own administrative
 // methods (admin.go), in the JSON bodies Java's tools parse. flowd is its own name server, so
-// the name-server requests (cluster info, topic lists) answer with this one broker.
+// the name-server requests answer with this broker: cluster info adds the brokers
+// Config.Peers reports; the topic lists are this broker's.
 
-// processClusterInfo answers GET_BROKER_CLUSTER_INFO (106): one cluster of one broker group.
+// processClusterInfo answers GET_BROKER_CLUSTER_INFO (106): this broker group and those
+// Config.Peers reports, by cluster.
 func (b *Broker) processClusterInfo(req *protocol.Command) *protocol.Command {
 	info := protocol.ClusterInfo{
 		BrokerAddrTable: map[string]protocol.BrokerData{b.cfg.BrokerName: {
@@ -26,6 +28,18 @@ func (b *Broker) processClusterInfo(req *protocol.Command) *protocol.Command {
 			BrokerAddrs: map[int64]string{protocol.MasterID: b.addr},
 		}},
 		ClusterAddrTable: map[string][]string{b.cfg.Cluster: {b.cfg.BrokerName}},
+	}
+	if b.cfg.Peers != nil {
+		for _, bd := range b.cfg.Peers.Brokers() {
+			if _, dup := info.BrokerAddrTable[bd.BrokerName]; dup {
+				continue
+			}
+			info.BrokerAddrTable[bd.BrokerName] = bd
+			info.ClusterAddrTable[bd.Cluster] = append(info.ClusterAddrTable[bd.Cluster], bd.BrokerName)
+		}
+		for _, names := range info.ClusterAddrTable {
+			slices.Sort(names)
+		}
 	}
 	return jsonResponse(req, &info)
 }

@@ -7,7 +7,8 @@ import (
 	"github.com/flowd-io/flowd/protocol"
 )
 
-// processRoute serves GET_ROUTEINFO_BY_TOPIC: every topic lives on this broker.
+// processRoute serves GET_ROUTEINFO_BY_TOPIC: this broker's queues of the topic, then those
+// Config.Peers reports on the other brokers of the cluster.
 func (b *Broker) processRoute(req *protocol.Command) *protocol.Command {
 	var h protocol.GetRouteInfoRequestHeader
 	if err := req.DecodeHeader(&h); err != nil {
@@ -27,22 +28,33 @@ func (b *Broker) processRoute(req *protocol.Command) *protocol.Command {
 		}
 		ok = true
 	}
-	if !ok || (h.Topic == protocol.AutoCreateTopicKey && b.cfg.DisableAutoCreateTopics) {
-		return protocol.NewResponse(req, protocol.TopicNotExist, "No topic route info in name server for the topic: "+h.Topic)
+	if h.Topic == protocol.AutoCreateTopicKey && b.cfg.DisableAutoCreateTopics {
+		ok = false
 	}
-	route := protocol.TopicRouteData{
-		QueueDatas: []protocol.QueueData{{
-			BrokerName:     b.cfg.BrokerName,
-			ReadQueueNums:  int32(tc.ReadQueueNums),
-			WriteQueueNums: int32(tc.WriteQueueNums),
-			Perm:           int32(tc.Perm),
-			TopicSysFlag:   int32(tc.TopicSysFlag),
-		}},
-		BrokerDatas: []protocol.BrokerData{{
-			Cluster:     b.cfg.Cluster,
-			BrokerName:  b.cfg.BrokerName,
-			BrokerAddrs: map[int64]string{0: b.addr},
-		}},
+	var route protocol.TopicRouteData
+	if ok {
+		route = protocol.TopicRouteData{
+			QueueDatas: []protocol.QueueData{{
+				BrokerName:     b.cfg.BrokerName,
+				ReadQueueNums:  int32(tc.ReadQueueNums),
+				WriteQueueNums: int32(tc.WriteQueueNums),
+				Perm:           int32(tc.Perm),
+				TopicSysFlag:   int32(tc.TopicSysFlag),
+			}},
+			BrokerDatas: []protocol.BrokerData{{
+				Cluster:     b.cfg.Cluster,
+				BrokerName:  b.cfg.BrokerName,
+				BrokerAddrs: map[int64]string{0: b.addr},
+			}},
+		}
+	}
+	if b.cfg.Peers != nil {
+		// Other brokers' queues of the topic: a topic this broker has not (yet) got is still
+		// routed to the brokers that have it.
+		b.peerRoute(&route, h.Topic)
+	}
+	if len(route.QueueDatas) == 0 {
+		return protocol.NewResponse(req, protocol.TopicNotExist, "No topic route info in name server for the topic: "+h.Topic)
 	}
 	body, err := route.Encode()
 	if err != nil {

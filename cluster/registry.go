@@ -1,0 +1,204 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowd-io/flowd/broker"
+)
+
+// selfInfo is this broker's registry entry as of now.
+func (m *Member) selfInfo() BrokerInfo {
+	st := m.b.Status()
+	return BrokerInfo{
+		Name: st.BrokerName, Cluster: st.Cluster, Addr: st.Addr, NamesrvAddr: st.NamesrvAddr,
+		Node: m.opts.Node, Version: m.opts.Version, Started: st.Started, Heartbeat: time.Now(),
+		Load: Load{Topics: st.Topics, Clients: st.Clients, Members: st.Members, WaitingPulls: st.WaitingPulls},
+	}
+}
+
+// register creates the broker's registry entry. KV Create is compare-and-set, so of two
+// brokers of one name the second fails while the first's entry lives; an entry of the same
+// node at the same address is this node's previous process (which held the address, so is
+// gone) and is taken over rather than waited out.
+func (m *Member) register(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
+	self := m.selfInfo()
+	data, err := json.Marshal(self)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: encode registry entry: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
+	defer cancel()
+	key := encodeKey(self.Name)
+	rev, err := kv.Create(ctx, key, data)
+	if err == nil {
+		return rev, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("cluster: register broker %q: %w", self.Name, err)
+	}
+	e, gerr := kv.Get(ctx, key)
+	if gerr != nil {
+		return 0, fmt.Errorf("cluster: register broker %q: read the existing entry: %w", self.Name, gerr)
+	}
+	var other BrokerInfo
+	if jerr := json.Unmarshal(e.Value(), &other); jerr == nil && other.Node == self.Node && other.Addr == self.Addr {
+		rev, err = kv.Update(ctx, key, data, e.Revision())
+		if err != nil {
+			return 0, fmt.Errorf("cluster: register broker %q: take over this node's previous entry: %w", self.Name, err)
+		}
+		return rev, nil
+	}
+	return 0, fmt.Errorf("cluster: register broker %q: %w: node %q at %s heartbeated %s ago (its entry expires %s after its last heartbeat)",
+		self.Name, ErrNameTaken, other.Node, other.Addr, time.Since(other.Heartbeat).Round(time.Millisecond), m.opts.TTL)
+}
+
+// heartbeat rewrites the registry entry every HeartbeatInterval. An entry that expired (the
+// member was paused, NATS was away) is created again, which fails while another broker has
+// taken the name meanwhile.
+func (m *Member) heartbeat(ctx context.Context) {
+	t := time.NewTicker(m.opts.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := m.beat(ctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("cluster heartbeat failed", "broker", m.name, "err", err)
+		}
+	}
+}
+
+func (m *Member) beat(ctx context.Context) error {
+	data, err := json.Marshal(m.selfInfo())
+	if err != nil {
+		return fmt.Errorf("encode registry entry: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
+	defer cancel()
+	rev, err := m.brokersKV.Update(cctx, encodeKey(m.name), data, m.rev)
+	if err == nil {
+		m.rev = rev
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("update registry entry: %w", err)
+	}
+	// The revision moved: the entry expired, or someone else wrote it.
+	rev, err = m.register(ctx, m.brokersKV)
+	if errors.Is(err, ErrNameTaken) {
+		m.emit(Event{Type: NameTaken, Time: time.Now(), Broker: m.selfInfo(), Reason: err.Error()})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	m.rev = rev
+	m.log.Info("cluster registry entry written again after it lapsed", "broker", m.name)
+	return nil
+}
+
+// watchRegistry keeps m.brokers in step with the registry bucket and reports joins and
+// leaves. synced is closed once the initial values are in.
+func (m *Member) watchRegistry(ctx context.Context, w jetstream.KeyWatcher, synced chan<- struct{}) {
+	defer w.Stop()
+	for {
+		var e jetstream.KeyValueEntry
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok = <-w.Updates():
+		}
+		if !ok {
+			return
+		}
+		if e == nil {
+			close(synced)
+			continue
+		}
+		name, err := decodeKey(e.Key())
+		if err != nil {
+			m.log.Warn("cluster registry: ignoring a key", "err", err)
+			continue
+		}
+		m.applyRegistry(name, e)
+	}
+}
+
+func (m *Member) applyRegistry(name string, e jetstream.KeyValueEntry) {
+	now := time.Now()
+	if e.Operation() != jetstream.KeyValuePut {
+		reason := "left"
+		if e.Operation() == jetstream.KeyValuePurge {
+			reason = "expired"
+		}
+		m.mu.Lock()
+		bi, had := m.brokers[name]
+		delete(m.brokers, name)
+		m.mu.Unlock()
+		if had {
+			m.emit(Event{Type: BrokerLeft, Time: now, Broker: bi, Reason: reason})
+		}
+		return
+	}
+	var bi BrokerInfo
+	if err := json.Unmarshal(e.Value(), &bi); err != nil || bi.Name != name || bi.Addr == "" {
+		m.log.Warn("cluster registry: ignoring a malformed entry", "key", e.Key(), "err", err)
+		return
+	}
+	m.mu.Lock()
+	_, had := m.brokers[name]
+	m.brokers[name] = bi
+	m.mu.Unlock()
+	if !had {
+		m.emit(Event{Type: BrokerJoined, Time: now, Broker: bi})
+	}
+}
+
+// startLoops starts the watchers, the topic loop and the heartbeat, and waits until the
+// watched copies hold the buckets' contents.
+func (m *Member) startLoops(ctx context.Context) error {
+	regW, err := m.brokersKV.WatchAll(m.ctx)
+	if err != nil {
+		return fmt.Errorf("cluster: watch %q: %w", m.opts.BrokersBucket, err)
+	}
+	topW, err := m.topicsKV.WatchAll(m.ctx)
+	if err != nil {
+		regW.Stop()
+		return fmt.Errorf("cluster: watch %q: %w", m.opts.TopicsBucket, err)
+	}
+	lctx, lcancel := context.WithCancel(m.ctx)
+	regSynced, topSynced := make(chan struct{}), make(chan struct{})
+	local := make(chan broker.Event, 64)
+	unsubscribe := m.b.Subscribe(func(e broker.Event) {
+		if e.Type != broker.TopicCreated && e.Type != broker.TopicDeleted {
+			return
+		}
+		select {
+		case local <- e:
+		case <-lctx.Done():
+		}
+	})
+	m.wg.Add(3)
+	go func() { defer m.wg.Done(); m.watchRegistry(lctx, regW, regSynced) }()
+	go func() { defer m.wg.Done(); defer unsubscribe(); m.syncTopics(lctx, topW, local, topSynced) }()
+	for _, ch := range []chan struct{}{regSynced, topSynced} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			lcancel()
+			m.wg.Done()
+			return fmt.Errorf("cluster: load the shared state: %w", ctx.Err())
+		}
+	}
+	go func() { defer m.wg.Done(); defer lcancel(); m.heartbeat(lctx) }()
+	return nil
+}
