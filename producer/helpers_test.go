@@ -17,9 +17,9 @@ import (
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 func init() { rlog.SetLogLevel("fatal") }

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // Producer sends messages to flowd (or any RocketMQ broker). Create it with New, Start it,

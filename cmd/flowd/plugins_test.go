@@ -25,9 +25,9 @@ import (
 
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/control"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // wait bounds what happens at once on a healthy machine. It is only a deadline for

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // Defaults of Options.

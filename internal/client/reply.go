@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // ExpectReply registers a request–reply call waiting for the reply with correlationID (the

@@ -13,11 +13,11 @@ import (
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/broker/filter"
 	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/plugins"
 	"github.com/flowd-io/flowd/plugins/wasmfilter"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // BenchmarkPullThroughput pulls the same stored messages through the broker's read path

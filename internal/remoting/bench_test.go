@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // benchRequest is a small request shaped like a consumer-offset update.

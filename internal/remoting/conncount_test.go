@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowd-io/flowd/remoting"
+	"github.com/flowd-io/flowd/internal/remoting"
 )
 
 // ConnCount follows connections as they open and close.

@@ -5,7 +5,7 @@
 //
 //	javac -cp rocketmq-filter.jar:guava.jar -d out Harness.java
 //	FLOWD_SQL92_ORACLE="java -cp out:rocketmq-filter.jar:guava.jar Harness" \
-//	    go test -run TestOracle ./broker/filter/sql92/
+//	    go test -run TestOracle ./internal/sql92/
 //
 // Input, one case a line: the expression, then property keys and values, each hex-encoded
 // UTF-8, separated by spaces. Output, one line a case: ERR when the selector does not
