@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/consumer/allocate"
 	"github.com/flowd-io/flowd/producer"
@@ -208,8 +209,7 @@ func (m *Manager) build(ctx context.Context, p *Pipeline) (err error) {
 		source = def.SourceNameServers
 	}
 	opts := []consumer.Option{
-		consumer.WithNameServers(source...),
-		consumer.WithLogger(p.log),
+		consumer.WithClientOptions(client.WithNameServers(source...), client.WithLogger(p.log)),
 		consumer.WithAutoCommit(false),
 		consumer.WithConsumeFrom(from),
 		consumer.WithAllocateStrategy(strategy),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/producer"
 )
@@ -241,7 +242,7 @@ func (r *benchRun) e2e(ctx context.Context, sc benchScenario) ([]benchResult, er
 }
 
 func newBenchProducer(c benchConfig, namesrv, group string, log *slog.Logger, opts ...producer.Option) (*producer.Producer, error) {
-	opts = append([]producer.Option{producer.WithNameServers(namesrv), producer.WithLogger(log),
+	opts = append([]producer.Option{producer.WithClientOptions(client.WithNameServers(namesrv), client.WithLogger(log)),
 		producer.WithDefaultTopicQueues(c.queues), producer.WithMaxInFlightAsync(c.inflight)}, opts...)
 	p, err := producer.New(group, opts...)
 	if err != nil {
@@ -338,7 +339,7 @@ func sendN(ctx context.Context, p *producer.Producer, topic string, body []byte,
 
 func consume(ctx context.Context, topic string, c benchConfig, log *slog.Logger) (float64, error) {
 	lp, err := consumer.NewLitePull(fmt.Sprintf("flowd-bench-%d", time.Now().UnixNano()),
-		consumer.WithNameServers(c.namesrv), consumer.WithLogger(log),
+		consumer.WithClientOptions(client.WithNameServers(c.namesrv), client.WithLogger(log)),
 		consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithPullBatchSize(32))
 	if err != nil {
 		return 0, fmt.Errorf("bench: %w", err)
@@ -438,7 +439,7 @@ func e2eDelay(ctx context.Context, c benchConfig, size int, log *slog.Logger) (s
 		return nil, nil, nil, rt, fmt.Errorf("bench: e2e topic: %w", err)
 	}
 	lp, err := consumer.NewLitePull(fmt.Sprintf("flowd-bench-e2e-%d", time.Now().UnixNano()),
-		consumer.WithNameServers(c.namesrv), consumer.WithLogger(log), consumer.WithConsumeFrom(consumer.ConsumeFromLast))
+		consumer.WithClientOptions(client.WithNameServers(c.namesrv), client.WithLogger(log)), consumer.WithConsumeFrom(consumer.ConsumeFromLast))
 	if err != nil {
 		return nil, nil, nil, rt, fmt.Errorf("bench: %w", err)
 	}

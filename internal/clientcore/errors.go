@@ -1,8 +1,7 @@
-package client
+package clientcore
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/flowd-io/flowd/protocol"
 )
@@ -23,21 +22,9 @@ var (
 	ErrGroupRegistered = errors.New("client: group already registered")
 )
 
-// BrokerError is a response whose code says the request failed. It carries the broker's code
-// and remark so that callers can tell a full disk from a bad topic name.
-type BrokerError struct {
-	// Code is the response code, e.g. protocol.SystemBusy.
-	Code protocol.ResponseCode
-	// Remark is the broker's explanation, as sent.
-	Remark string
-}
-
-func (e *BrokerError) Error() string {
-	if e.Remark == "" {
-		return fmt.Sprintf("broker answered %s (%d)", e.Code, e.Code)
-	}
-	return fmt.Sprintf("broker answered %s (%d): %s", e.Code, e.Code, e.Remark)
-}
+// BrokerError is a response whose code says the request failed; it is public, in protocol,
+// because the producer and consumer return it to their users.
+type BrokerError = protocol.BrokerError
 
 // NewBrokerError returns resp's code and remark as a *BrokerError.
 func NewBrokerError(resp *protocol.Command) *BrokerError {

@@ -1,4 +1,4 @@
-package client
+package clientcore
 
 import (
 	"context"
@@ -75,20 +75,6 @@ type Options struct {
 	// (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE, …) are read in either type. Set
 	// this for a server that only reads JSON headers, such as a proxy that parses them.
 	JSONHeaders bool
-}
-
-// Open returns shared when it is not nil, and otherwise a new Client built from opts that the
-// caller owns (and must Close): owned says which. It is how a producer or consumer honours its
-// WithSharedClient option; opts is ignored for a shared Client.
-func Open(shared *Client, opts Options) (cl *Client, owned bool, err error) {
-	if shared != nil {
-		return shared, false, nil
-	}
-	cl, err = New(opts)
-	if err != nil {
-		return nil, false, err
-	}
-	return cl, true, nil
 }
 
 // Consumer is what a consumer registers into a Client: the Client asks it what to put in
