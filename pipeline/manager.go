@@ -99,7 +99,8 @@ type Options struct {
 	// store). Default none: lag -1.
 	QueueEnd func(mq consumer.MessageQueue) (int64, bool)
 	// ConsumerOptions and ProducerOptions are appended to those the Manager sets (timings,
-	// client addresses). Default none.
+	// client addresses). Client settings go in WithClientOptions, which add to the Manager's;
+	// WithClient is refused, since every pipeline builds clients of its own. Default none.
 	ConsumerOptions []consumer.Option
 	ProducerOptions []producer.Option
 }

@@ -3,9 +3,9 @@ package clientcore
 import "errors"
 
 // Handle carries a core inside the public client.Client without exporting it. client.Client
-// embeds a Handle under an unexported name, which gives it the unexported method below: only
-// this package can call it, so only flowd's producer and consumer (through Of) reach the
-// core, and nothing of it shows in the public API.
+// embeds a Handle under an unexported name, which gives it the unexported method below. Only
+// this package can call that method, so only flowd's own packages reach the core (through
+// Of), and nothing of it shows in client's API: no accessor, no package-level hook.
 type Handle struct{ core *Client }
 
 // NewHandle wraps c for client.Client.
@@ -25,10 +25,11 @@ var (
 	errBothClient = errors.New("WithClient and WithClientOptions exclude each other: a shared client keeps the options it was built with")
 )
 
-// Open returns the core a producer or consumer uses, and whether it owns it (and closes it
-// on Close): shared's, given with WithClient, which its creator closes; or else, given
-// options for one (WithClientOptions, opts of them), that of the client build makes. It
-// needs exactly one of the two. Every error is the caller's options' fault.
+// Open returns the core a producer or consumer uses and whether it owns it, that is, closes
+// it on Close. With a shared client (WithClient) it is shared's, which its creator closes;
+// with options for a client of its own (WithClientOptions; opts is how many), it is that of
+// the client build makes from them. Exactly one of the two must be given, so every error is
+// the caller's options' fault.
 func Open[C interface {
 	*T
 	carrier
