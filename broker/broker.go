@@ -26,8 +26,8 @@ import (
 	"time"
 
 	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // Broker serves RocketMQ clients. Create it with New, then Start; Shutdown stops it.
@@ -182,7 +182,7 @@ func (b *Broker) createSystemTopics() error {
 
 // Start serves the broker and name service listeners and starts the background loops.
 func (b *Broker) Start() error {
-	opts := b.cfg.Transport
+	opts := b.cfg.Transport.serverOptions()
 	opts.Logger = b.log
 	opts.OnConnClose = b.connClosed
 	b.server = remoting.NewServer(brokerHandler{b}, opts)

@@ -10,9 +10,8 @@ import (
 	"time"
 
 	"github.com/flowd-io/flowd/broker/filter"
-	"github.com/flowd-io/flowd/broker/filter/sql92"
 	"github.com/flowd-io/flowd/broker/store"
-	"github.com/flowd-io/flowd/remoting"
+	"github.com/flowd-io/flowd/internal/sql92"
 )
 
 // Config is everything a Broker is built from. The zero value of every field means its
@@ -154,8 +153,8 @@ type Config struct {
 
 	// Transport tunes the broker listener's connections: frame size, requests in flight and
 	// parked (long-polling pulls) per connection, timeouts, the connection cap; see
-	// remoting.ServerOptions for each default. Its Logger and OnConnClose are the broker's.
-	Transport remoting.ServerOptions
+	// TransportConfig for each default.
+	Transport TransportConfig
 
 	// Logger receives the broker's logs. Default slog.Default().
 	Logger *slog.Logger

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // invokeAt sends a request to addr (the broker or the name service listener).

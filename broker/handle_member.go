@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // maxSubscriptions caps the topics one heartbeat may subscribe a group to.

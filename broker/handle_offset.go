@@ -3,8 +3,8 @@ package broker
 import (
 	"fmt"
 
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 func (b *Broker) processQueryOffset(req *protocol.Command) *protocol.Command {

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // Request–reply (RocketMQ 4.6+). The broker stamps its cluster name on every message it

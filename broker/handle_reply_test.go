@@ -12,8 +12,8 @@ import (
 
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 type pushedReply struct {

@@ -4,8 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // lockTable holds the queue locks orderly consumers take with LOCK_BATCH_MQ: a queue locked by

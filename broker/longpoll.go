@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/flowd-io/flowd/broker/store"
-	"github.com/flowd-io/flowd/remoting"
+	"github.com/flowd-io/flowd/internal/remoting"
 )
 
 // longPoll parks pulls that found nothing until the dispatcher appends a message they can

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/flowd-io/flowd/remoting"
+	"github.com/flowd-io/flowd/internal/remoting"
 )
 
 // Subscription is what a group member consumes from one topic.

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/flowd-io/flowd/internal/atomicfile"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // offsetTable holds the consume offsets committed by consumer groups, keyed by

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // brokerHandler is the broker listener's remoting.Handler: serveBroker, plus Inline, which

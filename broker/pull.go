@@ -11,8 +11,8 @@ import (
 
 	"github.com/flowd-io/flowd/broker/filter"
 	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // maxPullMsgs caps a pull's maxMsgNums: well above any batch the store returns (32), low

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // processSendBack serves CONSUMER_SEND_MSG_BACK: a message the client failed to consume goes

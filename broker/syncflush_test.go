@@ -13,8 +13,8 @@ import (
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/broker/store/vfs"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 func syncSendRequest(topic string, body []byte) *protocol.Command {

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowd-io/flowd/remoting"
+	"github.com/flowd-io/flowd/internal/remoting"
 )
 
 func TestTransactionConfigDefaultsAndLimits(t *testing.T) {

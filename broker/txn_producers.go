@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flowd-io/flowd/remoting"
+	"github.com/flowd-io/flowd/internal/remoting"
 )
 
 // producerManager tracks the live connections of every producer group, so that a

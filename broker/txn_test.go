@@ -12,8 +12,8 @@ import (
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/broker/store/vfs"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // txnClient is a raw producer of a transactional group: it sends half messages, ends

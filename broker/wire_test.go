@@ -15,7 +15,6 @@ import (
 
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // wireConn is one raw TCP connection to the broker on which the test writes frames byte by
@@ -237,7 +236,7 @@ func opaqueOf(t *testing.T, header string) int32 {
 // served; beyond the parked bound a pull is answered at once instead of parking.
 func TestParkedPullsDoNotStarveTheConnection(t *testing.T) {
 	b := startBroker(t, func(c *broker.Config) {
-		c.Transport = remoting.ServerOptions{MaxInFlightPerConn: 1, MaxParkedPerConn: 4}
+		c.Transport = broker.TransportConfig{MaxInFlightPerConn: 1, MaxParkedPerConn: 4}
 	})
 	c := newRawClient(t, b, nil)
 	c.send("parks", "first", "")

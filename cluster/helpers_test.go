@@ -14,8 +14,8 @@ import (
 
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/cluster"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 func init() {

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/flowd-io/flowd/consumer/allocate"
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/internal/clientcore"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -31,13 +31,13 @@ func (l *LitePull) allocate(ctx context.Context, topic string) (mine []MessageQu
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
-		case isRetryTopic(topic) && errors.Is(err, client.ErrTopicNotExist):
+		case isRetryTopic(topic) && errors.Is(err, clientcore.ErrTopicNotExist):
 			l.log.Debug("rebalance: no retry topic yet (nothing was sent back)", "topic", topic)
 		default:
 			l.log.Warn("rebalance: no route", "topic", topic, "err", err)
 		}
 		// A topic that does not exist is settled as it is; a failed request is tried again.
-		return nil, false, errors.Is(err, client.ErrTopicNotExist), false
+		return nil, false, errors.Is(err, clientcore.ErrTopicNotExist), false
 	}
 	l.setTopicQueues(topic, r.SubscribeQueues, true)
 	queues := r.SubscribeQueues
@@ -263,7 +263,7 @@ func (l *LitePull) lockOwners(ctx context.Context, topic string, addrs []string)
 	owners = map[string][]MessageQueue{}
 	for _, addr := range addrs {
 		resp, err := l.cl.InvokeOK(ctx, addr, protocol.NewRequest(protocol.GetLockOwners, nil, body))
-		if client.IsCode(err, protocol.RequestCodeNotSupported) {
+		if clientcore.IsCode(err, protocol.RequestCodeNotSupported) {
 			return nil, nil, false, nil
 		}
 		if err != nil {

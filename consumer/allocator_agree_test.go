@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/consumer/allocate"
 	"github.com/flowd-io/flowd/protocol"
@@ -268,7 +269,7 @@ func TestAllocatorVersionChangeWhileRunning(t *testing.T) {
 		versions[i].Store("WASM-reverse@1")
 		s := allocate.WithIdentity(alg, func() string { return versions[i].Load().(string) })
 		// No periodic heartbeat: the member must report the change itself.
-		c := newConsumer(t, b, group, consumer.WithAllocateStrategy(s), consumer.WithRebalanceInterval(time.Hour), consumer.WithHeartbeatInterval(time.Hour))
+		c := newConsumer(t, b, group, consumer.WithAllocateStrategy(s), consumer.WithRebalanceInterval(time.Hour), consumer.WithClientOptions(client.WithHeartbeatInterval(time.Hour)))
 		require.NoError(t, c.Subscribe(topic, "*"))
 		require.NoError(t, c.Start(context.Background()))
 		cs = append(cs, c)

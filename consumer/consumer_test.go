@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
-	"github.com/flowd-io/flowd/internal/client"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
 )
@@ -32,7 +32,7 @@ func TestStateStrings(t *testing.T) {
 }
 
 func TestOptionValidation(t *testing.T) {
-	ns := consumer.WithNameServers("127.0.0.1:1")
+	ns := consumer.WithClientOptions(client.WithNameServers("127.0.0.1:1"))
 	for name, opts := range map[string][]consumer.Option{
 		"no name servers":       nil,
 		"auto-commit too often": {ns, consumer.WithAutoCommitInterval(500 * time.Millisecond)},
@@ -84,15 +84,14 @@ func TestLifecycle(t *testing.T) {
 
 func TestStartFailure(t *testing.T) {
 	b := startBroker(t, nil)
-	shared, err := client.New(client.Options{NameServers: []string{b.NamesrvAddr()}, Logger: quiet()})
+	shared, err := client.New(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet()))
 	require.NoError(t, err)
-	require.NoError(t, shared.Start())
 	defer shared.Close(context.Background())
-	c1, err := consumer.NewLitePull("dup", consumer.WithSharedClient(shared), consumer.WithLogger(quiet()))
+	c1, err := consumer.NewLitePull("dup", consumer.WithClient(shared))
 	require.NoError(t, err)
 	require.NoError(t, c1.Start(context.Background()))
 	defer c1.Close(context.Background())
-	c2, err := consumer.NewLitePull("dup", consumer.WithSharedClient(shared), consumer.WithLogger(quiet()))
+	c2, err := consumer.NewLitePull("dup", consumer.WithClient(shared))
 	require.NoError(t, err)
 	err = c2.Start(context.Background())
 	require.ErrorIs(t, err, client.ErrGroupRegistered)
@@ -641,15 +640,15 @@ func TestStartHonoursItsContext(t *testing.T) {
 		t.Logf("before %d, now %d:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
 	}
 
-	shared, err := client.New(client.Options{NameServers: []string{b.NamesrvAddr()}, Logger: quiet()})
+	shared, err := client.New(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet()))
 	require.NoError(t, err)
 	defer shared.Close(context.Background())
-	c1, err := consumer.NewLitePull("start-ctx-group", consumer.WithSharedClient(shared), consumer.WithLogger(quiet()))
+	c1, err := consumer.NewLitePull("start-ctx-group", consumer.WithClient(shared))
 	require.NoError(t, err)
 	require.NoError(t, c1.Subscribe("start-ctx", "*"))
 	require.ErrorIs(t, c1.Start(ctx), context.Canceled)
 	assert.Empty(t, b.GroupMembers("start-ctx-group"))
-	c2, err := consumer.NewLitePull("start-ctx-group", consumer.WithSharedClient(shared), consumer.WithLogger(quiet()))
+	c2, err := consumer.NewLitePull("start-ctx-group", consumer.WithClient(shared))
 	require.NoError(t, err)
 	require.NoError(t, c2.Subscribe("start-ctx", "*"))
 	require.NoError(t, c2.Start(context.Background()), "the failed start left no registration behind")

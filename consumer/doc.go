@@ -5,7 +5,7 @@
 // and hands the messages out through Poll, one pull's batch of one queue at a time:
 //
 //	c, err := consumer.NewLitePull("order-audit",
-//		consumer.WithNameServers("127.0.0.1:9876"),
+//		consumer.WithClientOptions(client.WithNameServers("127.0.0.1:9876")),
 //		consumer.WithConsumeFrom(consumer.ConsumeFromFirst),
 //	)
 //	if err != nil { … }
@@ -24,6 +24,11 @@
 // only what has been processed. A message that cannot be processed now goes back to the
 // broker with SendBack and returns later through the group's retry topic. WithOnQueuesRevoked
 // tells the application which queues a rebalance takes away, before they are handed over.
+//
+// The settings a consumer shares with the producers of its process (name servers, client id,
+// logger, heartbeat and route intervals, request and dial timeouts) are those of its client
+// core, package client: WithClientOptions passes them for a core of the consumer's own,
+// WithClient hands it one to share.
 //
 // # Getting queues
 //
@@ -59,8 +64,8 @@
 //     leaves. It is read from the broker's lock table (GET_LOCK_OWNERS, a flowd extension):
 //     with hand-over locks every member locks what it reads, so that table is the assignment,
 //     and all members read the same one whatever joins and leaves each happened to see.
-//   - Every consumer has its own client core and client id unless one is shared on purpose
-//     (WithSharedClient); there is no process-wide state.
+//   - Every consumer has its own client core and client id (WithClientOptions) unless one
+//     is shared on purpose (WithClient, a client.Client); there is no process-wide state.
 //
 // # Notes
 //

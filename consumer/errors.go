@@ -3,7 +3,8 @@ package consumer
 import (
 	"errors"
 
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/internal/clientcore"
+	"github.com/flowd-io/flowd/protocol"
 )
 
 // Sentinel errors. Test for them with errors.Is; they come wrapped with what they concern.
@@ -25,7 +26,7 @@ var (
 	ErrInvalidArgument = errors.New("consumer: invalid argument")
 	// ErrTopicNotExist: the name servers know no such topic, or a broker answered a pull of
 	// it TOPIC_NOT_EXIST.
-	ErrTopicNotExist = client.ErrTopicNotExist
+	ErrTopicNotExist = clientcore.ErrTopicNotExist
 	// ErrSubscriptionRefused: a broker cannot read with the subscription's expression
 	// (SUBSCRIPTION_PARSE_FAILED: a SQL92 syntax error, an unknown expression type, a Wasm
 	// filter that is not deployed or not active). Poll reports it; see Poll.
@@ -38,4 +39,4 @@ var (
 )
 
 // BrokerError is a broker's refusal: its response code and remark. Test with errors.As.
-type BrokerError = client.BrokerError
+type BrokerError = protocol.BrokerError

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/producer"
 )
@@ -44,8 +45,8 @@ func Example() {
 
 	// A producer creates the topic on its first send, with one queue here so that the
 	// example's output is in order.
-	p, err := producer.New("order-service", producer.WithNameServers(b.NamesrvAddr()),
-		producer.WithDefaultTopicQueues(1), producer.WithLogger(quiet))
+	p, err := producer.New("order-service", producer.WithClientOptions(client.WithNameServers(b.NamesrvAddr())),
+		producer.WithDefaultTopicQueues(1), producer.WithClientOptions(client.WithLogger(quiet)))
 	if err != nil {
 		panic(err)
 	}
@@ -61,9 +62,9 @@ func Example() {
 	}
 
 	c, err := consumer.NewLitePull("order-audit",
-		consumer.WithNameServers(b.NamesrvAddr()),
+		consumer.WithClientOptions(client.WithNameServers(b.NamesrvAddr())),
 		consumer.WithConsumeFrom(consumer.ConsumeFromFirst),
-		consumer.WithLogger(quiet),
+		consumer.WithClientOptions(client.WithLogger(quiet)),
 	)
 	if err != nil {
 		panic(err)
@@ -103,15 +104,15 @@ func ExampleLitePull_Assign() {
 	defer stop()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
-	p, _ := producer.New("clicks", producer.WithNameServers(b.NamesrvAddr()), producer.WithDefaultTopicQueues(1), producer.WithLogger(quiet))
+	p, _ := producer.New("clicks", producer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet)), producer.WithDefaultTopicQueues(1))
 	_ = p.Start(ctx)
 	defer p.Close(ctx)
 	for i := range 5 {
 		_, _ = p.Send(ctx, &producer.Message{Topic: "clicks", Body: []byte(fmt.Sprint("click ", i))})
 	}
 
-	c, _ := consumer.NewLitePull("replayer", consumer.WithNameServers(b.NamesrvAddr()),
-		consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithLogger(quiet))
+	c, _ := consumer.NewLitePull("replayer", consumer.WithClientOptions(client.WithNameServers(b.NamesrvAddr())),
+		consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithClientOptions(client.WithLogger(quiet)))
 	_ = c.Start(ctx)
 	defer c.Close(ctx)
 	queues, err := c.FetchMessageQueues(ctx, "clicks")

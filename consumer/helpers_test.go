@@ -17,8 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/internal/clientcore"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
 )
@@ -183,9 +184,9 @@ func (px *tcpProxy) cutClientSide() {
 }
 
 // admin is a bare client core for topic creation and offset queries.
-func admin(t testing.TB, b *broker.Broker) *client.Client {
+func admin(t testing.TB, b *broker.Broker) *clientcore.Client {
 	t.Helper()
-	c, err := client.New(client.Options{NameServers: []string{b.NamesrvAddr()}, Logger: quiet()})
+	c, err := clientcore.New(clientcore.Options{NameServers: []string{b.NamesrvAddr()}, Logger: quiet()})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
@@ -223,8 +224,7 @@ func brokerOffset(t testing.TB, b *broker.Broker, group string, mq consumer.Mess
 func newProducer(t testing.TB, b *broker.Broker, opts ...producer.Option) *producer.Producer {
 	t.Helper()
 	all := append([]producer.Option{
-		producer.WithNameServers(b.NamesrvAddr()),
-		producer.WithLogger(quiet()),
+		producer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet())),
 		producer.WithQueueSelector(pinSelector{rr: producer.RoundRobin()}),
 	}, opts...)
 	p, err := producer.New("test-producers", all...)
@@ -290,11 +290,10 @@ func uniqueName(t testing.TB) string { return fmt.Sprintf("%s-%d", t.Name(), ins
 // fastOpts are options that keep tests quick.
 func fastOpts(b *broker.Broker) []consumer.Option {
 	return []consumer.Option{
-		consumer.WithNameServers(b.NamesrvAddr()),
-		consumer.WithLogger(quiet()),
+		consumer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet())),
 		consumer.WithPollTimeout(200 * time.Millisecond),
 		consumer.WithLockRetryInterval(50 * time.Millisecond),
-		consumer.WithHeartbeatInterval(time.Second),
+		consumer.WithClientOptions(client.WithHeartbeatInterval(time.Second)),
 		consumer.WithPullDelays(20*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond),
 	}
 }

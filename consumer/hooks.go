@@ -10,7 +10,7 @@ import (
 	"github.com/flowd-io/flowd/protocol"
 )
 
-// hooks is the face the consumer shows the client core (client.Consumer), kept off
+// hooks is the face the consumer shows the client core (clientcore.Consumer), kept off
 // LitePull's own method set.
 type hooks LitePull
 

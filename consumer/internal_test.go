@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -20,7 +21,7 @@ import (
 // never dialed by these tests.
 func newUnstarted(t *testing.T, opts ...Option) *LitePull {
 	t.Helper()
-	all := append([]Option{WithNameServers("127.0.0.1:1"), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
+	all := append([]Option{WithClientOptions(client.WithNameServers("127.0.0.1:1"), client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))}, opts...)
 	l, err := NewLitePull("internal", all...)
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close(context.Background()) })

@@ -8,7 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/client"
+	"github.com/flowd-io/flowd/internal/clientcore"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -22,7 +23,7 @@ import (
 // # Lock order
 //
 //	startMu → commitMu → a queue's commit lock (several in queue order) → mu
-//	client.Client's heartbeat lock → mu   (the client calls ConsumerData with it held)
+//	the client core's heartbeat lock → mu   (the core calls ConsumerData with it held)
 //
 // startMu serializes Start and Close. commitMu orders every write of offsets to the offset
 // store with queue hand-overs (commit, then unlock), and is held across that network I/O:
@@ -36,7 +37,7 @@ type LitePull struct {
 	group      string
 	cfg        config
 	log        *slog.Logger
-	cl         *client.Client
+	cl         *clientcore.Client
 	ownsClient bool
 	store      offsetStore
 
@@ -216,8 +217,12 @@ func newLitePull(group string, reader bool, opts []Option) (*LitePull, error) {
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	var err error
-	if l.cl, l.ownsClient, err = client.Open(cfg.shared, cfg.client); err != nil {
-		return nil, fmt.Errorf("consumer %q: %w", group, err)
+	l.cl, l.ownsClient, err = clientcore.Open(cfg.client, len(cfg.clientOpts), func() (*client.Client, error) {
+		// RocketMQ's lite pull dials with its pull timeout; the user's options come after.
+		return client.New(append([]client.Option{client.WithDialTimeout(DefaultPullTimeout)}, cfg.clientOpts...)...)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %q: %w: %w", group, ErrInvalidOption, err)
 	}
 	l.log = l.cl.Logger().With("group", group)
 	switch {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/protocol"
 )
@@ -29,7 +30,7 @@ func TestTopicCreatedAfterSubscribe(t *testing.T) {
 func TestTopicCreatedAfterStartIsReadPromptly(t *testing.T) {
 	b := startBroker(t, nil)
 	c := newConsumer(t, b, "prompt-group", consumer.WithTopicMetadataCheckInterval(time.Hour),
-		consumer.WithRebalanceInterval(time.Hour), consumer.WithRouteRefreshInterval(time.Hour),
+		consumer.WithRebalanceInterval(time.Hour), consumer.WithClientOptions(client.WithRouteRefreshInterval(time.Hour)),
 		consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
 	require.NoError(t, c.Subscribe("prompt-topic", "*"))
 	require.NoError(t, c.Start(context.Background()))
@@ -125,7 +126,7 @@ func TestNewQueueOfExistingGroupStartsAtFirstMessage(t *testing.T) {
 	createTopic(t, b, "grow", 2)
 	const group = "grow-group"
 	c := newConsumer(t, b, group, consumer.WithTopicMetadataCheckInterval(time.Hour),
-		consumer.WithRouteRefreshInterval(time.Hour), consumer.WithRebalanceInterval(time.Hour))
+		consumer.WithClientOptions(client.WithRouteRefreshInterval(time.Hour)), consumer.WithRebalanceInterval(time.Hour))
 	require.NoError(t, c.Subscribe("grow", "*"))
 	require.NoError(t, c.Start(context.Background()))
 	require.Eventually(t, func() bool { return len(c.ActiveQueues()) == 2 }, wait, 5*time.Millisecond)

@@ -12,7 +12,7 @@ import (
 	"sync"
 
 	"github.com/flowd-io/flowd/internal/atomicfile"
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/internal/clientcore"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -27,7 +27,7 @@ type offsetStore interface {
 
 // remoteStore keeps offsets on the broker (QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET).
 type remoteStore struct {
-	cl    *client.Client
+	cl    *clientcore.Client
 	group string
 }
 
@@ -47,7 +47,7 @@ func (s *remoteStore) read(ctx context.Context, mq MessageQueue) (int64, error) 
 	case protocol.QueryNotFound:
 		return -1, nil
 	default:
-		return 0, fmt.Errorf("query offset of %s: %w", mq, client.NewBrokerError(resp))
+		return 0, fmt.Errorf("query offset of %s: %w", mq, clientcore.NewBrokerError(resp))
 	}
 	var out protocol.OffsetResponseHeader
 	if err := resp.DecodeHeader(&out); err != nil {

@@ -3,16 +3,15 @@ package consumer
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer/allocate"
-	"github.com/flowd-io/flowd/internal/client"
 	"github.com/flowd-io/flowd/protocol"
 )
 
-// Defaults of the lite-pull consumer's settings: RocketMQ's DefaultLitePullConsumer defaults
-// (RocketMQ's DefaultLitePullConsumer defaults), except where a comment says otherwise.
+// Defaults of the lite-pull consumer's settings: RocketMQ's DefaultLitePullConsumer defaults,
+// except where a comment says otherwise.
 const (
 	DefaultPullGoroutines            = 20
 	DefaultPullBatchSize             = 10
@@ -22,13 +21,17 @@ const (
 	DefaultConsumeMaxSpan            = 2_000
 	DefaultPollTimeout               = 5 * time.Second
 	DefaultTopicMetadataCheck        = 30 * time.Second
-	DefaultPullTimeout               = 10 * time.Second
 	DefaultBrokerSuspend             = 20 * time.Second
 	DefaultSuspendedPullTimeout      = 30 * time.Second
 	DefaultAutoCommitInterval        = 5 * time.Second
 	MinAutoCommitInterval            = time.Second
 	DefaultRebalanceInterval         = 20 * time.Second
 	DefaultConsumeTimestampAgo       = 30 * time.Minute
+
+	// DefaultPullTimeout is the dial timeout of the client a consumer builds for itself
+	// (WithClientOptions; client.WithDialTimeout sets another): RocketMQ's
+	// consumerPullTimeoutMillis, which its lite-pull consumer uses as the connection timeout.
+	DefaultPullTimeout = 10 * time.Second
 
 	// DefaultFlowControlDelay is how long a pull task waits when one of the consumer's own
 	// thresholds (messages for all queues, messages or bytes for its queue, span) is exceeded.
@@ -96,8 +99,8 @@ func (c ConsumeFrom) String() string {
 type Option func(*config) error
 
 type config struct {
-	client client.Options // the options of a client core the consumer builds
-	shared *client.Client
+	client     *client.Client  // WithClient: shared, never closed by the consumer
+	clientOpts []client.Option // WithClientOptions: of the client the consumer builds
 
 	reader        bool // NewReader: assigned queues only, no group, no offsets
 	model         MessageModel
@@ -150,7 +153,6 @@ func defaultConfig() config {
 		maxSpan:           DefaultConsumeMaxSpan,
 		pollTimeout:       DefaultPollTimeout,
 		metadataCheck:     DefaultTopicMetadataCheck,
-		client:            client.Options{DialTimeout: DefaultPullTimeout},
 		brokerSuspend:     DefaultBrokerSuspend,
 		suspendedTimeout:  DefaultSuspendedPullTimeout,
 		flowControlDelay:  DefaultFlowControlDelay,
@@ -166,9 +168,6 @@ func defaultConfig() config {
 }
 
 func (c *config) validate() error {
-	if c.shared == nil && len(c.client.NameServers) == 0 {
-		return fmt.Errorf("%w: WithNameServers is required", ErrInvalidOption)
-	}
 	if c.reader {
 		if c.model == Broadcasting {
 			return fmt.Errorf("%w: a reader keeps no offsets, local or remote: broadcasting does not apply", ErrInvalidOption)
@@ -201,100 +200,42 @@ func positive[T int | int64 | time.Duration](name string, v T) error {
 	return nil
 }
 
-// WithNameServers sets the name-server addresses ("host:port"; an entry may list several
-// separated by ';', RocketMQ's form). The consumer asks them for topic routes, failing over
-// from one to the next. Required, unless WithSharedClient is given.
-func WithNameServers(addrs ...string) Option {
-	return func(c *config) error {
-		c.client.NameServers = append(c.client.NameServers, addrs...)
-		return nil
-	}
-}
-
-// WithInstanceName sets the instance part of the client id ("ip@instance"). The client id is
-// how the broker tells group members apart, and it orders members for allocation.
+// WithClient makes the consumer use cl, a client core it shares with other producers and
+// consumers of the process, instead of building its own: a daemon hosting many of them then
+// keeps one connection per broker, and one heartbeat names all their groups. cl's settings
+// (name servers, client id, logger, JSON headers, intervals, timeouts) are then the
+// consumer's. The consumer registers its group into cl on Start and unregisters it on Close,
+// after handing its queues over, but never closes cl: its creator does, after every producer
+// and consumer using it.
 //
-// Default: the process id followed by a random suffix, unique per consumer. RocketMQ defaults
-// to the bare pid, which would make two consumers of one process the same member. Ignored
-// with WithSharedClient.
-func WithInstanceName(name string) Option {
-	return func(c *config) error {
-		c.client.InstanceName = name
-		return nil
-	}
+// The client id names the member of the group, so two consumers of one group need two
+// clients (a client registers a group once; Start fails for the second). One of WithClient
+// and WithClientOptions is required; they exclude each other.
+func WithClient(cl *client.Client) Option {
+	return func(c *config) error { c.client = cl; return nil }
 }
 
-// WithClientIP sets the address part of the client id. It is a label: nothing connects to
-// it. Default: the first non-loopback IPv4 address of the host, or 127.0.0.1 (found by
-// listing the interfaces, without any network traffic). Ignored with WithSharedClient.
-func WithClientIP(ip string) Option {
-	return func(c *config) error {
-		c.client.ClientIP = ip
-		return nil
-	}
-}
-
-// WithLogger sets the logger. Default slog.Default(). With WithSharedClient, the shared
-// client's logger is used.
-func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		c.client.Logger = l
-		return nil
-	}
-}
-
-// WithJSONHeaders makes the consumer's requests carry JSON headers instead of the binary
-// ROCKETMQ headers it sends by default. Every RocketMQ broker and name server reads both
-// and answers in the request's own type (see client.Options.JSONHeaders); this is for a
-// server in between that only reads JSON. Ignored with WithSharedClient.
-func WithJSONHeaders() Option {
-	return func(c *config) error {
-		c.client.JSONHeaders = true
-		return nil
-	}
-}
-
-// WithSharedClient makes the consumer use an existing client core instead of building its
-// own, so that a daemon hosting many producers and consumers keeps one connection per broker.
-// The consumer registers into it on Start and unregisters on Close, but never closes it:
-// its creator does. Name servers, instance name, client IP, heartbeat and route-refresh
-// options are then the shared client's.
-func WithSharedClient(cl *client.Client) Option {
-	return func(c *config) error {
-		c.shared = cl
-		return nil
-	}
-}
-
-// WithHeartbeatInterval sets how often the consumer heartbeats every broker it reads from.
-// A broker drops a member after its client expiry (flowd: 45 s by default) without a
-// heartbeat, so a crashed member that did not close its connection is noticed after that.
+// WithClientOptions makes the consumer build a client core of its own from opts, and close
+// it on Close: client.WithNameServers (required), client.WithLogger, client.WithInstanceName
+// and client.WithClientIP (the member's id), client.WithJSONHeaders,
+// client.WithHeartbeatInterval (how soon a broker notices a silent member),
+// client.WithRouteRefreshInterval, client.WithRequestTimeout (offset queries and commits,
+// locks, member lists), client.WithDialTimeout. Each is documented in package client, the
+// one place the settings a consumer and a producer share are written; options given in
+// several calls add up.
 //
-// Default 10 s (RocketMQ clients: 30 s). Ignored with WithSharedClient.
-func WithHeartbeatInterval(d time.Duration) Option {
-	return func(c *config) error {
-		c.client.HeartbeatInterval = d
-		return positive("heartbeat interval", d)
-	}
-}
-
-// WithRouteRefreshInterval sets how often the client core fetches the routes it caches again.
-// Default 30 s. Ignored with WithSharedClient.
-func WithRouteRefreshInterval(d time.Duration) Option {
-	return func(c *config) error {
-		c.client.RouteRefreshInterval = d
-		return positive("route refresh interval", d)
-	}
-}
-
-// WithRequestTimeout bounds requests other than long-polling pulls (offset queries and
-// commits, locks, member lists, routes, pulls the broker may not park) when the caller's
-// context has no deadline. Default 3 s. With WithSharedClient, the shared client's.
-func WithRequestTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		c.client.RequestTimeout = d
-		return positive("request timeout", d)
-	}
+//	c, err := consumer.NewLitePull("billing", consumer.WithClientOptions(
+//		client.WithNameServers("127.0.0.1:9876"),
+//		client.WithLogger(log),
+//	))
+//
+// The dial timeout of such a client defaults to DefaultPullTimeout (10 s), RocketMQ's
+// consumerPullTimeoutMillis, which its lite-pull consumer uses as the connection timeout; a
+// long-polling pull itself is bounded by WithSuspendedPullTimeout. Its instance name
+// defaults to a new unique one, so every consumer is a member of its own. One of
+// WithClient and WithClientOptions is required; they exclude each other.
+func WithClientOptions(opts ...client.Option) Option {
+	return func(c *config) error { c.clientOpts = append(c.clientOpts, opts...); return nil }
 }
 
 // WithMessageModel chooses clustering (the default: the group's members share the queues,
@@ -489,17 +430,6 @@ func WithTopicMetadataCheckInterval(d time.Duration) Option {
 	return func(c *config) error {
 		c.metadataCheck = d
 		return positive("topic metadata check interval", d)
-	}
-}
-
-// WithPullTimeout bounds connecting to a broker (RocketMQ's consumerPullTimeoutMillis, which
-// its lite-pull consumer uses as the connection timeout: every lite pull may be parked, so the
-// pull itself is bounded by WithSuspendedPullTimeout). Default 10 s. Ignored with
-// WithSharedClient.
-func WithPullTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		c.client.DialTimeout = d
-		return positive("pull timeout", d)
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/internal/clientcore"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -200,7 +200,7 @@ func (l *LitePull) pullAnswer(resp *protocol.Command, mq MessageQueue, sub *subs
 	switch code {
 	case protocol.Success, protocol.PullNotFound, protocol.PullRetryImmediately, protocol.PullOffsetMoved:
 	default:
-		return nil, client.NewBrokerError(resp)
+		return nil, clientcore.NewBrokerError(resp)
 	}
 	var rh protocol.PullMessageResponseHeader
 	if err := resp.DecodeHeader(&rh); err != nil {
@@ -285,7 +285,7 @@ func (l *LitePull) applyPull(q *queue, gen uint64, suspended bool, res *pullResu
 		return 0
 	}
 	if err != nil {
-		if client.IsCode(err, protocol.FlowControl) {
+		if clientcore.IsCode(err, protocol.FlowControl) {
 			return l.cfg.brokerFlowDelay
 		}
 		if ferr := refusal(err); ferr != nil {
@@ -342,7 +342,7 @@ func (l *LitePull) applyPull(q *queue, gen uint64, suspended bool, res *pullResu
 // change (the subscription cannot be compiled, the topic or the group does not exist), or
 // nil for any other failure, which is retried in silence.
 func refusal(err error) error {
-	var be *client.BrokerError
+	var be *clientcore.BrokerError
 	if !errors.As(err, &be) {
 		return nil
 	}

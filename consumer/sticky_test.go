@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/consumer/allocate"
 	"github.com/flowd-io/flowd/protocol"
@@ -60,7 +61,7 @@ func TestStickyGroupAgreesWhateverEachMemberSaw(t *testing.T) {
 	for i := range 4 {
 		g := newGated(allocate.Sticky(allocate.Averagely()))
 		lg := slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug})).With("member", i)
-		c := newConsumer(t, b, group, consumer.WithAllocateStrategy(g), consumer.WithRebalanceInterval(time.Hour), consumer.WithLogger(lg))
+		c := newConsumer(t, b, group, consumer.WithAllocateStrategy(g), consumer.WithRebalanceInterval(time.Hour), consumer.WithClientOptions(client.WithLogger(lg)))
 		require.NoError(t, c.Subscribe("sticky-agree", "*"))
 		gates[c] = g
 		cs = append(cs, c)

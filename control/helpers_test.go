@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/control"
 	"github.com/flowd-io/flowd/pipeline"
@@ -92,7 +93,7 @@ func startFull(t *testing.T, mod func(*server.Options)) *fullEnv {
 		ConsumerOptions: []consumer.Option{
 			consumer.WithPollTimeout(200 * time.Millisecond),
 			consumer.WithLockRetryInterval(50 * time.Millisecond),
-			consumer.WithHeartbeatInterval(time.Second),
+			consumer.WithClientOptions(client.WithHeartbeatInterval(time.Second)),
 		},
 	})
 	require.NoError(t, err)

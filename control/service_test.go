@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/control"
 	"github.com/flowd-io/flowd/producer"
@@ -148,7 +149,7 @@ func uniqueName(t testing.TB) string { return fmt.Sprintf("%s-%d", t.Name(), ins
 
 func newProducer(t testing.TB, b *broker.Broker) *producer.Producer {
 	t.Helper()
-	p, err := producer.New("control-test-producers", producer.WithNameServers(b.NamesrvAddr()), producer.WithLogger(quiet()), producer.WithInstanceName(uniqueName(t)))
+	p, err := producer.New("control-test-producers", producer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet()), client.WithInstanceName(uniqueName(t))))
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	t.Cleanup(func() { p.Close(context.Background()) })
@@ -176,13 +177,11 @@ func send(t testing.TB, b *broker.Broker, p *producer.Producer, topic string, n 
 func newConsumer(t testing.TB, b *broker.Broker, group, topic string) *consumer.LitePull {
 	t.Helper()
 	c, err := consumer.NewLitePull(group,
-		consumer.WithNameServers(b.NamesrvAddr()),
-		consumer.WithLogger(quiet()),
-		consumer.WithInstanceName(uniqueName(t)),
+		consumer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet()), client.WithInstanceName(uniqueName(t))),
 		consumer.WithConsumeFrom(consumer.ConsumeFromFirst),
 		consumer.WithPollTimeout(100*time.Millisecond),
 		consumer.WithLockRetryInterval(50*time.Millisecond),
-		consumer.WithHeartbeatInterval(time.Second),
+		consumer.WithClientOptions(client.WithHeartbeatInterval(time.Second)),
 		consumer.WithAutoCommit(false),
 	)
 	require.NoError(t, err)

@@ -15,8 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/internal/clientcore"
 	"github.com/flowd-io/flowd/metrics"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
@@ -69,7 +70,7 @@ func startBroker(t testing.TB, m *metrics.Metrics, mod func(*broker.Config)) *br
 
 func createTopic(t testing.TB, b *broker.Broker, topic string, queues int) {
 	t.Helper()
-	c, err := client.New(client.Options{NameServers: []string{b.NamesrvAddr()}, Logger: quiet()})
+	c, err := clientcore.New(clientcore.Options{NameServers: []string{b.NamesrvAddr()}, Logger: quiet()})
 	require.NoError(t, err)
 	defer c.Close(context.Background())
 	h := protocol.CreateTopicRequestHeader{Topic: topic, ReadQueueNums: int32(queues), WriteQueueNums: int32(queues), Perm: protocol.PermRead | protocol.PermWrite}
@@ -79,7 +80,7 @@ func createTopic(t testing.TB, b *broker.Broker, topic string, queues int) {
 
 func newProducer(t testing.TB, b *broker.Broker) *producer.Producer {
 	t.Helper()
-	p, err := producer.New("metrics-producers", producer.WithNameServers(b.NamesrvAddr()), producer.WithLogger(quiet()))
+	p, err := producer.New("metrics-producers", producer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet())))
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	t.Cleanup(func() { p.Close(context.Background()) })
@@ -102,11 +103,10 @@ func produce(t testing.TB, p *producer.Producer, topic, prefix string, n int) in
 func newConsumer(t testing.TB, b *broker.Broker, group string, opts ...consumer.Option) *consumer.LitePull {
 	t.Helper()
 	all := append([]consumer.Option{
-		consumer.WithNameServers(b.NamesrvAddr()),
-		consumer.WithLogger(quiet()),
+		consumer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet())),
 		consumer.WithPollTimeout(200 * time.Millisecond),
 		consumer.WithLockRetryInterval(50 * time.Millisecond),
-		consumer.WithHeartbeatInterval(time.Second),
+		consumer.WithClientOptions(client.WithHeartbeatInterval(time.Second)),
 		consumer.WithPullDelays(20*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond),
 	}, opts...)
 	c, err := consumer.NewLitePull(group, all...)

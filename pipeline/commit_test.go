@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/pipeline"
 	"github.com/flowd-io/flowd/producer"
@@ -30,7 +31,7 @@ func (toQueue) Select(m *producer.Message, qs []producer.MessageQueue) producer.
 
 func newQueueProducer(t testing.TB, b *broker.Broker) *producer.Producer {
 	t.Helper()
-	p, err := producer.New("queue-producers", producer.WithNameServers(b.NamesrvAddr()), producer.WithLogger(quiet()),
+	p, err := producer.New("queue-producers", producer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet())),
 		producer.WithQueueSelector(toQueue{}))
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
@@ -71,7 +72,7 @@ func TestSlowCommitHoldsUpOnlyItsQueue(t *testing.T) {
 	m := newManager(t, b, func(o *pipeline.Options) {
 		o.Stdout = &out
 		// A held commit must not time out and so let the others go by.
-		o.ConsumerOptions = append(o.ConsumerOptions, consumer.WithRequestTimeout(10*wait))
+		o.ConsumerOptions = append(o.ConsumerOptions, consumer.WithClientOptions(client.WithRequestTimeout(10*wait)))
 	})
 	def := pipeline.Definition{Name: "slowcommit", Topics: []string{topic}, StartFrom: pipeline.StartFirst,
 		Parallelism: 2, Sink: pipeline.SinkDefinition{Type: pipeline.SinkStdout}}

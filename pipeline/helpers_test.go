@@ -22,8 +22,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/internal/clientcore"
 	"github.com/flowd-io/flowd/pipeline"
 	"github.com/flowd-io/flowd/plugins"
 	"github.com/flowd-io/flowd/producer"
@@ -65,7 +66,7 @@ func startBroker(t testing.TB, mod func(*broker.Config)) *broker.Broker {
 
 func createTopic(t testing.TB, b *broker.Broker, topic string, queues int) {
 	t.Helper()
-	c, err := client.New(client.Options{NameServers: []string{b.NamesrvAddr()}, Logger: quiet()})
+	c, err := clientcore.New(clientcore.Options{NameServers: []string{b.NamesrvAddr()}, Logger: quiet()})
 	require.NoError(t, err)
 	defer c.Close(context.Background())
 	h := protocol.CreateTopicRequestHeader{Topic: topic, ReadQueueNums: int32(queues), WriteQueueNums: int32(queues), Perm: protocol.PermRead | protocol.PermWrite}
@@ -75,7 +76,7 @@ func createTopic(t testing.TB, b *broker.Broker, topic string, queues int) {
 
 func newProducer(t testing.TB, b *broker.Broker) *producer.Producer {
 	t.Helper()
-	p, err := producer.New("test-producers", producer.WithNameServers(b.NamesrvAddr()), producer.WithLogger(quiet()))
+	p, err := producer.New("test-producers", producer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet())))
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	t.Cleanup(func() { p.Close(context.Background()) })
@@ -93,7 +94,7 @@ func consumerOpts() []consumer.Option {
 	return []consumer.Option{
 		consumer.WithPollTimeout(200 * time.Millisecond),
 		consumer.WithLockRetryInterval(50 * time.Millisecond),
-		consumer.WithHeartbeatInterval(time.Second),
+		consumer.WithClientOptions(client.WithHeartbeatInterval(time.Second)),
 		consumer.WithPullDelays(20*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond),
 	}
 }
@@ -224,7 +225,7 @@ func redactTransform(t testing.TB, field string) *plugins.Transform {
 // readTopic reads n messages of topic from its first offset with a fresh group.
 func readTopic(t testing.TB, b *broker.Broker, topic, group string, n int) []*consumer.Message {
 	t.Helper()
-	c, err := consumer.NewLitePull(group, append(consumerOpts(), consumer.WithNameServers(b.NamesrvAddr()), consumer.WithLogger(quiet()), consumer.WithConsumeFrom(consumer.ConsumeFromFirst))...)
+	c, err := consumer.NewLitePull(group, append(consumerOpts(), consumer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet())), consumer.WithConsumeFrom(consumer.ConsumeFromFirst))...)
 	require.NoError(t, err)
 	defer c.Close(context.Background())
 	require.NoError(t, c.Subscribe(topic, "*"))

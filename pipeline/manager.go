@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/consumer/allocate"
 	"github.com/flowd-io/flowd/producer"
@@ -98,7 +99,8 @@ type Options struct {
 	// store). Default none: lag -1.
 	QueueEnd func(mq consumer.MessageQueue) (int64, bool)
 	// ConsumerOptions and ProducerOptions are appended to those the Manager sets (timings,
-	// client addresses). Default none.
+	// client addresses). Client settings go in WithClientOptions, which add to the Manager's;
+	// WithClient is refused, since every pipeline builds clients of its own. Default none.
 	ConsumerOptions []consumer.Option
 	ProducerOptions []producer.Option
 }
@@ -208,8 +210,7 @@ func (m *Manager) build(ctx context.Context, p *Pipeline) (err error) {
 		source = def.SourceNameServers
 	}
 	opts := []consumer.Option{
-		consumer.WithNameServers(source...),
-		consumer.WithLogger(p.log),
+		consumer.WithClientOptions(client.WithNameServers(source...), client.WithLogger(p.log)),
 		consumer.WithAutoCommit(false),
 		consumer.WithConsumeFrom(from),
 		consumer.WithAllocateStrategy(strategy),

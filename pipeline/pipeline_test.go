@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/pipeline"
 	"github.com/flowd-io/flowd/producer"
@@ -293,7 +294,7 @@ func TestSourceTopicCreatedAfterStart(t *testing.T) {
 	m := newManager(t, b, func(o *pipeline.Options) {
 		o.Stdout = &out
 		o.ConsumerOptions = append(o.ConsumerOptions, consumer.WithTopicMetadataCheckInterval(time.Hour),
-			consumer.WithRebalanceInterval(time.Hour), consumer.WithRouteRefreshInterval(time.Hour))
+			consumer.WithRebalanceInterval(time.Hour), consumer.WithClientOptions(client.WithRouteRefreshInterval(time.Hour)))
 	})
 	ctx := context.Background()
 	require.NoError(t, m.Start(ctx, pipeline.Definition{

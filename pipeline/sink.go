@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/producer"
 )
 
@@ -293,7 +294,7 @@ func (m *Manager) newSink(ctx context.Context, name string, def SinkDefinition) 
 		if err := ensureTopic(ctx, ns, def, m.log); err != nil {
 			return nil, fmt.Errorf("topic sink %s: %w", def.Topic, err)
 		}
-		opts := append([]producer.Option{producer.WithNameServers(ns...), producer.WithSendTimeout(timeout), producer.WithLogger(m.log)}, m.opts.ProducerOptions...)
+		opts := append([]producer.Option{producer.WithClientOptions(client.WithNameServers(ns...), client.WithLogger(m.log)), producer.WithSendTimeout(timeout)}, m.opts.ProducerOptions...)
 		p, err := producer.New("pipeline-"+name, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("topic sink %s: %w", def.Topic, err)

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/internal/clientcore"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -21,7 +21,7 @@ var ErrNoSinkTopic = fmt.Errorf("%w: no such sink topic", ErrUnavailable)
 // does not exist through the auto-create route (TBW102), and a mistyped topic would become
 // a new topic of the broker's default queue count, its messages out of everybody's sight.
 func ensureTopic(ctx context.Context, ns []string, def SinkDefinition, log *slog.Logger) (err error) {
-	cl, err := client.New(client.Options{NameServers: ns, Logger: log})
+	cl, err := clientcore.New(clientcore.Options{NameServers: ns, Logger: log})
 	if err != nil {
 		return fmt.Errorf("check topic %q: %w", def.Topic, err)
 	}
@@ -34,7 +34,7 @@ func ensureTopic(ctx context.Context, ns []string, def SinkDefinition, log *slog
 	switch {
 	case err == nil:
 		return nil
-	case !errors.Is(err, client.ErrTopicNotExist):
+	case !errors.Is(err, clientcore.ErrTopicNotExist):
 		return fmt.Errorf("check topic %q: %w", def.Topic, err)
 	case def.CreateQueues == 0:
 		return fmt.Errorf("%w: topic %q does not exist (name servers %s); create it first, or set sink.create_queues: N to have the pipeline create it with N queues",
@@ -57,7 +57,7 @@ func ensureTopic(ctx context.Context, ns []string, def SinkDefinition, log *slog
 
 // masterBrokers asks the name servers, in turn until one answers, for the master address of
 // every broker of their cluster.
-func masterBrokers(ctx context.Context, cl *client.Client, ns []string) ([]string, error) {
+func masterBrokers(ctx context.Context, cl *clientcore.Client, ns []string) ([]string, error) {
 	var errs []error
 	for _, entry := range ns {
 		for _, addr := range strings.Split(entry, ";") {

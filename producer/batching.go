@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/internal/clientcore"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -474,7 +474,7 @@ func (ab *asyncBatch) failed(err error, stored bool) {
 		p.completeBatch(ab, SendResult{}, fmt.Errorf("send to %s (1 attempts): %w: %w", ab.q.mq, errStoredUnreadable, err))
 		return
 	}
-	var be *client.BrokerError
+	var be *clientcore.BrokerError
 	refused := len(ab.items) > 1 && errors.As(err, &be) && !retriable(err)
 	if !refused && (!retriable(err) || p.cfg.retries == 0 || !time.Now().Before(ab.start.Add(p.cfg.sendTimeout)) ||
 		(len(ab.items) == 1 && ab.items[0].ctx.Err() != nil)) {
@@ -497,7 +497,7 @@ func (ab *asyncBatch) retry(lastErr error, from int) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), ab.start.Add(p.cfg.sendTimeout))
 	defer cancel()
-	var be *client.BrokerError
+	var be *clientcore.BrokerError
 	if len(ab.items) > 1 && errors.As(lastErr, &be) && !retriable(lastErr) {
 		p.log.Debug("batch refused, sending its messages one by one", "queue", mq.String(), "messages", len(ab.items), "err", lastErr)
 		for i := range ab.items {

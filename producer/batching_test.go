@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
 )
@@ -160,7 +161,7 @@ func TestWithAsyncBatchingValidates(t *testing.T) {
 		producer.WithAsyncBatching(2, 1, 2*time.Millisecond),
 		producer.WithAsyncBatchesInFlight(0),
 	} {
-		_, err := producer.New("g", producer.WithNameServers("127.0.0.1:1"), o)
+		_, err := producer.New("g", producer.WithClientOptions(client.WithNameServers("127.0.0.1:1")), o)
 		require.ErrorIs(t, err, producer.ErrInvalidOption)
 	}
 }

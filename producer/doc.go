@@ -1,10 +1,15 @@
 // Package producer is flowd's message producer, wire-compatible with RocketMQ brokers.
 //
-//	p, err := producer.New("order-service", producer.WithNameServers("127.0.0.1:9876"))
+//	p, err := producer.New("order-service", producer.WithClientOptions(client.WithNameServers("127.0.0.1:9876")))
 //	if err != nil { … }
 //	if err := p.Start(ctx); err != nil { … }
 //	defer p.Close(context.Background())
 //	res, err := p.Send(ctx, &producer.Message{Topic: "orders", Tags: "created", Keys: []string{"order-42"}, Body: body})
+//
+// The settings a producer shares with the consumers of its process (name servers, client id,
+// logger, heartbeat and route intervals) are those of its client core, package client:
+// WithClientOptions passes them for a core of the producer's own, WithClient hands it one to
+// share.
 //
 // Send waits for the broker to store the message and retries retriable failures on another
 // queue (another broker when there is one) within the send timeout; SendAsync does the same in
@@ -48,10 +53,10 @@
 //
 // # Notes
 //
-//   - Like the consumer, a Producer owns its client core and client id unless one is shared
-//     with WithSharedClient: there is no process-wide state, unlike RocketMQ's clients which
-//     share one instance per instance name.
+//   - Like the consumer, a Producer owns its client core and client id (WithClientOptions)
+//     unless one is shared with WithClient: there is no process-wide state, unlike
+//     RocketMQ's clients which share one instance per instance name.
 //   - Oneway sends are never retried and report only local failures.
 //   - Concurrent sends to a topic without a route ask the name servers once: route fetches
-//     are shared (internal/client).
+//     are shared (the client core's).
 package producer

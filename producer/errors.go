@@ -3,7 +3,7 @@ package producer
 import (
 	"errors"
 
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/protocol"
 )
 
 // Sentinel errors. Test for them with errors.Is; they come wrapped with the topic and cause.
@@ -27,4 +27,4 @@ var (
 
 // BrokerError is a broker's refusal of a send: its response code and remark. Test with
 // errors.As.
-type BrokerError = client.BrokerError
+type BrokerError = protocol.BrokerError

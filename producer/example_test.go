@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/producer"
 )
 
@@ -26,9 +27,9 @@ func Example() {
 	defer b.Shutdown(ctx)
 
 	p, err := producer.New("order-service",
-		producer.WithNameServers(b.NamesrvAddr()),
+		producer.WithClientOptions(client.WithNameServers(b.NamesrvAddr())),
 		producer.WithQueueSelector(producer.HashByKey()), // one queue per order: per-order sequence
-		producer.WithLogger(quiet),
+		producer.WithClientOptions(client.WithLogger(quiet)),
 	)
 	if err != nil {
 		panic(err)

@@ -15,11 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/internal/clientcore"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 func init() { rlog.SetLogLevel("fatal") }
@@ -55,9 +56,9 @@ func startBroker(t testing.TB, mod func(*broker.Config)) *broker.Broker {
 	return b
 }
 
-func admin(t testing.TB, b *broker.Broker) *client.Client {
+func admin(t testing.TB, b *broker.Broker) *clientcore.Client {
 	t.Helper()
-	c, err := client.New(client.Options{NameServers: []string{b.NamesrvAddr()}, Logger: quiet()})
+	c, err := clientcore.New(clientcore.Options{NameServers: []string{b.NamesrvAddr()}, Logger: quiet()})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
@@ -77,7 +78,7 @@ func createTopic(t testing.TB, b *broker.Broker, topic string, queues int) []pro
 
 func newProducer(t testing.TB, b *broker.Broker, opts ...producer.Option) *producer.Producer {
 	t.Helper()
-	p, err := producer.New("producer-tests", append([]producer.Option{producer.WithNameServers(b.NamesrvAddr()), producer.WithLogger(quiet())}, opts...)...)
+	p, err := producer.New("producer-tests", append([]producer.Option{producer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet()))}, opts...)...)
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	t.Cleanup(func() { p.Close(context.Background()) })
@@ -90,8 +91,7 @@ var seq atomic.Int64
 func readAll(t testing.TB, b *broker.Broker, topic string, n int) []*consumer.Message {
 	t.Helper()
 	ctx := context.Background()
-	c, err := consumer.NewLitePull(fmt.Sprint("reader-", seq.Add(1)), consumer.WithNameServers(b.NamesrvAddr()),
-		consumer.WithLogger(quiet()), consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithPollTimeout(100*time.Millisecond))
+	c, err := consumer.NewLitePull(fmt.Sprint("reader-", seq.Add(1)), consumer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet())), consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithPollTimeout(100*time.Millisecond))
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
 	defer c.Close(ctx)
@@ -272,7 +272,7 @@ func (fb *fakeBroker) serve(ctx context.Context, _ *remoting.Conn, req *protocol
 
 func newFakeProducer(t testing.TB, fb *fakeBroker, opts ...producer.Option) *producer.Producer {
 	t.Helper()
-	p, err := producer.New("fake-tests", append([]producer.Option{producer.WithNameServers(fb.addr), producer.WithLogger(quiet())}, opts...)...)
+	p, err := producer.New("fake-tests", append([]producer.Option{producer.WithClientOptions(client.WithNameServers(fb.addr), client.WithLogger(quiet()))}, opts...)...)
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	t.Cleanup(func() {

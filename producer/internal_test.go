@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/internal/clientcore"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 func TestAvoidPrefersAnotherBroker(t *testing.T) {
@@ -27,14 +27,14 @@ func TestAvoidPrefersAnotherBroker(t *testing.T) {
 }
 
 func TestRetriable(t *testing.T) {
-	be := func(c protocol.ResponseCode) error { return fmt.Errorf("x: %w", &client.BrokerError{Code: c}) }
+	be := func(c protocol.ResponseCode) error { return fmt.Errorf("x: %w", &clientcore.BrokerError{Code: c}) }
 	assert.True(t, retriable(be(protocol.SystemBusy)))
 	assert.True(t, retriable(be(protocol.ServiceNotAvailable)))
 	assert.True(t, retriable(be(protocol.SystemError)))
 	assert.False(t, retriable(be(protocol.MessageIllegal)))
 	assert.True(t, retriable(errors.New("connection reset")))
 	assert.False(t, retriable(fmt.Errorf("x: %w", remoting.ErrClientClosed)), "the producer is closing")
-	assert.False(t, retriable(fmt.Errorf("x: %w", client.ErrClosed)))
+	assert.False(t, retriable(fmt.Errorf("x: %w", clientcore.ErrClosed)))
 	assert.False(t, retriable(fmt.Errorf("x: %w", context.DeadlineExceeded)))
 }
 

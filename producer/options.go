@@ -3,10 +3,9 @@ package producer
 import (
 	"compress/zlib"
 	"fmt"
-	"log/slog"
 	"time"
 
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -30,7 +29,7 @@ const (
 	// DefaultMaxInFlightAsync bounds the asynchronous sends outstanding, callbacks included
 	// (WithMaxInFlightAsync).
 	// RocketMQ's Java producer allows 10 000, which its broker queues; a flowd broker serves at
-	// most remoting.DefaultMaxInFlightPerConn (256) requests at once on one connection and
+	// most 256 requests at once on one connection (broker.TransportConfig.MaxInFlightPerConn) and
 	// answers SYSTEM_BUSY past that, so flowd's default stays well below, leaving room for the
 	// other requests sharing the connection.
 	DefaultMaxInFlightAsync = 128
@@ -40,8 +39,8 @@ const (
 type Option func(*config) error
 
 type config struct {
-	client         client.Options // the options of a client core the producer builds
-	shared         *client.Client
+	client         *client.Client  // WithClient: shared, never closed by the producer
+	clientOpts     []client.Option // WithClientOptions: of the client the producer builds
 	sendTimeout    time.Duration
 	retries        int
 	compressOver   int
@@ -72,14 +71,35 @@ func defaultConfig() config {
 	}
 }
 
-// WithNameServers sets the name-server addresses ("host:port"; an entry may list several
-// separated by ';'). Routes are asked of them in turn, failing over on errors. Required,
-// unless WithSharedClient is given.
-func WithNameServers(addrs ...string) Option {
-	return func(c *config) error {
-		c.client.NameServers = append(c.client.NameServers, addrs...)
-		return nil
-	}
+// WithClient makes the producer use cl, a client core it shares with other producers and
+// consumers of the process, rather than build its own: they share one client id, one
+// heartbeat and one connection per broker, and cl's settings (name servers, client id,
+// logger, JSON headers, intervals). The producer registers its group into cl on Start and
+// unregisters it on Close, but never closes cl: its creator does, after every producer and
+// consumer using it. A group registers once per client, so two producers of one group need
+// two clients.
+//
+// One of WithClient and WithClientOptions is required; they exclude each other.
+func WithClient(cl *client.Client) Option {
+	return func(c *config) error { c.client = cl; return nil }
+}
+
+// WithClientOptions makes the producer build a client core of its own from opts, and close
+// it on Close: client.WithNameServers (required), client.WithLogger, client.WithInstanceName,
+// client.WithClientIP (also written into message ids), client.WithJSONHeaders,
+// client.WithHeartbeatInterval, client.WithRouteRefreshInterval, client.WithRequestTimeout,
+// client.WithDialTimeout. Each is documented in package client, the one place the settings
+// a producer and a consumer share are written; options given in several calls add up.
+//
+//	p, err := producer.New("orders", producer.WithClientOptions(
+//		client.WithNameServers("127.0.0.1:9876"),
+//		client.WithLogger(log),
+//	))
+//
+// The client's id is then the producer's alone: its instance name defaults to a new unique
+// one. One of WithClient and WithClientOptions is required; they exclude each other.
+func WithClientOptions(opts ...client.Option) Option {
+	return func(c *config) error { c.clientOpts = append(c.clientOpts, opts...); return nil }
 }
 
 // WithSendTimeout bounds a whole send, retries included, when the caller's context allows
@@ -150,82 +170,6 @@ func WithQueueSelector(s QueueSelector) Option {
 			return fmt.Errorf("%w: nil queue selector", ErrInvalidOption)
 		}
 		c.selector = s
-		return nil
-	}
-}
-
-// WithInstanceName sets the instance part of the client id ("ip@instance"). Default: the
-// process id and a random suffix, unique per producer. Ignored with WithSharedClient.
-func WithInstanceName(name string) Option {
-	return func(c *config) error {
-		c.client.InstanceName = name
-		return nil
-	}
-}
-
-// WithClientIP sets the address part of the client id, and the address baked into message
-// ids. It is a label: nothing connects to it. Default: the host's first non-loopback IPv4
-// address, or 127.0.0.1 (found by listing the interfaces, without any network traffic).
-// Ignored with WithSharedClient, whose id is used.
-func WithClientIP(ip string) Option {
-	return func(c *config) error {
-		c.client.ClientIP = ip
-		return nil
-	}
-}
-
-// WithLogger sets the logger. Default slog.Default().
-func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		c.client.Logger = l
-		return nil
-	}
-}
-
-// WithJSONHeaders makes the producer's requests carry JSON headers instead of the binary
-// ROCKETMQ headers it sends by default. Every RocketMQ broker and name server reads both
-// and answers in the request's own type (see client.Options.JSONHeaders); this is for a
-// server in between that only reads JSON. Ignored with WithSharedClient.
-func WithJSONHeaders() Option {
-	return func(c *config) error {
-		c.client.JSONHeaders = true
-		return nil
-	}
-}
-
-// WithSharedClient makes the producer use an existing client core rather than build its own,
-// so that the producers and consumers of one process share one connection per broker. The
-// producer registers its group into it on Start and unregisters on Close, but never closes
-// it: its creator does, after every producer and consumer using it. The options that
-// configure a client core (name servers, instance name, client IP, logger, heartbeat and
-// route-refresh intervals) are then the shared client's.
-func WithSharedClient(cl *client.Client) Option {
-	return func(c *config) error {
-		c.shared = cl
-		return nil
-	}
-}
-
-// WithHeartbeatInterval sets how often the producer's client heartbeats the brokers it
-// sends to. Default 10 s (RocketMQ: 30 s). Ignored with WithSharedClient.
-func WithHeartbeatInterval(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: heartbeat interval must be positive", ErrInvalidOption)
-		}
-		c.client.HeartbeatInterval = d
-		return nil
-	}
-}
-
-// WithRouteRefreshInterval sets how often cached routes are fetched again, so that a topic
-// given more queues, or moved, is noticed. Default 30 s. Ignored with WithSharedClient.
-func WithRouteRefreshInterval(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: route refresh interval must be positive", ErrInvalidOption)
-		}
-		c.client.RouteRefreshInterval = d
 		return nil
 	}
 }

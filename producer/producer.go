@@ -11,9 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/client"
+	"github.com/flowd-io/flowd/internal/clientcore"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // Producer sends messages to flowd (or any RocketMQ broker). Create it with New, Start it,
@@ -31,7 +32,7 @@ type Producer struct {
 	group      string
 	cfg        config
 	log        *slog.Logger
-	cl         *client.Client
+	cl         *clientcore.Client
 	ownsClient bool
 	uniq       *uniqGen
 	comp       sync.Pool     // *protocol.Compressor
@@ -69,9 +70,6 @@ func New(group string, opts ...Option) (*Producer, error) {
 			return nil, err
 		}
 	}
-	if cfg.shared == nil && len(cfg.client.NameServers) == 0 {
-		return nil, fmt.Errorf("%w: WithNameServers is required", ErrInvalidOption)
-	}
 	p := &Producer{
 		group:      group,
 		cfg:        cfg,
@@ -85,8 +83,11 @@ func New(group string, opts ...Option) (*Producer, error) {
 		p.batcher = newAsyncBatcher(&cfg)
 	}
 	var err error
-	if p.cl, p.ownsClient, err = client.Open(cfg.shared, cfg.client); err != nil {
-		return nil, fmt.Errorf("producer %q: %w", group, err)
+	p.cl, p.ownsClient, err = clientcore.Open(cfg.client, len(cfg.clientOpts), func() (*client.Client, error) {
+		return client.New(cfg.clientOpts...)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("producer %q: %w: %w", group, ErrInvalidOption, err)
 	}
 	p.log = p.cl.Logger().With("producerGroup", group)
 	ip, _, _ := strings.Cut(p.cl.ID(), "@")
@@ -604,7 +605,7 @@ func avoid(queues []MessageQueue, failed MessageQueue) []MessageQueue {
 // retriable reports whether another attempt may succeed where err failed: not when the
 // caller gave up, nor when the client core was closed under the send.
 func retriable(err error) bool {
-	if errors.Is(err, remoting.ErrClientClosed) || errors.Is(err, client.ErrClosed) {
+	if errors.Is(err, remoting.ErrClientClosed) || errors.Is(err, clientcore.ErrClosed) {
 		return false
 	}
 	var be *BrokerError
@@ -625,7 +626,7 @@ func (p *Producer) publishQueues(ctx context.Context, topic string) ([]MessageQu
 	if err == nil && len(r.PublishQueues) > 0 {
 		return r.PublishQueues, nil
 	}
-	if err != nil && !errors.Is(err, client.ErrTopicNotExist) {
+	if err != nil && !errors.Is(err, clientcore.ErrTopicNotExist) {
 		return nil, fmt.Errorf("%w %q: %w", ErrNoRoute, topic, err)
 	}
 	def, derr := p.cl.Route(ctx, p.cfg.createKey)
@@ -719,7 +720,7 @@ func sendResult(mq MessageQueue, addr string, pm *prepared, resp *protocol.Comma
 	case protocol.SlaveNotAvailable:
 		res.Status = SendSlaveNotAvailable
 	default:
-		return SendResult{}, false, fmt.Errorf("send to %s at %s: %w", mq, addr, client.NewBrokerError(resp))
+		return SendResult{}, false, fmt.Errorf("send to %s at %s: %w", mq, addr, clientcore.NewBrokerError(resp))
 	}
 	var rh protocol.SendMessageResponseHeader
 	// From the map or, for an answer read raw (InvokeAsyncRaw), from its bytes.

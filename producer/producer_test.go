@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
@@ -239,7 +240,7 @@ func TestDeadAddressFailsClearly(t *testing.T) {
 	require.NoError(t, err)
 	dead := ln.Addr().String()
 	ln.Close()
-	p, err := producer.New("g", producer.WithNameServers(dead), producer.WithLogger(quiet()), producer.WithSendTimeout(time.Second))
+	p, err := producer.New("g", producer.WithClientOptions(client.WithNameServers(dead), client.WithLogger(quiet())), producer.WithSendTimeout(time.Second))
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	defer p.Close(context.Background())
@@ -276,7 +277,7 @@ func TestSendTimeout(t *testing.T) {
 	}()
 	// Were the send timeout not honoured, the send would hang for good: the test's own
 	// timeout, not a speed assertion, is the check.
-	p, err := producer.New("g", producer.WithNameServers(ln.Addr().String()), producer.WithLogger(quiet()), producer.WithSendTimeout(300*time.Millisecond))
+	p, err := producer.New("g", producer.WithClientOptions(client.WithNameServers(ln.Addr().String()), client.WithLogger(quiet())), producer.WithSendTimeout(300*time.Millisecond))
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	defer p.Close(context.Background())
@@ -285,7 +286,7 @@ func TestSendTimeout(t *testing.T) {
 	assert.True(t, errors.Is(err, context.DeadlineExceeded), "%v", err)
 
 	// The caller's context bounds it too, below the send timeout.
-	long, err := producer.New("g", producer.WithNameServers(ln.Addr().String()), producer.WithLogger(quiet()), producer.WithSendTimeout(time.Hour))
+	long, err := producer.New("g", producer.WithClientOptions(client.WithNameServers(ln.Addr().String()), client.WithLogger(quiet())), producer.WithSendTimeout(time.Hour))
 	require.NoError(t, err)
 	require.NoError(t, long.Start(context.Background()))
 	defer long.Close(context.Background())
@@ -297,7 +298,7 @@ func TestSendTimeout(t *testing.T) {
 
 func TestMessageTooLargeRefusedClientSide(t *testing.T) {
 	// No broker at all: the size check comes first.
-	p, err := producer.New("g", producer.WithNameServers("127.0.0.1:1"), producer.WithLogger(quiet()), producer.WithMaxMessageSize(1024))
+	p, err := producer.New("g", producer.WithClientOptions(client.WithNameServers("127.0.0.1:1"), client.WithLogger(quiet())), producer.WithMaxMessageSize(1024))
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	defer p.Close(context.Background())
@@ -319,7 +320,7 @@ func TestMessageTooLargeRefusedClientSide(t *testing.T) {
 }
 
 func TestInvalidMessagesAndStates(t *testing.T) {
-	p, err := producer.New("g", producer.WithNameServers("127.0.0.1:1"), producer.WithLogger(quiet()))
+	p, err := producer.New("g", producer.WithClientOptions(client.WithNameServers("127.0.0.1:1"), client.WithLogger(quiet())))
 	require.NoError(t, err)
 	ctx := context.Background()
 	_, err = p.Send(ctx, &producer.Message{Topic: "t", Body: []byte("x")})
@@ -347,9 +348,9 @@ func TestInvalidMessagesAndStates(t *testing.T) {
 
 	_, err = producer.New("g")
 	require.ErrorIs(t, err, producer.ErrInvalidOption)
-	_, err = producer.New("g", producer.WithNameServers("127.0.0.1:1"), producer.WithCompressLevel(42))
+	_, err = producer.New("g", producer.WithClientOptions(client.WithNameServers("127.0.0.1:1")), producer.WithCompressLevel(42))
 	require.ErrorIs(t, err, producer.ErrInvalidOption)
-	_, err = producer.New("g", producer.WithNameServers("127.0.0.1:1"), producer.WithMaxInFlightAsync(0))
+	_, err = producer.New("g", producer.WithClientOptions(client.WithNameServers("127.0.0.1:1")), producer.WithMaxInFlightAsync(0))
 	require.ErrorIs(t, err, producer.ErrInvalidOption)
 }
 

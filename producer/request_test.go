@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
@@ -21,14 +22,13 @@ import (
 func respond(t *testing.T, b *broker.Broker, topic string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	c, err := consumer.NewLitePull(fmt.Sprint("responders-", seq.Add(1)), consumer.WithNameServers(b.NamesrvAddr()),
-		consumer.WithLogger(quiet()), consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithPollTimeout(100*time.Millisecond))
+	c, err := consumer.NewLitePull(fmt.Sprint("responders-", seq.Add(1)), consumer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet())), consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithPollTimeout(100*time.Millisecond))
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
 	qs, err := c.FetchMessageQueues(ctx, topic)
 	require.NoError(t, err)
 	require.NoError(t, c.Assign(qs))
-	p, err := producer.New("responders", producer.WithNameServers(b.NamesrvAddr()), producer.WithLogger(quiet()), producer.WithInstanceName(fmt.Sprint("responder-", seq.Add(1))))
+	p, err := producer.New("responders", producer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet()), client.WithInstanceName(fmt.Sprint("responder-", seq.Add(1)))))
 	require.NoError(t, err)
 	require.NoError(t, p.Start(ctx))
 	done := make(chan struct{})
@@ -120,7 +120,7 @@ func TestReplyRefusesAMessageThatIsNoRequestAndReportsAGoneRequester(t *testing.
 
 func TestRequestOnAProducerNotStarted(t *testing.T) {
 	b := startBroker(t, nil)
-	p, err := producer.New("unstarted", producer.WithNameServers(b.NamesrvAddr()), producer.WithLogger(quiet()))
+	p, err := producer.New("unstarted", producer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet())))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	_, err = p.Request(context.Background(), &producer.Message{Topic: "t", Body: []byte("x")})

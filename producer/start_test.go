@@ -6,13 +6,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/producer"
 )
 
 func TestStartHonoursItsContext(t *testing.T) {
 	b := startBroker(t, nil)
 	createTopic(t, b, "start-ctx", 1)
-	p, err := producer.New("start-ctx", producer.WithNameServers(b.NamesrvAddr()), producer.WithLogger(quiet()))
+	p, err := producer.New("start-ctx", producer.WithClientOptions(client.WithNameServers(b.NamesrvAddr()), client.WithLogger(quiet())))
 	require.NoError(t, err)
 	t.Cleanup(func() { p.Close(context.Background()) })
 

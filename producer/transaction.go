@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/flowd-io/flowd/internal/client"
+	"github.com/flowd-io/flowd/internal/clientcore"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -168,7 +168,7 @@ func (p *Producer) endTransaction(ctx context.Context, res SendResult, state TxS
 // txnChecker answers check-backs for a producer; the client core calls it.
 type txnChecker struct{ p *Producer }
 
-var _ client.TransactionChecker = txnChecker{}
+var _ clientcore.TransactionChecker = txnChecker{}
 
 // CheckTransaction runs the listener's Check on a goroutine of its own and sends the
 // outcome, oneway (nobody waits for it; the broker asks again if it is lost).

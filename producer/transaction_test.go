@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
 )
@@ -99,7 +100,7 @@ func TestSendInTransactionNeedsAListener(t *testing.T) {
 	p := newProducer(t, b)
 	_, err := p.SendInTransaction(context.Background(), &producer.Message{Topic: "tx", Body: []byte("x")})
 	require.ErrorIs(t, err, producer.ErrNotTransactional)
-	_, err = producer.New("g", producer.WithNameServers("127.0.0.1:1"), producer.WithTransactionListener(nil))
+	_, err = producer.New("g", producer.WithClientOptions(client.WithNameServers("127.0.0.1:1")), producer.WithTransactionListener(nil))
 	require.ErrorIs(t, err, producer.ErrInvalidOption)
 	pt := newProducer(t, b, producer.WithTransactionListener(&txListener{}))
 	_, err = pt.SendInTransaction(context.Background(), &producer.Message{Topic: "tx", Body: []byte("x"), DelayLevel: 1})

@@ -135,8 +135,7 @@ func decodeCandidate(c store.Candidate, m *Message) error {
 	return nil
 }
 
-// Selector is a compiled SQL92 expression over message properties. The broker/filter/sql92
-// package's *Selector is one.
+// Selector is a compiled SQL92 expression over message properties; ParseSQL92 returns one.
 type Selector interface {
 	// Match evaluates the expression; get returns a property's value and whether the
 	// message has it. The value is valid only until Match returns (it points into the
@@ -145,11 +144,9 @@ type Selector interface {
 }
 
 // SQL92 is the compiler of SQL92 expressions (RocketMQ's MessageSelector.bySql) from a
-// parser, e.g.
+// parser, e.g. flowd's own:
 //
-//	reg.Register(filter.TypeSQL92, filter.SQL92(func(e string) (filter.Selector, error) {
-//		return sql92.Compile(e)
-//	}))
+//	reg.Register(filter.TypeSQL92, filter.SQL92(filter.ParseSQL92))
 //
 // A message matches when the selector accepts its properties (TAGS and KEYS included).
 // Evaluation cannot fail, so no error policy applies.

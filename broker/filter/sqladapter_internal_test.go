@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowd-io/flowd/broker/filter/sql92"
 	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/internal/sql92"
 )
 
 // The SQL92 adapter reads properties straight from the stored bytes: evaluating a window of

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/producer"
 )
@@ -255,7 +256,7 @@ func (r *benchRun) e2e(ctx context.Context, sc benchScenario) ([]benchResult, er
 // startBenchProducer starts a producer (its own client and connection) of the bench's
 // queues and sends in flight.
 func startBenchProducer(ctx context.Context, c benchConfig, namesrv, group string, log *slog.Logger, opts ...producer.Option) (*producer.Producer, error) {
-	opts = append([]producer.Option{producer.WithNameServers(namesrv), producer.WithLogger(log),
+	opts = append([]producer.Option{producer.WithClientOptions(client.WithNameServers(namesrv), client.WithLogger(log)),
 		producer.WithDefaultTopicQueues(c.queues), producer.WithMaxInFlightAsync(c.inflight)}, opts...)
 	p, err := producer.New(group, opts...)
 	if err != nil {
@@ -414,7 +415,7 @@ func consume(ctx context.Context, topic string, c benchConfig, log *slog.Logger)
 // newBenchLitePull is a lite-pull consumer of group subscribed to every message of topic,
 // not started yet.
 func newBenchLitePull(c benchConfig, group, topic string, log *slog.Logger, opts ...consumer.Option) (*consumer.LitePull, error) {
-	opts = append([]consumer.Option{consumer.WithNameServers(c.namesrv), consumer.WithLogger(log)}, opts...)
+	opts = append([]consumer.Option{consumer.WithClientOptions(client.WithNameServers(c.namesrv), client.WithLogger(log))}, opts...)
 	lp, err := consumer.NewLitePull(group, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 )
 
@@ -147,7 +148,7 @@ func (o *consumeOpts) run(cmd *cobra.Command, topic string) error {
 // readable queue) is an error, unless --wait-for-topic: then it is asked for every
 // topicPollInterval until it exists (waited), or ctx ends (no queues, no error).
 func (o *consumeOpts) topicQueues(ctx context.Context, topic string, stderr io.Writer, log *slog.Logger) (queues []consumer.MessageQueue, waited bool, err error) {
-	probe, err := consumer.NewReader(consumer.WithNameServers(o.namesrv), consumer.WithLogger(log))
+	probe, err := consumer.NewReader(consumer.WithClientOptions(client.WithNameServers(o.namesrv), client.WithLogger(log)))
 	if err != nil {
 		return nil, false, fmt.Errorf("consume: %w", err)
 	}
@@ -188,7 +189,7 @@ func (o *consumeOpts) topicQueues(ctx context.Context, topic string, stderr io.W
 // open makes the consumer: a member of --group subscribed to topic, committing by hand; or
 // a reader of every queue of topic, following the topic's queue count.
 func (o *consumeOpts) open(topic string, sel consumer.Selector, start consumer.ConsumeFrom, queues []consumer.MessageQueue, log *slog.Logger) (*consumer.LitePull, error) {
-	opts := []consumer.Option{consumer.WithNameServers(o.namesrv), consumer.WithConsumeFrom(start), consumer.WithLogger(log)}
+	opts := []consumer.Option{consumer.WithClientOptions(client.WithNameServers(o.namesrv), client.WithLogger(log)), consumer.WithConsumeFrom(start)}
 	if o.group != "" {
 		// Auto-commit would commit whole batches, printed or not: print, then commit.
 		lp, err := consumer.NewLitePull(o.group, append(opts, consumer.WithAutoCommit(false))...)

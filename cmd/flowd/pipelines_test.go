@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/config"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/control"
@@ -124,7 +125,7 @@ func TestServeRunsConfiguredPipelines(t *testing.T) {
 		return data
 	}
 
-	p, err := producer.New("pipeline-test-producers", producer.WithNameServers(d.namesrv), producer.WithLogger(quietLog()))
+	p, err := producer.New("pipeline-test-producers", producer.WithClientOptions(client.WithNameServers(d.namesrv), client.WithLogger(quietLog())))
 	require.NoError(t, err)
 	require.NoError(t, p.Start(context.Background()))
 	defer p.Close(context.Background())
@@ -132,7 +133,7 @@ func TestServeRunsConfiguredPipelines(t *testing.T) {
 		sendOrder(t, p, o.body, o.region)
 	}
 
-	c, err := consumer.NewLitePull("pipeline-test-readers", consumer.WithNameServers(d.namesrv), consumer.WithLogger(quietLog()),
+	c, err := consumer.NewLitePull("pipeline-test-readers", consumer.WithClientOptions(client.WithNameServers(d.namesrv), client.WithLogger(quietLog())),
 		consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithPollTimeout(100*time.Millisecond),
 		consumer.WithPullDelays(10*time.Millisecond, 10*time.Millisecond, 20*time.Millisecond))
 	require.NoError(t, err)

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/flowd-io/flowd/broker/filter"
-	"github.com/flowd-io/flowd/broker/filter/sql92"
 	"github.com/flowd-io/flowd/control"
 	"github.com/flowd-io/flowd/plugins"
 	"github.com/flowd-io/flowd/plugins/wasmfilter"
@@ -54,9 +53,7 @@ func openPlugins(ctx context.Context, dataDir string, onCall func(string, time.D
 	}
 	h := &pluginHost{rt: rt, reg: reg, log: log}
 	h.filters = filter.NewRegistry(filter.DefaultCacheSize)
-	h.filters.Register(filter.TypeSQL92, filter.SQL92(func(expr string) (filter.Selector, error) {
-		return sql92.Compile(expr)
-	}))
+	h.filters.Register(filter.TypeSQL92, filter.SQL92(filter.ParseSQL92))
 	h.filters.Register(filter.TypeWasm, wasmfilter.Compiler(reg, wasmfilter.Options{
 		Logger: log.With("component", "plugins"),
 		OnFault: func(f wasmfilter.Fault) {

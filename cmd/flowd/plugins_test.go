@@ -23,11 +23,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/control"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 )
 
 // wait bounds what happens at once on a healthy machine. It is only a deadline for
@@ -138,8 +139,7 @@ func (d *daemon) drop(file string, manifest map[string]any, wasm []byte) {
 
 func (d *daemon) producer() *producer.Producer {
 	d.t.Helper()
-	p, err := producer.New("wasm-test-producers", producer.WithNameServers(d.namesrv), producer.WithLogger(quietLog()),
-		producer.WithInstanceName(d.t.Name()))
+	p, err := producer.New("wasm-test-producers", producer.WithClientOptions(client.WithNameServers(d.namesrv), client.WithLogger(quietLog()), client.WithInstanceName(d.t.Name())))
 	require.NoError(d.t, err)
 	require.NoError(d.t, p.Start(context.Background()))
 	d.t.Cleanup(func() { p.Close(context.Background()) })
@@ -148,8 +148,7 @@ func (d *daemon) producer() *producer.Producer {
 
 func (d *daemon) consumer(group, topic string, sel consumer.Selector) *consumer.LitePull {
 	d.t.Helper()
-	c, err := consumer.NewLitePull(group, consumer.WithNameServers(d.namesrv), consumer.WithLogger(quietLog()),
-		consumer.WithInstanceName(d.t.Name()+"-"+group), consumer.WithConsumeFrom(consumer.ConsumeFromFirst),
+	c, err := consumer.NewLitePull(group, consumer.WithClientOptions(client.WithNameServers(d.namesrv), client.WithLogger(quietLog()), client.WithInstanceName(d.t.Name()+"-"+group)), consumer.WithConsumeFrom(consumer.ConsumeFromFirst),
 		consumer.WithPollTimeout(100*time.Millisecond), consumer.WithPullDelays(10*time.Millisecond, 10*time.Millisecond, 20*time.Millisecond))
 	require.NoError(d.t, err)
 	require.NoError(d.t, c.SubscribeSelector(topic, sel))

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/producer"
 )
 
@@ -95,7 +96,7 @@ and its offset message id (for "flowd message get").`,
 					keyList = append(keyList, k)
 				}
 			}
-			p, err := producer.New(group, producer.WithNameServers(namesrv), producer.WithLogger(quietLogger(cmd.ErrOrStderr())))
+			p, err := producer.New(group, producer.WithClientOptions(client.WithNameServers(namesrv), client.WithLogger(quietLogger(cmd.ErrOrStderr()))))
 			if err != nil {
 				return fmt.Errorf("produce: %w", err)
 			}

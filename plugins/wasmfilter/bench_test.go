@@ -13,11 +13,12 @@ import (
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/broker/filter"
 	"github.com/flowd-io/flowd/broker/store"
+	"github.com/flowd-io/flowd/client"
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/plugins"
 	"github.com/flowd-io/flowd/plugins/wasmfilter"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
-	"github.com/flowd-io/flowd/remoting"
 	"github.com/flowd-io/flowd/runtime"
 )
 
@@ -48,7 +49,7 @@ func BenchmarkPullThroughput(b *testing.B) {
 		require.NoError(b, br.Shutdown(sctx))
 	})
 	require.NoError(b, br.CreateTopic(broker.TopicConfig{Name: "bench", ReadQueueNums: 1, WriteQueueNums: 1, Perm: protocol.PermRead | protocol.PermWrite}))
-	p, err := producer.New("bench-producers", producer.WithNameServers(br.NamesrvAddr()), producer.WithLogger(quiet))
+	p, err := producer.New("bench-producers", producer.WithClientOptions(client.WithNameServers(br.NamesrvAddr()), client.WithLogger(quiet)))
 	require.NoError(b, err)
 	require.NoError(b, p.Start(ctx))
 	defer p.Close(ctx)
