@@ -26,6 +26,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/flowd-io/flowd/fields"
 	"github.com/flowd-io/flowd/internal/subjects"
 	"github.com/flowd-io/flowd/pipeline/definition"
 )
@@ -312,9 +313,9 @@ func (c Config) problems() []Problem {
 	names := map[string]int{}
 	for i, d := range c.Pipelines {
 		key := fmt.Sprintf("pipelines[%d]", i)
-		fes := definition.FieldErrors(d.Validate())
+		fes := fields.Errors(d.Validate())
 		for _, fe := range fes {
-			bad(key+"."+fe.Field, "%s", fe.Msg)
+			bad(fields.Join(key, fe.Field), "%s", fe.Detail())
 		}
 		if len(fes) > 0 {
 			continue
@@ -437,6 +438,15 @@ func Settings(c *Config) []Setting {
 // SetString sets a setting from its environment or flag spelling: lists are comma-separated,
 // everything else is read as a YAML scalar (so "1s", "64MiB", "true" and "0.5" work).
 func SetString(v reflect.Value, s string) error {
+	if err := setString(v, s); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// setString is SetString, its error saying what is wrong with s alone: a variable's problem
+// puts the variable's name before it, not ErrInvalid.
+func setString(v reflect.Value, s string) error {
 	switch {
 	case v.Kind() == reflect.String:
 		v.SetString(s)
@@ -451,7 +461,7 @@ func SetString(v reflect.Value, s string) error {
 		v.Set(reflect.ValueOf(list))
 		return nil
 	case v.Kind() == reflect.Slice:
-		return fmt.Errorf("%w: a list of objects cannot be set from a string", ErrInvalid)
+		return errors.New("a list of objects cannot be set from a string")
 	}
 	n := reflect.New(v.Type())
 	var node yaml.Node
@@ -459,10 +469,25 @@ func SetString(v reflect.Value, s string) error {
 	node.Style = 0
 	node.Tag = ""
 	if err := node.Decode(n.Interface()); err != nil {
-		return fmt.Errorf("%w: %q: %s", ErrInvalid, s, strings.TrimPrefix(err.Error(), "yaml: "))
+		return fmt.Errorf("%q: %s", s, scalarError(err))
 	}
 	v.Set(n.Elem())
 	return nil
+}
+
+// scalarError is what yaml says of a scalar that did not decode, on one line: a type error's
+// messages without "unmarshal errors:" and the line they give (0: the value is not from a
+// file).
+func scalarError(err error) string {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return strings.TrimPrefix(err.Error(), "yaml: ")
+	}
+	msgs := make([]string, len(te.Errors))
+	for i, m := range te.Errors {
+		msgs[i] = strings.TrimPrefix(m, lineAt.FindString(m))
+	}
+	return strings.Join(msgs, "; ")
 }
 
 // ApplyEnv applies the FLOWD_* variables found in env (os.Environ form) to c. A variable
@@ -490,8 +515,8 @@ func applyEnv(c *Config, env []string) ([]Problem, map[string]bool) {
 			continue
 		}
 		set[s.Key] = true
-		if err := SetString(s.Value, val); err != nil {
-			probs = append(probs, Problem{Key: s.Key, Msg: "environment " + s.Env + ": " + strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")})
+		if err := setString(s.Value, val); err != nil {
+			probs = append(probs, Problem{Key: s.Key, Msg: "environment " + s.Env + ": " + err.Error()})
 		}
 	}
 	return probs, set

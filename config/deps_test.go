@@ -10,7 +10,7 @@ import (
 
 // config describes settings and is read by `flowd config validate`: it must not drag the
 // Wasm runtime, NATS or the metrics into whatever imports it. Of flowd it may import only
-// the pipeline definitions and the NATS name rules, leaves themselves.
+// the pipeline definitions, the NATS name rules and the field error, leaves themselves.
 func TestConfigDependsOnLeavesOnly(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -22,6 +22,7 @@ func TestConfigDependsOnLeavesOnly(t *testing.T) {
 		"github.com/flowd-io/flowd/config":              true,
 		"github.com/flowd-io/flowd/pipeline/definition": true,
 		"github.com/flowd-io/flowd/internal/subjects":   true,
+		"github.com/flowd-io/flowd/fields":     true,
 	}
 	var bad []string
 	for _, pkg := range strings.Fields(string(out)) {

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/flowd-io/flowd/fields"
 )
 
 // Problem is one mistake of a configuration.
@@ -38,7 +40,8 @@ func (p Problem) String() string {
 }
 
 // InvalidError is the error of a configuration with problems: every one found, in file
-// order (those the file's lines do not locate last). It wraps ErrInvalid.
+// order (those the file's lines do not locate last). It wraps ErrInvalid and, for each
+// problem with a key, a *fields.Error naming the setting (fields.Errors lists them).
 type InvalidError struct {
 	Problems []Problem
 }
@@ -55,7 +58,16 @@ func (e *InvalidError) Error() string {
 	return b.String()
 }
 
-func (e *InvalidError) Unwrap() error { return ErrInvalid }
+// Unwrap returns ErrInvalid and a field error for each problem with a key, in order.
+func (e *InvalidError) Unwrap() []error {
+	out := []error{ErrInvalid}
+	for _, p := range e.Problems {
+		if p.Key != "" {
+			out = append(out, &fields.Error{Field: p.Key, Msg: p.Msg, Kind: ErrInvalid})
+		}
+	}
+	return out
+}
 
 // problemsError is nil without problems, else an *InvalidError holding them sorted by line.
 func problemsError(ps []Problem) error {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/flowd-io/flowd/consumer"
@@ -191,27 +190,18 @@ func (s *Service) pipelineReply(ctx context.Context, name string) (any, error) {
 }
 
 // pipelineError maps a pipeline error to a reply; field names the request field a malformed
-// request concerns. The pipeline's own messages read "…: <field>: <detail>".
+// request concerns when the error does not name one.
 func pipelineError(err error, field string) error {
-	var fe *pipeline.FieldError
+	if fr := fieldReply(err, ""); fr != nil {
+		return fr
+	}
 	switch {
-	case errors.As(err, &fe) && errors.Is(err, pipeline.ErrInvalidDefinition):
-		// A definition may be wrong in several fields: the message names them all.
-		return badField(fe.Field, "%s", err.Error())
-	case errors.As(err, &fe):
-		return badField(fe.Field, "%s", fe.Detail())
 	case errors.Is(err, pipeline.ErrNotFound):
 		return &cmdError{code: CodeNotFound, msg: err.Error()}
 	case errors.Is(err, pipeline.ErrNotRunning), errors.Is(err, pipeline.ErrExists):
 		return &cmdError{code: CodeConflict, msg: err.Error()}
 	case errors.Is(err, pipeline.ErrInvalidArgument), errors.Is(err, pipeline.ErrInvalidDefinition):
-		msg := err.Error()
-		for _, f := range []string{"queue", "timestamp", "offset", "position"} {
-			if strings.Contains(msg, ": "+f+": ") {
-				return badField(f, "%s", msg)
-			}
-		}
-		return badField(field, "%s", msg)
+		return badField(field, "%s", err)
 	}
 	return &cmdError{code: CodeInternal, msg: err.Error()}
 }

@@ -21,6 +21,8 @@ type fakePipelines struct {
 	mu    sync.Mutex
 	state map[string]pipeline.State
 	seeks []pipeline.SeekRequest
+	// fail holds the error Resume and Seek of a name return.
+	fail map[string]error
 }
 
 func (f *fakePipelines) status(name string) (pipeline.Status, error) {
@@ -54,6 +56,9 @@ func (f *fakePipelines) Pause(_ context.Context, name string) error {
 }
 
 func (f *fakePipelines) Resume(_ context.Context, name string) error {
+	if err := f.fail[name]; err != nil {
+		return err
+	}
 	return f.set(name, pipeline.StateRunning)
 }
 
@@ -61,6 +66,9 @@ func (f *fakePipelines) Seek(_ context.Context, name string, req pipeline.SeekRe
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, err := f.status(name); err != nil {
+		return err
+	}
+	if err := f.fail[name]; err != nil {
 		return err
 	}
 	f.seeks = append(f.seeks, req)
@@ -134,6 +142,25 @@ func TestPipelineCommands(t *testing.T) {
 		assert.Contains(t, e.fail(cmd, `{"name":"nope"}`, control.CodeNotFound), "nope", cmd)
 	}
 	e.fail("pipeline.seek", `{"name":"nope","position":"last"}`, control.CodeNotFound)
+}
+
+// An error of the pipeline package naming fields, a definition's or a request's, is a 400
+// naming the first and saying what is wrong with each, on one line.
+func TestPipelineFieldErrorsAreNamed(t *testing.T) {
+	bad := pipeline.Definition{Name: "a b", Topics: []string{"t"}}.Validate()
+	require.Len(t, pipeline.FieldErrors(bad), 2)
+	f := &fakePipelines{
+		state: map[string]pipeline.State{"def": pipeline.StateFailed, "seek": pipeline.StateRunning},
+		fail: map[string]error{
+			"def":  fmt.Errorf("pipeline def: restart: %w", bad),
+			"seek": fmt.Errorf("seek: %w", &pipeline.FieldError{Field: "offset", Msg: "past the end", Kind: pipeline.ErrInvalidArgument}),
+		},
+	}
+	e := start(t, func(c *control.ServiceConfig) { c.Pipelines = f })
+	assert.Equal(t, `field "name": "a b" must be 1-128 letters, digits, '-', '_' or '.'; field "sink.type": required`,
+		e.fail("pipeline.resume", `{"name":"def"}`, control.CodeBadRequest))
+	assert.Equal(t, `field "offset": past the end`,
+		e.fail("pipeline.seek", `{"name":"seek","position":"offset","offset":5,"queue":{"topic":"t","queueId":0}}`, control.CodeBadRequest))
 }
 
 func TestPipelineCommandsServedOnlyWithAController(t *testing.T) {

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -236,23 +234,13 @@ func decodeVersion(data []byte) (PluginVersionRequest, error) {
 	return req, nil
 }
 
-// manifestError is a 400 naming the manifest field at fault: ParseManifest's errors read
-// "invalid plugin manifest: <field>: <detail>" for a bad value.
+// manifestError is a 400 naming the manifest field at fault (manifest.<field>), or the
+// manifest itself when the error names no field (not an object, data after it).
 func manifestError(err error) error {
-	msg := err.Error()
-	rest, ok := strings.CutPrefix(msg, plugins.ErrManifest.Error()+": ")
-	if !ok {
-		return badField("manifest", "%s", msg)
+	if fr := fieldReply(err, "manifest"); fr != nil {
+		return fr
 	}
-	if name, found := strings.CutPrefix(rest, "json: unknown field "); found {
-		if f, err := strconv.Unquote(name); err == nil {
-			return badField("manifest."+f, "unknown field")
-		}
-	}
-	if field, detail, found := strings.Cut(rest, ": "); found && field != "json" && !strings.ContainsAny(field, " \"") {
-		return badField("manifest."+field, "%s", detail)
-	}
-	return badField("manifest", "%s", rest)
+	return badField("manifest", "%s", err)
 }
 
 // pluginError maps a registry error to a reply; field names the request field that a bad

@@ -142,6 +142,12 @@ func TestPluginCommandsNameTheBadField(t *testing.T) {
 		{"bad policy", "plugin.deploy", jsonString(t, map[string]any{"manifest": manifestJSON(t, "1.0.0", wasm, func(m map[string]any) {
 			m["policy"] = map[string]string{"on_fault": "ignore"}
 		}), "module": module}), "manifest.policy.on_fault"},
+		{"manifest value of the wrong type", "plugin.deploy", jsonString(t, map[string]any{"manifest": manifestJSON(t, "1.0.0", wasm, func(m map[string]any) {
+			m["limits"] = map[string]any{"memory_pages": "many"}
+		}), "module": module}), "manifest.limits.memory_pages"},
+		{"manifest duration that does not parse", "plugin.deploy", jsonString(t, map[string]any{"manifest": manifestJSON(t, "1.0.0", wasm, func(m map[string]any) {
+			m["limits"] = map[string]any{"call_timeout": "soon"}
+		}), "module": module}), "manifest.limits.call_timeout"},
 		{"unknown manifest field", "plugin.deploy", jsonString(t, map[string]any{"manifest": manifestJSON(t, "1.0.0", wasm, func(m map[string]any) {
 			m["colour"] = "red"
 		}), "module": module}), "manifest.colour"},

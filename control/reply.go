@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/fields"
 )
 
 // ErrorReply is the body of an error reply. The same code and message travel in the
@@ -43,7 +44,24 @@ func badRequest(format string, args ...any) error {
 
 // badField is a 400 naming the field at fault.
 func badField(field, format string, args ...any) error {
-	return &cmdError{code: CodeBadRequest, msg: fmt.Sprintf("field %q: ", field) + fmt.Sprintf(format, args...)}
+	return fieldReply(fields.Errorf(nil, field, format, args...), "")
+}
+
+// fieldReply is the 400 of an error that names fields, or nil when err names none: the one
+// mapping of a *fields.Error (a request's JSON, a pipeline definition or request, a plugin
+// manifest) to a reply, for every command. under is where the fields sit in the request
+// ("manifest"), "" for the request's own. The message names each field and says what is
+// wrong with it, the first field first.
+func fieldReply(err error, under string) error {
+	fes := fields.Errors(err)
+	if len(fes) == 0 {
+		return nil
+	}
+	parts := make([]string, len(fes))
+	for i, fe := range fes {
+		parts[i] = fmt.Sprintf("field %q: %s", fields.Join(under, fe.Field), fe.Detail())
+	}
+	return &cmdError{code: CodeBadRequest, msg: strings.Join(parts, "; ")}
 }
 
 // tooLarge is the error that replaces a reply of n bytes over the max payload.

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/fields"
 	"github.com/flowd-io/flowd/internal/subjects"
 	"github.com/flowd-io/flowd/pipeline"
 	"github.com/flowd-io/flowd/plugins"
@@ -344,44 +345,24 @@ func decode(data []byte, v any) error {
 	return nil
 }
 
+// jsonError is the 400 of a request that did not decode: a field error for a value of the
+// wrong type or an unknown field (named by fields.FromJSON, as a manifest's are), else what
+// is wrong with the whole request.
 func jsonError(err error) error {
+	if fe := fields.FromJSON(nil, err); fe != nil {
+		return fieldReply(fe, "")
+	}
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr):
-		if typeErr.Field == "" {
-			return badRequest("the request must be a JSON object, not %s", typeErr.Value)
-		}
-		return badField(typeErr.Field, "must be %s, not %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
+		return badRequest("the request must be a JSON object, not %s", typeErr.Value)
 	case errors.As(err, &syntaxErr):
 		return badRequest("the request is not valid JSON: %s (at byte %d)", syntaxErr, syntaxErr.Offset)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return badRequest("the request is not valid JSON: it ends early")
 	}
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		if f, uerr := strconv.Unquote(name); uerr == nil {
-			name = f
-		}
-		return badField(name, "unknown field")
-	}
 	return badRequest("the request is not valid: %s", err)
-}
-
-// jsonKind names a Go kind the way a JSON user knows it.
-func jsonKind(kind string) string {
-	switch {
-	case strings.HasPrefix(kind, "int"), strings.HasPrefix(kind, "uint"), strings.HasPrefix(kind, "float"):
-		return "a number"
-	case kind == "string":
-		return "a string"
-	case kind == "bool":
-		return "true or false"
-	case kind == "map", kind == "struct":
-		return "an object"
-	case kind == "slice", kind == "array":
-		return "an array"
-	}
-	return "a " + kind
 }
 
 // StatsData is the data of the service's STATS, carried by the broker-status endpoint (or,

@@ -56,10 +56,16 @@ func FieldErrors(err error) []*FieldError { return definition.FieldErrors(err) }
 
 // invalid is a definition field in error.
 func invalid(field, format string, args ...any) error {
-	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...), Kind: ErrInvalidDefinition}
 }
 
 // badArgument is a request field in error: it wraps ErrInvalidArgument and err.
 func badArgument(field string, err error) error {
 	return &FieldError{Field: field, Err: err, Kind: ErrInvalidArgument}
+}
+
+// badRequestField is a request field in error, said by a message: it wraps
+// ErrInvalidArgument.
+func badRequestField(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...), Kind: ErrInvalidArgument}
 }

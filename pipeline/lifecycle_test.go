@@ -332,7 +332,22 @@ func TestPauseResumeSeek(t *testing.T) {
 	require.Eventually(t, func() bool { return out.len() == 34 }, wait, 10*time.Millisecond)
 	assert.EqualValues(t, 10, out.records()[33].QueueOffset)
 
-	require.ErrorIs(t, m.Seek(ctx, "ctl", pipeline.SeekRequest{Position: "middle"}), pipeline.ErrInvalidArgument)
+	// A malformed seek names the request's field at fault in a *FieldError.
+	for _, tc := range []struct {
+		req   pipeline.SeekRequest
+		field string
+	}{
+		{pipeline.SeekRequest{Position: "middle"}, "position"},
+		{pipeline.SeekRequest{Position: pipeline.SeekTimestamp}, "timestamp"},
+		{pipeline.SeekRequest{Position: pipeline.SeekOffset}, "queue"},
+		{pipeline.SeekRequest{Position: pipeline.SeekOffset, Queue: &mq, Offset: -1}, "offset"},
+	} {
+		err := m.Seek(ctx, "ctl", tc.req)
+		require.ErrorIs(t, err, pipeline.ErrInvalidArgument, tc.field)
+		var fe *pipeline.FieldError
+		require.ErrorAs(t, err, &fe, "%s: %v", tc.field, err)
+		assert.Equal(t, tc.field, fe.Field)
+	}
 	require.ErrorIs(t, m.Pause(ctx, "nope"), pipeline.ErrNotFound)
 	evMu.Lock()
 	defer evMu.Unlock()

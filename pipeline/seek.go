@@ -28,22 +28,23 @@ type SeekRequest struct {
 	Offset int64 `json:"offset,omitempty" yaml:"offset,omitempty"`
 }
 
+// validate names the field of a malformed request in a *FieldError.
 func (r SeekRequest) validate() error {
 	switch r.Position {
 	case SeekFirst, SeekLast:
 	case SeekTimestamp:
 		if r.Timestamp.IsZero() {
-			return fmt.Errorf("%w: seek: timestamp: required with position timestamp", ErrInvalidArgument)
+			return badRequestField("timestamp", "required with position timestamp")
 		}
 	case SeekOffset:
 		if r.Queue == nil {
-			return fmt.Errorf("%w: seek: queue: required with position offset", ErrInvalidArgument)
+			return badRequestField("queue", "required with position offset")
 		}
 		if r.Offset < 0 {
-			return fmt.Errorf("%w: seek: offset: %d is negative", ErrInvalidArgument, r.Offset)
+			return badRequestField("offset", "%d is negative", r.Offset)
 		}
 	default:
-		return fmt.Errorf("%w: seek: position: %q is not first, last, timestamp or offset", ErrInvalidArgument, r.Position)
+		return badRequestField("position", "%q is not first, last, timestamp or offset", r.Position)
 	}
 	return nil
 }

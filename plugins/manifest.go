@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flowd-io/flowd/fields"
 	"github.com/flowd-io/flowd/runtime"
 )
 
@@ -96,25 +97,9 @@ func (p FaultPolicy) runtimePolicy() runtime.Policy {
 	return runtime.PolicyFailClosed
 }
 
-// Duration is a time.Duration written as a string in JSON ("250ms", "1m").
-type Duration time.Duration
-
-// MarshalJSON writes the duration as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON reads a duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string like \"250ms\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
-}
+// Duration is a time.Duration written as a string in JSON ("250ms", "1m"), the duration of
+// pipeline definitions too: a whole number is nanoseconds.
+type Duration = fields.Duration
 
 // Time limits of plugin calls. A manifest's limits.call_timeout replaces the kind's
 // default, up to the ceiling; the self-test's limit is fixed.
@@ -155,12 +140,16 @@ var (
 )
 
 // ParseManifest decodes and validates a manifest. Unknown fields, trailing data and invalid
-// values are errors wrapping [ErrManifest] that name the field.
+// values are errors wrapping [ErrManifest]; those about a field are a *fields.Error naming
+// it by its key path ("limits.call_timeout").
 func ParseManifest(data []byte) (*Manifest, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var m Manifest
 	if err := dec.Decode(&m); err != nil {
+		if fe := fields.FromJSON(ErrManifest, err); fe != nil {
+			return nil, fe
+		}
 		return nil, fmt.Errorf("%w: %w", ErrManifest, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -172,10 +161,11 @@ func ParseManifest(data []byte) (*Manifest, error) {
 	return &m, nil
 }
 
-// Validate checks every field; the error wraps [ErrManifest] and names the first bad field.
+// Validate checks every field; the error is a *fields.Error wrapping [ErrManifest] and
+// naming the first bad field.
 func (m *Manifest) Validate() error {
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrManifest, field, fmt.Sprintf(format, args...))
+		return fields.Errorf(ErrManifest, field, format, args...)
 	}
 	switch {
 	case !nameRE.MatchString(m.Name):

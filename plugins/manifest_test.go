@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/fields"
 )
 
 const validManifest = `{
@@ -54,7 +56,11 @@ func TestParseManifestRefusesUnknownFieldsNamingThem(t *testing.T) {
 			inner := field[strings.Index(field, "{")+2:]
 			name = inner[:strings.Index(inner, `"`)]
 		}
-		require.Contains(t, err.Error(), `"`+name+`"`, field)
+		fes := fields.Errors(err)
+		require.Len(t, fes, 1, "%s: %v", field, err)
+		require.Equal(t, name, fes[0].Field, field)
+		require.Equal(t, "unknown field", fes[0].Detail(), field)
+		require.Contains(t, err.Error(), name+": unknown field", field)
 	}
 	_, err := ParseManifest([]byte(validManifest + `{}`))
 	require.ErrorIs(t, err, ErrManifest)
@@ -83,6 +89,38 @@ func TestManifestValidateNamesTheField(t *testing.T) {
 		err = m.Validate()
 		require.ErrorIs(t, err, ErrManifest, field)
 		require.True(t, strings.Contains(err.Error(), ": "+field+": "), "%s: %v", field, err)
+		var fe *fields.Error
+		require.ErrorAs(t, err, &fe, field)
+		require.Equal(t, field, fe.Field)
 		require.False(t, errors.Is(err, ErrNotFound))
 	}
+}
+
+// A value of the wrong type, a duration that does not parse included, is an error naming
+// the field by its key path.
+func TestParseManifestNamesTheFieldOfAValueOfTheWrongType(t *testing.T) {
+	for field, replace := range map[string][2]string{
+		"limits.memory_pages":   {`"memory_pages": 64`, `"memory_pages": "many"`},
+		"limits.call_timeout":   {`"call_timeout": "100ms"`, `"call_timeout": "soon"`},
+		"policy.restart_window": {`"restart_window": "30s"`, `"restart_window": true`},
+		"wants_body":            {`"wants_body": true`, `"wants_body": "yes"`},
+		"parameters":            {`"threshold": "100"`, `"threshold": 100`}, // json names the map, not the key
+	} {
+		doc := strings.Replace(validManifest, replace[0], replace[1], 1)
+		require.NotEqual(t, validManifest, doc, field)
+		_, err := ParseManifest([]byte(doc))
+		require.ErrorIs(t, err, ErrManifest, field)
+		var fe *fields.Error
+		require.ErrorAs(t, err, &fe, "%s: %v", field, err)
+		require.Equal(t, field, fe.Field, err.Error())
+		require.Contains(t, err.Error(), ErrManifest.Error()+": "+field+": must be ", field)
+	}
+}
+
+// Durations are the pipeline definitions' own: a whole number in JSON is nanoseconds.
+func TestManifestDurationsTakeNanoseconds(t *testing.T) {
+	doc := strings.Replace(validManifest, `"call_timeout": "100ms"`, `"call_timeout": 100000000`, 1)
+	m, err := ParseManifest([]byte(doc))
+	require.NoError(t, err)
+	require.Equal(t, Duration(100*time.Millisecond), m.Limits.CallTimeout)
 }

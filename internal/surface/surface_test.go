@@ -101,6 +101,7 @@ var decided = []string{
 	"consumer",
 	"consumer/allocate",
 	"control",
+	"fields",
 	"metrics",
 	"pipeline",
 	"pipeline/definition",

@@ -4,16 +4,14 @@
 // runs definitions; this package is apart from it so that what only reads or checks
 // definitions (the daemon's config, `flowd config validate`) does not import the consumer,
 // the Wasm runtime and NATS that running them takes. It imports nothing of flowd but the
-// NATS name rules.
+// NATS name rules and the field error and duration of fields.
 package definition
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/flowd-io/flowd/fields"
 )
 
 // ErrInvalidDefinition is wrapped by every validation error; the message names the field.
@@ -52,45 +50,9 @@ const (
 )
 
 // Duration is a time.Duration written as a Go duration string ("250ms", "5s") in JSON and
-// YAML, so that config files stay readable.
-type Duration time.Duration
-
-// MarshalJSON writes d as a duration string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON reads a duration string or a number of nanoseconds.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		var n int64
-		if err2 := json.Unmarshal(b, &n); err2 != nil {
-			return fmt.Errorf("duration %s: %w", b, err)
-		}
-		*d = Duration(n)
-		return nil
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("duration %q: %w", s, err)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML writes d as a duration string.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
-
-// UnmarshalYAML reads a duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
-	if err != nil {
-		// A type error, which yaml collects with the others of the document and passes on
-		// as it is: the line says where the value is.
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: duration %q: %v", n.Line, n.Value, err)}}
-	}
-	*d = Duration(v)
-	return nil
-}
+// YAML, so that config files stay readable; JSON takes a whole number of nanoseconds too.
+// It is the duration of plugin manifests as well.
+type Duration = fields.Duration
 
 // Definition is everything that describes a pipeline: what it reads, what it does to each
 // message and where it writes. It is plain data (a config file or a KV entry holds it);

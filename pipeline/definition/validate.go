@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flowd-io/flowd/fields"
 	"github.com/flowd-io/flowd/internal/subjects"
 )
 
@@ -19,73 +20,20 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 // pipeline package is a client and does not import the broker).
 const maxQueues = 1024
 
-// FieldError names the field at fault in a Definition (it wraps ErrInvalidDefinition) or in
-// a request such as a pipeline seek (it wraps the Kind the request's package gives it), so
-// that a caller can tell its user which one to fix with errors.As instead of reading the
-// message apart.
-type FieldError struct {
-	// Field is the field's key path: "sink.topic", "topics[1]", "queue", "offset".
-	Field string
-	// Msg says what is wrong with it; empty when Err says it.
-	Msg string
-	// Err is the failure behind it, if any (consumer.ErrOffsetOutOfRange, …); errors.Is
-	// sees it.
-	Err error
-	// Kind is the sentinel it wraps and its message starts with: nil for
-	// ErrInvalidDefinition; pipeline.ErrInvalidArgument for a request's field.
-	Kind error
-}
-
-// Detail says what is wrong with the field, without the field's name.
-func (e *FieldError) Detail() string {
-	if e.Msg == "" && e.Err != nil {
-		return e.Err.Error()
-	}
-	return e.Msg
-}
-
-func (e *FieldError) Error() string {
-	return e.sentinel().Error() + ": " + e.Field + ": " + e.Detail()
-}
-
-func (e *FieldError) sentinel() error {
-	if e.Kind == nil {
-		return ErrInvalidDefinition
-	}
-	return e.Kind
-}
-
-func (e *FieldError) Unwrap() []error {
-	if e.Err == nil {
-		return []error{e.sentinel()}
-	}
-	return []error{e.sentinel(), e.Err}
-}
+// FieldError names the field at fault in a Definition (its Kind is ErrInvalidDefinition) or
+// in a request such as a pipeline seek (its Kind is the sentinel the request's package
+// gives it, pipeline.ErrInvalidArgument), so that a caller can tell its user which one to
+// fix with errors.As instead of reading the message apart. It is the field error of the
+// daemon's config and of plugin manifests too.
+type FieldError = fields.Error
 
 func invalid(field, format string, args ...any) error {
-	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	return fields.Errorf(ErrInvalidDefinition, field, format, args...)
 }
 
 // FieldErrors returns the field errors err holds (those Validate joined), looking through
 // the errors that wrap them.
-func FieldErrors(err error) []*FieldError {
-	var out []*FieldError
-	var walk func(error)
-	walk = func(err error) {
-		switch e := err.(type) {
-		case *FieldError:
-			out = append(out, e)
-		case interface{ Unwrap() []error }:
-			for _, x := range e.Unwrap() {
-				walk(x)
-			}
-		case interface{ Unwrap() error }:
-			walk(e.Unwrap())
-		}
-	}
-	walk(err)
-	return out
-}
+func FieldErrors(err error) []*FieldError { return fields.Errors(err) }
 
 // problems collects the field errors of one definition.
 type problems []error
