@@ -22,7 +22,7 @@ func TestConfigDependsOnLeavesOnly(t *testing.T) {
 		"github.com/flowd-io/flowd/config":              true,
 		"github.com/flowd-io/flowd/pipeline/definition": true,
 		"github.com/flowd-io/flowd/internal/subjects":   true,
-		"github.com/flowd-io/flowd/fields":     true,
+		"github.com/flowd-io/flowd/fields":              true,
 	}
 	var bad []string
 	for _, pkg := range strings.Fields(string(out)) {
