@@ -100,6 +100,10 @@ type NATS struct {
 	TLSCA     string   `yaml:"tls_ca" env:"FLOWD_NATS_TLS_CA" flag:"nats-tls-ca" doc:"CA certificates to verify the servers of urls"`
 	Events    Events   `yaml:"events" doc:"events published on flowd.evt.<cluster>.>"`
 	Disabled  []string `yaml:"disabled_commands" env:"FLOWD_NATS_DISABLE" flag:"nats-disable" reload:"true" doc:"commands not served (\"topic.delete\", \"group.*\"); they answer 403 (env and flag: comma-separated)"`
+
+	// The embedded server in a NATS cluster: checked in cluster.go.
+	ServerName string      `yaml:"server_name" env:"FLOWD_NATS_SERVER_NAME" flag:"nats-server-name" doc:"embedded server's name, unique in a NATS cluster (a NATS subject token); empty: broker_name in a cluster, \"flowd\" alone"`
+	Cluster    NATSCluster `yaml:"cluster" doc:"the embedded server joining a NATS cluster through routes (docs/cluster.md)"`
 }
 
 // User is an embedded NATS server user.
@@ -143,7 +147,7 @@ func Default() Config {
 		Limits: Limits{MaxMessageSize: 4 << 20, MaxGroups: 10000, MaxConnections: 10000,
 			MaxInFlight: 256, MaxParked: 4096},
 		NATS: NATS{
-			Enabled: true, Listen: "127.0.0.1:4222", URLs: []string{}, Users: []User{}, Disabled: []string{},
+			Enabled: true, Listen: "127.0.0.1:4222", URLs: []string{}, Users: []User{}, Disabled: []string{}, Cluster: NATSCluster{Routes: []string{}},
 			Events: Events{MaxAge: 24 * time.Hour, MaxBytes: 1 << 30, Buffer: 10000, OffsetInterval: time.Second},
 		},
 		Plugins: Plugins{Poll: time.Second},
@@ -302,6 +306,7 @@ func (c Config) problems() []Problem {
 		bad("log.format", "%q is neither text nor json", c.Log.Format)
 	}
 	probs = append(probs, c.addrProblems()...)
+	probs = append(probs, c.natsClusterProblems()...)
 	if c.Plugins.Poll <= 0 {
 		bad("plugins.poll", "must be positive")
 	}
@@ -370,6 +375,9 @@ func (c Config) addrProblems() []Problem {
 	}
 	if c.NATS.Enabled && len(c.NATS.URLs) == 0 {
 		listen("nats.listen", c.NATS.Listen, true)
+		if c.NATS.Cluster.Listen != "" {
+			listen("nats.cluster.listen", c.NATS.Cluster.Listen, false)
+		}
 	} else if c.NATS.Listen != "off" {
 		if err := checkListen(c.NATS.Listen); err != nil {
 			bad("nats.listen", `%q %v, or "off"`, c.NATS.Listen, err)

@@ -115,7 +115,7 @@ type NATSUser struct {
 // JetStream, listening on 127.0.0.1:4222 without authentication.
 //
 // With URLs set flowd connects to that NATS cluster instead and starts no server; the
-// embedded-server fields (Listen, StoreDir, Users) are then ignored.
+// embedded-server fields (Listen, StoreDir, Users, ServerName, Cluster) are then ignored.
 type NATSConfig struct {
 	// URLs of an existing NATS cluster, e.g. "nats://n1:4222". Empty (the default) runs the
 	// embedded server.
@@ -148,6 +148,11 @@ type NATSConfig struct {
 	// Users of the embedded server, each with a role. Default: none (no authentication,
 	// unless Token is set). Cannot be combined with Token.
 	Users []NATSUser
+	// ServerName is the embedded server's name, which JetStream needs unique in a cluster:
+	// a NATS subject token. Default "flowd"; the daemon sets the broker name in a cluster.
+	ServerName string
+	// Cluster joins the embedded server to a NATS cluster. Default: none.
+	Cluster NATSClusterConfig
 
 	// Name is the client connection's name, shown by the server's monitoring. Default
 	// "flowd".
@@ -186,6 +191,9 @@ func (c *NATSConfig) withDefaults() NATSConfig {
 	}
 	if cfg.Name == "" {
 		cfg.Name = "flowd"
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = "flowd"
 	}
 	if cfg.ReconnectWait <= 0 {
 		cfg.ReconnectWait = 2 * time.Second
@@ -336,7 +344,7 @@ func (n *NATS) serverOptions() (*server.Options, []nats.Option, error) {
 		return nil, nil, fmt.Errorf("nats: credentials, nkey and TLS options apply to --nats-url only: %w", ErrBadConfig)
 	}
 	opts := &server.Options{
-		ServerName: "flowd",
+		ServerName: cfg.ServerName,
 		Host:       host,
 		Port:       port,
 		DontListen: !listen,
@@ -344,6 +352,9 @@ func (n *NATS) serverOptions() (*server.Options, []nats.Option, error) {
 		StoreDir:   cfg.StoreDir,
 		NoSigs:     true,
 		// The in-process connection is flowd's own; no HTTP monitoring port is opened.
+	}
+	if err := n.clusterOptions(opts); err != nil {
+		return nil, nil, err
 	}
 	var conn []nats.Option
 	switch {
@@ -378,6 +389,9 @@ func (n *NATS) startEmbedded(ctx context.Context, opts []nats.Option) error {
 	if err != nil {
 		return err
 	}
+	if err := n.probeRoutes(ctx, sopts.Routes); err != nil {
+		return err
+	}
 	s, err := server.NewServer(sopts)
 	if err != nil {
 		return fmt.Errorf("nats: embedded server: %w", err)
@@ -410,6 +424,7 @@ func (n *NATS) startEmbedded(ctx context.Context, opts []nats.Option) error {
 	}
 	n.nc = nc
 	n.log.Info("NATS server started", "listen", n.ListenURL(), "store", n.cfg.StoreDir, "auth", n.authMode())
+	n.logCluster(sopts)
 	return nil
 }
 
@@ -521,6 +536,13 @@ func (s serverLogger) Fatalf(format string, v ...any) {
 	default:
 	}
 }
-func (s serverLogger) Errorf(format string, v ...any) { s.l.Error(fmt.Sprintf(format, v...)) }
+func (s serverLogger) Errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if isClusterNameConflict(msg) {
+		s.l.Error(msg, "hint", clusterNameHint)
+		return
+	}
+	s.l.Error(msg)
+}
 func (s serverLogger) Debugf(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
 func (s serverLogger) Tracef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }

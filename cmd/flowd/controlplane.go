@@ -30,6 +30,7 @@ func natsConfig(c config.Config, log *slog.Logger) (control.NATSConfig, error) {
 		TLSCert: c.NATS.TLSCert, TLSKey: c.NATS.TLSKey, TLSCA: c.NATS.TLSCA,
 		Listen: c.NATS.Listen, StoreDir: filepath.Join(c.DataDir, "nats"), Logger: log,
 	}
+	nc.ServerName, nc.Cluster = natsCluster(c)
 	for _, u := range c.NATS.Users {
 		nc.Users = append(nc.Users, control.NATSUser{Name: u.Name, Password: u.Password, Role: control.Role(u.Role)})
 	}

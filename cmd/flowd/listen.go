@@ -32,6 +32,25 @@ func natsAddr(c config.Config) addrSetting {
 	return addrSetting{what: "NATS", key: "nats.listen", addr: c.NATS.Listen, optional: true}
 }
 
+func natsClusterAddr(c config.Config) addrSetting {
+	return addrSetting{what: "NATS cluster", key: "nats.cluster.listen", addr: c.NATS.Cluster.Listen}
+}
+
+// natsCluster maps the cluster settings onto the control plane's: the NATS cluster is
+// named after flowd's cluster and, in a cluster, the server after the broker, unless set.
+func natsCluster(c config.Config) (serverName string, cl control.NATSClusterConfig) {
+	nc := c.NATS.Cluster
+	cl = control.NATSClusterConfig{Name: nc.Name, Listen: nc.Listen, Routes: nc.Routes, User: nc.User, Password: nc.Password}
+	if cl.Name == "" {
+		cl.Name = c.Cluster
+	}
+	serverName = c.NATS.ServerName
+	if serverName == "" && nc.Listen != "" {
+		serverName = c.BrokerName
+	}
+	return serverName, cl
+}
+
 func httpAddr(c config.Config) addrSetting {
 	return addrSetting{what: "HTTP", key: "http.listen", addr: c.HTTP.Listen, optional: true}
 }
@@ -102,10 +121,18 @@ func brokerListenError(ctx context.Context, c config.Config, err error) error {
 // setting when the embedded server could not bind its address. A configuration the
 // control plane refused before listening keeps its own error.
 func natsListenError(ctx context.Context, c config.Config, err error) error {
-	if len(c.NATS.URLs) > 0 || c.NATS.Listen == "off" || errors.Is(err, control.ErrBadConfig) || errors.Is(err, control.ErrInsecureListener) {
+	if len(c.NATS.URLs) > 0 || errors.Is(err, control.ErrBadConfig) || errors.Is(err, control.ErrInsecureListener) ||
+		errors.Is(err, control.ErrClusterNameMismatch) {
 		return err
 	}
-	if lerr := takenAddr(ctx, natsAddr(c)); lerr != nil {
+	var addrs []addrSetting
+	if c.NATS.Listen != "off" {
+		addrs = append(addrs, natsAddr(c))
+	}
+	if c.NATS.Cluster.Listen != "" {
+		addrs = append(addrs, natsClusterAddr(c))
+	}
+	if lerr := takenAddr(ctx, addrs...); lerr != nil {
 		return lerr
 	}
 	return err

@@ -25,6 +25,7 @@ func TestServeNamesTheSettingOfATakenAddress(t *testing.T) {
 		"broker":       {"--listen", "listen broker " + taken + ": address already in use (set listen.broker / --listen to another address)"},
 		"name service": {"--namesrv-listen", "listen name service " + taken + ": address already in use (set listen.namesrv / --namesrv-listen to another address, or --namesrv-listen off to disable it)"},
 		"NATS":         {"--nats-listen", "listen NATS " + taken + ": address already in use (set nats.listen / --nats-listen to another address, or --nats-listen off to disable it)"},
+		"NATS cluster": {"--nats-cluster-listen", "listen NATS cluster " + taken + ": address already in use (set nats.cluster.listen / --nats-cluster-listen to another address)"},
 		"HTTP":         {"--http-listen", "listen HTTP " + taken + ": address already in use (set http.listen / --http-listen to another address, or --http-listen off to disable it)"},
 	}
 	for name, c := range cases {

@@ -128,7 +128,8 @@ func flagNames(err error) error {
 	}
 	out := &config.InvalidError{Problems: slices.Clone(inv.Problems)}
 	for i, p := range out.Problems {
-		if f, ok := flags[p.Key]; ok {
+		// A list's item ("nats.cluster.routes[1]") comes from its list's flag.
+		if f, ok := flags[strings.Split(p.Key, "[")[0]]; ok {
 			out.Problems[i].Key = p.Key + " (--" + f + ")"
 		}
 	}
