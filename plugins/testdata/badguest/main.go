@@ -72,7 +72,8 @@ func misbehave() {
 		}
 	case "oob":
 		// A load far past the end of memory: a WebAssembly trap, with wazero's stack trace.
-		hog = append(hog, []byte{*(*byte)(unsafe.Pointer(uintptr(0x7ffffff0)))})
+		var b byte
+		hog = append(hog, []byte{*(*byte)(unsafe.Add(unsafe.Pointer(&b), 0x7ffffff0))})
 	case "grow":
 		for {
 			hog = append(hog, make([]byte, 1<<20))
