@@ -38,7 +38,9 @@ import (
 //	8 HTTP server (/metrics, /healthz)        2 HTTP server
 //	9 plugin directory watch                  1 plugin directory watch
 //
-// With NATS off, 4 and 5 are left out.
+// With NATS off, 4 and 5 are left out. In a cluster (nats.cluster.listen or nats.urls), the
+// broker joins the cluster's registry once it serves, between 4 and 5, and leaves it first
+// when stopping, so that the other nodes drop its routes at once.
 
 // shutdownTimeout bounds the whole stop: the pipelines' drain, then the broker, NATS and
 // the plugins in what is left.
@@ -81,6 +83,11 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 	}
 	cl.push("plugins", d.ph.close)
 	cfg.Filters = d.ph.filters
+	var ps *peers
+	if clustered(c) {
+		ps = &peers{}
+		cfg.Peers = ps
+	}
 	if c.HTTP.Listen != "off" {
 		if d.httpLn, err = listen(ctx, httpAddr(c)); err != nil {
 			return nil, err
@@ -102,6 +109,11 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 	}
 	if err := d.b.Start(); err != nil {
 		return nil, err
+	}
+	if ps != nil {
+		if err := d.joinCluster(ctx, c, ps, cl, log); err != nil {
+			return nil, err
+		}
 	}
 	if err := d.startPipelines(ctx, c, cl, log); err != nil {
 		return nil, err
