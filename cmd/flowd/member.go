@@ -21,7 +21,9 @@ func clustered(c config.Config) bool {
 // peers is the broker's Config.Peers before the member exists: the broker is built before
 // the control plane's NATS connection, which the member needs, so the name service asks
 // through this and finds nobody else until the member is set.
-type peers struct{ m atomic.Pointer[cluster.Member] }
+type peers struct {
+	m atomic.Pointer[cluster.Member]
+}
 
 var _ broker.Peers = (*peers)(nil)
 
