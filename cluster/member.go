@@ -86,8 +86,11 @@ type Member struct {
 	mu      sync.RWMutex
 	name    string // this broker's name, set by Join
 	brokers map[string]BrokerInfo
-	topics  map[string]TopicRecord
-	joined  bool
+	// seen is when the watch last delivered each broker's entry, by this node's clock: a
+	// broker not seen within the TTL is checked against the bucket (sweep).
+	seen   map[string]time.Time
+	topics map[string]TopicRecord
+	joined bool
 
 	b      *broker.Broker
 	ctx    context.Context
@@ -110,7 +113,7 @@ func New(o Options) (*Member, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Member{opts: opts, log: opts.Logger, brokers: map[string]BrokerInfo{}, topics: map[string]TopicRecord{}, ctx: ctx, cancel: cancel}, nil
+	return &Member{opts: opts, log: opts.Logger, brokers: map[string]BrokerInfo{}, seen: map[string]time.Time{}, topics: map[string]TopicRecord{}, ctx: ctx, cancel: cancel}, nil
 }
 
 // Join registers b (started, named by its Config.BrokerName) in the cluster, loads the

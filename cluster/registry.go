@@ -73,6 +73,9 @@ func (m *Member) heartbeat(ctx context.Context) {
 		if err := m.beat(ctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("cluster heartbeat failed", "broker", m.name, "err", err)
 		}
+		if err := m.sweep(ctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("cluster registry check failed", "broker", m.name, "err", err)
+		}
 	}
 }
 
@@ -103,6 +106,50 @@ func (m *Member) beat(ctx context.Context) error {
 	m.rev = rev
 	m.log.Info("cluster registry entry written again after it lapsed", "broker", m.name)
 	return nil
+}
+
+// sweep reads again from the bucket the entry of every other broker the watch has not
+// delivered within the TTL, and drops those gone. A live broker rewrites its entry every
+// HeartbeatInterval, so such silence means the watch missed the entry's expiry: when the
+// stream's leader dies, the watch's consumer is recreated from the bucket's last values,
+// and an expiry marker that aged out meanwhile is never delivered, which left a dead broker
+// in every route of that member for good.
+func (m *Member) sweep(ctx context.Context) error {
+	now := time.Now()
+	var stale []string
+	m.mu.RLock()
+	for name := range m.brokers {
+		if name != m.name && now.Sub(m.seen[name]) > m.opts.TTL {
+			stale = append(stale, name)
+		}
+	}
+	m.mu.RUnlock()
+	for _, name := range stale {
+		cctx, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
+		e, err := m.brokersKV.Get(cctx, encodeKey(name))
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+			m.forget(name, "expired")
+		case err != nil:
+			return fmt.Errorf("read the entry of broker %q: %w", name, err)
+		default:
+			m.applyRegistry(name, e)
+		}
+	}
+	return nil
+}
+
+// forget drops a broker from the watched copy and reports that it left.
+func (m *Member) forget(name, reason string) {
+	m.mu.Lock()
+	bi, had := m.brokers[name]
+	delete(m.brokers, name)
+	delete(m.seen, name)
+	m.mu.Unlock()
+	if had {
+		m.emit(Event{Type: BrokerLeft, Time: time.Now(), Broker: bi, Reason: reason})
+	}
 }
 
 // watchRegistry keeps m.brokers in step with the registry bucket and reports joins and
@@ -140,13 +187,7 @@ func (m *Member) applyRegistry(name string, e jetstream.KeyValueEntry) {
 		if e.Operation() == jetstream.KeyValuePurge {
 			reason = "expired"
 		}
-		m.mu.Lock()
-		bi, had := m.brokers[name]
-		delete(m.brokers, name)
-		m.mu.Unlock()
-		if had {
-			m.emit(Event{Type: BrokerLeft, Time: now, Broker: bi, Reason: reason})
-		}
+		m.forget(name, reason)
 		return
 	}
 	var bi BrokerInfo
@@ -157,6 +198,7 @@ func (m *Member) applyRegistry(name string, e jetstream.KeyValueEntry) {
 	m.mu.Lock()
 	_, had := m.brokers[name]
 	m.brokers[name] = bi
+	m.seen[name] = now
 	m.mu.Unlock()
 	if !had {
 		m.emit(Event{Type: BrokerJoined, Time: now, Broker: bi})

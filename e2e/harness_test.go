@@ -105,9 +105,19 @@ var servingLine = regexp.MustCompile(`msg="flowd serving".* broker=(\S+) namesrv
 // the test ends if it still runs; its log is printed when the test failed.
 func startDaemon(t *testing.T, name, dir, extra string) *daemon {
 	t.Helper()
+	d := launch(t, name, dir, extra)
+	d.awaitServing()
+	return d
+}
+
+// launch starts `flowd serve --config <dir>/flowd.yaml` with baseConfig and extra, and the
+// flags args, without waiting for it: awaitServing does. The process is killed (SIGKILL)
+// when the test ends if it still runs; its log is printed when the test failed.
+func launch(t *testing.T, name, dir, extra string, args ...string) *daemon {
+	t.Helper()
 	d := &daemon{t: t, name: name, dir: dir, cfgPath: filepath.Join(dir, "flowd.yaml"), logs: &syncBuffer{}, exited: make(chan struct{})}
 	d.writeConfig(extra)
-	d.cmd = exec.Command(flowdBin, "serve", "--config", d.cfgPath)
+	d.cmd = exec.Command(flowdBin, append([]string{"serve", "--config", d.cfgPath}, args...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
 	require.NoError(t, d.cmd.Start())
 	go func() {
@@ -120,6 +130,13 @@ func startDaemon(t *testing.T, name, dir, extra string) *daemon {
 			t.Logf("flowd %s (pid %d) log:\n%s", d.name, d.cmd.Process.Pid, d.logs.String())
 		}
 	})
+	return d
+}
+
+// awaitServing waits until the daemon logs its addresses and answers /readyz.
+func (d *daemon) awaitServing() {
+	t, name := d.t, d.name
+	t.Helper()
 	var m []string
 	require.Eventually(t, func() bool {
 		if d.gone() {
@@ -141,7 +158,6 @@ func startDaemon(t *testing.T, name, dir, extra string) *daemon {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, wait, tick, "flowd %s is ready", name)
-	return d
 }
 
 // writeConfig writes the configuration file: baseConfig, then extra.
