@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 this test checks that the deprecated options still work
+
 package producer_test
 
 import (
