@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"slices"
@@ -142,9 +143,12 @@ func seedHost(host, port string) string {
 }
 
 // probeRoutes checks every route once, at the same time, before the server starts. NATS
-// retries a route for ever and says little about why it fails, so the two mistakes that
-// never mend are said here: a route to a server of another cluster name fails Open
-// (ErrClusterNameMismatch); a route to a port that does not answer as a NATS server is
+// retries a route for ever and says little about why it fails, so the mistakes that never
+// mend are said here: a route to a server of another cluster name fails Open
+// (ErrClusterNameMismatch); a server of the cluster that already has this server's name,
+// or two that share one, fail it (ErrDuplicateServerName), since JetStream breaks on a
+// name held twice; a NATS server answering on this server's own route URL fails it
+// (ErrRouteListenerInUse); a route to a port that does not answer as a NATS server is
 // logged as a warning naming it. A route that cannot be reached yet is normal while a
 // cluster starts: NATS keeps trying it.
 func (n *NATS) probeRoutes(ctx context.Context, routes []*url.URL) error {
@@ -155,44 +159,138 @@ func (n *NATS) probeRoutes(ctx context.Context, routes []*url.URL) error {
 	if timeout <= 0 {
 		timeout = 2 * time.Second
 	}
+	infos := make([]*routeInfo, len(routes))
 	errs := make([]error, len(routes))
 	var wg sync.WaitGroup
 	for i, u := range routes {
-		wg.Go(func() { errs[i] = n.probeRoute(ctx, u, timeout) })
+		wg.Go(func() { infos[i], errs[i] = n.probeRoute(ctx, u, timeout) })
 	}
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return n.checkServerNames(routes, infos)
+}
+
+// ErrDuplicateServerName: a NATS server of the cluster already has this server's name, or
+// two have one name; JetStream needs every server's name unique in the cluster.
+var ErrDuplicateServerName = errors.New("NATS server names must be unique in a cluster")
+
+// ErrRouteListenerInUse: a NATS server answers on this server's own route URL, so another
+// process holds its route listener's port.
+var ErrRouteListenerInUse = errors.New("the route listener's address is in use")
+
+// serverNameHint says which settings give a node its NATS server name.
+const serverNameHint = "every node needs its own broker_name (--broker-name), or nats.server_name (--nats-server-name, NATSConfig.ServerName)"
+
+// checkServerNames refuses the start when a server answering a route has this server's
+// name or answers on its own route URL, or when two servers answering share a name. infos
+// holds what each route answered, nil when it did not answer as a NATS server.
+func (n *NATS) checkServerNames(routes []*url.URL, infos []*routeInfo) error {
+	own, cluster := n.cfg.ServerName, n.cfg.Cluster.Name
+	var errs []error
+	var ours []string                 // the routes of other servers named like this one
+	byName := map[string][]*url.URL{} // the routes of every server, by its name
+	ids := map[string]bool{}          // the server IDs seen
+	for i, u := range routes {
+		info := infos[i]
+		if info == nil {
+			continue
+		}
+		route := u.Redacted()
+		if sameAddr(n.cfg.Cluster.Listen, u.Host) {
+			// Our own listener is not up yet: whoever answers here is another process.
+			errs = append(errs, fmt.Errorf("nats: route %s is this server's own route listener (nats.cluster.listen, --nats-cluster-listen), "+
+				"but NATS server %q of cluster %q already answers there: %w; stop that process or move this node's route listener",
+				route, info.Name, info.Cluster, ErrRouteListenerInUse))
+			continue
+		}
+		if info.Name == own && !slices.Contains(ours, route) {
+			ours = append(ours, route)
+		}
+		if info.ID != "" && ids[info.ID] {
+			continue // the same server reached by another URL: one server, one name
+		}
+		ids[info.ID] = true
+		byName[info.Name] = append(byName[info.Name], u)
+	}
+	if len(ours) > 0 {
+		errs = append(errs, fmt.Errorf("nats: NATS server name %q is already in the cluster at %s: %w: %s",
+			own, strings.Join(ours, ", "), ErrDuplicateServerName, serverNameHint))
+	}
+	names := slices.Sorted(maps.Keys(byName))
+	for _, name := range names {
+		if us := byName[name]; len(us) > 1 && name != own {
+			var rs []string
+			for _, u := range us {
+				rs = append(rs, u.Redacted())
+			}
+			errs = append(errs, fmt.Errorf("nats: the NATS servers at %s of cluster %q all have the name %q: %w: %s",
+				strings.Join(rs, ", "), cluster, name, ErrDuplicateServerName, serverNameHint))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// sameAddr reports whether the route address hostport is the route listener listen: the
+// same port, and the same host or loopback to a listener on every interface.
+func sameAddr(listen, hostport string) bool {
+	lh, lp, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	rh, rp, err := net.SplitHostPort(hostport)
+	if err != nil || lp != rp || lp == "0" {
+		return false
+	}
+	switch {
+	case lh == rh:
+		return true
+	case lh == "" || lh == "0.0.0.0" || lh == "::":
+		return isLoopback(rh)
+	default:
+		return isLoopback(lh) && isLoopback(rh) && (lh == "localhost" || rh == "localhost")
+	}
 }
 
 // errNotNATS: the route's port answered, but not as a NATS server.
 var errNotNATS = errors.New("does not answer as a NATS server")
 
-func (n *NATS) probeRoute(ctx context.Context, u *url.URL, timeout time.Duration) error {
+// probeRoute returns what the route's server says of itself, nil when nothing answers as
+// a NATS server; the error is a route to another cluster name.
+func (n *NATS) probeRoute(ctx context.Context, u *url.URL, timeout time.Duration) (*routeInfo, error) {
 	route := u.Redacted()
-	cluster, err := remoteCluster(ctx, u.Host, timeout)
+	info, err := remoteInfo(ctx, u.Host, timeout)
 	switch {
 	case errors.Is(err, errNotNATS):
 		n.log.Warn("NATS route "+err.Error()+"; the server keeps trying it: check --nats-routes", "route", route)
 	case err != nil:
 		n.log.Info("NATS route not reachable yet; the server keeps trying it", "route", route, "err", err)
-	case cluster != n.cfg.Cluster.Name:
-		return fmt.Errorf("nats: route %s leads to NATS cluster %q, but this server's cluster name (--nats-cluster-name, "+
-			"NATSConfig.Cluster.Name) is %q: %w; give every node the same cluster name", route, cluster, n.cfg.Cluster.Name, ErrClusterNameMismatch)
+	case info.Cluster != n.cfg.Cluster.Name && !sameAddr(n.cfg.Cluster.Listen, u.Host):
+		return nil, fmt.Errorf("nats: route %s leads to NATS cluster %q, but this server's cluster name (--nats-cluster-name, "+
+			"NATSConfig.Cluster.Name) is %q: %w; give every node the same cluster name", route, info.Cluster, n.cfg.Cluster.Name, ErrClusterNameMismatch)
 	default:
-		n.log.Debug("NATS route answers", "route", route, "cluster", cluster)
+		n.log.Debug("NATS route answers", "route", route, "cluster", info.Cluster, "server", info.Name)
+		return info, nil
 	}
-	return nil
+	return nil, nil
 }
 
-// remoteCluster reads the INFO line a NATS route listener sends first and returns the
-// cluster name in it.
-func remoteCluster(ctx context.Context, hostport string, timeout time.Duration) (string, error) {
+// routeInfo is what a NATS route listener says of its server in its INFO line.
+type routeInfo struct {
+	ID      string `json:"server_id"`
+	Name    string `json:"server_name"`
+	Cluster string `json:"cluster"`
+}
+
+// remoteInfo reads the INFO line a NATS route listener sends first.
+func remoteInfo(ctx context.Context, hostport string, timeout time.Duration) (*routeInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", hostport)
 	if err != nil {
-		return "", fmt.Errorf("dial %s: %w", hostport, err)
+		return nil, fmt.Errorf("dial %s: %w", hostport, err)
 	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() }) // unblocks the read
@@ -200,16 +298,14 @@ func remoteCluster(ctx context.Context, hostport string, timeout time.Duration) 
 	// A server's INFO holds its URLs, so it can be long; a line longer than this is no INFO.
 	line, err := bufio.NewReaderSize(conn, 64<<10).ReadSlice('\n')
 	if err != nil {
-		return "", fmt.Errorf("%w (no INFO line within %s: %v)", errNotNATS, timeout, err)
+		return nil, fmt.Errorf("%w (no INFO line within %s: %v)", errNotNATS, timeout, err)
 	}
 	rest, ok := bytes.CutPrefix(line, []byte("INFO "))
-	var info struct {
-		Cluster string `json:"cluster"`
-	}
+	var info routeInfo
 	if !ok || json.Unmarshal(bytes.TrimSpace(rest), &info) != nil {
-		return "", fmt.Errorf("%w (its first line is %q)", errNotNATS, truncate(string(line), 40))
+		return nil, fmt.Errorf("%w (its first line is %q)", errNotNATS, truncate(string(line), 40))
 	}
-	return info.Cluster, nil
+	return &info, nil
 }
 
 func truncate(s string, n int) string {

@@ -122,7 +122,8 @@ func brokerListenError(ctx context.Context, c config.Config, err error) error {
 // control plane refused before listening keeps its own error.
 func natsListenError(ctx context.Context, c config.Config, err error) error {
 	if len(c.NATS.URLs) > 0 || errors.Is(err, control.ErrBadConfig) || errors.Is(err, control.ErrInsecureListener) ||
-		errors.Is(err, control.ErrClusterNameMismatch) {
+		errors.Is(err, control.ErrClusterNameMismatch) || errors.Is(err, control.ErrDuplicateServerName) ||
+		errors.Is(err, control.ErrRouteListenerInUse) {
 		return err
 	}
 	var addrs []addrSetting
