@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net"
+	"strings"
 	"sync/atomic"
 
 	"github.com/flowd-io/flowd/broker"
@@ -46,9 +48,10 @@ func (p *peers) Brokers() []protocol.BrokerData {
 // it stops before the broker does.
 func (d *built) joinCluster(ctx context.Context, c config.Config, p *peers, cl *closers, log *slog.Logger) error {
 	m, err := cluster.New(cluster.Options{
-		Conn:   d.cp.n.Conn(),
-		Node:   c.BrokerName,
-		Logger: log, // the member logs every registry change
+		Conn:     d.cp.n.Conn(),
+		Node:     c.BrokerName,
+		Replicas: routedReplicas(c),
+		Logger:   log, // the member logs every registry change
 	})
 	if err != nil {
 		return err
@@ -59,4 +62,37 @@ func (d *built) joinCluster(ctx context.Context, c config.Config, p *peers, cl *
 	p.m.Store(m)
 	cl.push("cluster member", m.Close)
 	return nil
+}
+
+// routedReplicas is the replica count of the cluster's buckets for a node whose embedded
+// server joins by routes: min(3, the servers the routes name, this one included), which the
+// configuration knows before JetStream does. 0 (the member's default, from the connection's
+// server list) for a node on an existing NATS cluster (nats.urls).
+func routedReplicas(c config.Config) int {
+	nc := c.NATS.Cluster
+	if nc.Listen == "" {
+		return 0
+	}
+	servers := map[string]bool{routeHostPort(nc.Listen): true}
+	for _, r := range nc.Routes {
+		servers[routeHostPort(r)] = true
+	}
+	return min(3, len(servers))
+}
+
+// routeHostPort is a route URL's (or a listen address's) host:port, with localhost spelled
+// as the loopback address, so that one server named two ways counts once.
+func routeHostPort(s string) string {
+	s = strings.TrimPrefix(s, "nats-route://")
+	if i := strings.LastIndex(s, "@"); i >= 0 {
+		s = s[i+1:] // user:password@
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return s
+	}
+	if host == "localhost" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
 }
