@@ -81,10 +81,12 @@ func (m *Member) applyTopic(e jetstream.KeyValueEntry) {
 		return
 	}
 	m.mu.Lock()
-	stale := e.Revision() < m.topicRevs[name]
+	stale := e.Revision() <= m.topicRevs[name]
 	m.mu.Unlock()
 	if stale {
-		return // the echo of a write this member has already followed with another
+		// The echo of a write this member made (its copy and the broker hold it, or a later
+		// local change) or has followed with another: applying it would undo what followed.
+		return
 	}
 	if e.Operation() != jetstream.KeyValuePut {
 		m.mu.Lock()
