@@ -189,13 +189,17 @@ func (b *Broker) PutTopic(tc TopicConfig) (created bool, err error) {
 }
 
 func (b *Broker) putTopic(tc TopicConfig, check func(TopicConfig, bool) error) (bool, error) {
-	created, err := b.topics.putIf(tc, check)
+	created, updated, err := b.topics.putIf(tc, check)
 	if err != nil {
 		return false, err
 	}
-	if created {
+	switch {
+	case created:
 		b.log.Info("topic created", "topic", tc.Name, "queues", tc.WriteQueueNums)
 		b.events.emit(Event{Type: TopicCreated, Topic: tc.Name, Queues: tc.WriteQueueNums})
+	case updated:
+		b.log.Info("topic updated", "topic", tc.Name, "queues", tc.WriteQueueNums)
+		b.events.emit(Event{Type: TopicUpdated, Topic: tc.Name, Queues: tc.WriteQueueNums})
 	}
 	return created, nil
 }

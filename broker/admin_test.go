@@ -41,6 +41,9 @@ func TestAdminCreateUpdateDeleteTopic(t *testing.T) {
 	require.NoError(t, b.UpdateTopic(tc))
 	cur, _ = b.Topic("orders")
 	assert.Equal(t, tc, cur)
+	upd := <-got
+	assert.Equal(t, broker.TopicUpdated, upd.Type)
+	assert.Equal(t, 8, upd.Queues)
 	err = b.UpdateTopic(broker.TopicConfig{Name: "nope", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6})
 	require.ErrorIs(t, err, broker.ErrNotFound)
 	_, ok = b.Topic("nope")

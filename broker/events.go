@@ -21,7 +21,8 @@ const (
 	MemberLeft
 	OffsetCommitted
 	GroupCreated
-	// GroupDeleted: an idle group was forgotten (see Config.GroupRetention).
+	// GroupDeleted: a group's entry went: an idle group was forgotten (see
+	// Config.GroupRetention), or DeleteGroup (DELETE_SUBSCRIPTIONGROUP) removed it.
 	GroupDeleted
 	// GroupRebalanced: a group's assignment, as its members' queue locks show it, settled on
 	// a new value (Allocation). Consumers that do not lock queues (RocketMQ push consumers)
@@ -45,6 +46,13 @@ const (
 	// strategy identity. It comes once per change, not per heartbeat. While members
 	// disagree, flowd consumers all allocate with the built-in averagely strategy.
 	AllocatorMismatch
+	// TopicUpdated: an existing topic's configuration changed (UpdateTopic, PutTopic,
+	// UPDATE_AND_CREATE_TOPIC on a topic that exists); Queues is its new write queue count.
+	// A put that changes nothing emits nothing.
+	TopicUpdated
+	// GroupUpdated: an existing subscription group's settings changed (PutGroup,
+	// UPDATE_AND_CREATE_SUBSCRIPTIONGROUP). A put that changes nothing emits nothing.
+	GroupUpdated
 )
 
 func (t EventType) String() string {
@@ -73,6 +81,10 @@ func (t EventType) String() string {
 		return "transaction.discarded"
 	case AllocatorMismatch:
 		return "group.allocator_mismatch"
+	case TopicUpdated:
+		return "topic.updated"
+	case GroupUpdated:
+		return "group.updated"
 	}
 	return "event." + strconv.Itoa(int(t))
 }
@@ -98,7 +110,7 @@ type Event struct {
 	// Reason says why a member left: "unregister", "connection closed", "expired"; or why
 	// a transaction was discarded.
 	Reason string
-	// Queues is the topic's queue count for TopicCreated.
+	// Queues is the topic's (write) queue count for TopicCreated and TopicUpdated.
 	Queues int
 	// Allocation is a GroupRebalanced group's assignment: each member's client id and the
 	// queues it holds, sorted.

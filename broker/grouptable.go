@@ -195,3 +195,44 @@ func (b *Broker) ensureGroup(req *protocol.Command, group string) *protocol.Comm
 
 // Group returns a subscription group's settings, if the broker keeps the group.
 func (b *Broker) Group(name string) (GroupConfig, bool) { return b.groups.get(name) }
+
+// PutGroup creates a subscription group or replaces its settings
+// (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP) and reports whether it was created: GroupCreated or,
+// when an existing group's settings change, GroupUpdated. It fails for a bad name or
+// negative retry settings, with ErrReserved for the broker's own group and ErrLimit when a
+// creation would pass Config.MaxGroups.
+func (b *Broker) PutGroup(g GroupConfig) (created bool, err error) {
+	if err := ValidateGroup(g.Name); err != nil {
+		return false, err
+	}
+	if isInternalGroup(g.Name) {
+		return false, fmt.Errorf("group %q: %w", g.Name, ErrReserved)
+	}
+	if g.RetryQueueNums < 0 || g.RetryMaxTimes < 0 {
+		return false, fmt.Errorf("group %q: retryQueueNums %d and retryMaxTimes %d must not be negative", g.Name, g.RetryQueueNums, g.RetryMaxTimes)
+	}
+	created, err = b.groups.put(g, time.Now(), b.events)
+	if err != nil {
+		return false, err
+	}
+	b.log.Info("subscription group updated", "group", g.Name, "created", created)
+	return created, nil
+}
+
+// DeleteGroup forgets a subscription group's entry (GroupDeleted) and, with cleanOffset, its
+// committed offsets (DELETE_SUBSCRIPTIONGROUP). It fails with ErrNotFound for a group
+// without an entry and ErrReserved for the broker's own group. A group whose members are
+// still live is created again by their next heartbeat, unless auto-creation is off.
+func (b *Broker) DeleteGroup(name string, cleanOffset bool) error {
+	if isInternalGroup(name) {
+		return fmt.Errorf("delete group %q: %w", name, ErrReserved)
+	}
+	if !b.groups.remove(name, b.events) {
+		return fmt.Errorf("delete group %q: %w", name, ErrNotFound)
+	}
+	if cleanOffset {
+		b.offsets.removeGroup(name)
+	}
+	b.log.Info("subscription group deleted", "group", name, "cleanOffset", cleanOffset)
+	return nil
+}

@@ -267,62 +267,62 @@ func (b *Broker) processAllGroupConfig(req *protocol.Command) *protocol.Command 
 }
 
 // processPutGroup answers UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): the body, a
-// SubscriptionGroupConfig, creates the group or replaces its settings.
+// SubscriptionGroupConfig, creates the group or replaces its settings (PutGroup).
 func (b *Broker) processPutGroup(req *protocol.Command) *protocol.Command {
 	var sg protocol.SubscriptionGroupConfig
 	if err := protocol.UnmarshalBody(req.Body, &sg); err != nil {
 		return errorResponse(req, protocol.InvalidParameter, err)
 	}
-	if err := ValidateGroup(sg.GroupName); err != nil {
-		return errorResponse(req, protocol.InvalidParameter, err)
-	}
-	if isInternalGroup(sg.GroupName) {
-		return errorResponse(req, protocol.NoPermission, fmt.Errorf("group %q: %w", sg.GroupName, ErrReserved))
-	}
-	if sg.RetryQueueNums < 0 || sg.RetryMaxTimes < 0 {
-		return errorResponse(req, protocol.InvalidParameter, fmt.Errorf("group %q: retryQueueNums %d and retryMaxTimes %d must not be negative", sg.GroupName, sg.RetryQueueNums, sg.RetryMaxTimes))
-	}
 	g := GroupConfig{Name: sg.GroupName, ConsumeEnable: sg.ConsumeEnable, RetryQueueNums: sg.RetryQueueNums, RetryMaxTimes: sg.RetryMaxTimes}
-	if err := b.groups.put(g, time.Now(), b.events); err != nil { // ErrLimit: the table is full
+	_, err := b.PutGroup(g)
+	switch {
+	case err == nil:
+		return protocol.NewResponse(req, protocol.Success, "")
+	case errors.Is(err, ErrReserved):
+		return errorResponse(req, protocol.NoPermission, err)
+	case errors.Is(err, ErrLimit): // the table is full
 		return errorResponse(req, protocol.SystemError, err)
 	}
-	b.log.Info("subscription group updated", "group", g.Name)
-	return protocol.NewResponse(req, protocol.Success, "")
+	return errorResponse(req, protocol.InvalidParameter, err)
 }
 
 // put creates or replaces a group's settings; a creation counts against the table's cap as
-// createIfAbsent's does. The next flushIfDirty writes the table.
-func (t *groupTable) put(g GroupConfig, now time.Time, events *eventBus) error {
-	_, created, err := t.createIfAbsent(g, now, events)
+// createIfAbsent's does. A change of an existing group is emitted as GroupUpdated under the
+// table's lock. The next flushIfDirty writes the table.
+func (t *groupTable) put(g GroupConfig, now time.Time, events *eventBus) (created bool, err error) {
+	_, created, err = t.createIfAbsent(g, now, events)
 	if err != nil || created {
-		return err
+		return created, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if old, ok := t.groups[g.Name]; ok && old == g {
+		return false, nil
+	}
 	t.groups[g.Name] = g
 	t.gen++
-	return nil
+	if events != nil {
+		events.emit(Event{Type: GroupUpdated, Time: now, Group: g.Name})
+	}
+	return false, nil
 }
 
 // processDeleteGroup answers DELETE_SUBSCRIPTIONGROUP (207): forget the group's entry and,
-// with cleanOffset, its committed offsets. SUBSCRIPTION_GROUP_NOT_EXIST for a group without
-// an entry.
+// with cleanOffset, its committed offsets (DeleteGroup). SUBSCRIPTION_GROUP_NOT_EXIST for a
+// group without an entry.
 func (b *Broker) processDeleteGroup(req *protocol.Command) *protocol.Command {
 	var h protocol.DeleteSubscriptionGroupRequestHeader
 	if err := req.DecodeHeader(&h); err != nil {
 		return errorResponse(req, protocol.InvalidParameter, err)
 	}
-	if isInternalGroup(h.GroupName) {
-		return errorResponse(req, protocol.NoPermission, fmt.Errorf("group %q: %w", h.GroupName, ErrReserved))
+	err := b.DeleteGroup(h.GroupName, h.CleanOffset)
+	switch {
+	case err == nil:
+		return protocol.NewResponse(req, protocol.Success, "")
+	case errors.Is(err, ErrReserved):
+		return errorResponse(req, protocol.NoPermission, err)
 	}
-	if !b.groups.remove(h.GroupName, b.events) {
-		return errorResponse(req, protocol.SubscriptionGroupNotExist, fmt.Errorf("subscription group [%s] does not exist", h.GroupName))
-	}
-	if h.CleanOffset {
-		b.offsets.removeGroup(h.GroupName)
-	}
-	b.log.Info("subscription group deleted", "group", h.GroupName, "cleanOffset", h.CleanOffset)
-	return protocol.NewResponse(req, protocol.Success, "")
+	return errorResponse(req, protocol.SubscriptionGroupNotExist, fmt.Errorf("subscription group [%s] does not exist", h.GroupName))
 }
 
 // processInvokeReset answers INVOKE_BROKER_TO_RESET_OFFSET (222): ResetOffsets to the

@@ -156,15 +156,17 @@ func (t *topicTable) deleteLocked(name string) {
 // put creates or replaces a topic and writes the table before it returns. created reports
 // whether the topic is new.
 func (t *topicTable) put(tc TopicConfig) (created bool, err error) {
-	return t.putIf(tc, nil)
+	created, _, err = t.putIf(tc, nil)
+	return created, err
 }
 
 // putIf is put, but when check is not nil it is called under the table's lock with the
 // topic's current config (and whether it exists) and a non-nil error it returns cancels the
-// change: an administrative create or update decides on the state it replaces.
-func (t *topicTable) putIf(tc TopicConfig, check func(old TopicConfig, existed bool) error) (created bool, err error) {
+// change: an administrative create or update decides on the state it replaces. updated
+// reports whether an existing topic's config changed.
+func (t *topicTable) putIf(tc TopicConfig, check func(old TopicConfig, existed bool) error) (created, updated bool, err error) {
 	if err := tc.validate(); err != nil {
-		return false, err
+		return false, false, err
 	}
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
@@ -173,16 +175,16 @@ func (t *topicTable) putIf(tc TopicConfig, check func(old TopicConfig, existed b
 	if check != nil {
 		if err := check(old, existed); err != nil {
 			t.mu.Unlock()
-			return false, err
+			return false, false, err
 		}
 	}
 	if existed && old == tc {
 		t.mu.Unlock()
-		return false, nil
+		return false, false, nil
 	}
 	if err := t.setLocked(tc); err != nil {
 		t.mu.Unlock()
-		return false, err
+		return false, false, err
 	}
 	t.mu.Unlock()
 	if err := t.writeLocked(); err != nil {
@@ -195,9 +197,9 @@ func (t *topicTable) putIf(tc TopicConfig, check func(old TopicConfig, existed b
 			}
 		}
 		t.mu.Unlock()
-		return false, err
+		return false, false, err
 	}
-	return !existed, nil
+	return !existed, existed, nil
 }
 
 // createIfAbsent creates tc unless a topic of that name exists, and returns the one in force.

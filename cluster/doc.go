@@ -2,14 +2,17 @@
 // state through JetStream KV on a NATS cluster, the NATS servers playing RocketMQ's name
 // server.
 //
-// A Member keeps two buckets in step with its broker:
+// A Member keeps three buckets in step with its broker:
 //
 //   - the registry (Options.BrokersBucket): one entry per live broker (BrokerInfo), rewritten
 //     every Options.HeartbeatInterval; the bucket's max age is Options.TTL, so the entry of a
 //     node that stops heartbeating expires and every watcher is told (a BrokerLeft event);
 //   - the topics (Options.TopicsBucket): one entry per topic (TopicRecord). A topic created on
-//     any broker is written there, and every broker materialises it with the same queue count.
+//     any broker is written there, and every broker materialises it with the same queue count;
+//     an update is written with compare-and-set on the last revision;
+//   - the subscription groups (Options.GroupsBucket): one entry per group (GroupRecord),
+//     created, updated and deleted on every broker alike.
 //
-// Both buckets are watched into memory, so the name service (the Member is the broker's
+// The buckets are watched into memory, so the name service (the Member is the broker's
 // Config.Peers) answers routes without waiting on NATS. docs/cluster.md has the rules.
 package cluster

@@ -90,17 +90,22 @@ type Member struct {
 	// broker not seen within the TTL is checked against the bucket (sweep).
 	seen   map[string]time.Time
 	topics map[string]TopicRecord
-	joined bool
+	groups map[string]GroupRecord
+	// topicRevs and groupRevs are the bucket revision of each entry in topics and groups:
+	// an update is written with compare-and-set on it, and an entry older than it (the echo
+	// of an earlier write) is not applied.
+	topicRevs, groupRevs map[string]uint64
+	joined               bool
 
 	b      *broker.Broker
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	// brokersKV and topicsKV are set once by the goroutine that joins, before it starts the
+	// brokersKV, topicsKV and groupsKV are set once by the goroutine that joins, before it starts the
 	// loops that use them; Close reads them after wg.Wait.
-	brokersKV, topicsKV jetstream.KeyValue
-	rev                 uint64 // the registry entry's last revision, heartbeat goroutine only
-	closeOnce           sync.Once
+	brokersKV, topicsKV, groupsKV jetstream.KeyValue
+	rev                           uint64 // the registry entry's last revision, heartbeat goroutine only
+	closeOnce                     sync.Once
 }
 
 var _ broker.Peers = (*Member)(nil)
@@ -113,11 +118,16 @@ func New(o Options) (*Member, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Member{opts: opts, log: opts.Logger, brokers: map[string]BrokerInfo{}, seen: map[string]time.Time{}, topics: map[string]TopicRecord{}, ctx: ctx, cancel: cancel}, nil
+	return &Member{
+		opts: opts, log: opts.Logger, brokers: map[string]BrokerInfo{}, seen: map[string]time.Time{},
+		topics: map[string]TopicRecord{}, groups: map[string]GroupRecord{},
+		topicRevs: map[string]uint64{}, groupRevs: map[string]uint64{}, ctx: ctx, cancel: cancel,
+	}, nil
 }
 
 // Join registers b (started, named by its Config.BrokerName) in the cluster, loads the
-// registry and the topics, materialises the cluster's topics on b and publishes b's own.
+// registry, the topics and the subscription groups, materialises the cluster's topics and
+// groups on b and publishes b's own.
 // It fails with an error wrapping ErrNameTaken when a live broker elsewhere has b's name.
 // When JetStream cannot be reached it logs, returns nil and keeps trying every
 // Options.RetryInterval: the broker serves alone meanwhile.
@@ -187,11 +197,15 @@ func (m *Member) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	groupsKV, err := m.bucket(ctx, js, jetstream.KeyValueConfig{Bucket: m.opts.GroupsBucket, Description: "flowd: subscription group configurations"})
+	if err != nil {
+		return err
+	}
 	rev, err := m.register(ctx, brokersKV)
 	if err != nil {
 		return err
 	}
-	m.brokersKV, m.topicsKV, m.rev = brokersKV, topicsKV, rev
+	m.brokersKV, m.topicsKV, m.groupsKV, m.rev = brokersKV, topicsKV, groupsKV, rev
 	if err := m.startLoops(ctx); err != nil {
 		return err
 	}

@@ -31,6 +31,10 @@ type Options struct {
 	// "flowd_topics".
 	TopicsBucket string
 
+	// GroupsBucket is the KV bucket of subscription-group configurations, one key per
+	// group. Default "flowd_groups".
+	GroupsBucket string
+
 	// Replicas is the buckets' replica count when this member creates them. Default 0:
 	// min(3, the servers of the NATS cluster the connection knows of).
 	Replicas int
@@ -65,6 +69,7 @@ type Options struct {
 const (
 	defaultBrokersBucket  = "flowd_brokers"
 	defaultTopicsBucket   = "flowd_topics"
+	defaultGroupsBucket   = "flowd_groups"
 	defaultTTL            = 6 * time.Second
 	minTTL                = time.Second
 	defaultRetryInterval  = 2 * time.Second
@@ -84,8 +89,11 @@ func (o Options) withDefaults() (Options, error) {
 	if o.TopicsBucket == "" {
 		o.TopicsBucket = defaultTopicsBucket
 	}
-	if o.BrokersBucket == o.TopicsBucket {
-		return o, fmt.Errorf("cluster: BrokersBucket and TopicsBucket must differ (both %q)", o.BrokersBucket)
+	if o.GroupsBucket == "" {
+		o.GroupsBucket = defaultGroupsBucket
+	}
+	if o.BrokersBucket == o.TopicsBucket || o.BrokersBucket == o.GroupsBucket || o.TopicsBucket == o.GroupsBucket {
+		return o, fmt.Errorf("cluster: BrokersBucket %q, TopicsBucket %q and GroupsBucket %q must differ", o.BrokersBucket, o.TopicsBucket, o.GroupsBucket)
 	}
 	if o.Replicas < 0 || o.Replicas > 5 {
 		return o, fmt.Errorf("cluster: Replicas %d is outside 0..5", o.Replicas)

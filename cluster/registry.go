@@ -205,8 +205,8 @@ func (m *Member) applyRegistry(name string, e jetstream.KeyValueEntry) {
 	}
 }
 
-// startLoops starts the watchers, the topic loop and the heartbeat, and waits until the
-// watched copies hold the buckets' contents.
+// startLoops starts the watchers, the topic and group loops and the heartbeat, and waits
+// until the watched copies hold the buckets' contents.
 func (m *Member) startLoops(ctx context.Context) error {
 	regW, err := m.brokersKV.WatchAll(m.ctx)
 	if err != nil {
@@ -217,22 +217,37 @@ func (m *Member) startLoops(ctx context.Context) error {
 		regW.Stop()
 		return fmt.Errorf("cluster: watch %q: %w", m.opts.TopicsBucket, err)
 	}
+	grpW, err := m.groupsKV.WatchAll(m.ctx)
+	if err != nil {
+		regW.Stop()
+		topW.Stop()
+		return fmt.Errorf("cluster: watch %q: %w", m.opts.GroupsBucket, err)
+	}
 	lctx, lcancel := context.WithCancel(m.ctx)
-	regSynced, topSynced := make(chan struct{}), make(chan struct{})
-	local := make(chan broker.Event, 64)
+	regSynced, topSynced, grpSynced := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	localTopics, localGroups := make(chan broker.Event, 64), make(chan broker.Event, 64)
 	unsubscribe := m.b.Subscribe(func(e broker.Event) {
-		if e.Type != broker.TopicCreated && e.Type != broker.TopicDeleted {
+		var ch chan broker.Event
+		switch e.Type {
+		case broker.TopicCreated, broker.TopicUpdated, broker.TopicDeleted:
+			ch = localTopics
+		case broker.GroupCreated, broker.GroupUpdated, broker.GroupDeleted:
+			ch = localGroups
+		default:
 			return
 		}
 		select {
-		case local <- e:
+		case ch <- e:
 		case <-lctx.Done():
 		}
 	})
-	m.wg.Add(3)
+	m.wg.Add(5)
 	go func() { defer m.wg.Done(); m.watchRegistry(lctx, regW, regSynced) }()
-	go func() { defer m.wg.Done(); defer unsubscribe(); m.syncTopics(lctx, topW, local, topSynced) }()
-	for _, ch := range []chan struct{}{regSynced, topSynced} {
+	go func() { defer m.wg.Done(); m.syncTopics(lctx, topW, localTopics, topSynced) }()
+	go func() { defer m.wg.Done(); m.syncGroups(lctx, grpW, localGroups, grpSynced) }()
+	// The subscription ends when the loops do, before the member's goroutines are waited on.
+	go func() { defer m.wg.Done(); <-lctx.Done(); unsubscribe() }()
+	for _, ch := range []chan struct{}{regSynced, topSynced, grpSynced} {
 		select {
 		case <-ch:
 		case <-ctx.Done():

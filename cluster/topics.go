@@ -14,11 +14,14 @@ import (
 )
 
 // TopicRecord is a topic's entry in the topics bucket: the configuration every broker of the
-// cluster materialises (each gets Config's queue counts), and who wrote it first.
+// cluster materialises (each gets Config's queue counts), who wrote it first and who last
+// changed it (Updater empty, Updated zero, while it was never updated).
 type TopicRecord struct {
 	Config  broker.TopicConfig `json:"config"`
 	Creator string             `json:"creator"`
 	Created time.Time          `json:"created"`
+	Updater string             `json:"updater,omitempty"`
+	Updated time.Time          `json:"updated"`
 }
 
 // shared reports whether a topic belongs in the cluster's topic table: the broker's own
@@ -60,7 +63,9 @@ func (m *Member) syncTopics(ctx context.Context, w jetstream.KeyWatcher, local <
 			}
 			switch e.Type {
 			case broker.TopicCreated:
-				m.publishTopic(ctx, e.Topic)
+				m.publishTopic(ctx, e.Topic, false)
+			case broker.TopicUpdated:
+				m.publishTopic(ctx, e.Topic, true)
 			case broker.TopicDeleted:
 				m.unpublishTopic(ctx, e.Topic)
 			}
@@ -75,9 +80,18 @@ func (m *Member) applyTopic(e jetstream.KeyValueEntry) {
 		m.log.Warn("cluster topics: ignoring a key", "err", err)
 		return
 	}
+	m.mu.Lock()
+	stale := e.Revision() <= m.topicRevs[name]
+	m.mu.Unlock()
+	if stale {
+		// The echo of a write this member made (its copy and the broker hold it, or a later
+		// local change) or has followed with another: applying it would undo what followed.
+		return
+	}
 	if e.Operation() != jetstream.KeyValuePut {
 		m.mu.Lock()
 		delete(m.topics, name)
+		delete(m.topicRevs, name)
 		m.mu.Unlock()
 		if _, ok := m.b.Topic(name); ok {
 			if err := m.b.DeleteTopic(name); err != nil && !errors.Is(err, broker.ErrNotFound) {
@@ -93,6 +107,7 @@ func (m *Member) applyTopic(e jetstream.KeyValueEntry) {
 	}
 	m.mu.Lock()
 	m.topics[name] = rec
+	m.topicRevs[name] = e.Revision()
 	m.mu.Unlock()
 	m.materialise(rec.Config)
 }
@@ -115,38 +130,60 @@ func (m *Member) materialise(tc broker.TopicConfig) {
 	}
 }
 
-// publishTopic writes a topic the broker created to the bucket. Create is compare-and-set:
-// of two brokers creating one topic the first wins and the second adopts its configuration.
-func (m *Member) publishTopic(ctx context.Context, name string) {
+// publishTopic writes a topic the broker created (or, with update, changed) to the bucket.
+// A creation is written with Create: of two brokers creating one topic the first wins and
+// the second adopts its configuration. An update is written with compare-and-set on the
+// revision this member last saw: an update made on a stale copy loses to the one the bucket
+// took first, and the broker adopts that, so the last update the bucket accepted holds on
+// every broker.
+func (m *Member) publishTopic(ctx context.Context, name string, update bool) {
 	tc, ok := m.b.Topic(name)
 	if !ok || !shared(name) {
 		return
 	}
 	m.mu.RLock()
 	rec, known := m.topics[name]
+	rev := m.topicRevs[name]
 	m.mu.RUnlock()
-	if known {
-		if rec.Config != tc {
-			m.materialise(rec.Config) // the cluster's copy came first
-		}
+	if known && rec.Config == tc {
+		return // the broker holds the cluster's copy (most often: this member put it there)
+	}
+	if known && !update {
+		m.materialise(rec.Config) // the cluster's copy came first
 		return
 	}
-	data, err := json.Marshal(TopicRecord{Config: tc, Creator: m.name, Created: time.Now()})
+	now := time.Now()
+	if !known {
+		rec = TopicRecord{Creator: m.name, Created: now}
+	} else {
+		rec.Updater, rec.Updated = m.name, now
+	}
+	rec.Config = tc
+	data, err := json.Marshal(rec)
 	if err != nil {
 		m.log.Error("cluster topics: encode", "topic", name, "err", err)
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
 	defer cancel()
-	_, err = m.topicsKV.Create(cctx, encodeKey(name), data)
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		// Another broker created it first; the watch brings its configuration, which
-		// replaces this broker's.
-		m.log.Info("cluster topics: topic created concurrently elsewhere, adopting that configuration", "topic", name)
-		return
+	if known {
+		rev, err = m.topicsKV.Update(cctx, encodeKey(name), data, rev)
+	} else {
+		rev, err = m.topicsKV.Create(cctx, encodeKey(name), data)
 	}
-	if err != nil {
-		m.log.Error("cluster topics: publish a topic; it stays on this broker only until it is created again", "topic", name, "err", err)
+	switch {
+	case err == nil:
+		m.mu.Lock()
+		if rev > m.topicRevs[name] {
+			m.topics[name], m.topicRevs[name] = rec, rev
+		}
+		m.mu.Unlock()
+	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+		// Another broker wrote it first; the watch brings its configuration, which
+		// replaces this broker's.
+		m.log.Info("cluster topics: topic written concurrently elsewhere, adopting that configuration", "topic", name, "update", update)
+	default:
+		m.log.Error("cluster topics: publish a topic; it stays on this broker only until it is written again", "topic", name, "update", update, "err", err)
 	}
 }
 
@@ -171,7 +208,7 @@ func (m *Member) unpublishTopic(ctx context.Context, name string) {
 // then every topic of the cluster is materialised, the cluster's copy winning.
 func (m *Member) reconcile(ctx context.Context) {
 	for _, tc := range m.b.Topics() {
-		m.publishTopic(ctx, tc.Name)
+		m.publishTopic(ctx, tc.Name, false)
 	}
 	m.mu.RLock()
 	recs := make([]broker.TopicConfig, 0, len(m.topics))

@@ -576,7 +576,7 @@ func (p *Publisher) brokerMsg(e broker.Event) *nats.Msg {
 	slices.SortFunc(d.Offsets, func(x, y OffsetCommit) int { return cmp.Compare(x.QueueID, y.QueueID) })
 	subject := e.Group
 	switch e.Type {
-	case broker.TopicCreated, broker.TopicDeleted:
+	case broker.TopicCreated, broker.TopicDeleted, broker.TopicUpdated:
 		subject = e.Topic
 	case broker.StoreFailed:
 		subject = e.Broker
