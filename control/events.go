@@ -165,6 +165,13 @@ type EventData struct {
 	// Pipeline of the pipeline events (pipeline.started, .stopped, .paused, .resumed,
 	// .failed); Reason carries why it failed or was killed.
 	Pipeline string `json:"pipeline,omitempty"`
+
+	// ClusterBroker, ClusterNode and ClusterAddr of the cluster events (cluster.broker_joined,
+	// .broker_left, .name_taken): the broker the registry change is about, its node and its
+	// remoting address; Reason carries why it left, or the name clash.
+	ClusterBroker string `json:"clusterBroker,omitempty"`
+	ClusterNode   string `json:"clusterNode,omitempty"`
+	ClusterAddr   string `json:"clusterAddr,omitempty"`
 }
 
 // OffsetCommit is one queue's committed offset in an offset.committed event.

@@ -91,6 +91,15 @@ type ServiceConfig struct {
 	// pipeline.resume, pipeline.seek) work on: the daemon's pipeline.Manager. Default nil:
 	// those commands are not served.
 	Pipelines pipeline.Controller
+
+	// Membership is what cluster.status reports of the node's membership in a cluster of
+	// brokers (the daemon's cluster member). Default nil: the node serves alone, and
+	// cluster.status answers with its broker alone and "clustered": false.
+	Membership ClusterInfo
+
+	// NATS is the embedded server whose NATS cluster cluster.status reports
+	// (NATS.ClusterState). Default nil: the reply has no NATS state.
+	NATS *NATS
 }
 
 func (c ServiceConfig) withDefaults(b *broker.Broker) ServiceConfig {
@@ -155,6 +164,7 @@ func commands() []command {
 		{"message", "get", (*Service).messageGet},
 		{"message", "query", (*Service).messageQuery},
 		{"broker", "status", (*Service).brokerStatus},
+		{"cluster", "status", (*Service).clusterStatus},
 		{"plugin", "deploy", (*Service).pluginDeploy},
 		{"plugin", "list", (*Service).pluginList},
 		{"plugin", "activate", (*Service).pluginActivate},
@@ -243,7 +253,7 @@ func StartService(ctx context.Context, nc *nats.Conn, b *broker.Broker, cfg Serv
 	s.svc, err = micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     ServiceVersion,
-		Description: "flowd control plane: topics, groups, offsets, messages, status, plugins, pipelines",
+		Description: "flowd control plane: topics, groups, offsets, messages, status, cluster, plugins, pipelines",
 		Metadata:    map[string]string{"cluster": cfg.Cluster, "node": cfg.Node},
 		StatsHandler: func(ep *micro.Endpoint) any {
 			if ep.Name != s.statsEndpoint {

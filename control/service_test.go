@@ -243,6 +243,7 @@ func TestDiscoveryFindsOneFlowdServicePerNode(t *testing.T) {
 		"flowd.ctl.v1.local.message.get":        "true",
 		"flowd.ctl.v1.local.message.query":      "true",
 		"flowd.ctl.v1.local.broker.status":      "true",
+		"flowd.ctl.v1.local.cluster.status":     "true",
 	}, subjects, "every command and nothing else (no stubs for commands not built)")
 	assert.Equal(t, "flowd.ctl.v1.local.topic.list", e.svc.Subject("topic.list"))
 	// The plugin commands are served only with a plugin registry (see cmd_plugin_test.go),

@@ -134,7 +134,7 @@ func call[T any](cmd *cobra.Command, o *clientOpts, command string, req any, sho
 }
 
 func clientCommands() []*cobra.Command {
-	return []*cobra.Command{topicCommand(), groupCommand(), messageCommand(), pluginCommand(), pipelineCommand(), eventsCommand()}
+	return []*cobra.Command{topicCommand(), groupCommand(), messageCommand(), clusterCommand(), pluginCommand(), pipelineCommand(), eventsCommand()}
 }
 
 func printTopics(w io.Writer, ts ...control.TopicView) {

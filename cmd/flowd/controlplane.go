@@ -70,7 +70,7 @@ func startControlPlane(ctx context.Context, c config.Config, cfg broker.Config, 
 	}
 	ph.setSink(pub.Plugin)
 	sc := control.ServiceConfig{Cluster: cfg.Cluster, Node: cfg.BrokerName, Logger: log, Plugins: ph.reg,
-		PluginEvents: pub.Plugin, Disabled: c.NATS.Disabled}
+		PluginEvents: pub.Plugin, Disabled: c.NATS.Disabled, NATS: n}
 	return &controlPlane{n: n, pub: pub, cfg: sc}, nil
 }
 

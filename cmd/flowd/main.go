@@ -4,7 +4,7 @@
 // Usage:
 //
 //	flowd [serve] [--config FILE] [flags]   run the daemon (the default)
-//	flowd topic|group|message|plugin …      commands over NATS to a running daemon
+//	flowd topic|group|message|cluster|plugin … commands over NATS to a running daemon
 //	flowd produce|consume …                 send and tail messages through the name service
 //	flowd config defaults|validate          the configuration file
 //	flowd bench [flags]                     measure throughput and delivery delay

@@ -10,6 +10,7 @@ import (
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/cluster"
 	"github.com/flowd-io/flowd/config"
+	"github.com/flowd-io/flowd/control"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -43,15 +44,48 @@ func (p *peers) Brokers() []protocol.BrokerData {
 	return nil
 }
 
+var _ control.ClusterInfo = (*peers)(nil)
+
+// ClusterMembership is what cluster.status reports of the member: its registry copy, or
+// nothing while the member does not exist yet.
+func (p *peers) ClusterMembership() control.ClusterMembership {
+	m := p.m.Load()
+	if m == nil {
+		return control.ClusterMembership{}
+	}
+	out := control.ClusterMembership{Joined: m.Joined()}
+	for _, bi := range m.Registry() {
+		hb := bi.Heartbeat.UTC()
+		out.Brokers = append(out.Brokers, control.ClusterBroker{
+			Name: bi.Name, Cluster: bi.Cluster, Node: bi.Node, Addr: bi.Addr, Namesrv: bi.NamesrvAddr,
+			Version: bi.Version, Started: bi.Started.UTC(), Heartbeat: &hb,
+			Load: control.ClusterLoad{Topics: bi.Load.Topics, Clients: bi.Load.Clients, Members: bi.Load.Members, WaitingPulls: bi.Load.WaitingPulls},
+		})
+	}
+	return out
+}
+
+// clusterEvent maps a member's event onto the publisher's.
+func clusterEvent(e cluster.Event) control.ClusterEvent {
+	return control.ClusterEvent{
+		Type: e.Type.String(), Time: e.Time, Broker: e.Broker.Name, Node: e.Broker.Node, Addr: e.Broker.Addr, Reason: e.Reason,
+	}
+}
+
 // joinCluster makes the started broker b a member of the cluster through the control
 // plane's NATS connection and pushes its Close, which leaves the registry at once, so that
-// it stops before the broker does.
+// it stops before the broker does. The member's registry changes become cluster events, and
+// cluster.status reads its registry through p.
 func (d *built) joinCluster(ctx context.Context, c config.Config, p *peers, cl *closers, log *slog.Logger) error {
+	pub := d.cp.pub
 	m, err := cluster.New(cluster.Options{
 		Conn:     d.cp.n.Conn(),
 		Node:     c.BrokerName,
+		Version:  version,
 		Replicas: routedReplicas(c),
 		Logger:   log, // the member logs every registry change
+		// The publisher never blocks on NATS, so the member's registry goroutine is not held.
+		OnEvent: func(e cluster.Event) { pub.Cluster(clusterEvent(e)) },
 	})
 	if err != nil {
 		return err
@@ -60,6 +94,7 @@ func (d *built) joinCluster(ctx context.Context, c config.Config, p *peers, cl *
 		return err
 	}
 	p.m.Store(m)
+	d.cp.cfg.Membership = p
 	cl.push("cluster member", m.Close)
 	return nil
 }

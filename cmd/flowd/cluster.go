@@ -1,0 +1,76 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowd-io/flowd/control"
+)
+
+// clusterCommand shows a node's view of the cluster (cluster.status).
+func clusterCommand() *cobra.Command {
+	o := &clientOpts{}
+	cmd := &cobra.Command{Use: "cluster", Short: "Show the cluster of a running daemon: its live brokers and NATS servers"}
+	o.addFlags(cmd)
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "List the live brokers and the NATS cluster, as the answering node sees them",
+		Long: `List the live brokers of the cluster's registry (name, node, addresses, version, load,
+last heartbeat) and the NATS cluster (routes, JetStream meta leader and peers), as the node
+that answers sees them. A single node lists itself alone, "clustered: false".`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return call(cmd, o, "cluster.status", nil, func(w io.Writer, r *control.ClusterStatusReply) {
+				printClusterStatus(w, r, time.Now())
+			})
+		},
+	}
+	cmd.AddCommand(status)
+	return cmd
+}
+
+func printClusterStatus(w io.Writer, r *control.ClusterStatusReply, now time.Time) {
+	fmt.Fprintf(w, "node\t%s\ncluster\t%s\nclustered\t%t\njoined\t%t\n", r.Node, r.Cluster, r.Clustered, r.Joined)
+	fmt.Fprintln(w, "\nBROKER\tNODE\tADDRESS\tNAMESRV\tVERSION\tSTARTED\tHEARTBEAT\tTOPICS\tCLIENTS\tWAITING PULLS")
+	for _, b := range r.Brokers {
+		name := b.Name
+		if b.Self {
+			name += " *"
+		}
+		hb := "-"
+		if b.Heartbeat != nil {
+			hb = now.Sub(*b.Heartbeat).Round(100*time.Millisecond).String() + " ago"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", name, b.Node, b.Addr, orDash(b.Namesrv), orDash(b.Version),
+			b.Started.Format(time.RFC3339), hb, b.Load.Topics, b.Load.Clients, b.Load.WaitingPulls)
+	}
+	n := r.NATS
+	if n == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nnats cluster\t%s\nnats server\t%s\n", orDash(n.Name), orDash(n.ServerName))
+	if !n.Clustered {
+		return
+	}
+	fmt.Fprintf(w, "route listener\t%s\nroutes\t%s\nmeta leader\t%s\n", orDash(n.RouteURL), orDash(strings.Join(n.Routes, ",")), orDash(n.MetaLeader))
+	if n.Error != "" {
+		fmt.Fprintf(w, "error\t%s\n", n.Error)
+	}
+	if len(n.Peers) > 0 {
+		fmt.Fprintln(w, "\nPEER\tCURRENT\tOFFLINE")
+		for _, p := range n.Peers {
+			fmt.Fprintf(w, "%s\t%t\t%t\n", p.Name, p.Current, p.Offline)
+		}
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/control"
+)
+
+// `flowd cluster status` against a single node lists that node's broker alone, marked as
+// the one answering, with "clustered" false; --json prints the reply.
+func TestClusterStatusOfASingleNode(t *testing.T) {
+	d := startServed(t, "")
+	ctl := []string{"--nats", d.nats}
+
+	out, err := cli(t, "", append([]string{"cluster", "status"}, ctl...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^clustered\s+false$`, out)
+	assert.Regexp(t, `(?m)^joined\s+false$`, out)
+	assert.Regexp(t, `(?m)^BROKER\s+NODE\s+ADDRESS\s+NAMESRV\s+VERSION\s+STARTED\s+HEARTBEAT`, out)
+	assert.Regexp(t, `(?m)^broker-a \*\s+broker-a\s+`+d.broker+`\s+`+d.namesrv+`\s`, out)
+	assert.Regexp(t, `(?m)^nats server\s+flowd$`, out, "a standalone server")
+
+	out, err = cli(t, "", append([]string{"cluster", "status", "--json"}, ctl...)...)
+	require.NoError(t, err)
+	var st control.ClusterStatusReply
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	assert.False(t, st.Clustered)
+	require.Len(t, st.Brokers, 1)
+	assert.Equal(t, d.broker, st.Brokers[0].Addr)
+	require.NotNil(t, st.NATS)
+	assert.False(t, st.NATS.Clustered)
+}
+
+// The table shows each broker's heartbeat age and load, and the NATS cluster's routes,
+// meta leader and peers.
+func TestPrintClusterStatus(t *testing.T) {
+	now := time.Date(2026, 12, 1, 2, 20, 31, 0, time.UTC)
+	hb := now.Add(-1500 * time.Millisecond)
+	r := &control.ClusterStatusReply{
+		Origin: control.Origin{Node: "broker-1", Cluster: "local"}, Clustered: true, Joined: true,
+		Brokers: []control.ClusterBroker{
+			{Name: "broker-1", Node: "n1", Addr: "10.0.0.1:10911", Namesrv: "10.0.0.1:9876", Version: "1.0", Started: now.Add(-time.Hour), Heartbeat: &hb, Self: true, Load: control.ClusterLoad{Topics: 5, Clients: 2, WaitingPulls: 3}},
+			{Name: "broker-2", Node: "n2", Addr: "10.0.0.2:10911", Started: now.Add(-time.Hour), Heartbeat: &hb},
+		},
+		NATS: &control.NATSClusterView{Clustered: true, Name: "east", ServerName: "broker-1", RouteURL: "nats-route://10.0.0.1:6222",
+			Routes: []string{"broker-2"}, MetaLeader: "broker-2",
+			Peers: []control.NATSClusterPeer{{Name: "broker-1", Current: true}, {Name: "broker-2", Current: true}}},
+	}
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)
+	printClusterStatus(tw, r, now)
+	require.NoError(t, tw.Flush())
+	out := buf.String()
+	assert.Regexp(t, `(?m)^broker-1 \*\s+n1\s+10\.0\.0\.1:10911\s+10\.0\.0\.1:9876\s+1\.0\s+2026-12-01T01:20:31Z\s+1\.5s ago\s+5\s+2\s+3$`, out)
+	assert.Regexp(t, `(?m)^broker-2\s+n2\s+10\.0\.0\.2:10911\s+-\s+-\s+`, out)
+	assert.Regexp(t, `(?m)^routes\s+broker-2$`, out)
+	assert.Regexp(t, `(?m)^meta leader\s+broker-2$`, out)
+	assert.Regexp(t, `(?m)^PEER\s+CURRENT\s+OFFLINE$`, out)
+	assert.Regexp(t, `(?m)^broker-1\s+true\s+false$`, out)
+}

@@ -1,0 +1,129 @@
+package control
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+)
+
+// ClusterInfo is what cluster.status reads of the node's membership in a cluster of
+// brokers. The daemon implements it over its cluster.Member, so that control does not
+// depend on the cluster package.
+type ClusterInfo interface {
+	// ClusterMembership returns the registry as this node sees it, and whether it joined.
+	ClusterMembership() ClusterMembership
+}
+
+// ClusterMembership is one node's view of the cluster's registry of live brokers.
+type ClusterMembership struct {
+	// Joined is true once this node's broker is registered; false while it serves alone
+	// (JetStream unreachable, or its name taken).
+	Joined bool
+	// Brokers are the live brokers, this one included once joined.
+	Brokers []ClusterBroker
+}
+
+// ClusterBroker is one live broker of the registry.
+type ClusterBroker struct {
+	Name    string `json:"name"`
+	Cluster string `json:"cluster,omitempty"`
+	Node    string `json:"node"`
+	// Addr is the broker's remoting address; Namesrv its name service's (absent when off).
+	Addr    string    `json:"addr"`
+	Namesrv string    `json:"namesrv,omitempty"`
+	Version string    `json:"version,omitempty"`
+	Started time.Time `json:"started"`
+	// Heartbeat is when the broker last wrote its entry; absent for a broker outside any
+	// registry (a single node, or one not joined yet).
+	Heartbeat *time.Time  `json:"heartbeat,omitempty"`
+	Load      ClusterLoad `json:"load"`
+	// Self marks the broker of the node that answered.
+	Self bool `json:"self"`
+}
+
+// ClusterLoad is what a broker reports of its work with each heartbeat.
+type ClusterLoad struct {
+	Topics       int   `json:"topics"`
+	Clients      int   `json:"clients"`
+	Members      int   `json:"members"`
+	WaitingPulls int64 `json:"waiting_pulls"`
+}
+
+// NATSClusterView is ClusterState in a reply.
+type NATSClusterView struct {
+	Clustered  bool              `json:"clustered"`
+	Name       string            `json:"name,omitempty"`
+	ServerName string            `json:"server_name,omitempty"`
+	RouteURL   string            `json:"route_url,omitempty"`
+	Routes     []string          `json:"routes,omitempty"`
+	MetaLeader string            `json:"meta_leader,omitempty"`
+	Peers      []NATSClusterPeer `json:"peers,omitempty"`
+	// Error is why the state is incomplete (the server could not report its routes or
+	// JetStream); absent when it is complete.
+	Error string `json:"error,omitempty"`
+}
+
+// NATSClusterPeer is a server of the JetStream meta group.
+type NATSClusterPeer struct {
+	Name    string `json:"name"`
+	Current bool   `json:"current"`
+	Offline bool   `json:"offline"`
+}
+
+// ClusterStatusReply is the reply of cluster.status: this node's view of the cluster.
+type ClusterStatusReply struct {
+	Origin
+	// Clustered is true when the node runs a cluster member (nats.cluster.listen or
+	// nats.urls); a single node answers false, with itself as the one broker.
+	Clustered bool `json:"clustered"`
+	// Joined is true once the node's broker is registered in the cluster.
+	Joined  bool            `json:"joined"`
+	Brokers []ClusterBroker `json:"brokers"`
+	// NATS is the embedded NATS server's view of its cluster; absent when the node
+	// connects to an existing NATS (nats.urls) or the service has no ServiceConfig.NATS.
+	NATS *NATSClusterView `json:"nats,omitempty"`
+}
+
+func (s *Service) clusterStatus(_ context.Context, data []byte) (any, error) {
+	if err := decode(data, &struct{}{}); err != nil {
+		return nil, err
+	}
+	st := s.b.Status()
+	out := ClusterStatusReply{Origin: s.origin()}
+	if s.cfg.Membership != nil {
+		m := s.cfg.Membership.ClusterMembership()
+		out.Clustered, out.Joined = true, m.Joined
+		out.Brokers = slices.Clone(m.Brokers)
+	}
+	self := slices.IndexFunc(out.Brokers, func(b ClusterBroker) bool { return b.Name == st.BrokerName })
+	if self < 0 {
+		// Alone, or not joined yet: the node still answers for its own broker.
+		out.Brokers = append(out.Brokers, ClusterBroker{
+			Name: st.BrokerName, Cluster: st.Cluster, Node: s.cfg.Node, Addr: st.Addr, Namesrv: st.NamesrvAddr,
+			Started: st.Started.UTC(),
+			Load:    ClusterLoad{Topics: st.Topics, Clients: st.Clients, Members: st.Members, WaitingPulls: st.WaitingPulls},
+		})
+		self = len(out.Brokers) - 1
+	}
+	out.Brokers[self].Self = true
+	slices.SortFunc(out.Brokers, func(x, y ClusterBroker) int { return cmp.Compare(x.Name, y.Name) })
+	if s.cfg.NATS != nil && s.cfg.NATS.srv != nil {
+		out.NATS = natsClusterView(s.cfg.NATS.ClusterState())
+	}
+	return out, nil
+}
+
+func natsClusterView(st ClusterState, err error) *NATSClusterView {
+	v := &NATSClusterView{
+		Clustered: st.Clustered, Name: st.Name, ServerName: st.ServerName, RouteURL: st.RouteURL,
+		Routes: st.Routes, MetaLeader: st.MetaLeader,
+	}
+	for _, p := range st.Peers {
+		v.Peers = append(v.Peers, NATSClusterPeer(p))
+	}
+	if err != nil {
+		v.Error = err.Error()
+	}
+	return v
+}
