@@ -122,7 +122,12 @@ func TestThreeEmbeddedServersFormAJetStreamCluster(t *testing.T) {
 	}
 	js, err := jetstream.New(nodes["node-1"].Conn())
 	require.NoError(t, err)
-	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "brokers", Replicas: 3})
+	// A meta leader places an R3 stream only once it has heard from both other peers: right
+	// after the election it may still answer "no suitable peers for placement".
+	require.Eventually(t, func() bool {
+		_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "brokers", Replicas: 3})
+		return err == nil
+	}, 60*time.Second, 100*time.Millisecond, "the R3 bucket is not placed")
 	require.NoError(t, err)
 	_, err = kv(nodes["node-1"]).Put(ctx, "broker-a", []byte("10.0.0.1:10911"))
 	require.NoError(t, err)
