@@ -88,24 +88,22 @@ type Member struct {
 	brokers map[string]BrokerInfo
 	// seen is when the watch last delivered each broker's entry, by this node's clock: a
 	// broker not seen within the TTL is checked against the bucket (sweep).
-	seen   map[string]time.Time
-	topics map[string]TopicRecord
-	groups map[string]GroupRecord
-	// topicRevs and groupRevs are the bucket revision of each entry in topics and groups:
-	// an update is written with compare-and-set on it, and an entry older than it (the echo
-	// of an earlier write) is not applied.
-	topicRevs, groupRevs map[string]uint64
-	joined               bool
+	seen map[string]time.Time
+	// topics and groups are the watched copies of the topics and groups buckets, with each
+	// entry's revision (see table).
+	topics table[broker.TopicConfig]
+	groups table[broker.GroupConfig]
+	joined bool
 
 	b      *broker.Broker
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	// brokersKV, topicsKV and groupsKV are set once by the goroutine that joins, before it starts the
-	// loops that use them; Close reads them after wg.Wait.
-	brokersKV, topicsKV, groupsKV jetstream.KeyValue
-	rev                           uint64 // the registry entry's last revision, heartbeat goroutine only
-	closeOnce                     sync.Once
+	// brokersKV (and topics.kv, groups.kv) are set once by the goroutine that joins, before
+	// it starts the loops that use them; Close reads them after wg.Wait.
+	brokersKV jetstream.KeyValue
+	rev       uint64 // the registry entry's last revision, heartbeat goroutine only
+	closeOnce sync.Once
 }
 
 var _ broker.Peers = (*Member)(nil)
@@ -120,8 +118,9 @@ func New(o Options) (*Member, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Member{
 		opts: opts, log: opts.Logger, brokers: map[string]BrokerInfo{}, seen: map[string]time.Time{},
-		topics: map[string]TopicRecord{}, groups: map[string]GroupRecord{},
-		topicRevs: map[string]uint64{}, groupRevs: map[string]uint64{}, ctx: ctx, cancel: cancel,
+		topics: newTable("topic", func(tc broker.TopicConfig) string { return tc.Name }),
+		groups: newTable("group", func(g broker.GroupConfig) string { return g.Name }),
+		ctx:    ctx, cancel: cancel,
 	}, nil
 }
 
@@ -205,7 +204,7 @@ func (m *Member) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.brokersKV, m.topicsKV, m.groupsKV, m.rev = brokersKV, topicsKV, groupsKV, rev
+	m.brokersKV, m.topics.kv, m.groups.kv, m.rev = brokersKV, topicsKV, groupsKV, rev
 	if err := m.startLoops(ctx); err != nil {
 		return err
 	}
@@ -255,7 +254,7 @@ func (m *Member) Registry() []BrokerInfo {
 func (m *Member) TopicRoute(topic string) ([]protocol.QueueData, []protocol.BrokerData) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	rec, ok := m.topics[topic]
+	rec, ok := m.topics.recs[topic]
 	if !ok {
 		return nil, nil
 	}

@@ -212,12 +212,12 @@ func (m *Member) startLoops(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cluster: watch %q: %w", m.opts.BrokersBucket, err)
 	}
-	topW, err := m.topicsKV.WatchAll(m.ctx)
+	topW, err := m.topics.kv.WatchAll(m.ctx)
 	if err != nil {
 		regW.Stop()
 		return fmt.Errorf("cluster: watch %q: %w", m.opts.TopicsBucket, err)
 	}
-	grpW, err := m.groupsKV.WatchAll(m.ctx)
+	grpW, err := m.groups.kv.WatchAll(m.ctx)
 	if err != nil {
 		regW.Stop()
 		topW.Stop()
