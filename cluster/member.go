@@ -149,7 +149,7 @@ func (m *Member) Join(ctx context.Context, b *broker.Broker) error {
 	if ctx.Err() != nil {
 		return err
 	}
-	m.log.Warn("cluster unreachable: serving alone and retrying", "broker", st.BrokerName, "retry", m.opts.RetryInterval, "err", err)
+	m.log.Warn("cluster not ready (JetStream unreachable, or its leader not elected yet while the cluster forms): serving alone and retrying", "broker", st.BrokerName, "retry", m.opts.RetryInterval, "err", err)
 	m.wg.Add(1)
 	go m.retryJoin()
 	return nil
