@@ -25,18 +25,74 @@ type GroupSummaryView struct {
 	Topics     []string `json:"topics"`
 	// Lag is the messages the group has still to consume, over all its topics.
 	Lag int64 `json:"lag"`
+	// Brokers lists, in a gathered group.list, the brokers that know the group, by name;
+	// absent otherwise. Members is then the most members one broker sees (a member joins
+	// every broker it reads from), Lag the sum of theirs.
+	Brokers []string `json:"brokers,omitempty"`
 }
 
 // GroupListReply is the reply of group.list.
 type GroupListReply struct {
 	Origin
 	Groups []GroupSummaryView `json:"groups"`
+	Coverage
 }
 
-func (s *Service) groupList(_ context.Context, data []byte) (any, error) {
-	if err := decode(data, &struct{}{}); err != nil {
+// GroupListRequest is the request of group.list: nothing, or a scope (see Scope).
+type GroupListRequest struct {
+	Local   bool             `json:"local,omitempty"`
+	Timeout *fields.Duration `json:"timeout,omitempty"`
+}
+
+func (s *Service) groupList(ctx context.Context, data []byte) (any, error) {
+	var req GroupListRequest
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
+	gather, bound, err := s.gathers(ctx, Scope(req))
+	if err != nil {
+		return nil, err
+	}
+	out := s.localGroups()
+	if !gather {
+		return out, nil
+	}
+	answers, cov := gatherFrom[GroupListReply](s, "group.list", data, bound)
+	self := answer[GroupListReply]{node: s.cfg.Node, broker: s.b.Status().BrokerName, reply: out}
+	out.Groups, out.Coverage = mergeGroupList(append([]answer[GroupListReply]{self}, answers...)), cov
+	return out, nil
+}
+
+// mergeGroupList is the union of the nodes' group lists, by name.
+func mergeGroupList(answers []answer[GroupListReply]) []GroupSummaryView {
+	byName := map[string]*GroupSummaryView{}
+	for _, a := range answers {
+		for _, g := range a.reply.Groups {
+			v, ok := byName[g.Group]
+			if !ok {
+				v = &GroupSummaryView{Group: g.Group, Topics: []string{}}
+				byName[g.Group] = v
+			}
+			v.Configured = v.Configured || g.Configured
+			v.Members = max(v.Members, g.Members)
+			v.Lag += g.Lag
+			v.Topics = append(v.Topics, g.Topics...)
+			v.Brokers = append(v.Brokers, a.broker)
+		}
+	}
+	out := make([]GroupSummaryView, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		v := byName[name]
+		slices.Sort(v.Topics)
+		v.Topics = slices.Compact(v.Topics)
+		slices.Sort(v.Brokers)
+		out = append(out, *v)
+	}
+	return out
+}
+
+// localGroups is this node's group.list.
+func (s *Service) localGroups() GroupListReply {
 	out := GroupListReply{Origin: s.origin(), Groups: []GroupSummaryView{}}
 	for _, g := range s.b.Groups() {
 		v := GroupSummaryView{Group: g.Name, Configured: g.Configured, Members: g.Members, Topics: g.Topics}
@@ -48,7 +104,7 @@ func (s *Service) groupList(_ context.Context, data []byte) (any, error) {
 		}
 		out.Groups = append(out.Groups, v)
 	}
-	return out, nil
+	return out
 }
 
 // GroupRef is the request of group.describe: the group, and a scope (see Scope).

@@ -36,7 +36,7 @@ const maxGatherTimeout = time.Minute
 // gatheredCommand reports whether a command is answered for the cluster.
 func gatheredCommand(name string) bool {
 	switch name {
-	case "topic.list", "group.describe", "broker.status", "cluster.status":
+	case "topic.list", "group.list", "group.describe", "broker.status", "cluster.status":
 		return true
 	}
 	return false

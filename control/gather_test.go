@@ -172,6 +172,7 @@ func TestGatheredTopicListCoversEveryNode(t *testing.T) {
 	}
 	assert.Equal(t, map[string]bool{
 		"flowd.ctl.v1.local.node.broker-a.topic.list":     true,
+		"flowd.ctl.v1.local.node.broker-a.group.list":     true,
 		"flowd.ctl.v1.local.node.broker-a.group.describe": true,
 		"flowd.ctl.v1.local.node.broker-a.broker.status":  true,
 		"flowd.ctl.v1.local.node.broker-a.cluster.status": true,
@@ -222,8 +223,17 @@ func TestGatheredGroupDescribeSumsLagAcrossBrokers(t *testing.T) {
 	assert.Equal(t, []string{"broker-a:0", "broker-a:1", "broker-b:0", "broker-b:1"}, queues)
 	assert.Equal(t, int64(8), sum)
 
+	var gl control.GroupListReply
+	c.ok("group.list", ``, &gl)
+	assert.Equal(t, []string{"broker-a", "broker-b", "broker-c"}, gl.Answered)
+	i := slices.IndexFunc(gl.Groups, func(g control.GroupSummaryView) bool { return g.Group == "billing" })
+	require.GreaterOrEqual(t, i, 0, "%+v", gl.Groups)
+	assert.Equal(t, control.GroupSummaryView{Group: "billing", Topics: []string{"orders"}, Lag: 8, Brokers: []string{"broker-a", "broker-b"}}, gl.Groups[i])
+	raw := c.ok("group.list", `{"local":true}`, &gl)
+	assert.NotContains(t, string(raw), `"brokers"`)
+
 	var local control.GroupDescribeReply
-	raw := c.okOn(control.NodeSubject("local", "broker-a", "group.describe"), `{"group":"billing"}`, &local)
+	raw = c.okOn(control.NodeSubject("local", "broker-a", "group.describe"), `{"group":"billing"}`, &local)
 	assert.Equal(t, int64(3), local.Lag, "broker-a's own")
 	assert.NotContains(t, string(raw), `"broker"`)
 

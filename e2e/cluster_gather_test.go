@@ -80,6 +80,7 @@ func TestClusterCommandsGatherEveryNode(t *testing.T) {
 	for _, name := range all {
 		assert.Regexp(t, `(?m)^orders\s+`+name+`\s+\d\s+\d+\s+\d+\s+\d+`, table)
 	}
+	assert.Regexp(t, `(?m)^billing\s+(true|false)\s+\d+\s+6\s+\S+\s+broker-1,broker-2,broker-3$`, c.ctl("group", "list"))
 	var local control.GroupDescribeReply
 	require.NoError(t, c.ctlJSON(&local, "group", "describe", "billing", "--local"))
 	assert.Empty(t, local.Answered, "a local answer is the node's own")

@@ -211,17 +211,14 @@ func groupCommand() *cobra.Command {
 	o := &clientOpts{}
 	cmd := &cobra.Command{Use: "group", Short: "List, describe and reset consumer groups of a running daemon"}
 	o.addFlags(cmd)
+	var listScope scopeOpts
 	list := &cobra.Command{
-		Use: "list", Short: "List the groups with their lag", Args: cobra.NoArgs,
+		Use: "list", Short: "List the groups with their lag (in a cluster: over every broker)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(cmd, o, "group.list", nil, func(w io.Writer, r *control.GroupListReply) {
-				fmt.Fprintln(w, "GROUP\tCONFIGURED\tMEMBERS\tLAG\tTOPICS")
-				for _, g := range r.Groups {
-					fmt.Fprintf(w, "%s\t%t\t%d\t%d\t%s\n", g.Group, g.Configured, g.Members, g.Lag, strings.Join(g.Topics, ","))
-				}
-			})
+			return call(cmd, o, "group.list", listScope.request(nil), printGroupList)
 		},
 	}
+	listScope.addFlags(list)
 	var describeScope scopeOpts
 	describe := &cobra.Command{
 		Use: "describe GROUP", Short: "Show a group's members and its lag per queue (in a cluster: of every broker)", Args: cobra.ExactArgs(1),

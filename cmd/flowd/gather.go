@@ -74,6 +74,23 @@ func printTopicList(w io.Writer, r *control.TopicListReply) {
 	}
 }
 
+// printGroupList prints group.list; a gathered list names the brokers that know each group.
+func printGroupList(w io.Writer, r *control.GroupListReply) {
+	gathered := len(r.Answered) > 0
+	header := "GROUP\tCONFIGURED\tMEMBERS\tLAG\tTOPICS"
+	if gathered {
+		header += "\tBROKERS"
+	}
+	fmt.Fprintln(w, header)
+	for _, g := range r.Groups {
+		line := fmt.Sprintf("%s\t%t\t%d\t%d\t%s", g.Group, g.Configured, g.Members, g.Lag, strings.Join(g.Topics, ","))
+		if gathered {
+			line += "\t" + strings.Join(g.Brokers, ",")
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
 // printGroup prints group.describe; a gathered one names the broker of each queue and the
 // brokers each member is on.
 func printGroup(w io.Writer, r *control.GroupDescribeReply) {

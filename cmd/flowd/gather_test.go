@@ -62,6 +62,18 @@ func TestPrintGatheredGroup(t *testing.T) {
 	assert.Regexp(t, `(?m)^orders\s+broker-2\s+0\s+-\s+5\s+5\s*$`, out)
 }
 
+// A gathered group list names each group's brokers.
+func TestPrintGroupList(t *testing.T) {
+	r := &control.GroupListReply{Groups: []control.GroupSummaryView{{Group: "billing", Members: 2, Lag: 9, Topics: []string{"orders"}, Brokers: []string{"broker-1", "broker-2"}}},
+		Coverage: control.Coverage{Answered: []string{"broker-1", "broker-2"}}}
+	out := printed(func(w *tabwriter.Writer) { printGroupList(w, r) })
+	assert.Regexp(t, `(?m)^GROUP\s+CONFIGURED\s+MEMBERS\s+LAG\s+TOPICS\s+BROKERS$`, out)
+	assert.Regexp(t, `(?m)^billing\s+false\s+2\s+9\s+orders\s+broker-1,broker-2$`, out)
+	r.Coverage = control.Coverage{}
+	out = printed(func(w *tabwriter.Writer) { printGroupList(w, r) })
+	assert.Regexp(t, `(?m)^GROUP\s+CONFIGURED\s+MEMBERS\s+LAG\s+TOPICS$`, out)
+}
+
 // broker status prints one line per broker, the answering one marked.
 func TestPrintBrokerStatus(t *testing.T) {
 	a := control.StatusReply{Origin: control.Origin{Node: "broker-1"}, BrokerName: "broker-1", Addresses: control.Addresses{Broker: "10.0.0.1:10911"}, UptimeSeconds: 61.5, Topics: 5}
