@@ -111,3 +111,15 @@ func TestBrokerStatusOfASingleNode(t *testing.T) {
 	assert.Regexp(t, `(?m)^BROKER\s+NODE\s+ADDRESS\s+NAMESRV\s+UPTIME`, out)
 	assert.Regexp(t, `(?m)^broker-a \*\s+broker-a\s+`+d.broker+`\s+`+d.namesrv+`\s`, out)
 }
+
+// A gathered cluster status ends with each node's own view.
+func TestPrintClusterNodes(t *testing.T) {
+	r := &control.ClusterStatusReply{Origin: control.Origin{Node: "broker-1"}, Clustered: true, Joined: true, Nodes: []control.ClusterNodeView{
+		{Node: "broker-1", Joined: true, Brokers: []string{"broker-1", "broker-2"}, NATS: &control.NATSClusterView{Clustered: true, Routes: []string{"broker-2"}, MetaLeader: "broker-2"}},
+		{Node: "broker-2", Joined: false, Brokers: []string{}},
+	}}
+	out := printed(func(w *tabwriter.Writer) { printClusterStatus(w, r, time.Now()) })
+	assert.Regexp(t, `(?m)^NODE\s+JOINED\s+SEES\s+ROUTES\s+META LEADER$`, out)
+	assert.Regexp(t, `(?m)^broker-1\s+true\s+broker-1,broker-2\s+broker-2\s+broker-2$`, out)
+	assert.Regexp(t, `(?m)^broker-2\s+false\s+-\s+-\s+-$`, out)
+}
