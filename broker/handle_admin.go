@@ -16,8 +16,8 @@ import (
 // The administrative and inspection requests RocketMQ's admin tools (mqadmin, the dashboard,
 // rocketmq-client-go's admin package) send. They answer from the broker's own administrative
 // methods (admin.go), in the JSON bodies Java's tools parse. flowd is its own name server, so
-// the name-server requests answer with this broker: cluster info adds the brokers
-// Config.Peers reports; the topic lists are this broker's.
+// the name-server requests answer with this broker and the rest of the cluster as
+// Config.Peers reports it: cluster info adds its brokers, the topic lists its shared topics.
 
 // processClusterInfo answers GET_BROKER_CLUSTER_INFO (106): this broker group and those
 // Config.Peers reports, by cluster.
@@ -44,34 +44,53 @@ func (b *Broker) processClusterInfo(req *protocol.Command) *protocol.Command {
 	return jsonResponse(req, &info)
 }
 
-// processAllTopicList answers GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) with every topic,
-// the broker's own included (a Java name server lists those too).
+// processAllTopicList answers GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) with every topic of
+// the cluster: this broker's, its own included (a Java name server lists those too), and
+// the shared topics Config.Peers reports.
 func (b *Broker) processAllTopicList(req *protocol.Command) *protocol.Command {
-	return jsonResponse(req, &protocol.TopicList{TopicList: b.topicNames()})
+	return jsonResponse(req, &protocol.TopicList{TopicList: b.topicNames(true, b.peerTopics())})
 }
 
-// processTopicsByCluster answers GET_TOPICS_BY_CLUSTER (224): every topic for this broker's
-// cluster, none for another (a name server answers an unknown cluster with an empty list).
+// processTopicsByCluster answers GET_TOPICS_BY_CLUSTER (224): for this broker's cluster
+// every topic, as GET_ALL_TOPIC_LIST_FROM_NAMESERVER; for a cluster of a peer the shared
+// topics, which every live broker has; none for another (a name server answers an unknown
+// cluster with an empty list).
 func (b *Broker) processTopicsByCluster(req *protocol.Command) *protocol.Command {
 	var h protocol.GetTopicsByClusterRequestHeader
 	if err := req.DecodeHeader(&h); err != nil {
 		return errorResponse(req, protocol.InvalidParameter, err)
 	}
 	list := protocol.TopicList{TopicList: []string{}}
-	if h.Cluster == b.cfg.Cluster {
-		list.TopicList = b.topicNames()
+	switch {
+	case h.Cluster == b.cfg.Cluster:
+		list.TopicList = b.topicNames(true, b.peerTopics())
+	case b.cfg.Peers != nil && slices.ContainsFunc(b.cfg.Peers.Brokers(), func(bd protocol.BrokerData) bool { return bd.Cluster == h.Cluster }):
+		list.TopicList = b.topicNames(false, b.peerTopics())
 	}
 	return jsonResponse(req, &list)
 }
 
-func (b *Broker) topicNames() []string {
-	tcs := b.topics.list()
-	names := make([]string, len(tcs))
-	for i, tc := range tcs {
-		names[i] = tc.Name
+// peerTopics is the cluster's shared topics as Config.Peers reports them (none alone).
+func (b *Broker) peerTopics() []string {
+	if b.cfg.Peers == nil {
+		return nil
+	}
+	return b.cfg.Peers.Topics()
+}
+
+// topicNames lists, sorted and each once, this broker's topics (with own) and extra.
+func (b *Broker) topicNames(own bool, extra []string) []string {
+	names := slices.Clone(extra)
+	if own {
+		for _, tc := range b.topics.list() {
+			names = append(names, tc.Name)
+		}
+	}
+	if names == nil {
+		return []string{}
 	}
 	slices.Sort(names)
-	return names
+	return slices.Compact(names)
 }
 
 // processTopicStats answers GET_TOPIC_STATS_INFO (202): every queue's stored range and when

@@ -17,6 +17,9 @@ type Peers interface {
 	TopicRoute(topic string) ([]protocol.QueueData, []protocol.BrokerData)
 	// Brokers returns the live brokers other than this one.
 	Brokers() []protocol.BrokerData
+	// Topics returns the cluster's shared topics, which every live broker has or is about
+	// to have: the name service's topic lists answer for the whole cluster with them.
+	Topics() []string
 }
 
 // peerRoute adds the peers' queue and broker data of a topic to route, after this broker's

@@ -2,6 +2,8 @@ package broker_test
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -15,6 +17,7 @@ import (
 type staticPeers struct {
 	queues  map[string][]protocol.QueueData
 	brokers []protocol.BrokerData
+	topics  []string
 }
 
 func (p staticPeers) TopicRoute(topic string) ([]protocol.QueueData, []protocol.BrokerData) {
@@ -26,6 +29,8 @@ func (p staticPeers) TopicRoute(topic string) ([]protocol.QueueData, []protocol.
 }
 
 func (p staticPeers) Brokers() []protocol.BrokerData { return p.brokers }
+
+func (p staticPeers) Topics() []string { return p.topics }
 
 func TestPeersAreMergedIntoRoutesAndClusterInfo(t *testing.T) {
 	peers := staticPeers{
@@ -77,4 +82,41 @@ func TestPeersAreMergedIntoRoutesAndClusterInfo(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"broker-a", "broker-b", "broker-c"}, info.ClusterAddrTable["local"])
 	assert.Equal(t, "127.0.0.1:3", info.BrokerAddrTable["broker-c"].BrokerAddrs[0])
+}
+
+// The name service's topic lists answer for the cluster: this broker's topics and the
+// cluster's shared ones that Peers reports (one not materialised here yet included), each
+// once, sorted; a peer's cluster gets the shared topics, an unknown cluster none.
+func TestNameServiceTopicListsIncludePeerTopics(t *testing.T) {
+	peers := staticPeers{
+		topics: []string{"shared", "only-elsewhere"},
+		brokers: []protocol.BrokerData{
+			{Cluster: "c1", BrokerName: "b2", BrokerAddrs: map[int64]string{0: "127.0.0.1:2"}},
+			{Cluster: "c2", BrokerName: "b3", BrokerAddrs: map[int64]string{0: "127.0.0.1:3"}},
+		},
+	}
+	b := startBroker(t, func(c *broker.Config) { c.Cluster, c.BrokerName, c.Peers = "c1", "b1", peers })
+	require.NoError(t, b.CreateTopic(broker.TopicConfig{Name: "shared", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	require.NoError(t, b.CreateTopic(broker.TopicConfig{Name: "mine", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	c := newRawClient(t, b, nil)
+	list := func(code protocol.RequestCode, h protocol.Header) []string {
+		t.Helper()
+		resp := c.invokeAt(b.NamesrvAddr(), code, h, nil)
+		require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+		var tl protocol.TopicList
+		require.NoError(t, json.Unmarshal(resp.Body, &tl))
+		return tl.TopicList
+	}
+	all := list(protocol.GetAllTopicListFromNamesrv, nil)
+	assert.True(t, slices.IsSorted(all), "%v", all)
+	for _, want := range []string{"mine", "shared", "only-elsewhere", protocol.AutoCreateTopicKey} {
+		assert.Contains(t, all, want)
+	}
+	assert.Len(t, slices.Compact(slices.Clone(all)), len(all), "each topic once: %v", all)
+
+	own := list(protocol.GetTopicsByCluster, &protocol.GetTopicsByClusterRequestHeader{Cluster: "c1"})
+	assert.Equal(t, all, own, "this broker's cluster: the whole list")
+	assert.Equal(t, []string{"only-elsewhere", "shared"}, list(protocol.GetTopicsByCluster, &protocol.GetTopicsByClusterRequestHeader{Cluster: "c2"}),
+		"a peer's cluster: the shared topics")
+	assert.Empty(t, list(protocol.GetTopicsByCluster, &protocol.GetTopicsByClusterRequestHeader{Cluster: "nobody"}))
 }

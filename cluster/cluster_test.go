@@ -68,6 +68,7 @@ func TestTopicCreatedOnOneBrokerIsRoutedByAnother(t *testing.T) {
 	require.True(t, ok, "B materialised the topic")
 	assert.Equal(t, 3, tc.WriteQueueNums)
 	require.Eventually(t, func() bool { return len(brokersOf(a.route(t, "orders"))) == 2 }, wait, 10*time.Millisecond)
+	assert.Equal(t, []string{"orders"}, b.m.Topics(), "the shared topics, for the name service's topic lists; no broker's own")
 
 	// A deletion anywhere deletes it everywhere.
 	require.NoError(t, b.b.DeleteTopic("orders"))
@@ -75,6 +76,7 @@ func TestTopicCreatedOnOneBrokerIsRoutedByAnother(t *testing.T) {
 		_, onA := a.b.Topic("orders")
 		return !onA && a.route(t, "orders") == nil
 	}, wait, 10*time.Millisecond)
+	assert.Empty(t, a.m.Topics())
 }
 
 func TestSendCreatesTheTopicOnEveryBroker(t *testing.T) {

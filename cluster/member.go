@@ -286,6 +286,17 @@ func (m *Member) Brokers() []protocol.BrokerData {
 	return out
 }
 
+// Topics implements broker.Peers: the shared topics of the watched topics table.
+func (m *Member) Topics() []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]string, 0, len(m.topics.recs))
+	for name := range m.topics.recs {
+		out = append(out, name)
+	}
+	return out
+}
+
 func brokerData(bi BrokerInfo) protocol.BrokerData {
 	return protocol.BrokerData{Cluster: bi.Cluster, BrokerName: bi.Name, BrokerAddrs: map[int64]string{protocol.MasterID: bi.Addr}}
 }

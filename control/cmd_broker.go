@@ -1,8 +1,12 @@
 package control
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
+
+	"github.com/flowd-io/flowd/fields"
 )
 
 // Addresses are the node's listening addresses.
@@ -47,12 +51,44 @@ type StatusReply struct {
 	// publisher) fell behind.
 	EventsDropped uint64    `json:"events_dropped"`
 	Store         StoreView `json:"store"`
+	// Brokers is, in a cluster, every answering node's status (this node's as above
+	// included), one entry per node by broker name; absent otherwise.
+	Brokers []StatusReply `json:"brokers,omitempty"`
+	Coverage
 }
 
-func (s *Service) brokerStatus(_ context.Context, data []byte) (any, error) {
-	if err := decode(data, &struct{}{}); err != nil {
+// StatusRequest is the request of broker.status and cluster.status: nothing, or a scope
+// (see Scope).
+type StatusRequest struct {
+	Local   bool             `json:"local,omitempty"`
+	Timeout *fields.Duration `json:"timeout,omitempty"`
+}
+
+func (s *Service) brokerStatus(ctx context.Context, data []byte) (any, error) {
+	var req StatusRequest
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
+	gather, bound, err := s.gathers(ctx, Scope(req))
+	if err != nil {
+		return nil, err
+	}
+	out := s.localStatus()
+	if !gather {
+		return out, nil
+	}
+	answers, cov := gatherFrom[StatusReply](s, "broker.status", data, bound)
+	out.Brokers = []StatusReply{out}
+	for _, a := range answers {
+		out.Brokers = append(out.Brokers, a.reply)
+	}
+	slices.SortFunc(out.Brokers, func(x, y StatusReply) int { return cmp.Compare(x.BrokerName, y.BrokerName) })
+	out.Coverage = cov
+	return out, nil
+}
+
+// localStatus is this node's broker.status.
+func (s *Service) localStatus() StatusReply {
 	st := s.b.Status()
 	out := StatusReply{
 		Origin: s.origin(), BrokerName: st.BrokerName,
@@ -70,5 +106,5 @@ func (s *Service) brokerStatus(_ context.Context, data []byte) (any, error) {
 	if st.Store.WriteFailure != nil {
 		out.Store.WriteFailure = st.Store.WriteFailure.Error()
 	}
-	return out, nil
+	return out
 }

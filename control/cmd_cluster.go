@@ -83,12 +83,57 @@ type ClusterStatusReply struct {
 	// NATS is the embedded NATS server's view of its cluster; absent when the node
 	// connects to an existing NATS (nats.urls) or the service has no ServiceConfig.NATS.
 	NATS *NATSClusterView `json:"nats,omitempty"`
+	// Nodes is, in a cluster, each answering node's own view (this one's included), by
+	// node name, so that nodes whose registry copies or NATS routes disagree show; absent
+	// otherwise.
+	Nodes []ClusterNodeView `json:"nodes,omitempty"`
+	Coverage
 }
 
-func (s *Service) clusterStatus(_ context.Context, data []byte) (any, error) {
-	if err := decode(data, &struct{}{}); err != nil {
+// ClusterNodeView is one node's view of the cluster in a gathered cluster.status.
+type ClusterNodeView struct {
+	Node string `json:"node"`
+	// Joined is whether its broker is registered.
+	Joined bool `json:"joined"`
+	// Brokers are the live brokers of its copy of the registry, by name.
+	Brokers []string `json:"brokers"`
+	// NATS is its embedded server's view of the NATS cluster and JetStream's meta group.
+	NATS *NATSClusterView `json:"nats,omitempty"`
+}
+
+func nodeView(r ClusterStatusReply) ClusterNodeView {
+	v := ClusterNodeView{Node: r.Node, Joined: r.Joined, Brokers: []string{}, NATS: r.NATS}
+	for _, b := range r.Brokers {
+		v.Brokers = append(v.Brokers, b.Name)
+	}
+	return v
+}
+
+func (s *Service) clusterStatus(ctx context.Context, data []byte) (any, error) {
+	var req StatusRequest
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
+	gather, bound, err := s.gathers(ctx, Scope(req))
+	if err != nil {
+		return nil, err
+	}
+	out := s.localClusterStatus()
+	if !gather {
+		return out, nil
+	}
+	answers, cov := gatherFrom[ClusterStatusReply](s, "cluster.status", data, bound)
+	out.Nodes = []ClusterNodeView{nodeView(out)}
+	for _, a := range answers {
+		out.Nodes = append(out.Nodes, nodeView(a.reply))
+	}
+	slices.SortFunc(out.Nodes, func(x, y ClusterNodeView) int { return cmp.Compare(x.Node, y.Node) })
+	out.Coverage = cov
+	return out, nil
+}
+
+// localClusterStatus is this node's view of the cluster.
+func (s *Service) localClusterStatus() ClusterStatusReply {
 	st := s.b.Status()
 	out := ClusterStatusReply{Origin: s.origin()}
 	if s.cfg.Membership != nil {
@@ -111,7 +156,7 @@ func (s *Service) clusterStatus(_ context.Context, data []byte) (any, error) {
 	if s.cfg.NATS != nil && s.cfg.NATS.srv != nil {
 		out.NATS = natsClusterView(s.cfg.NATS.ClusterState())
 	}
-	return out, nil
+	return out
 }
 
 func natsClusterView(st ClusterState, err error) *NATSClusterView {

@@ -2,6 +2,7 @@ package control
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/fields"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -23,18 +25,74 @@ type GroupSummaryView struct {
 	Topics     []string `json:"topics"`
 	// Lag is the messages the group has still to consume, over all its topics.
 	Lag int64 `json:"lag"`
+	// Brokers lists, in a gathered group.list, the brokers that know the group, by name;
+	// absent otherwise. Members is then the most members one broker sees (a member joins
+	// every broker it reads from), Lag the sum of theirs.
+	Brokers []string `json:"brokers,omitempty"`
 }
 
 // GroupListReply is the reply of group.list.
 type GroupListReply struct {
 	Origin
 	Groups []GroupSummaryView `json:"groups"`
+	Coverage
 }
 
-func (s *Service) groupList(_ context.Context, data []byte) (any, error) {
-	if err := decode(data, &struct{}{}); err != nil {
+// GroupListRequest is the request of group.list: nothing, or a scope (see Scope).
+type GroupListRequest struct {
+	Local   bool             `json:"local,omitempty"`
+	Timeout *fields.Duration `json:"timeout,omitempty"`
+}
+
+func (s *Service) groupList(ctx context.Context, data []byte) (any, error) {
+	var req GroupListRequest
+	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
+	gather, bound, err := s.gathers(ctx, Scope(req))
+	if err != nil {
+		return nil, err
+	}
+	out := s.localGroups()
+	if !gather {
+		return out, nil
+	}
+	answers, cov := gatherFrom[GroupListReply](s, "group.list", data, bound)
+	self := answer[GroupListReply]{node: s.cfg.Node, broker: s.b.Status().BrokerName, reply: out}
+	out.Groups, out.Coverage = mergeGroupList(append([]answer[GroupListReply]{self}, answers...)), cov
+	return out, nil
+}
+
+// mergeGroupList is the union of the nodes' group lists, by name.
+func mergeGroupList(answers []answer[GroupListReply]) []GroupSummaryView {
+	byName := map[string]*GroupSummaryView{}
+	for _, a := range answers {
+		for _, g := range a.reply.Groups {
+			v, ok := byName[g.Group]
+			if !ok {
+				v = &GroupSummaryView{Group: g.Group, Topics: []string{}}
+				byName[g.Group] = v
+			}
+			v.Configured = v.Configured || g.Configured
+			v.Members = max(v.Members, g.Members)
+			v.Lag += g.Lag
+			v.Topics = append(v.Topics, g.Topics...)
+			v.Brokers = append(v.Brokers, a.broker)
+		}
+	}
+	out := make([]GroupSummaryView, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		v := byName[name]
+		slices.Sort(v.Topics)
+		v.Topics = slices.Compact(v.Topics)
+		slices.Sort(v.Brokers)
+		out = append(out, *v)
+	}
+	return out
+}
+
+// localGroups is this node's group.list.
+func (s *Service) localGroups() GroupListReply {
 	out := GroupListReply{Origin: s.origin(), Groups: []GroupSummaryView{}}
 	for _, g := range s.b.Groups() {
 		v := GroupSummaryView{Group: g.Name, Configured: g.Configured, Members: g.Members, Topics: g.Topics}
@@ -46,12 +104,14 @@ func (s *Service) groupList(_ context.Context, data []byte) (any, error) {
 		}
 		out.Groups = append(out.Groups, v)
 	}
-	return out, nil
+	return out
 }
 
-// GroupRef is the request of group.describe.
+// GroupRef is the request of group.describe: the group, and a scope (see Scope).
 type GroupRef struct {
-	Group string `json:"group"`
+	Group   string           `json:"group"`
+	Local   bool             `json:"local,omitempty"`
+	Timeout *fields.Duration `json:"timeout,omitempty"`
 }
 
 // MemberView is one live member of a group.
@@ -59,6 +119,9 @@ type MemberView struct {
 	ClientID      string    `json:"client_id"`
 	RemoteAddr    string    `json:"remote_addr,omitempty"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
+	// Brokers lists, in a gathered group.describe, the brokers it is a member on, by name
+	// (RemoteAddr is its connection to the first); absent otherwise.
+	Brokers []string `json:"brokers,omitempty"`
 }
 
 // SubscriptionView is what a group subscribes to in one topic.
@@ -81,6 +144,8 @@ type GroupQueueView struct {
 	// Owner is the client id holding the queue's lock, the queue's owner for orderly and flowd
 	// consumers; absent when nobody holds it (RocketMQ's concurrent consumers do not lock).
 	Owner string `json:"owner,omitempty"`
+	// Broker is the broker of the queue, in a gathered group.describe; absent otherwise.
+	Broker string `json:"broker,omitempty"`
 }
 
 // GroupTopicView is a group's position in one topic.
@@ -100,11 +165,12 @@ type GroupDescribeReply struct {
 	ConsumeFromWhere string             `json:"consume_from_where,omitempty"`
 	Members          []MemberView       `json:"members"`
 	Subscriptions    []SubscriptionView `json:"subscriptions"`
-	// Allocation maps each owned queue ("topic:queue") to its owner's client id, as far as
-	// the broker knows it (queue locks).
+	// Allocation maps each owned queue ("topic:queue"; gathered, "topic:broker:queue") to
+	// its owner's client id, as far as the brokers know it (queue locks).
 	Allocation map[string]string `json:"allocation"`
 	Topics     []GroupTopicView  `json:"topics"`
 	Lag        int64             `json:"lag"`
+	Coverage
 }
 
 func checkGroupName(name string) error {
@@ -117,7 +183,7 @@ func checkGroupName(name string) error {
 	return nil
 }
 
-func (s *Service) groupDescribe(_ context.Context, data []byte) (any, error) {
+func (s *Service) groupDescribe(ctx context.Context, data []byte) (any, error) {
 	var req GroupRef
 	if err := decode(data, &req); err != nil {
 		return nil, err
@@ -125,9 +191,32 @@ func (s *Service) groupDescribe(_ context.Context, data []byte) (any, error) {
 	if err := checkGroupName(req.Group); err != nil {
 		return nil, err
 	}
-	info, err := s.b.DescribeGroup(req.Group)
+	gather, bound, err := s.gathers(ctx, Scope{Local: req.Local, Timeout: req.Timeout})
 	if err != nil {
-		return nil, brokerError(err, "group")
+		return nil, err
+	}
+	own, err := s.localGroup(req.Group)
+	if !gather || (err != nil && !errors.Is(err, broker.ErrNotFound)) {
+		if err != nil {
+			return nil, brokerError(err, "group")
+		}
+		return own, nil
+	}
+	answers, cov := gatherFrom[GroupDescribeReply](s, "group.describe", data, bound)
+	self := answer[GroupDescribeReply]{node: s.cfg.Node, broker: s.b.Status().BrokerName, reply: own, notFound: err != nil}
+	out, found := mergeGroup(s.origin(), append([]answer[GroupDescribeReply]{self}, answers...))
+	if !found {
+		return nil, &cmdError{code: CodeNotFound, msg: "group " + req.Group + " is known to no node" + missingNote(cov)}
+	}
+	out.Coverage = cov
+	return out, nil
+}
+
+// localGroup is this node's group.describe of group.
+func (s *Service) localGroup(group string) (GroupDescribeReply, error) {
+	info, err := s.b.DescribeGroup(group)
+	if err != nil {
+		return GroupDescribeReply{}, err
 	}
 	out := GroupDescribeReply{
 		Origin: s.origin(), Group: info.Name, Configured: info.Config != nil,
@@ -156,6 +245,70 @@ func (s *Service) groupDescribe(_ context.Context, data []byte) (any, error) {
 		out.Topics = append(out.Topics, tv)
 	}
 	return out, nil
+}
+
+// mergeGroup merges the nodes' descriptions of one group: members by client id (with the
+// brokers each is a member on), subscriptions once each, every broker's queues of each
+// topic (marked with the broker), the lags summed. found is false when no node knows it.
+func mergeGroup(origin Origin, answers []answer[GroupDescribeReply]) (out GroupDescribeReply, found bool) {
+	out = GroupDescribeReply{Origin: origin, Members: []MemberView{}, Subscriptions: []SubscriptionView{}, Allocation: map[string]string{}, Topics: []GroupTopicView{}}
+	members, topics, subs := map[string]int{}, map[string]int{}, map[SubscriptionView]bool{}
+	for _, a := range answers {
+		if a.notFound {
+			continue
+		}
+		r := a.reply
+		found, out.Group, out.Configured = true, r.Group, out.Configured || r.Configured
+		out.ConsumeType = cmp.Or(out.ConsumeType, r.ConsumeType)
+		out.MessageModel = cmp.Or(out.MessageModel, r.MessageModel)
+		out.ConsumeFromWhere = cmp.Or(out.ConsumeFromWhere, r.ConsumeFromWhere)
+		out.Lag += r.Lag
+		for _, m := range r.Members {
+			i, ok := members[m.ClientID]
+			if !ok {
+				m.Brokers = nil
+				out.Members = append(out.Members, m)
+				i = len(out.Members) - 1
+				members[m.ClientID] = i
+			} else if m.LastHeartbeat.After(out.Members[i].LastHeartbeat) {
+				out.Members[i].LastHeartbeat = m.LastHeartbeat
+			}
+			out.Members[i].Brokers = append(out.Members[i].Brokers, a.broker)
+		}
+		for _, sub := range r.Subscriptions {
+			if !subs[sub] {
+				subs[sub] = true
+				out.Subscriptions = append(out.Subscriptions, sub)
+			}
+		}
+		for _, t := range r.Topics {
+			i, ok := topics[t.Topic]
+			if !ok {
+				out.Topics = append(out.Topics, GroupTopicView{Topic: t.Topic, Queues: []GroupQueueView{}})
+				i = len(out.Topics) - 1
+				topics[t.Topic] = i
+			}
+			out.Topics[i].Lag += t.Lag
+			for _, q := range t.Queues {
+				q.Broker = a.broker
+				out.Topics[i].Queues = append(out.Topics[i].Queues, q)
+				if q.Owner != "" {
+					out.Allocation[t.Topic+":"+a.broker+":"+strconv.Itoa(int(q.Queue))] = q.Owner
+				}
+			}
+		}
+	}
+	slices.SortFunc(out.Members, func(x, y MemberView) int { return cmp.Compare(x.ClientID, y.ClientID) })
+	slices.SortFunc(out.Subscriptions, func(x, y SubscriptionView) int {
+		return cmp.Or(cmp.Compare(x.Topic, y.Topic), cmp.Compare(x.Expression, y.Expression), cmp.Compare(x.Type, y.Type))
+	})
+	slices.SortFunc(out.Topics, func(x, y GroupTopicView) int { return cmp.Compare(x.Topic, y.Topic) })
+	for _, t := range out.Topics {
+		slices.SortFunc(t.Queues, func(x, y GroupQueueView) int {
+			return cmp.Or(cmp.Compare(x.Broker, y.Broker), cmp.Compare(x.Queue, y.Queue))
+		})
+	}
+	return out, found
 }
 
 // ResetRequest is the request of group.reset_offset. Exactly one of To, Timestamp and

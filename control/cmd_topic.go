@@ -1,11 +1,14 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/fields"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -20,6 +23,18 @@ type TopicView struct {
 	// Kind is "user", "retry" (%RETRY%<group>), "dlq" (%DLQ%<group>) or "system" (the
 	// broker's own: TBW102, SCHEDULE_TOPIC_XXXX).
 	Kind string `json:"kind"`
+	// Brokers lists, in a gathered topic.list, each broker that has the topic with its
+	// queues, by name; absent otherwise.
+	Brokers []TopicBrokerView `json:"brokers,omitempty"`
+}
+
+// TopicBrokerView is one broker's queues of a topic in a gathered topic.list.
+type TopicBrokerView struct {
+	Broker      string `json:"broker"`
+	Node        string `json:"node"`
+	ReadQueues  int    `json:"read_queues"`
+	WriteQueues int    `json:"write_queues"`
+	Perm        string `json:"perm"`
 }
 
 func topicView(tc broker.TopicConfig) TopicView {
@@ -204,21 +219,69 @@ func (s *Service) topicDelete(_ context.Context, data []byte) (any, error) {
 	return TopicDeleteReply{Origin: s.origin(), Topic: req.Topic, Deleted: true}, nil
 }
 
-// TopicListReply is the reply of topic.list.
+// TopicListRequest is the request of topic.list: nothing, or a scope (see Scope).
+type TopicListRequest struct {
+	Local   bool             `json:"local,omitempty"`
+	Timeout *fields.Duration `json:"timeout,omitempty"`
+}
+
+// TopicListReply is the reply of topic.list. In a cluster it is every node's topics, each
+// once with its brokers, and the coverage.
 type TopicListReply struct {
 	Origin
 	Topics []TopicView `json:"topics"`
+	Coverage
 }
 
-func (s *Service) topicList(_ context.Context, data []byte) (any, error) {
-	if err := decode(data, &struct{}{}); err != nil {
+func (s *Service) topicList(ctx context.Context, data []byte) (any, error) {
+	var req TopicListRequest
+	if err := decode(data, &req); err != nil {
+		return nil, err
+	}
+	gather, bound, err := s.gathers(ctx, Scope(req))
+	if err != nil {
 		return nil, err
 	}
 	out := TopicListReply{Origin: s.origin(), Topics: []TopicView{}}
 	for _, tc := range s.b.Topics() {
 		out.Topics = append(out.Topics, topicView(tc))
 	}
+	if !gather {
+		return out, nil
+	}
+	answers, cov := gatherFrom[TopicListReply](s, "topic.list", data, bound)
+	self := answer[TopicListReply]{node: s.cfg.Node, broker: s.b.Status().BrokerName, reply: out}
+	out.Topics, out.Coverage = mergeTopics(append([]answer[TopicListReply]{self}, answers...)), cov
 	return out, nil
+}
+
+// mergeTopics is the union of the nodes' topic lists, by name, each topic with the queues
+// of every broker that has it. The first answer's view of a topic (this node's) is its
+// configuration; the brokers are in name order.
+func mergeTopics(answers []answer[TopicListReply]) []TopicView {
+	byName := map[string]*TopicView{}
+	var names []string
+	for _, a := range answers {
+		for _, tv := range a.reply.Topics {
+			v, ok := byName[tv.Topic]
+			if !ok {
+				base := tv
+				base.Brokers = nil
+				v = &base
+				byName[tv.Topic] = v
+				names = append(names, tv.Topic)
+			}
+			v.Brokers = append(v.Brokers, TopicBrokerView{Broker: a.broker, Node: a.node, ReadQueues: tv.ReadQueues, WriteQueues: tv.WriteQueues, Perm: tv.Perm})
+		}
+	}
+	slices.Sort(names)
+	out := make([]TopicView, 0, len(names))
+	for _, name := range names {
+		v := byName[name]
+		slices.SortFunc(v.Brokers, func(x, y TopicBrokerView) int { return cmp.Compare(x.Broker, y.Broker) })
+		out = append(out, *v)
+	}
+	return out
 }
 
 // QueueView is one queue's stored offsets.

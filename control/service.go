@@ -283,6 +283,11 @@ func StartService(ctx context.Context, nc *nats.Conn, b *broker.Broker, cfg Serv
 			return nil, fmt.Errorf("start control service: endpoint %s: %w", c.name(), err)
 		}
 	}
+	if err := s.addNodeEndpoints(cmds, disabled); err != nil {
+		s.svc.Stop()
+		s.cancel()
+		return nil, fmt.Errorf("start control service: %w", err)
+	}
 	// The subscriptions are sent to the server asynchronously; flushing makes them active
 	// before StartService returns, so a request sent right after it finds its responder.
 	fctx, fcancel := context.WithTimeout(ctx, cfg.RequestTimeout)

@@ -116,13 +116,15 @@ func (o *clientOpts) connect() (*nats.Conn, error) {
 	return nc, nil
 }
 
-// call runs a command and prints either the raw JSON (--json) or what show prints.
+// call runs a command and prints either the raw JSON (--json) or what show prints; the
+// nodes a gathered reply lacks are named on standard error.
 func call[T any](cmd *cobra.Command, o *clientOpts, command string, req any, show func(w io.Writer, r *T)) error {
 	var reply T
 	raw, err := o.request(cmd.Context(), command, req, &reply)
 	if err != nil {
 		return err
 	}
+	defer warnMissing(cmd.ErrOrStderr(), raw)
 	w := cmd.OutOrStdout()
 	if o.json {
 		_, err := fmt.Fprintln(w, string(raw))
@@ -134,7 +136,7 @@ func call[T any](cmd *cobra.Command, o *clientOpts, command string, req any, sho
 }
 
 func clientCommands() []*cobra.Command {
-	return []*cobra.Command{topicCommand(), groupCommand(), messageCommand(), clusterCommand(), pluginCommand(), pipelineCommand(), eventsCommand()}
+	return []*cobra.Command{topicCommand(), groupCommand(), messageCommand(), brokerCommand(), clusterCommand(), pluginCommand(), pipelineCommand(), eventsCommand()}
 }
 
 func printTopics(w io.Writer, ts ...control.TopicView) {
@@ -169,12 +171,14 @@ func topicCommand() *cobra.Command {
 	create.Flags().IntVar(&writeQ, "write-queues", 0, "write queue count (default: --queues)")
 	create.Flags().StringVar(&perm, "perm", "rw", "rw, r, w or none")
 	create.Flags().BoolVar(&order, "order", false, "ordered topic")
+	var listScope scopeOpts
 	list := &cobra.Command{
-		Use: "list", Short: "List the topics", Args: cobra.NoArgs,
+		Use: "list", Short: "List the topics (in a cluster: every node's, with their brokers)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(cmd, o, "topic.list", nil, func(w io.Writer, r *control.TopicListReply) { printTopics(w, r.Topics...) })
+			return call(cmd, o, "topic.list", listScope.request(nil), printTopicList)
 		},
 	}
+	listScope.addFlags(list)
 	describe := &cobra.Command{
 		Use: "describe TOPIC", Short: "Show a topic's queues and message counts", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -207,41 +211,22 @@ func groupCommand() *cobra.Command {
 	o := &clientOpts{}
 	cmd := &cobra.Command{Use: "group", Short: "List, describe and reset consumer groups of a running daemon"}
 	o.addFlags(cmd)
+	var listScope scopeOpts
 	list := &cobra.Command{
-		Use: "list", Short: "List the groups with their lag", Args: cobra.NoArgs,
+		Use: "list", Short: "List the groups with their lag (in a cluster: over every broker)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(cmd, o, "group.list", nil, func(w io.Writer, r *control.GroupListReply) {
-				fmt.Fprintln(w, "GROUP\tCONFIGURED\tMEMBERS\tLAG\tTOPICS")
-				for _, g := range r.Groups {
-					fmt.Fprintf(w, "%s\t%t\t%d\t%d\t%s\n", g.Group, g.Configured, g.Members, g.Lag, strings.Join(g.Topics, ","))
-				}
-			})
+			return call(cmd, o, "group.list", listScope.request(nil), printGroupList)
 		},
 	}
+	listScope.addFlags(list)
+	var describeScope scopeOpts
 	describe := &cobra.Command{
-		Use: "describe GROUP", Short: "Show a group's members and its lag per queue", Args: cobra.ExactArgs(1),
+		Use: "describe GROUP", Short: "Show a group's members and its lag per queue (in a cluster: of every broker)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return call(cmd, o, "group.describe", control.GroupRef{Group: args[0]}, func(w io.Writer, r *control.GroupDescribeReply) {
-				fmt.Fprintf(w, "group\t%s\nconfigured\t%t\nlag\t%d\n", r.Group, r.Configured, r.Lag)
-				if len(r.Members) > 0 {
-					fmt.Fprintln(w, "\nMEMBER\tADDRESS\tLAST HEARTBEAT")
-					for _, m := range r.Members {
-						fmt.Fprintf(w, "%s\t%s\t%s\n", m.ClientID, m.RemoteAddr, m.LastHeartbeat.Format(time.RFC3339))
-					}
-				}
-				fmt.Fprintln(w, "\nTOPIC\tQUEUE\tCOMMITTED\tMAX OFFSET\tLAG\tOWNER")
-				for _, t := range r.Topics {
-					for _, q := range t.Queues {
-						committed := "-"
-						if q.Committed != nil {
-							committed = strconv.FormatInt(*q.Committed, 10)
-						}
-						fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%s\n", t.Topic, q.Queue, committed, q.MaxOffset, q.Lag, q.Owner)
-					}
-				}
-			})
+			return call(cmd, o, "group.describe", describeScope.request(map[string]any{"group": args[0]}), printGroup)
 		},
 	}
+	describeScope.addFlags(describe)
 	var to, ts string
 	reset := &cobra.Command{
 		Use: "reset GROUP TOPIC", Short: "Move a group's offsets of a topic (--to earliest|latest or --timestamp)", Args: cobra.ExactArgs(2),

@@ -16,19 +16,24 @@ func clusterCommand() *cobra.Command {
 	o := &clientOpts{}
 	cmd := &cobra.Command{Use: "cluster", Short: "Show the cluster of a running daemon: its live brokers and NATS servers"}
 	o.addFlags(cmd)
+	var scope scopeOpts
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "List the live brokers and the NATS cluster, as the answering node sees them",
 		Long: `List the live brokers of the cluster's registry (name, node, addresses, version, load,
 last heartbeat) and the NATS cluster (routes, JetStream meta leader and peers), as the node
-that answers sees them. A single node lists itself alone, "clustered: false".`,
+that answers sees them, then each node's own view (whether it joined, the brokers its
+registry copy lists, its NATS routes and meta leader): nodes that disagree show there, and a
+node that did not answer is named in a warning. A single node lists itself alone,
+"clustered: false".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return call(cmd, o, "cluster.status", nil, func(w io.Writer, r *control.ClusterStatusReply) {
+			return call(cmd, o, "cluster.status", scope.request(nil), func(w io.Writer, r *control.ClusterStatusReply) {
 				printClusterStatus(w, r, time.Now())
 			})
 		},
 	}
+	scope.addFlags(status)
 	cmd.AddCommand(status)
 	return cmd
 }
@@ -48,6 +53,7 @@ func printClusterStatus(w io.Writer, r *control.ClusterStatusReply, now time.Tim
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", name, b.Node, b.Addr, orDash(b.Namesrv), orDash(b.Version),
 			b.Started.Format(time.RFC3339), hb, b.Load.Topics, b.Load.Clients, b.Load.WaitingPulls)
 	}
+	defer printClusterNodes(w, r.Nodes)
 	n := r.NATS
 	if n == nil {
 		return

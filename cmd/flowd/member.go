@@ -44,6 +44,13 @@ func (p *peers) Brokers() []protocol.BrokerData {
 	return nil
 }
 
+func (p *peers) Topics() []string {
+	if m := p.m.Load(); m != nil {
+		return m.Topics()
+	}
+	return nil
+}
+
 var _ control.ClusterInfo = (*peers)(nil)
 
 // ClusterMembership is what cluster.status reports of the member: its registry copy, or

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/config"
+	"github.com/flowd-io/flowd/control"
 )
 
 // The buckets of a cluster joined by routes get one replica per server the routes name, up
@@ -31,4 +32,16 @@ func TestRoutedReplicas(t *testing.T) {
 			require.Equal(t, tc.want, routedReplicas(c))
 		})
 	}
+}
+
+// Before the member exists the broker's peers are nobody: no routes, brokers or topics
+// beyond its own, and cluster.status reads an empty registry.
+func TestPeersBeforeTheMember(t *testing.T) {
+	var p peers
+	qs, bds := p.TopicRoute("orders")
+	require.Nil(t, qs)
+	require.Nil(t, bds)
+	require.Nil(t, p.Brokers())
+	require.Nil(t, p.Topics())
+	require.Equal(t, control.ClusterMembership{}, p.ClusterMembership())
 }
