@@ -48,9 +48,9 @@ type PluginOptions struct {
 	// min(3, the servers of the NATS cluster the connection knows of).
 	Replicas int
 
-	// SyncTimeout bounds how long Start waits for the catch-up (the buckets read, every
-	// version fetched, the active versions compiled and swapped in); past it the catch-up
-	// goes on in the background. Default 60 s.
+	// SyncTimeout bounds how long Start waits to reach JetStream and catch up (the buckets
+	// read, every version fetched, the active versions compiled and swapped in); past it
+	// the catch-up goes on in the background. Default 15 s.
 	SyncTimeout time.Duration
 
 	// RetryInterval is how often a node that could not reach JetStream at Start tries
@@ -71,7 +71,7 @@ type PluginOptions struct {
 const (
 	defaultModulesBucket  = "flowd_plugin_modules"
 	defaultVersionsBucket = "flowd_plugin_versions"
-	defaultSyncTimeout    = time.Minute
+	defaultSyncTimeout    = 15 * time.Second
 	// maxModule bounds a module fetched from the modules bucket, as plugin.deploy bounds
 	// one it reads from its upload bucket.
 	maxModule = 256 << 20

@@ -17,32 +17,45 @@ import (
 // Start connects the store to the cluster through nc and makes reg, the registry running
 // on it, follow the cluster's plugins. It returns once the catch-up is done: the buckets
 // read, the versions this node lacks fetched and checked, the local versions the cluster
-// lacks published, and the cluster's active versions swapped in; or after
-// PluginOptions.SyncTimeout, the catch-up going on in the background. When JetStream cannot
-// be reached it logs, returns nil and tries again every PluginOptions.RetryInterval: the
-// registry serves the local copy meanwhile, and plugin changes are refused.
+// lacks published, and the cluster's active versions swapped in. It waits at most
+// PluginOptions.SyncTimeout, trying JetStream again every PluginOptions.RetryInterval
+// meanwhile (a node whose NATS server is still joining the cluster reaches it within
+// seconds); past it, it logs and returns nil, and the catch-up goes on in the background:
+// the registry serves the local copy meanwhile, and plugin changes are refused until
+// JetStream answers.
 func (s *PluginStore) Start(ctx context.Context, nc *nats.Conn, reg *plugins.Registry) error {
 	if s.reg != nil {
 		return errors.New("cluster plugins: Start called twice")
 	}
 	s.reg, s.nc = reg, nc
-	if err := s.connect(ctx); err != nil {
+	dctx, cancel := context.WithTimeout(ctx, s.opts.SyncTimeout)
+	defer cancel()
+	for {
+		err := s.connect(dctx)
+		if err == nil {
+			break
+		}
 		if ctx.Err() != nil {
 			return err
 		}
-		s.log.Warn("cluster plugins not reachable: serving the local copy and retrying", "retry", s.opts.RetryInterval, "err", err)
-		s.wg.Add(1)
-		go s.retry()
-		return nil
+		if dl, _ := dctx.Deadline(); time.Until(dl) < s.opts.RetryInterval {
+			s.log.Warn("cluster plugins not reachable: serving the local copy and retrying", "retry", s.opts.RetryInterval, "err", err)
+			s.wg.Add(1)
+			go s.retry()
+			return nil
+		}
+		select {
+		case <-dctx.Done():
+		case <-time.After(s.opts.RetryInterval):
+		}
 	}
-	t := time.NewTimer(s.opts.SyncTimeout)
-	defer t.Stop()
 	select {
 	case <-s.ready:
-	case <-t.C:
+	case <-dctx.Done():
+		if ctx.Err() != nil {
+			return fmt.Errorf("cluster plugins: catching up: %w", ctx.Err())
+		}
 		s.log.Warn("cluster plugins: still catching up; serving meanwhile", "waited", s.opts.SyncTimeout)
-	case <-ctx.Done():
-		return fmt.Errorf("cluster plugins: catching up: %w", ctx.Err())
 	}
 	return nil
 }

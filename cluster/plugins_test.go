@@ -48,7 +48,7 @@ type pluginNode struct {
 
 // openPluginNode builds the node's registry on its local copy, as at a daemon's start,
 // without reaching the cluster yet.
-func openPluginNode(t *testing.T, name, dir string) *pluginNode {
+func openPluginNode(t *testing.T, name, dir string, mods ...func(*cluster.PluginOptions)) *pluginNode {
 	t.Helper()
 	ctx := context.Background()
 	n := &pluginNode{name: name, dir: dir, ev: make(chan cluster.PluginEvent, 64)}
@@ -57,7 +57,7 @@ func openPluginNode(t *testing.T, name, dir string) *pluginNode {
 	require.NoError(t, err)
 	cache, err := plugins.NewDirStore(filepath.Join(dir, "plugins"))
 	require.NoError(t, err)
-	n.store, err = cluster.NewPluginStore(cache, cluster.PluginOptions{
+	opts := cluster.PluginOptions{
 		Node: name, Logger: quiet, RetryInterval: 100 * time.Millisecond,
 		OnEvent: func(e cluster.PluginEvent) {
 			select {
@@ -65,7 +65,11 @@ func openPluginNode(t *testing.T, name, dir string) *pluginNode {
 			default:
 			}
 		},
-	})
+	}
+	for _, mod := range mods {
+		mod(&opts)
+	}
+	n.store, err = cluster.NewPluginStore(cache, opts)
 	require.NoError(t, err)
 	n.reg, err = plugins.NewRegistry(ctx, n.rt, n.store, quiet)
 	require.NoError(t, err)
@@ -320,4 +324,30 @@ func TestPluginLocalVersionsArePublishedAtJoin(t *testing.T) {
 	b := startPluginNode(t, s, "node-b")
 	require.Equal(t, "1.0.0", b.reg.ActiveVersion("solo"))
 	assert.Equal(t, []string{"us"}, b.keeps(t, "solo"))
+}
+
+// Without JetStream, Start gives up after SyncTimeout: the node serves its local copy, is
+// not caught up, and refuses plugin changes, which are the cluster's.
+func TestPluginStoreWithoutJetStreamServesTheLocalCopy(t *testing.T) {
+	s := startNATS(t, true)
+	ctx := context.Background()
+	dir := t.TempDir()
+	alone, err := plugins.NewDirStore(filepath.Join(dir, "plugins"))
+	require.NoError(t, err)
+	m, wasm := propFilter(t, "solo", "1.0.0", "us")
+	require.NoError(t, alone.Put(ctx, m, wasm))
+	require.NoError(t, alone.SetActive(ctx, "solo", "1.0.0"))
+
+	n := openPluginNode(t, "node-a", dir, func(o *cluster.PluginOptions) {
+		o.SyncTimeout, o.RequestTimeout = 300*time.Millisecond, 100*time.Millisecond
+	})
+	n.start(t, s)
+	assert.False(t, n.store.Synced())
+	assert.Equal(t, []string{"us"}, n.keeps(t, "solo"), "the local copy serves")
+	list, err := n.reg.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	m2, _ := propFilter(t, "solo", "2.0.0", "eu")
+	require.ErrorIs(t, n.reg.Deploy(ctx, m2, wasm), cluster.ErrPluginsNotJoined)
+	require.ErrorIs(t, n.reg.Remove(ctx, "solo", "1.0.0"), plugins.ErrActive)
 }
