@@ -44,11 +44,11 @@ type pluginHost struct {
 
 // openPlugins opens <data-dir>/plugins with a runtime caching compiled code in
 // <data-dir>/wasm-cache, and builds the filter registry: TAG, SQL92 and WASM. onCall, when
-// not nil, is told of every call into a plugin (metrics). With node set (the broker's name
-// in a cluster) the registry runs on the cluster's plugin store, <data-dir>/plugins its
-// local copy, which it loads now: the node serves its plugins before JetStream answers,
-// and follows the cluster once joinPlugins has run.
-func openPlugins(ctx context.Context, dataDir, node string, onCall func(string, time.Duration, error), log *slog.Logger) (*pluginHost, error) {
+// not nil, is told of every call into a plugin (metrics). With cs set (in a cluster) the
+// registry runs on the cluster's plugin store, <data-dir>/plugins its local copy, which it
+// loads now: the node serves its plugins before JetStream answers, and follows the cluster
+// once joinPlugins has run.
+func openPlugins(ctx context.Context, dataDir string, cs *cluster.PluginOptions, onCall func(string, time.Duration, error), log *slog.Logger) (*pluginHost, error) {
 	rt, err := runtime.New(ctx, runtime.Options{CacheDir: filepath.Join(dataDir, "wasm-cache"), Logger: log.With("component", "wasm"), OnCall: onCall})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
@@ -59,8 +59,10 @@ func openPlugins(ctx context.Context, dataDir, node string, onCall func(string, 
 	}
 	h := &pluginHost{rt: rt, log: log}
 	var st plugins.Store = dir
-	if node != "" {
-		h.cs, err = cluster.NewPluginStore(dir, cluster.PluginOptions{Node: node, Logger: log.With("component", "plugins"), OnEvent: h.clusterEvent})
+	if cs != nil {
+		o := *cs
+		o.Logger, o.OnEvent = log.With("component", "plugins"), h.clusterEvent
+		h.cs, err = cluster.NewPluginStore(dir, o)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("serve: %w", err), rt.Close(ctx))
 		}

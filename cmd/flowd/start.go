@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/cluster"
 	"github.com/flowd-io/flowd/config"
 	"github.com/flowd-io/flowd/metrics"
 	"github.com/flowd-io/flowd/pipeline"
@@ -81,11 +82,11 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 	cfg.Store.OnFlush = m.StoreFlush
 	d := &built{}
 	var err error
-	node := "" // in a cluster, the registry runs on the cluster's plugin store
+	var cs *cluster.PluginOptions // in a cluster, the registry runs on the cluster's plugin store
 	if clustered(c) {
-		node = cfg.BrokerName
+		cs = &cluster.PluginOptions{Node: cfg.BrokerName, Replicas: routedReplicas(c)}
 	}
-	if d.ph, err = openPlugins(ctx, cfg.DataDir, node, m.PluginCall, log); err != nil {
+	if d.ph, err = openPlugins(ctx, cfg.DataDir, cs, m.PluginCall, log); err != nil {
 		return nil, err
 	}
 	cl.push("plugins", d.ph.close)
