@@ -255,6 +255,7 @@ func (s *PluginStore) follow(ctx context.Context, name, version string, again bo
 		s.refused(ctx, name, version, "", err)
 		return false
 	}
+	s.recordLocal(ctx, name, version)
 	if !swapped {
 		return false // this node's own activation: SetActive reported it
 	}
@@ -266,6 +267,21 @@ func (s *PluginStore) follow(ctx context.Context, name, version string, again bo
 	s.report(ctx, name, PluginReport{Active: version})
 	s.event(PluginEvent{Type: PluginActivated, Name: name, Version: version, Kind: kind})
 	return true
+}
+
+// recordLocal records version as name's active one in the local copy, which the registry
+// loads at the node's next start, before JetStream answers.
+func (s *PluginStore) recordLocal(ctx context.Context, name, version string) {
+	local, err := s.cache.Active(ctx)
+	if err == nil && local[name] == version {
+		return
+	}
+	if err == nil {
+		err = s.cache.SetActive(ctx, name, version)
+	}
+	if err != nil {
+		s.log.Error("cluster plugins: record the active version in the local copy", "plugin", name, "version", version, "err", err)
+	}
 }
 
 // refused logs, reports and tells of a version this node could not take.
@@ -321,9 +337,6 @@ func (s *PluginStore) catchUp(ctx context.Context) {
 		s.ensureCached(ctx, v)
 	}
 	for name, version := range active {
-		if err := s.cache.SetActive(ctx, name, version); err != nil {
-			s.log.Error("cluster plugins: record the cluster's active version locally", "plugin", name, "version", version, "err", err)
-		}
 		if !s.follow(ctx, name, version, false) && s.reg.ActiveVersion(name) == version {
 			s.report(ctx, name, PluginReport{Active: version})
 		}

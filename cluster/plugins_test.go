@@ -173,6 +173,11 @@ func TestPluginDeployedOnOneNodeActivatesOnAnother(t *testing.T) {
 	}
 	_, err := os.Stat(filepath.Join(b.dir, "plugins", "region", "1.0.0", "module.wasm"))
 	require.NoError(t, err, "B keeps a local copy")
+	bCopy, err := plugins.NewDirStore(filepath.Join(b.dir, "plugins"))
+	require.NoError(t, err)
+	localActive, err := bCopy.Active(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"region": "1.0.0"}, localActive, "B's local copy records the version it follows, for its next start")
 
 	// The other way: B deploys and activates v2, A follows.
 	v2, _ := propFilter(t, "region", "2.0.0", "us")
