@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -74,7 +75,8 @@ func consumeWasm(t *testing.T, namesrv, topic, name string, count string) []stri
 // A Wasm filter deployed once, on node A of three `flowd serve` nodes, is fetched and
 // activated by every node: pulls through B and C, which read the queues of all three
 // brokers, get exactly the messages it keeps. A version activated on C reaches every node
-// alike, and a crash and restart of all three nodes keeps it active.
+// alike; a node joining later runs it from its first pull; and a crash and restart of all
+// three nodes keeps it active.
 func TestClusterPluginDeployedOnceFiltersEveryNode(t *testing.T) {
 	nodes := startCluster(t, "broker-1", "broker-2", "broker-3")
 	a, b, c := nodes[0], nodes[1], nodes[2]
@@ -125,6 +127,16 @@ func TestClusterPluginDeployedOnceFiltersEveryNode(t *testing.T) {
 	}
 	assert.ElementsMatch(t, bodies("us", 6), consumeWasm(t, a.namesrv, topic, "region", "6"), "through A, after C's activation")
 
+	// A fourth node joins later, routed to the three: it has the plugin's active version
+	// compiled before its broker serves, and its pulls run it.
+	late := lateNode(t, a, "broker-4")
+	logs := late.logs.String()
+	caught, serving := strings.Index(logs, "cluster plugins: activated the cluster's version"), strings.Index(logs, `msg="flowd serving"`)
+	require.True(t, caught >= 0 && caught < serving, "broker-4 caught up before it served:\n%s", logs)
+	routed(t, late.namesrv, topic, wait, append(all, "broker-4")...)
+	assert.ElementsMatch(t, bodies("us", 6), consumeWasm(t, late.namesrv, topic, "region", "6"), "through the late node, whose broker runs the filter too")
+	late.kill()
+
 	// All three crash (SIGKILL: a clean stop of the last node waits on a JetStream that lost
 	// its quorum) and start again, together: the plugin and its active version stay.
 	for _, n := range nodes {
@@ -144,4 +156,18 @@ func TestClusterPluginDeployedOnceFiltersEveryNode(t *testing.T) {
 	require.NoError(t, c.ctlJSON(&list, "plugin", "list", "region"))
 	require.Len(t, list.Plugins, 2, "both versions kept")
 	assert.ElementsMatch(t, bodies("us", 6), consumeWasm(t, b.namesrv, topic, "region", "6"), "through B, after the restart")
+}
+
+// lateNode starts a node named name whose embedded NATS server routes to the cluster of
+// peer (and to itself), and waits until it serves.
+func lateNode(t *testing.T, peer *node, name string) *daemon {
+	t.Helper()
+	i := slices.Index(peer.args, "--nats-routes")
+	require.GreaterOrEqual(t, i, 0)
+	p := freePorts(t, 1)[0]
+	d := launch(t, name, t.TempDir(), "", "--broker-name", name,
+		"--nats-cluster-listen", fmt.Sprintf("127.0.0.1:%d", p),
+		"--nats-routes", peer.args[i+1]+fmt.Sprintf(",nats-route://127.0.0.1:%d", p))
+	d.awaitServing()
+	return d
 }
