@@ -98,10 +98,10 @@ func (h *pluginHost) joinPlugins(ctx context.Context, nc *nats.Conn, cl *closers
 	if h.cs == nil {
 		return nil
 	}
+	cl.push("cluster plugins", h.cs.Close) // first: a start cut short stops its watch too
 	if err := h.cs.Start(ctx, nc, h.reg); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	cl.push("cluster plugins", h.cs.Close)
 	return nil
 }
 
