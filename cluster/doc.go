@@ -14,5 +14,11 @@
 //     created, updated and deleted on every broker alike.
 //
 // The buckets are watched into memory, so the name service (the Member is the broker's
-// Config.Peers) answers routes without waiting on NATS. docs/cluster.md has the rules.
+// Config.Peers) answers routes without waiting on NATS.
+//
+// A PluginStore shares the Wasm plugins: a plugins.Store whose modules are in a JetStream
+// object store and whose versions, active versions and per-node reports are in a KV bucket.
+// Each node's plugins.Registry runs on it with a local plugins.DirStore as its copy, and
+// follows every deploy, activation and removal made on any node. docs/cluster.md has the
+// rules.
 package cluster

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -43,7 +44,58 @@ type PluginEvent struct {
 // PluginView is one deployed version in plugin.list.
 type PluginView struct {
 	Manifest *plugins.Manifest `json:"manifest"`
-	Active   bool              `json:"active"`
+	// Active is true when the version is active on the answering node.
+	Active bool `json:"active"`
+	// Nodes, in a cluster, is each node's report on this version (sorted by node): the
+	// nodes it is active on, and those that refused it. Absent on a node alone.
+	Nodes []PluginNode `json:"nodes,omitempty"`
+}
+
+// PluginNode is one node's report on a plugin version.
+type PluginNode struct {
+	Node   string `json:"node"`
+	Active bool   `json:"active"`
+	// Error is why the node refused the version (its module failed the manifest's sha256,
+	// could not be fetched, or failed to load); the node keeps its previous version active.
+	Error string    `json:"error,omitempty"`
+	Time  time.Time `json:"time"`
+}
+
+// PluginReport is one node's report on a plugin, as a cluster keeps it: the version active
+// on the node, and the version it last refused, with why.
+type PluginReport struct {
+	Node           string
+	Active, Failed string
+	Error          string
+	Time           time.Time
+}
+
+// PluginReports is an optional interface of ServiceConfig.Membership: in a cluster whose
+// nodes share their plugins, every node's report on a plugin, which the plugin commands
+// show per version (PluginView.Nodes). The daemon implements it over the cluster's plugin
+// store.
+type PluginReports interface {
+	PluginReports(name string) []PluginReport
+}
+
+// withNodes adds the nodes' reports on v's version to v, when the node is in a cluster.
+func (s *Service) withNodes(v PluginView) PluginView {
+	pr, ok := s.cfg.Membership.(PluginReports)
+	if !ok || v.Manifest == nil {
+		return v
+	}
+	for _, r := range pr.PluginReports(v.Manifest.Name) {
+		active, failed := r.Active == v.Manifest.Version, r.Failed == v.Manifest.Version
+		if !active && !failed {
+			continue
+		}
+		n := PluginNode{Node: r.Node, Active: active, Time: r.Time}
+		if failed {
+			n.Error = r.Error
+		}
+		v.Nodes = append(v.Nodes, n)
+	}
+	return v
 }
 
 // PluginBucket is the JetStream object store bucket plugin.deploy reads a module from when
@@ -124,7 +176,7 @@ func (s *Service) pluginDeploy(ctx context.Context, data []byte) (any, error) {
 		}
 		s.pluginEvent(PluginEvent{Type: EventPluginActivated, Name: m.Name, Version: m.Version, Kind: string(m.Kind)})
 	}
-	return PluginReply{Origin: s.origin(), Plugin: PluginView{Manifest: m, Active: s.cfg.Plugins.ActiveVersion(m.Name) == m.Version}}, nil
+	return PluginReply{Origin: s.origin(), Plugin: s.withNodes(PluginView{Manifest: m, Active: s.cfg.Plugins.ActiveVersion(m.Name) == m.Version})}, nil
 }
 
 // pluginModule returns the module of a deploy request and the field it came from.
@@ -183,7 +235,7 @@ func (s *Service) pluginActivate(ctx context.Context, data []byte) (any, error) 
 		kind = string(m.Kind)
 	}
 	s.pluginEvent(PluginEvent{Type: EventPluginActivated, Name: req.Name, Version: req.Version, Kind: kind})
-	return PluginReply{Origin: s.origin(), Plugin: PluginView{Manifest: m, Active: true}}, nil
+	return PluginReply{Origin: s.origin(), Plugin: s.withNodes(PluginView{Manifest: m, Active: true})}, nil
 }
 
 func (s *Service) pluginRemove(ctx context.Context, data []byte) (any, error) {
@@ -214,7 +266,7 @@ func (s *Service) pluginList(ctx context.Context, data []byte) (any, error) {
 	out := PluginListReply{Origin: s.origin(), Plugins: []PluginView{}}
 	for _, in := range all {
 		if req.Name == "" || in.Manifest.Name == req.Name {
-			out.Plugins = append(out.Plugins, PluginView{Manifest: in.Manifest, Active: in.Active})
+			out.Plugins = append(out.Plugins, s.withNodes(PluginView{Manifest: in.Manifest, Active: in.Active}))
 		}
 	}
 	return out, nil

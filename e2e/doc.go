@@ -5,7 +5,8 @@
 // cover what in-process tests cannot: signals (SIGHUP reload, SIGTERM drain, SIGKILL),
 // restarts on the same data directory, several daemons sharing a pipeline's consumer group,
 // three nodes forming one cluster (shared topics and routes, a killed node leaving them, a
-// node with a broker name already in the cluster refused), plugins that never return (the
+// node with a broker name already in the cluster refused, a Wasm filter deployed once and
+// run by every node), plugins that never return (the
 // daemon must keep serving and stop on SIGTERM), and the exit status and messages of the
 // command line.
 //

@@ -203,6 +203,27 @@ func (r *Registry) Activate(ctx context.Context, name, version string) error {
 	return r.activate(ctx, name, version, true)
 }
 
+// Follow makes version the active version of name as Activate does, without recording it
+// in the store: for a store that other processes change (a cluster's, where another node
+// activated the version and the store records it already). With again false a version
+// that is active already is left as it is (the echo of this process's own activation);
+// with again true it is loaded afresh, as a repeated Activate would, which restarts a
+// version its fault policy stopped. It reports whether it swapped a version in.
+func (r *Registry) Follow(ctx context.Context, name, version string, again bool) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false, fmt.Errorf("activate plugin %s@%s: registry: %w", name, version, runtime.ErrClosed)
+	}
+	if !again && r.ActiveVersion(name) == version {
+		return false, nil
+	}
+	if err := r.activate(ctx, name, version, false); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 func (r *Registry) activate(ctx context.Context, name, version string, record bool) error {
 	m, wasm, err := r.store.Get(ctx, name, version)
 	if err != nil {

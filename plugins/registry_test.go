@@ -243,3 +243,53 @@ func TestListDoesNotWaitForADeploy(t *testing.T) {
 	close(store.release)
 	require.NoError(t, <-deployed)
 }
+
+// A registry whose store was changed by another process follows it: Follow swaps in the
+// version the store records without writing the store, leaves an active version alone
+// unless told to load it again, and a restart loads what the store records.
+func TestRegistryFollowsAnActivationRecordedElsewhere(t *testing.T) {
+	wasm := goGuest(t, jsonFilterPkg)
+	ctx := context.Background()
+	store, err := NewDirStore(t.TempDir())
+	require.NoError(t, err)
+	reg, err := NewRegistry(ctx, newRuntime(t), store, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = reg.Close(ctx) })
+
+	// Another process stored and activated v1: the store says so, this registry does not.
+	v1 := jsonFilterManifest(wasm, "1.0.0", "100")
+	require.NoError(t, store.Put(ctx, v1, wasm))
+	require.NoError(t, store.SetActive(ctx, "big-orders", "1.0.0"))
+	require.Equal(t, "", reg.ActiveVersion("big-orders"))
+
+	swapped, err := reg.Follow(ctx, "big-orders", "1.0.0", false)
+	require.NoError(t, err)
+	require.True(t, swapped)
+	require.Equal(t, "1.0.0", reg.ActiveVersion("big-orders"))
+	f, err := reg.Filter("big-orders")
+	require.NoError(t, err)
+	keep := []bool{false}
+	require.NoError(t, f.Match(ctx, []Message{order("150")}, keep))
+	require.True(t, keep[0])
+
+	swapped, err = reg.Follow(ctx, "big-orders", "1.0.0", false)
+	require.NoError(t, err)
+	require.False(t, swapped, "the active version is left as it is")
+	swapped, err = reg.Follow(ctx, "big-orders", "1.0.0", true)
+	require.NoError(t, err)
+	require.True(t, swapped, "again: loaded afresh")
+
+	// Following writes nothing: a store that records no activation stays so.
+	require.NoError(t, store.SetActive(ctx, "big-orders", ""))
+	v2 := jsonFilterManifest(wasm, "2.0.0", "200")
+	require.NoError(t, store.Put(ctx, v2, wasm))
+	_, err = reg.Follow(ctx, "big-orders", "2.0.0", false)
+	require.NoError(t, err)
+	active, err := store.Active(ctx)
+	require.NoError(t, err)
+	require.Empty(t, active, "Follow does not record the activation")
+
+	_, err = reg.Follow(ctx, "big-orders", "9.9.9", false)
+	require.ErrorIs(t, err, ErrNotFound)
+	require.Equal(t, "2.0.0", reg.ActiveVersion("big-orders"), "a version that fails to load leaves the active one")
+}

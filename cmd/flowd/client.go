@@ -299,13 +299,42 @@ func messageCommand() *cobra.Command {
 }
 
 func printPlugins(w io.Writer, ps ...control.PluginView) {
-	fmt.Fprintln(w, "NAME\tVERSION\tKIND\tACTIVE")
+	nodes := slices.ContainsFunc(ps, func(p control.PluginView) bool { return len(p.Nodes) > 0 })
+	if !nodes {
+		fmt.Fprintln(w, "NAME\tVERSION\tKIND\tACTIVE")
+	} else {
+		fmt.Fprintln(w, "NAME\tVERSION\tKIND\tACTIVE\tNODES")
+	}
 	for _, p := range ps {
 		if p.Manifest == nil {
 			continue
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%t\n", p.Manifest.Name, p.Manifest.Version, p.Manifest.Kind, p.Active)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%t", p.Manifest.Name, p.Manifest.Version, p.Manifest.Kind, p.Active)
+		if nodes {
+			fmt.Fprintf(w, "\t%s", pluginNodes(p.Nodes))
+		}
+		fmt.Fprintln(w)
 	}
+}
+
+// pluginNodes is a version's per-node column in a cluster: node=active, or node=refused
+// (the reason is in the --json reply), comma-separated; "-" when no node reports it.
+func pluginNodes(ns []control.PluginNode) string {
+	if len(ns) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		state := "active"
+		switch {
+		case n.Error != "":
+			state = "refused"
+		case !n.Active:
+			state = "inactive"
+		}
+		parts[i] = n.Node + "=" + state
+	}
+	return strings.Join(parts, ",")
 }
 
 func pluginCommand() *cobra.Command {

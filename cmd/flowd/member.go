@@ -25,7 +25,8 @@ func clustered(c config.Config) bool {
 // the control plane's NATS connection, which the member needs, so the name service asks
 // through this and finds nobody else until the member is set.
 type peers struct {
-	m atomic.Pointer[cluster.Member]
+	m       atomic.Pointer[cluster.Member]
+	plugins *cluster.PluginStore // the cluster's plugin store, for the per-node reports
 }
 
 var _ broker.Peers = (*peers)(nil)
@@ -68,6 +69,20 @@ func (p *peers) ClusterMembership() control.ClusterMembership {
 			Version: bi.Version, Started: bi.Started.UTC(), Heartbeat: &hb,
 			Load: control.ClusterLoad{Topics: bi.Load.Topics, Clients: bi.Load.Clients, Members: bi.Load.Members, WaitingPulls: bi.Load.WaitingPulls},
 		})
+	}
+	return out
+}
+
+var _ control.PluginReports = (*peers)(nil)
+
+// PluginReports is every node's report on a plugin, for the plugin commands' per-node view.
+func (p *peers) PluginReports(name string) []control.PluginReport {
+	if p.plugins == nil {
+		return nil
+	}
+	var out []control.PluginReport
+	for _, r := range p.plugins.Reports(name) {
+		out = append(out, control.PluginReport{Node: r.Node, Active: r.Active, Failed: r.Failed, Error: r.Error, Time: r.Time})
 	}
 	return out
 }

@@ -15,8 +15,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/flowd-io/flowd/broker/filter"
+	"github.com/flowd-io/flowd/cluster"
 	"github.com/flowd-io/flowd/control"
+	"github.com/flowd-io/flowd/metrics"
 	"github.com/flowd-io/flowd/plugins"
 	"github.com/flowd-io/flowd/plugins/wasmfilter"
 	"github.com/flowd-io/flowd/runtime"
@@ -30,6 +34,9 @@ type pluginHost struct {
 	reg     *plugins.Registry
 	filters *filter.Registry
 	log     *slog.Logger
+	// cs is the cluster's plugin store the registry runs on, in a cluster (nats.cluster.listen
+	// or nats.urls); nil on a node alone, whose registry runs on <data-dir>/plugins.
+	cs *cluster.PluginStore
 
 	mu   sync.Mutex
 	sink func(control.PluginEvent) // the event publisher, once NATS is up; nil until then
@@ -37,21 +44,34 @@ type pluginHost struct {
 
 // openPlugins opens <data-dir>/plugins with a runtime caching compiled code in
 // <data-dir>/wasm-cache, and builds the filter registry: TAG, SQL92 and WASM. onCall, when
-// not nil, is told of every call into a plugin (metrics).
-func openPlugins(ctx context.Context, dataDir string, onCall func(string, time.Duration, error), log *slog.Logger) (*pluginHost, error) {
+// not nil, is told of every call into a plugin (metrics). With cs set (in a cluster) the
+// registry runs on the cluster's plugin store, <data-dir>/plugins its local copy, which it
+// loads now: the node serves its plugins before JetStream answers, and follows the cluster
+// once joinPlugins has run.
+func openPlugins(ctx context.Context, dataDir string, cs *cluster.PluginOptions, onCall func(string, time.Duration, error), log *slog.Logger) (*pluginHost, error) {
 	rt, err := runtime.New(ctx, runtime.Options{CacheDir: filepath.Join(dataDir, "wasm-cache"), Logger: log.With("component", "wasm"), OnCall: onCall})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
-	st, err := plugins.NewDirStore(filepath.Join(dataDir, "plugins"))
+	dir, err := plugins.NewDirStore(filepath.Join(dataDir, "plugins"))
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("serve: %w", err), rt.Close(ctx))
 	}
-	reg, err := plugins.NewRegistry(ctx, rt, st, log.With("component", "plugins"))
-	if err != nil {
+	h := &pluginHost{rt: rt, log: log}
+	var st plugins.Store = dir
+	if cs != nil {
+		o := *cs
+		o.Logger, o.OnEvent = log.With("component", "plugins"), h.clusterEvent
+		h.cs, err = cluster.NewPluginStore(dir, o)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("serve: %w", err), rt.Close(ctx))
+		}
+		st = h.cs
+	}
+	if h.reg, err = plugins.NewRegistry(ctx, rt, st, log.With("component", "plugins")); err != nil {
 		return nil, errors.Join(fmt.Errorf("serve: %w", err), rt.Close(ctx))
 	}
-	h := &pluginHost{rt: rt, reg: reg, log: log}
+	reg := h.reg
 	h.filters = filter.NewRegistry(filter.DefaultCacheSize)
 	h.filters.Register(filter.TypeSQL92, filter.SQL92(filter.ParseSQL92))
 	h.filters.Register(filter.TypeWasm, wasmfilter.Compiler(reg, wasmfilter.Options{
@@ -62,6 +82,41 @@ func openPlugins(ctx context.Context, dataDir string, onCall func(string, time.D
 		},
 	}))
 	return h, nil
+}
+
+// clusterEvent publishes what this node did following the cluster's plugins (a version
+// activated here, or refused) as the node's plugin event.
+func (h *pluginHost) clusterEvent(e cluster.PluginEvent) {
+	h.emit(control.PluginEvent{Type: e.Type.String(), Name: e.Name, Version: e.Version, Kind: e.Kind, Reason: e.Reason})
+}
+
+// joinPlugins makes the registry follow the cluster's plugins through nc and pushes the
+// store's Close; it returns once the node caught up (bounded: cluster.PluginOptions
+// SyncTimeout), so that the broker, started after it, finds every plugin of the cluster a
+// subscription names. Nothing on a node alone.
+func (h *pluginHost) joinPlugins(ctx context.Context, nc *nats.Conn, cl *closers) error {
+	if h.cs == nil {
+		return nil
+	}
+	cl.push("cluster plugins", h.cs.Close) // first: a start cut short stops its watch too
+	if err := h.cs.Start(ctx, nc, h.reg); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// checks is the readiness of the plugins: in a cluster, not ready until the node caught
+// up with the cluster's plugins.
+func (h *pluginHost) checks() []metrics.Check {
+	if h.cs == nil {
+		return nil
+	}
+	return []metrics.Check{{Name: "cluster plugins", Fn: func(context.Context) error {
+		if !h.cs.Synced() {
+			return fmt.Errorf("catching up with the cluster's plugins: %w", metrics.ErrNotReady)
+		}
+		return nil
+	}}}
 }
 
 // setSink routes plugin events to fn (nil: drop them).

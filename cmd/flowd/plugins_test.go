@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -27,6 +28,7 @@ import (
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/control"
 	"github.com/flowd-io/flowd/internal/remoting"
+	"github.com/flowd-io/flowd/plugins"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
 )
@@ -422,4 +424,23 @@ func TestServeRestartKeepsTheActiveVersion(t *testing.T) {
 		"parameters": map[string]string{"property": "region", "value": "eu"}}, wasm)
 	require.Eventually(t, func() bool { return d.active("zz-last") == "1.0.0" }, wait, 20*time.Millisecond, "logs: %s", d.logs.String())
 	assert.Equal(t, "2.0.0", d.active("region"))
+}
+
+// In a cluster plugin list prints each version's per-node reports; alone, no NODES column.
+func TestPrintPluginsShowsEachNode(t *testing.T) {
+	m1 := &plugins.Manifest{Name: "region", Kind: plugins.KindFilter, Version: "1.0.0"}
+	m2 := &plugins.Manifest{Name: "region", Kind: plugins.KindFilter, Version: "2.0.0"}
+	var alone bytes.Buffer
+	printPlugins(&alone, control.PluginView{Manifest: m1, Active: true})
+	assert.Equal(t, "NAME\tVERSION\tKIND\tACTIVE\nregion\t1.0.0\tfilter\ttrue\n", alone.String())
+
+	var out bytes.Buffer
+	printPlugins(&out,
+		control.PluginView{Manifest: m1},
+		control.PluginView{Manifest: m2, Active: true, Nodes: []control.PluginNode{
+			{Node: "broker-1", Active: true}, {Node: "broker-2", Error: "sha256 mismatch"},
+		}})
+	assert.Equal(t, "NAME\tVERSION\tKIND\tACTIVE\tNODES\n"+
+		"region\t1.0.0\tfilter\tfalse\t-\n"+
+		"region\t2.0.0\tfilter\ttrue\tbroker-1=active,broker-2=refused\n", out.String())
 }

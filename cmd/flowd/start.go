@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/cluster"
 	"github.com/flowd-io/flowd/config"
 	"github.com/flowd-io/flowd/metrics"
 	"github.com/flowd-io/flowd/pipeline"
@@ -39,8 +40,11 @@ import (
 //	9 plugin directory watch                  1 plugin directory watch
 //
 // With NATS off, 4 and 5 are left out. In a cluster (nats.cluster.listen or nats.urls), the
-// broker joins the cluster's registry once it serves, between 4 and 5, and leaves it first
-// when stopping, so that the other nodes drop its routes at once.
+// plugin registry of 1 runs on the cluster's plugin store (its local copy loaded at 1), which
+// follows the cluster from just after 4, before the broker serves, once caught up (bounded),
+// and stops following it before the broker stops; the broker joins the cluster's registry
+// once it serves, between 4 and 5, and leaves it first when stopping, so that the other
+// nodes drop its routes at once.
 
 // shutdownTimeout bounds the whole stop: the pipelines' drain, then the broker, NATS and
 // the plugins in what is left.
@@ -78,14 +82,18 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 	cfg.Store.OnFlush = m.StoreFlush
 	d := &built{}
 	var err error
-	if d.ph, err = openPlugins(ctx, cfg.DataDir, m.PluginCall, log); err != nil {
+	var cs *cluster.PluginOptions // in a cluster, the registry runs on the cluster's plugin store
+	if clustered(c) {
+		cs = &cluster.PluginOptions{Node: cfg.BrokerName, Replicas: routedReplicas(c)}
+	}
+	if d.ph, err = openPlugins(ctx, cfg.DataDir, cs, m.PluginCall, log); err != nil {
 		return nil, err
 	}
 	cl.push("plugins", d.ph.close)
 	cfg.Filters = d.ph.filters
 	var ps *peers
 	if clustered(c) {
-		ps = &peers{}
+		ps = &peers{plugins: d.ph.cs}
 		cfg.Peers = ps
 	}
 	if c.HTTP.Listen != "off" {
@@ -107,6 +115,12 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 			return d.cp.close(ctx)
 		})
 	}
+	if d.cp != nil {
+		// Before the broker serves: a subscription naming a plugin of the cluster finds it.
+		if err := d.ph.joinPlugins(ctx, d.cp.n.Conn(), cl); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.b.Start(); err != nil {
 		return nil, err
 	}
@@ -119,6 +133,7 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 		return nil, err
 	}
 	stopWatch, checks := watchMetrics(m, d.b, d.ph, d.pl, d.cp)
+	checks = append(checks, d.ph.checks()...)
 	cl.push("metrics watch", noErr(stopWatch))
 	if d.httpLn != nil {
 		cl.push("HTTP server", noCtx(serveHTTP(ctx, d.httpLn, metrics.NewHandler(m.Registry(), log, checks...))))
