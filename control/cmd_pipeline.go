@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flowd-io/flowd/consumer"
+	"github.com/flowd-io/flowd/fields"
 	"github.com/flowd-io/flowd/pipeline"
 )
 
@@ -204,4 +205,88 @@ func pipelineError(err error, field string) error {
 		return badField(field, "%s", err)
 	}
 	return &cmdError{code: CodeInternal, msg: err.Error()}
+}
+
+// PipelineDefinitions is what pipeline.create and pipeline.delete work on: the definitions
+// created over NATS, which the daemon keeps in JetStream KV and runs on every node that has
+// them (beside the ones of its configuration file). Errors wrapping pipeline.ErrExists
+// answer 409, pipeline.ErrNotFound 404, a field error (an invalid definition) 400 naming
+// the field under "definition"; any other 500.
+type PipelineDefinitions interface {
+	Create(ctx context.Context, def pipeline.Definition) error
+	Delete(ctx context.Context, name string) error
+}
+
+// PipelineCreateRequest is the request of pipeline.create.
+type PipelineCreateRequest struct {
+	// Definition is the pipeline's definition (docs/pipelines.md), as a JSON object with
+	// the keys of the configuration file's pipelines.
+	Definition *pipeline.Definition `json:"definition"`
+}
+
+// PipelineDefinitionReply is the reply of pipeline.create: the definition stored. Every
+// node holding it starts it once its watch brings it; pipeline.list tells when.
+type PipelineDefinitionReply struct {
+	Origin
+	Definition pipeline.Definition `json:"definition"`
+}
+
+// PipelineDeleteReply is the reply of pipeline.delete: the name deleted. Every node stops
+// the pipeline, draining it, once its watch brings the deletion.
+type PipelineDeleteReply struct {
+	Origin
+	Name string `json:"name"`
+}
+
+func (s *Service) pipelineCreate(ctx context.Context, data []byte) (any, error) {
+	var wire struct {
+		Definition json.RawMessage `json:"definition"`
+	}
+	if err := decode(data, &wire); err != nil {
+		return nil, err
+	}
+	def, err := decodeDefinition(wire.Definition)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cfg.PipelineDefinitions.Create(ctx, def); err != nil {
+		if fr := fieldReply(err, "definition"); fr != nil {
+			return nil, fr
+		}
+		return nil, pipelineError(err, "definition")
+	}
+	return PipelineDefinitionReply{Origin: s.origin(), Definition: def}, nil
+}
+
+// decodeDefinition reads pipeline.create's definition on its own, so that an unknown key
+// is named under "definition" as every other fault of it is.
+func decodeDefinition(raw json.RawMessage) (pipeline.Definition, error) {
+	var def pipeline.Definition
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return def, badField("definition", "required")
+	}
+	if raw[0] != '{' {
+		return def, badField("definition", "must be an object, not %s", clip(string(raw), echoLimit))
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&def); err != nil {
+		if fe := fields.FromJSON(nil, err); fe != nil {
+			return def, fieldReply(fe, "definition")
+		}
+		return def, badField("definition", "%s", err)
+	}
+	return def, nil
+}
+
+func (s *Service) pipelineDelete(ctx context.Context, data []byte) (any, error) {
+	name, err := decodePipelineName(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cfg.PipelineDefinitions.Delete(ctx, name); err != nil {
+		return nil, pipelineError(err, "name")
+	}
+	return PipelineDeleteReply{Origin: s.origin(), Name: name}, nil
 }

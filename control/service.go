@@ -92,6 +92,11 @@ type ServiceConfig struct {
 	// those commands are not served.
 	Pipelines pipeline.Controller
 
+	// PipelineDefinitions is what pipeline.create and pipeline.delete work on: the
+	// definitions the daemon shares through JetStream KV. Default nil: those two commands
+	// are not served (the other pipeline commands are, with Pipelines).
+	PipelineDefinitions PipelineDefinitions
+
 	// Membership is what cluster.status reports of the node's membership in a cluster of
 	// brokers (the daemon's cluster member). Default nil: the node serves alone, and
 	// cluster.status answers with its broker alone and "clustered": false.
@@ -173,6 +178,8 @@ func commands() []command {
 		{"pipeline", "pause", (*Service).pipelinePause},
 		{"pipeline", "resume", (*Service).pipelineResume},
 		{"pipeline", "seek", (*Service).pipelineSeek},
+		{"pipeline", "create", (*Service).pipelineCreate},
+		{"pipeline", "delete", (*Service).pipelineDelete},
 	}
 }
 
@@ -187,6 +194,9 @@ func served(cfg ServiceConfig) []command {
 		if c.noun == "pipeline" && cfg.Pipelines == nil {
 			continue
 		}
+		if c.noun == "pipeline" && (c.verb == "create" || c.verb == "delete") && cfg.PipelineDefinitions == nil {
+			continue
+		}
 		out = append(out, c)
 	}
 	return out
@@ -194,7 +204,8 @@ func served(cfg ServiceConfig) []command {
 
 // Commands returns the name ("noun.verb") of every command the service can serve, in the
 // order they are registered; the plugin commands are served only when
-// ServiceConfig.Plugins is set, the pipeline commands only when ServiceConfig.Pipelines is. Their subjects are SubjectPrefix.<cluster>.<noun>.<verb>.
+// ServiceConfig.Plugins is set, the pipeline commands only when ServiceConfig.Pipelines is (pipeline.create and
+// pipeline.delete when ServiceConfig.PipelineDefinitions is too). Their subjects are SubjectPrefix.<cluster>.<noun>.<verb>.
 func Commands() []string {
 	var out []string
 	for _, c := range commands() {

@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,16 +28,26 @@ import (
 // commit what it polled when it stops it (shutdown, or a reload removing or changing it).
 const pipelineDrainTimeout = 30 * time.Second
 
-// pipelineHost runs the configured pipelines on a pipeline.Manager. The pipelines live
-// until the daemon stops them: their context is not the signal context, so that SIGTERM
-// drains them (Stop) rather than killing them.
+// pipelineHost runs the pipelines of the configuration file and those created over NATS
+// (shared through the pipelines bucket) on a pipeline.Manager. The pipelines live until the
+// daemon stops them: their context is not the signal context, so that SIGTERM drains them
+// (Stop) rather than killing them.
 type pipelineHost struct {
 	m    *pipeline.Manager
 	ctx  context.Context
 	log  *slog.Logger
 	emit func(pipeline.Event)
-	// running is the definitions started, by name: what a reload compares against.
+	node string // the broker's name, for messages
+
+	// mu serialises the changes (a reload, the bucket's watch) and guards what follows.
+	mu sync.Mutex
+	// running is the definitions started, by name: what a change compares against.
 	running map[string]pipeline.Definition
+	// file and shared are the definitions of the configuration file and of the bucket.
+	file, shared []pipeline.Definition
+	// ready is set by the first apply (start's step 6): shared definitions reported
+	// before are kept until then. closed is set by close: nothing starts after it.
+	ready, closed bool
 }
 
 // newPipelineHost creates the Manager once the broker serves. Pipelines read through this
@@ -62,6 +74,7 @@ func newPipelineHost(ctx context.Context, b *broker.Broker, reg *plugins.Registr
 		}
 	}
 	brokerName := b.Status().BrokerName
+	h.node = brokerName
 	m, err := pipeline.NewManager(pipeline.Options{
 		NameServers: []string{ns},
 		Logger:      log,
@@ -95,10 +108,53 @@ func newPipelineHost(ctx context.Context, b *broker.Broker, reg *plugins.Registr
 	return h, nil
 }
 
-// apply makes the running pipelines those of defs: it stops (draining) the ones removed,
-// restarts the ones changed and starts the new ones. A pipeline that does not start is
-// logged and reported as pipeline.failed; the others still run.
+// apply makes defs the configuration file's pipelines and the running pipelines those of
+// the file and the bucket: it stops (draining) the ones removed, restarts the ones changed
+// and starts the new ones. A pipeline that does not start is logged and reported as
+// pipeline.failed; the others still run.
 func (h *pipelineHost) apply(defs []pipeline.Definition) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.file, h.ready = defs, true
+	return h.syncLocked()
+}
+
+// setShared makes defs the bucket's pipelines (the watch's report) and applies them once
+// the host is ready.
+func (h *pipelineHost) setShared(defs []pipeline.Definition) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.shared = defs
+	if !h.ready || h.closed {
+		return
+	}
+	if err := h.syncLocked(); err != nil {
+		h.log.Error("pipelines created over NATS: not all applied (tried again at the next change)", "err", err)
+	}
+}
+
+// inFile reports whether the configuration file defines a pipeline of that name.
+func (h *pipelineHost) inFile(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.ContainsFunc(h.file, func(d pipeline.Definition) bool { return d.Name == name })
+}
+
+// syncLocked runs the file's pipelines and the bucket's, the file's winning a name both
+// hold (logged: the bucket refuses such a creation on this node, but another node's file
+// may have the name).
+func (h *pipelineHost) syncLocked() error {
+	if h.closed {
+		return nil
+	}
+	defs := slices.Clone(h.file)
+	for _, d := range h.shared {
+		if slices.ContainsFunc(h.file, func(f pipeline.Definition) bool { return f.Name == d.Name }) {
+			h.log.Warn("a pipeline created over NATS has the name of one of the configuration file: the file's runs here", "pipeline", d.Name)
+			continue
+		}
+		defs = append(defs, d)
+	}
 	want := map[string]pipeline.Definition{}
 	for _, d := range defs {
 		want[d.Name] = d
@@ -140,7 +196,10 @@ func (h *pipelineHost) stop(name string) error {
 // close drains every pipeline within pipelineDrainTimeout (and ctx), so that the rest of
 // the shutdown keeps its share of the bound.
 func (h *pipelineHost) close(ctx context.Context) error {
+	h.mu.Lock()
+	h.closed = true
 	clear(h.running)
+	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, pipelineDrainTimeout)
 	defer cancel()
 	return h.m.Close(ctx)
@@ -196,7 +255,7 @@ func pipelineLag(p pipeline.Status) string {
 
 func pipelineCommand() *cobra.Command {
 	o := &clientOpts{}
-	cmd := &cobra.Command{Use: "pipeline", Short: "List, pause, resume and seek the pipelines of a running daemon"}
+	cmd := &cobra.Command{Use: "pipeline", Short: "Create, delete, list, pause, resume and seek the pipelines of a running daemon"}
 	o.addFlags(cmd)
 	list := &cobra.Command{
 		Use: "list [NAME]", Short: "List the pipelines with their state and counters", Args: cobra.MaximumNArgs(1),
@@ -246,6 +305,7 @@ func pipelineCommand() *cobra.Command {
 	seek.Flags().StringVar(&brokerName, "broker-name", "broker-a", "broker name of the one queue to move")
 	cmd.AddCommand(list, nameCmd("pause", "Stop a pipeline's polling; it keeps its queues"),
 		nameCmd("resume", "Resume a paused pipeline"), seek)
+	cmd.AddCommand(pipelineDefineCommands(o)...)
 	return cmd
 }
 

@@ -29,7 +29,7 @@ func TestServeStopsItsPartsInReverseOrder(t *testing.T) {
 	d := startServed(t, "log:\n  level: debug\n")
 	d.stop()
 	assert.Equal(t, []string{"plugin directory watch", "HTTP server", "metrics watch", "pipelines", "control service",
-		"broker", "control plane", "HTTP listener", "plugins"}, stoppedParts(d.logs.String()), d.logs.String())
+		"pipeline definitions", "broker", "control plane", "HTTP listener", "plugins"}, stoppedParts(d.logs.String()), d.logs.String())
 	assert.NotContains(t, d.logs.String(), "stop failed")
 }
 

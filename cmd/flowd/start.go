@@ -159,6 +159,11 @@ func (d *built) startPipelines(ctx context.Context, c config.Config, cl *closers
 	}
 	if d.cp != nil {
 		d.cp.cfg.Pipelines = d.pl.m
+		defs, err := d.openSharedPipelines(ctx, c, cl, log)
+		if err != nil {
+			return err
+		}
+		d.cp.cfg.PipelineDefinitions = defs
 		if err := d.cp.started(ctx, d.b); err != nil {
 			return err
 		}
