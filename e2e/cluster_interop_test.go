@@ -23,10 +23,6 @@ import (
 	"github.com/flowd-io/flowd/control"
 )
 
-// detectWithin is the bound on a crashed node leaving every route (the registry's
-// TTL is 6 s).
-const detectWithin = 10 * time.Second
-
 // rmqProducer starts a rocketmq-client-go producer that knows only namesrv.
 func rmqProducer(t *testing.T, namesrv, instance string) rocketmq.Producer {
 	t.Helper()
