@@ -19,6 +19,12 @@ import (
 // ErrNameTaken is wrapped by Join's error when another live broker has this broker's name.
 var ErrNameTaken = errors.New("broker name already live in the cluster")
 
+// ErrClusterMismatch is wrapped by Join's error when the registry holds a live broker of
+// another flowd cluster name: nodes whose NATS servers route together (one
+// nats.cluster.name) but whose flowd cluster names differ would share the buckets, and
+// with them routes and topics, while their control planes stay apart.
+var ErrClusterMismatch = errors.New("flowd cluster names differ")
+
 // BrokerInfo is a broker's entry in the registry.
 type BrokerInfo struct {
 	Name    string `json:"name"`
@@ -89,6 +95,8 @@ type Member struct {
 	// seen is when the watch last delivered each broker's entry, by this node's clock: a
 	// broker not seen within the TTL is checked against the bucket (sweep).
 	seen map[string]time.Time
+	// foreign names the brokers of another cluster the watch delivered, logged once each.
+	foreign map[string]bool
 	// topics and groups are the watched copies of the topics and groups buckets, with each
 	// entry's revision (see table).
 	topics table[broker.TopicConfig]
@@ -117,7 +125,7 @@ func New(o Options) (*Member, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Member{
-		opts: opts, log: opts.Logger, brokers: map[string]BrokerInfo{}, seen: map[string]time.Time{},
+		opts: opts, log: opts.Logger, brokers: map[string]BrokerInfo{}, seen: map[string]time.Time{}, foreign: map[string]bool{},
 		topics: newTable("topic", func(tc broker.TopicConfig) string { return tc.Name }),
 		groups: newTable("group", func(g broker.GroupConfig) string { return g.Name }),
 		ctx:    ctx, cancel: cancel,
@@ -143,13 +151,21 @@ func (m *Member) Join(ctx context.Context, b *broker.Broker) error {
 		m.opts.Node = st.BrokerName
 	}
 	err := m.connect(ctx)
-	if err == nil || errors.Is(err, ErrNameTaken) {
+	if err == nil || errors.Is(err, ErrNameTaken) || errors.Is(err, ErrClusterMismatch) {
 		return err
 	}
 	if ctx.Err() != nil {
 		return err
 	}
-	m.log.Warn("cluster not ready (JetStream unreachable, or its leader not elected yet while the cluster forms): serving alone and retrying", "broker", st.BrokerName, "retry", m.opts.RetryInterval, "err", err)
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+		// Retrying cannot mend this one: say what to change rather than that the cluster forms.
+		m.log.Warn("cluster not ready: JetStream is not enabled on the NATS server (enable it on every server of nats.urls, "+
+			"or for this account): serving alone and retrying", "broker", st.BrokerName, "server", m.opts.Conn.ConnectedUrlRedacted(),
+			"retry", m.opts.RetryInterval, "err", err)
+	} else {
+		m.log.Warn("cluster not ready (JetStream unreachable, or its leader not elected yet while the cluster forms): serving alone and retrying",
+			"broker", st.BrokerName, "retry", m.opts.RetryInterval, "err", err)
+	}
 	m.wg.Add(1)
 	go m.retryJoin()
 	return nil
@@ -173,6 +189,10 @@ func (m *Member) retryJoin() {
 		}
 		if errors.Is(err, ErrNameTaken) {
 			m.emit(Event{Type: NameTaken, Time: time.Now(), Broker: m.selfInfo(), Reason: err.Error()})
+		}
+		if errors.Is(err, ErrClusterMismatch) {
+			m.log.Error("cluster join refused: still serving alone", "broker", m.name, "err", err)
+			continue
 		}
 		m.log.Warn("cluster join failed: still serving alone", "broker", m.name, "err", err)
 	}
@@ -198,6 +218,9 @@ func (m *Member) connect(ctx context.Context) error {
 	}
 	groupsKV, err := m.bucket(ctx, js, jetstream.KeyValueConfig{Bucket: m.opts.GroupsBucket, Description: "flowd: subscription group configurations"})
 	if err != nil {
+		return err
+	}
+	if err := m.checkCluster(ctx, brokersKV); err != nil {
 		return err
 	}
 	rev, err := m.register(ctx, brokersKV)

@@ -58,6 +58,36 @@ func (m *Member) register(ctx context.Context, kv jetstream.KeyValue) (uint64, e
 		self.Name, ErrNameTaken, other.Node, other.Addr, time.Since(other.Heartbeat).Round(time.Millisecond), m.opts.TTL)
 }
 
+// checkCluster refuses to register when the registry holds a live broker of another flowd
+// cluster name: its NATS servers route with ours, so the two clusters would share routes and
+// topics while their control planes (flowd.ctl.v1.<cluster>) stay apart.
+func (m *Member) checkCluster(ctx context.Context, kv jetstream.KeyValue) error {
+	ctx, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
+	defer cancel()
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("cluster: list the registry: %w", err)
+	}
+	defer func() { _ = keys.Stop() }()
+	own := m.b.Status().Cluster
+	for key := range keys.Keys() {
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			continue // expired meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("cluster: read the registry entry %q: %w", key, err)
+		}
+		var bi BrokerInfo
+		if json.Unmarshal(e.Value(), &bi) == nil && bi.Cluster != own {
+			return fmt.Errorf("cluster: broker %q of cluster %q (node %q at %s) is live in this NATS cluster's registry, but this broker's cluster is %q: %w: "+
+				"every node of one NATS cluster needs the same cluster (--cluster), or a NATS cluster of its own (nats.cluster.name, --nats-cluster-name)",
+				bi.Name, bi.Cluster, bi.Node, bi.Addr, own, ErrClusterMismatch)
+		}
+	}
+	return nil
+}
+
 // heartbeat rewrites the registry entry every HeartbeatInterval. An entry that expired (the
 // member was paused, NATS was away) is created again, which fails while another broker has
 // taken the name meanwhile.
@@ -193,6 +223,19 @@ func (m *Member) applyRegistry(name string, e jetstream.KeyValueEntry) {
 	var bi BrokerInfo
 	if err := json.Unmarshal(e.Value(), &bi); err != nil || bi.Name != name || bi.Addr == "" {
 		m.log.Warn("cluster registry: ignoring a malformed entry", "key", e.Key(), "err", err)
+		return
+	}
+	if own := m.b.Status().Cluster; bi.Cluster != own {
+		// Registered at the same moment as this member's check, or before it was refused:
+		// never routed here.
+		m.mu.Lock()
+		told := m.foreign[name]
+		m.foreign[name] = true
+		m.mu.Unlock()
+		if !told {
+			m.log.Error("cluster registry: ignoring a broker of another cluster", "broker", bi.Name, "cluster", bi.Cluster,
+				"this_cluster", own, "err", ErrClusterMismatch)
+		}
 		return
 	}
 	m.mu.Lock()

@@ -1,0 +1,116 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/client"
+	"github.com/flowd-io/flowd/producer"
+)
+
+// soakRounds is how many kill -9 and restart rounds TestClusterSoakKillRestart runs:
+// FLOWD_SOAK=1 turns it on (5 rounds), FLOWD_SOAK=N runs N; unset, the test is skipped (the
+// one-kill version runs in TestRocketMQInteropThreeNodeCluster and
+// TestThreeNodesServeOneCluster).
+func soakRounds(t *testing.T) int {
+	v := os.Getenv("FLOWD_SOAK")
+	if v == "" {
+		t.Skip("a soak of minutes: set FLOWD_SOAK=1 (or the number of rounds) to run it")
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(t, err, "FLOWD_SOAK")
+	if n == 1 {
+		n = 5
+	}
+	return n
+}
+
+// A three-node cluster under a steady producer, with a random node killed with SIGKILL and
+// restarted on its data directory, round after round: every route drops the killed node
+// within 10 s and lists it again once it is back, and at the end every acknowledged send is
+// read back from the cluster.
+func TestClusterSoakKillRestart(t *testing.T) {
+	rounds := soakRounds(t)
+	all := []string{"broker-1", "broker-2", "broker-3"}
+	nodes := startCluster(t, all...)
+	awaitJoined(t, nodes, all...)
+	const topic = "soak"
+	nodes[0].ctl("topic", "create", topic, "--queues", "2")
+	for _, n := range nodes {
+		routed(t, n.namesrv, topic, wait, all...)
+	}
+	var namesrvs []string
+	for _, n := range nodes {
+		namesrvs = append(namesrvs, n.namesrv)
+	}
+	p, err := producer.New("soak-producers", producer.WithClientOptions(append(clientOpts(nodes[0].namesrv, "soak-producer"),
+		client.WithNameServers(namesrvs...))...), producer.WithRetries(2), producer.WithSendTimeout(3*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
+	defer p.Close(context.Background())
+
+	var mu sync.Mutex
+	var acked []string
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			body := fmt.Sprintf("soak-%06d", i)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := p.Send(ctx, &producer.Message{Topic: topic, Body: []byte(body)})
+			cancel()
+			if err == nil {
+				mu.Lock()
+				acked = append(acked, body)
+				mu.Unlock()
+			}
+			time.Sleep(5 * time.Millisecond) // a steady trickle, not a benchmark
+		}
+	}()
+
+	for round := range rounds {
+		time.Sleep(time.Duration(1+rand.IntN(3)) * time.Second)
+		victim := nodes[rand.IntN(len(nodes))]
+		var rest []string
+		var others []*node
+		for _, n := range nodes {
+			if n != victim {
+				rest = append(rest, n.broker)
+				others = append(others, n)
+			}
+		}
+		victim.kill()
+		killed := time.Now()
+		for _, n := range others {
+			routed(t, n.namesrv, topic, detectWithin, rest...)
+		}
+		t.Logf("round %d: %s killed, left every route after %v", round, victim.broker, time.Since(killed).Round(time.Millisecond))
+		time.Sleep(time.Second)
+		victim.restart(t)
+		for _, n := range nodes {
+			routed(t, n.namesrv, topic, wait, all...)
+		}
+	}
+	close(stop)
+	<-done
+	mu.Lock()
+	want := append([]string(nil), acked...)
+	mu.Unlock()
+	t.Logf("%d sends acknowledged over %d rounds", len(want), rounds)
+	readAll(t, nodes[2].namesrv, topic, want)
+	assert.NotEmpty(t, want)
+}
