@@ -58,3 +58,7 @@ func (s *Service) doError(name string, data []byte, err error) (int, []byte) {
 	_, body := s.errorReply(ce.code, msg)
 	return ce.code, body
 }
+
+// Stats returns what the service's STATS carry (every group's lag, every topic's messages
+// and rate), for readers that are not NATS clients, such as the console's HTTP API.
+func (s *Service) Stats() StatsData { return s.statsData() }
