@@ -308,7 +308,7 @@ func (e *env) stream(query string) *sse {
 	return s
 }
 
-// next returns the next event's name and data, skipping comments.
+// next returns the next event's type and data, skipping comments.
 func (s *sse) next(t *testing.T) (string, streamEvent) {
 	t.Helper()
 	var name string
@@ -318,10 +318,9 @@ func (s *sse) next(t *testing.T) (string, streamEvent) {
 		require.NoError(t, err)
 		line = strings.TrimRight(line, "\n")
 		switch {
-		case strings.HasPrefix(line, "event: "):
-			name = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
 			require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev))
+			name = ev.Type
 		case line == "" && name != "":
 			return name, ev
 		}

@@ -19,7 +19,8 @@ const heartbeat = 15 * time.Second
 // streamEvent is the data of one Server-Sent Event: the CloudEvent's attributes and its
 // data, as published on flowd.evt.<cluster>.<kind>.<event>.
 type streamEvent struct {
-	// Type is "<kind>.<event>", e.g. "topic.created"; it is also the SSE event name.
+	// Type is "<kind>.<event>", e.g. "topic.created". The stream's events carry no SSE
+	// event name, so that an EventSource's onmessage receives every kind.
 	Type    string          `json:"type"`
 	ID      string          `json:"id"`
 	Subject string          `json:"subject,omitempty"`
@@ -83,7 +84,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, _ principal) {
 			if err != nil {
 				continue
 			}
-			chunk = fmt.Sprintf("event: %s\nid: %s\ndata: %s\n\n", ev.Type, ev.ID, data)
+			chunk = fmt.Sprintf("id: %s\ndata: %s\n\n", ev.ID, data)
 		}
 		if _, err := fmt.Fprint(w, chunk); err != nil {
 			return

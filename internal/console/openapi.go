@@ -113,7 +113,7 @@ func openAPIDoc(version string) map[string]any {
 		"operationId": "events", "summary": "The broker's events as Server-Sent Events; ?kinds=topic,group keeps some kinds",
 		"tags": []string{"events"}, "x-flowd-role": "read",
 		"parameters": []any{map[string]any{"name": "kinds", "in": "query", "schema": map[string]any{"type": "string"}}},
-		"responses":  map[string]any{"200": map[string]any{"description": "event: <kind>.<event>, id: <ce-id>, data: {type, id, subject, source, time, data}", "content": map[string]any{"text/event-stream": map[string]any{}}}},
+		"responses":  map[string]any{"200": map[string]any{"description": "id: <ce-id>, data: {type: <kind>.<event>, id, subject, source, time, data}", "content": map[string]any{"text/event-stream": map[string]any{}}}},
 	}}
 	paths["/api/v1/stats"] = map[string]any{"get": map[string]any{
 		"operationId": "stats", "summary": "Every topic's messages and rate, every group's lag and members (the service's STATS data)",
