@@ -62,4 +62,3 @@ func httpHandler(metricsHandler http.Handler, con http.Handler) http.Handler {
 	mux.Handle("/", con)
 	return mux
 }
-

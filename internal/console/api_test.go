@@ -40,7 +40,7 @@ type env struct {
 func start(t *testing.T, mod func(*Config)) *env {
 	t.Helper()
 	ctx := context.Background()
-	cfg := broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NamesrvListen: "off", Logger: quiet()}
+	cfg := broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NamesrvListen: "127.0.0.1:0", Logger: quiet()}
 	cfg.Store.SegmentSize = 8 << 20
 	b, err := broker.New(cfg)
 	require.NoError(t, err)
