@@ -5,8 +5,14 @@ go 1.26.0
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/apache/rocketmq-client-go/v2 v2.1.3-0.20251226070945-2173d070fd1b
+	github.com/chromedp/chromedp v0.23.1
 	github.com/flowd-io/flowd/plugins/sdk/go v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
+)
+
+require (
+	github.com/chromedp/cdproto v0.160.1 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 )
 
 require (

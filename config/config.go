@@ -52,7 +52,7 @@ type Config struct {
 
 // HTTP configures the observability listener.
 type HTTP struct {
-	Listen string `yaml:"listen" env:"FLOWD_HTTP_LISTEN" flag:"http-listen" doc:"address serving /metrics (Prometheus), /healthz and /readyz; \"off\" disables it"`
+	Listen string `yaml:"listen" env:"FLOWD_HTTP_LISTEN" flag:"http-listen" doc:"address serving the console (/ and /api/v1/, docs/console.md), /metrics (Prometheus), /healthz and /readyz; \"off\" disables it; a non-loopback one needs nats.token or nats.users"`
 }
 
 // Listen holds the addresses flowd binds and announces.

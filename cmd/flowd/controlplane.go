@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/config"
@@ -19,8 +20,26 @@ import (
 type controlPlane struct {
 	n   *control.NATS
 	pub *control.Publisher
-	svc *control.Service
 	cfg control.ServiceConfig
+
+	mu  sync.Mutex // guards svc: a reload replaces it while the console reads it
+	svc *control.Service
+}
+
+// service is the command service serving now, or nil (the console answers 503 then).
+func (c *controlPlane) service() *control.Service {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.svc
+}
+
+func (c *controlPlane) setService(svc *control.Service) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.svc = svc
 }
 
 // natsConfig maps the nats section onto control.NATSConfig, reading users_file.
@@ -81,7 +100,7 @@ func (c *controlPlane) started(ctx context.Context, b *broker.Broker) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	c.svc = svc
+	c.setService(svc)
 	return nil
 }
 
@@ -89,10 +108,11 @@ func (c *controlPlane) started(ctx context.Context, b *broker.Broker) error {
 // the service refuses (an unknown command) leaves the old one serving. Commands arriving
 // during the switch get no responder.
 func (c *controlPlane) setDisabled(ctx context.Context, b *broker.Broker, disabled []string) error {
-	if c.svc == nil { // a restart failed before: nothing serves to stop
+	cur := c.service()
+	if cur == nil { // a restart failed before: nothing serves to stop
 		return nil
 	}
-	if err := c.svc.Stop(); err != nil {
+	if err := cur.Stop(); err != nil {
 		return fmt.Errorf("stop command service: %w", err)
 	}
 	next := c.cfg
@@ -101,23 +121,25 @@ func (c *controlPlane) setDisabled(ctx context.Context, b *broker.Broker, disabl
 	if err != nil {
 		old, oerr := control.StartService(ctx, c.n.Conn(), b, c.cfg)
 		if oerr != nil {
-			c.svc = nil
+			c.setService(nil)
 			return errors.Join(err, fmt.Errorf("restart command service: %w", oerr))
 		}
-		c.svc = old
+		c.setService(old)
 		return err
 	}
-	c.svc, c.cfg = svc, next
+	c.cfg = next
+	c.setService(svc)
 	return nil
 }
 
 // stopping announces the stop and stops taking commands before the broker shuts down.
 func (c *controlPlane) stopping() error {
 	c.pub.Stopping()
-	if c.svc == nil {
+	svc := c.service()
+	if svc == nil {
 		return nil
 	}
-	return c.svc.Stop()
+	return svc.Stop()
 }
 
 func (c *controlPlane) url() string { return c.n.ListenURL() }

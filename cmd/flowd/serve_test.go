@@ -28,7 +28,7 @@ func stoppedParts(logs string) []string {
 func TestServeStopsItsPartsInReverseOrder(t *testing.T) {
 	d := startServed(t, "log:\n  level: debug\n")
 	d.stop()
-	assert.Equal(t, []string{"plugin directory watch", "HTTP server", "metrics watch", "pipelines", "control service",
+	assert.Equal(t, []string{"plugin directory watch", "console event streams", "HTTP server", "metrics watch", "pipelines", "control service",
 		"pipeline definitions", "broker", "control plane", "HTTP listener", "plugins"}, stoppedParts(d.logs.String()), d.logs.String())
 	assert.NotContains(t, d.logs.String(), "stop failed")
 }

@@ -36,7 +36,8 @@ import (
 //	6 pipelines: the configured ones start    4 pipelines drain (within pipelineDrainTimeout):
 //	                                            delivered and committed while the broker serves
 //	7 metrics watch                           3 metrics watch
-//	8 HTTP server (/metrics, /healthz)        2 HTTP server
+//	8 HTTP server (/metrics, /healthz, the    2 HTTP server (the console's event
+//	  console at / and /api/v1/)                streams ended just before)
 //	9 plugin directory watch                  1 plugin directory watch
 //
 // With NATS off, 4 and 5 are left out. In a cluster (nats.cluster.listen or nats.urls), the
@@ -96,6 +97,9 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 		ps = &peers{plugins: d.ph.cs}
 		cfg.Peers = ps
 	}
+	if err := checkHTTPAuth(c); err != nil {
+		return nil, err
+	}
 	if c.HTTP.Listen != "off" {
 		if d.httpLn, err = listen(ctx, httpAddr(c)); err != nil {
 			return nil, err
@@ -136,7 +140,12 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 	checks = append(checks, d.ph.checks()...)
 	cl.push("metrics watch", noErr(stopWatch))
 	if d.httpLn != nil {
-		cl.push("HTTP server", noCtx(serveHTTP(ctx, d.httpLn, metrics.NewHandler(m.Registry(), log, checks...))))
+		con, err := newConsole(c, d.cp, log)
+		if err != nil {
+			return nil, err
+		}
+		cl.push("HTTP server", noCtx(serveHTTP(ctx, d.httpLn, httpHandler(metrics.NewHandler(m.Registry(), log, checks...), con))))
+		cl.push("console event streams", noErr(con.Close)) // ended first, so the server's stop does not wait for them
 	}
 	d.w = &dirWatcher{ph: d.ph}
 	d.w.set(ctx, c.Plugins.Dir, c.Plugins.Poll)
