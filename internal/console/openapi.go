@@ -51,6 +51,10 @@ func summary(name string) string {
 		return "Resume a paused pipeline: {name}"
 	case "pipeline.seek":
 		return "Move a pipeline's position: {name, position: first|last|timestamp|offset, …}"
+	case "pipeline.create":
+		return "Create a pipeline that every node of the cluster runs: {definition}"
+	case "pipeline.delete":
+		return "Delete a created pipeline on every node: {name}"
 	}
 	return "The " + name + " command of the NATS control plane"
 }
