@@ -2,11 +2,13 @@ package cluster_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -168,4 +170,35 @@ func TestConcurrentCreatesOfOneTopicSettleOnOneConfiguration(t *testing.T) {
 		}
 		return true
 	}, wait, 10*time.Millisecond, "both brokers and both routes agree on the first creation")
+}
+
+// An entry older than the TTL belongs to a broker that stopped heartbeating, though the
+// bucket has not expired it yet (a restarted JetStream ages entries out only once its
+// stream has recovered): a broker of that name takes it over instead of being refused.
+func TestLapsedEntryOfTheSameNameIsTakenOver(t *testing.T) {
+	s := startNATS(t, false)
+	nc := connect(t, s)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	// The bucket without a max age, so the old entry stays as a recovering stream keeps it.
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "flowd_brokers"})
+	require.NoError(t, err)
+	old, err := json.Marshal(cluster.BrokerInfo{Name: "broker-a", Cluster: "local", Addr: "127.0.0.1:1", Node: "broker-a", Heartbeat: time.Now()})
+	require.NoError(t, err)
+	_, err = kv.Create(ctx, "broker-a", old)
+	require.NoError(t, err)
+
+	_, err = newNode(t, s, "broker-a", func(o *cluster.Options) { o.TTL = time.Second; o.HeartbeatInterval = 300 * time.Millisecond })
+	require.ErrorIs(t, err, cluster.ErrNameTaken, "within the TTL the entry may be a live broker's")
+
+	time.Sleep(1200 * time.Millisecond) // the entry's age passes the TTL
+	a := startNode(t, s, "broker-a", func(o *cluster.Options) { o.TTL = time.Second; o.HeartbeatInterval = 300 * time.Millisecond })
+	assert.True(t, a.m.Joined())
+	e, err := kv.Get(ctx, "broker-a")
+	require.NoError(t, err)
+	var now cluster.BrokerInfo
+	require.NoError(t, json.Unmarshal(e.Value(), &now))
+	assert.NotEqual(t, "127.0.0.1:1", now.Addr, "the entry is the new broker's")
 }

@@ -54,8 +54,27 @@ func (m *Member) register(ctx context.Context, kv jetstream.KeyValue) (uint64, e
 		}
 		return rev, nil
 	}
+	if m.lapsed(e) {
+		// Update on the revision read: a broker that heartbeats meanwhile is still live,
+		// and this take-over fails rather than overwrite it.
+		rev, err = kv.Update(ctx, key, data, e.Revision())
+		if err != nil {
+			return 0, fmt.Errorf("cluster: register broker %q: take over the lapsed entry of node %q at %s: %w", self.Name, other.Node, other.Addr, err)
+		}
+		m.log.Info("cluster: took over a lapsed registry entry", "broker", self.Name, "node", other.Node, "addr", other.Addr, "written", e.Created())
+		return rev, nil
+	}
 	return 0, fmt.Errorf("cluster: register broker %q: %w: node %q at %s heartbeated %s ago (its entry expires %s after its last heartbeat)",
 		self.Name, ErrNameTaken, other.Node, other.Addr, time.Since(other.Heartbeat).Round(time.Millisecond), m.opts.TTL)
+}
+
+// lapsed reports whether a registry entry was written longer than the TTL ago, by the
+// server's stamp: the bucket's max age should have removed it, and a live broker would
+// have rewritten it. A JetStream that restarts (every node of a cluster killed at once)
+// ages its entries out only once their stream has recovered, which can be after a restarted
+// node registers; without this, that node would be refused by its own previous entry.
+func (m *Member) lapsed(e jetstream.KeyValueEntry) bool {
+	return time.Since(e.Created()) > m.opts.TTL
 }
 
 // checkCluster refuses to register when the registry holds a live broker of another flowd
@@ -77,6 +96,9 @@ func (m *Member) checkCluster(ctx context.Context, kv jetstream.KeyValue) error 
 		}
 		if err != nil {
 			return fmt.Errorf("cluster: read the registry entry %q: %w", key, err)
+		}
+		if m.lapsed(e) {
+			continue // a broker that stopped heartbeating: not live
 		}
 		var bi BrokerInfo
 		if json.Unmarshal(e.Value(), &bi) == nil && bi.Cluster != own {
