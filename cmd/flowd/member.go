@@ -38,6 +38,16 @@ func (p *peers) TopicRoute(topic string) ([]protocol.QueueData, []protocol.Broke
 	return nil, nil
 }
 
+// joined reports whether the member exists and has joined the cluster; false for a node
+// with no member (p nil) and while the member serves alone.
+func (p *peers) joined() bool {
+	if p == nil {
+		return false
+	}
+	m := p.m.Load()
+	return m != nil && m.Joined()
+}
+
 func (p *peers) Brokers() []protocol.BrokerData {
 	if m := p.m.Load(); m != nil {
 		return m.Brokers()

@@ -107,12 +107,16 @@ func (h *pluginHost) joinPlugins(ctx context.Context, nc *nats.Conn, cl *closers
 
 // checks is the readiness of the plugins: in a cluster, not ready until the node caught
 // up with the cluster's plugins.
-func (h *pluginHost) checks() []metrics.Check {
+//
+// It holds back readiness only while the node is a member of the cluster (joined reports
+// it) and has not caught up: a node serving alone (JetStream unreachable, or not formed yet)
+// serves its local copy, as it serves its own routes, and is ready as a node alone is.
+func (h *pluginHost) checks(joined func() bool) []metrics.Check {
 	if h.cs == nil {
 		return nil
 	}
 	return []metrics.Check{{Name: "cluster plugins", Fn: func(context.Context) error {
-		if !h.cs.Synced() {
+		if joined() && !h.cs.Synced() {
 			return fmt.Errorf("catching up with the cluster's plugins: %w", metrics.ErrNotReady)
 		}
 		return nil

@@ -137,7 +137,7 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 		return nil, err
 	}
 	stopWatch, checks := watchMetrics(m, d.b, d.ph, d.pl, d.cp)
-	checks = append(checks, d.ph.checks()...)
+	checks = append(checks, d.ph.checks(ps.joined)...)
 	cl.push("metrics watch", noErr(stopWatch))
 	if d.httpLn != nil {
 		con, err := newConsole(c, d.cp, log)
