@@ -239,7 +239,9 @@ each message size with one and with N producers, each next to the same load on a
 NATS JetStream; consume throughput; produce with the store in SYNC_FLUSH against the disk's
 fsync rate; and the delay from a send to a long-polling consumer at a fixed offered rate.
 Every figure is reported next to a baseline of the same run, so that figures from a noisy
-machine still compare. --list prints the scenarios a configuration runs.`,
+machine still compare. --list prints the scenarios a configuration runs. --cluster N runs the
+cluster scenarios instead: N "flowd serve" child processes joined by NATS routes, next to one
+node, for route convergence, failure detection and produce/consume throughput.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())

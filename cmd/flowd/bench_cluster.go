@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/flowd-io/flowd/internal/clientcore"
@@ -269,6 +271,10 @@ func quantileOf(sorted []time.Duration, q float64) time.Duration {
 // runCluster is "flowd bench --cluster N": the cluster scenarios, printed as text or as the
 // --json document.
 func (f *benchFlags) runCluster(ctx context.Context, c benchConfig, plan []benchScenario, stdout io.Writer) error {
+	// An interrupt ends the run through ctx, so that the deferred kills reap every child
+	// rather than leave them serving.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	if c.flowdBin == "" {
 		bin, err := os.Executable()
 		if err != nil {
