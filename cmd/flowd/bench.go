@@ -42,6 +42,12 @@ type benchConfig struct {
 	progress      bool
 	embedded      bool   // namesrv is an embedded broker started by this run
 	profile       string // --cpuprofile: a CPU profile of each scenario to profile.<scenario>
+	// cluster is, for a --cluster run, how many `flowd serve` children form the cluster;
+	// 0: the single-broker scenarios instead.
+	cluster       int
+	clusterTopics int    // topics created for the route-convergence figures
+	clusterKills  int    // kill -9 rounds of the failure-detection figures
+	flowdBin      string // the executable the children run; empty: this one
 }
 
 // benchResult is one figure of a run, in the --json document. The schema is stable: fields
@@ -93,6 +99,11 @@ type benchResult struct {
 	SchedLatencyP99 int64  `json:"sched_latency_p99,omitempty"`
 	SchedLatencyMax int64  `json:"sched_latency_max,omitempty"`
 	GCCycles        uint64 `json:"gc_cycles,omitempty"`
+	// Nodes is, for the cluster scenarios, how many nodes the cluster had (the baseline,
+	// "1-node", had one), and TTL (ns) the broker registry's TTL that failure detection
+	// waits out.
+	Nodes int   `json:"nodes,omitempty"`
+	TTL   int64 `json:"ttl,omitempty"`
 }
 
 // benchReport is the --json document.
@@ -104,6 +115,7 @@ type benchReport struct {
 	Queues    int           `json:"queues"`
 	Producers int           `json:"producers"`
 	Rate      int           `json:"rate"`
+	Cluster   int           `json:"cluster,omitempty"` // --cluster: the nodes of a cluster run
 	Results   []benchResult `json:"results"`
 }
 
@@ -137,6 +149,9 @@ type benchScenario struct {
 
 // benchScenarios lists every scenario of a configuration, in the order they run.
 func benchScenarios(c benchConfig) []benchScenario {
+	if c.cluster > 0 {
+		return clusterScenarios()
+	}
 	var out []benchScenario
 	for _, s := range c.sizes {
 		out = append(out, benchScenario{name: fmt.Sprintf("disk-write-%d", s), kind: "disk-write", size: s})
@@ -175,10 +190,7 @@ func (c benchConfig) selected(sc benchScenario) bool {
 	if len(c.patterns) == 0 {
 		return true
 	}
-	names := []string{sc.name}
-	if sc.kind == "e2e" {
-		names = append(names, sc.name+"-p50", sc.name+"-p99", sc.name+"-p999")
-	}
+	names := append([]string{sc.name}, c.resultNames(sc)...)
 	for _, p := range c.patterns {
 		for _, n := range names {
 			if ok, _ := path.Match(p, n); ok {
@@ -227,7 +239,9 @@ each message size with one and with N producers, each next to the same load on a
 NATS JetStream; consume throughput; produce with the store in SYNC_FLUSH against the disk's
 fsync rate; and the delay from a send to a long-polling consumer at a fixed offered rate.
 Every figure is reported next to a baseline of the same run, so that figures from a noisy
-machine still compare. --list prints the scenarios a configuration runs.`,
+machine still compare. --list prints the scenarios a configuration runs. --cluster N runs the
+cluster scenarios instead: N "flowd serve" child processes joined by NATS routes, next to one
+node, for route convergence, failure detection and produce/consume throughput.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -250,6 +264,10 @@ machine still compare. --list prints the scenarios a configuration runs.`,
 	fs.IntVar(&c.batch, "batch", 64, "messages per batch of the batched runs (producer.WithAsyncBatching); below 2: no batched runs")
 	fs.StringVar(&f.scenarios, "scenarios", "", "comma-separated scenario names or patterns (produce-1024-*, consume-*); default all; --list prints them")
 	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of each scenario (everything in this process: with --baseline none, flowd's broker and clients alone) to `FILE`.<scenario>")
+	fs.IntVar(&c.cluster, "cluster", 0, "run the cluster scenarios instead: start this many `flowd serve` nodes (2..9) as child processes on loopback, joined by NATS routes, and a one-node run next to them")
+	fs.IntVar(&c.clusterTopics, "cluster-topics", 50, "topics created one after another for the route-convergence figures (--cluster)")
+	fs.IntVar(&c.clusterKills, "cluster-kills", 3, "kill -9 and restart rounds of the failure-detection figures (--cluster)")
+	fs.StringVar(&c.flowdBin, "flowd-binary", "", "the flowd executable the --cluster nodes run (default: this one)")
 	fs.BoolVar(&f.list, "list", false, "print the scenarios this configuration and --scenarios would run, and exit")
 	fs.BoolVar(&c.json, "json", false, `print one JSON document {"messages","size","sizes","inflight","queues","producers","rate","results":[{"scenario","unit","flowd","baseline","ratio","baseline_name",…}]} instead of text`)
 	return cmd
@@ -293,6 +311,12 @@ func (f *benchFlags) plan() (benchConfig, []benchScenario, error) {
 		return c, nil, fmt.Errorf("bench: --latency-samples %d must be positive", c.samples)
 	case c.rate < 1 || c.rate > 1_000_000:
 		return c, nil, fmt.Errorf("bench: --rate %d must be within 1..1000000", c.rate)
+	case c.cluster != 0 && (c.cluster < 2 || c.cluster > 9):
+		return c, nil, fmt.Errorf("bench: --cluster %d must be within 2..9", c.cluster)
+	case c.cluster != 0 && c.namesrv != "":
+		return c, nil, errors.New("bench: --cluster starts its own nodes: it takes no --namesrv")
+	case c.clusterTopics < 1 || c.clusterKills < 1:
+		return c, nil, fmt.Errorf("bench: --cluster-topics %d and --cluster-kills %d must be positive", c.clusterTopics, c.clusterKills)
 	}
 	for _, p := range strings.Split(f.scenarios, ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -326,6 +350,9 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stdout, sc.name)
 		}
 		return nil
+	}
+	if c.cluster > 0 {
+		return f.runCluster(ctx, c, plan, stdout)
 	}
 	c.progress = !c.json && isTerminal(stderr)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
