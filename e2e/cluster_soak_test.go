@@ -145,6 +145,8 @@ func soakKillRestart(t *testing.T, rounds int) {
 		t.Logf("first missing: %v", first(missingFrom(got, want), 20))
 		lines := strings.Split(groupLogs.String(), "\n")
 		t.Logf("the group's last warnings:\n%s", strings.Join(lines[max(0, len(lines)-30):], "\n"))
+	} else {
+		t.Logf("the group received every one, %d of them more than once (at-least-once across a crash)", len(got.duplicates()))
 	}
 	closeGroup()
 }
