@@ -202,3 +202,25 @@ func TestLapsedEntryOfTheSameNameIsTakenOver(t *testing.T) {
 	require.NoError(t, json.Unmarshal(e.Value(), &now))
 	assert.NotEqual(t, "127.0.0.1:1", now.Addr, "the entry is the new broker's")
 }
+
+// A broker whose entry the bucket still holds past the TTL (its stream's new leader has not
+// aged it out, or a recreated watch delivered it again) leaves the routes all the same.
+func TestBrokerWhoseEntryLapsedLeavesTheRoutes(t *testing.T) {
+	s := startNATS(t, false)
+	nc := connect(t, s)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	// The bucket without a max age: nothing expires the silent broker's entry.
+	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "flowd_brokers"})
+	require.NoError(t, err)
+	short := func(o *cluster.Options) { o.TTL = time.Second; o.HeartbeatInterval = 200 * time.Millisecond }
+	a := startNode(t, s, "broker-a", short)
+	b := startNode(t, s, "broker-b", short)
+	a.waitEvent(t, cluster.BrokerJoined, "broker-b")
+	b.nc.Close() // no deregistration, no more heartbeats; its entry stays in the bucket
+	e := a.waitEvent(t, cluster.BrokerLeft, "broker-b")
+	assert.Equal(t, "expired", e.Reason)
+	assert.Len(t, a.m.Registry(), 1)
+}

@@ -242,6 +242,16 @@ func (m *Member) applyRegistry(name string, e jetstream.KeyValueEntry) {
 		m.forget(name, reason)
 		return
 	}
+	m.mu.RLock()
+	self := m.name
+	m.mu.RUnlock()
+	if name != self && m.lapsed(e) {
+		// Redelivered after it should have aged out: a watch recreated when the stream's
+		// leader died delivers the last values again, and a sweep reads an entry the new
+		// leader has not expired yet. Its broker stopped heartbeating a TTL ago.
+		m.forget(name, "expired")
+		return
+	}
 	var bi BrokerInfo
 	if err := json.Unmarshal(e.Value(), &bi); err != nil || bi.Name != name || bi.Addr == "" {
 		m.log.Warn("cluster registry: ignoring a malformed entry", "key", e.Key(), "err", err)
