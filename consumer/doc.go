@@ -78,9 +78,9 @@
 //     (those of different queues at once), and an offset below one this consumer already
 //     sent for the queue is dropped, so concurrent CommitOffsets calls end at the highest
 //     offset whatever order they ran in. Seek (or a broker's offset reset) is the way back.
-//   - A consumer that owns more queues than it has pull goroutines (WithPullGoroutines) can
-//     make a queue with new messages wait behind long-polling pulls of idle queues, as Java's
-//     pull threads would.
+//   - A consumer bounded to fewer pull goroutines than it owns queues (WithPullGoroutines;
+//     unbounded by default) can make a queue with new messages wait behind long-polling
+//     pulls of idle queues, as Java's pull threads would.
 //   - A broker drops a member whose connection closes and releases its locks at once (so that
 //     a crashed member's queues move without waiting for the lease). A member whose
 //     connection merely dropped stops handing those queues out the moment it notices, then

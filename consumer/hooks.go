@@ -74,7 +74,7 @@ func (h *hooks) RunningInfo() *protocol.ConsumerRunningInfo {
 			"PROP_CONSUME_TYPE":              protocol.ConsumeActively,
 			"PROP_CONSUMER_START_TIMESTAMP":  strconv.FormatInt(l.started.UnixMilli(), 10),
 			"PROP_CLIENT_VERSION":            "flowd",
-			"PROP_THREADPOOL_CORE_SIZE":      strconv.Itoa(l.cfg.pullGoroutines),
+			"PROP_THREADPOOL_CORE_SIZE":      strconv.Itoa(l.pullBound()),
 			"messageModel":                   l.cfg.model.String(),
 			"consumeFromWhere":               l.cfg.consumeFrom.String(),
 			"allocateMessageQueueStrategy":   l.cfg.strategy.Name(),
@@ -133,4 +133,13 @@ func (q *queue) span() (first, last int64, ok bool) {
 		}
 	}
 	return first, last, ok
+}
+
+// pullBound is how many pulls may be in flight at once: WithPullGoroutines, or by default
+// the owned queues (one each). l.mu is held.
+func (l *LitePull) pullBound() int {
+	if l.cfg.pullGoroutines > 0 {
+		return l.cfg.pullGoroutines
+	}
+	return len(l.queues)
 }

@@ -197,7 +197,7 @@ func newLitePull(group string, reader bool, opts []Option) (*LitePull, error) {
 	l := &LitePull{
 		group:          group,
 		cfg:            cfg,
-		pullSem:        make(chan struct{}, cfg.pullGoroutines),
+		pullSem:        pullSlots(cfg.pullGoroutines),
 		rebalanceCh:    make(chan struct{}, 1),
 		metadataCh:     make(chan struct{}, 1),
 		subs:           map[string]*subscription{},
@@ -254,4 +254,12 @@ func (l *LitePull) checkRunning() error {
 		return fmt.Errorf("%w (state %s)", ErrNotRunning, s)
 	}
 	return nil
+}
+
+// pullSlots is the semaphore of WithPullGoroutines, nil when no bound was asked for.
+func pullSlots(n int) chan struct{} {
+	if n <= 0 {
+		return nil
+	}
+	return make(chan struct{}, n)
 }

@@ -13,7 +13,7 @@ import (
 // Defaults of the lite-pull consumer's settings: RocketMQ's DefaultLitePullConsumer defaults,
 // except where a comment says otherwise.
 const (
-	DefaultPullGoroutines            = 20
+	DefaultPullGoroutines            = 0 // no shared bound: one pull in flight per owned queue
 	DefaultPullBatchSize             = 10
 	DefaultPullThresholdForAll       = 10_000
 	DefaultPullThresholdForQueue     = 1_000
@@ -335,17 +335,22 @@ func WithAutoCommitInterval(d time.Duration) Option {
 	}
 }
 
-// WithPullGoroutines bounds how many pulls are in flight at once (RocketMQ's pullThreadNums).
-// Each owned queue has its own pull task; a task waits for a slot before each pull.
+// WithPullGoroutines bounds how many pulls are in flight at once across the owned queues
+// (RocketMQ's pullThreadNums). Each owned queue has its own pull task, with at most one pull
+// in flight; with this bound, a task also waits for one of n slots before each pull.
 //
-// Default 20.
+// Default: no shared bound (DefaultPullGoroutines, 0), so the pulls in flight are at most
+// the owned queues.
 //
 // # Notes
 //
 // A pull on a caught-up queue is parked by the broker for up to the suspend time
 // (WithBrokerSuspend) and holds its slot meanwhile, as a Java pull thread would. With more
-// queues than slots, a queue with new messages can wait behind parked pulls of idle queues:
-// give at least as many goroutines as the consumer may own queues.
+// queues than slots, a queue with new messages waits behind parked pulls of idle queues, up
+// to the suspend time: a consumer of a topic with queues on several brokers owns more queues
+// than Java's default of 20 soon enough, which is why flowd sets no bound by default. A
+// parked pull costs the broker a parked request, not a request in flight (the remoting
+// server bounds the two apart), and the consumer a pending call.
 func WithPullGoroutines(n int) Option {
 	return func(c *config) error {
 		c.pullGoroutines = n

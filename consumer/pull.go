@@ -19,8 +19,8 @@ type pullResult struct {
 	bytes int64
 }
 
-// pullTask pulls one owned queue until the queue is dropped or the consumer shuts down. At
-// most pullGoroutines pulls are in flight at once across all tasks.
+// pullTask pulls one owned queue until the queue is dropped or the consumer shuts down: one
+// pull in flight per queue, and with WithPullGoroutines at most that many across all tasks.
 //
 // # Notes
 //
@@ -47,15 +47,13 @@ func (l *LitePull) pullTask(ctx context.Context, q *queue) {
 			l.sleep(ctx, q, d)
 			continue
 		}
-		select {
-		case l.pullSem <- struct{}{}:
-		case <-ctx.Done():
+		if !l.acquirePull(ctx) {
 			return
 		}
 		l.mu.Lock()
 		if q.dropped {
 			l.mu.Unlock()
-			<-l.pullSem
+			l.releasePull()
 			return
 		}
 		select { // a restart asked for before this pull concerns an older one
@@ -78,10 +76,32 @@ func (l *LitePull) pullTask(ctx context.Context, q *queue) {
 		case <-q.restart: // seeked: the answer will be stale; pull at the new offset now
 		case <-ctx.Done(): // dropped or shutting down
 		}
-		<-l.pullSem
+		l.releasePull()
 		if d > 0 {
 			l.sleep(ctx, q, d)
 		}
+	}
+}
+
+// acquirePull takes a pull slot when WithPullGoroutines bounds the pulls in flight; by
+// default each owned queue has its own pull and nothing is shared. It reports false when ctx
+// ended first.
+func (l *LitePull) acquirePull(ctx context.Context) bool {
+	if l.pullSem == nil {
+		return true
+	}
+	select {
+	case l.pullSem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// releasePull gives back the slot acquirePull took.
+func (l *LitePull) releasePull() {
+	if l.pullSem != nil {
+		<-l.pullSem
 	}
 }
 
