@@ -2,7 +2,7 @@
 // from /api/v1/ (the NATS commands over HTTP) and live updates from /api/v1/events.
 
 const app = document.getElementById('app');
-const state = { session: null, allowed: {}, events: [], lag: {}, rates: [], timer: null, es: null, page: 0 };
+const state = { session: null, allowed: {}, events: [], lag: {}, rates: [], timer: null, es: null, page: 0, msg: {}, forms: {} };
 const PAGE = 100;
 const POLL_MS = 2000;
 
@@ -189,22 +189,81 @@ const views = {
   },
 
   async messages() {
+    const m = state.msg;
     const out = h('div', { id: 'results' });
-    const show = (msgs) => {
-      out.replaceChildren(msgs.length ? table(['Msg id', 'Queue', 'Offset', 'Stored', 'Properties', 'Body'], msgs.map((m) => [m.msg_id, m.queue, m.offset, m.store_time,
-        h('code', {}, JSON.stringify(m.properties)), bodyView(m.body)]), '') : empty('No messages match.'));
+    const fail = (err) => { m.error = err; m.results = null; render(); };
+    const run = async (kind, req) => {
+      m.error = null;
+      try {
+        if (kind === 'browse') { m.reply = await api('message/browse', req); m.results = m.reply.messages; }
+        else if (kind === 'search') { m.reply = await api('message/search', req); m.results = m.reply.matches; }
+        else if (kind === 'get') { m.reply = null; m.results = [await api('message/get', req)]; }
+        else { m.reply = null; m.results = (await api('message/query', req)).messages; }
+        m.kind = kind; m.req = req;
+      } catch (err) { fail(err); return; }
+      render();
     };
-    const byKey = h('form', { class: 'inline', onsubmit: async (e) => {
+    const form = (id, label, fields, submit) => h('form', { class: 'inline', id, onsubmit: async (e) => {
       e.preventDefault();
-      const f = new FormData(e.target);
-      try { show((await api('message/query', { topic: f.get('topic'), key: f.get('key'), unique: f.get('unique') === 'on' })).messages); } catch (err) { out.replaceChildren(errorBox(err)); }
-    } }, h('input', { name: 'topic', placeholder: 'topic', 'aria-label': 'topic', required: true }), h('input', { name: 'key', placeholder: 'key', 'aria-label': 'key', required: true }),
-    h('label', {}, h('input', { type: 'checkbox', name: 'unique' }), ' unique key'), h('button', { type: 'submit' }, 'Look up by key'));
-    const byID = h('form', { class: 'inline', onsubmit: async (e) => {
-      e.preventDefault();
-      try { show([await api('message/get', { msg_id: new FormData(e.target).get('id') })]); } catch (err) { out.replaceChildren(errorBox(err)); }
-    } }, h('input', { name: 'id', placeholder: 'offset message id', 'aria-label': 'message id', required: true }), h('button', { type: 'submit' }, 'Look up by id'));
-    return h('section', {}, h('h1', {}, 'Messages'), byID, byKey, out);
+      await submit(new FormData(e.target));
+    } }, fields, h('button', { type: 'submit' }, label));
+    const byID = form('by-id', 'Look up by id', field('by-id', 'id', { placeholder: 'offset message id', 'aria-label': 'message id', required: true }),
+      (f) => run('get', { msg_id: f.get('id') }));
+    const byKey = form('by-key', 'Look up by key', [field('by-key', 'topic', { placeholder: 'topic', 'aria-label': 'topic', required: true }),
+      field('by-key', 'key', { placeholder: 'key', 'aria-label': 'key', required: true }),
+      h('label', {}, h('input', { type: 'checkbox', name: 'unique' }), ' unique key')],
+    (f) => run('query', { topic: f.get('topic'), key: f.get('key'), unique: f.get('unique') === 'on' }));
+    const browse = form('browse', 'Browse', [field('browse', 'topic', { placeholder: 'topic', 'aria-label': 'browse topic', required: true }),
+      field('browse', 'queue', { type: 'number', min: 0, placeholder: 'queue', 'aria-label': 'queue', required: true }),
+      field('browse', 'offset', { type: 'number', min: 0, placeholder: 'from offset', 'aria-label': 'from offset' }),
+      field('browse', 'time', { type: 'datetime-local', 'aria-label': 'from time' }),
+      field('browse', 'max', { type: 'number', min: 1, max: 100, placeholder: 'per page (20)', 'aria-label': 'per page' })],
+    (f) => {
+      const req = { topic: f.get('topic'), queue: Number(f.get('queue')) };
+      if (f.get('offset')) req.offset = Number(f.get('offset')); else if (f.get('time')) req.timestamp = new Date(f.get('time')).toISOString();
+      if (f.get('max')) req.max = Number(f.get('max'));
+      return run('browse', req);
+    });
+    const search = form('search', 'Search', [field('search', 'topic', { placeholder: 'topic', 'aria-label': 'search topic', required: true }),
+      field('search', 'sql92', { placeholder: "SQL92, e.g. region = 'eu'", 'aria-label': 'SQL92 expression', size: 28 }),
+      field('search', 'filter', { placeholder: 'or a filter plugin', 'aria-label': 'filter plugin' }),
+      field('search', 'max', { type: 'number', min: 1, max: 100, placeholder: 'matches a page (20)', 'aria-label': 'matches a page' })],
+    (f) => {
+      const req = { topic: f.get('topic') };
+      if (f.get('sql92')) req.sql92 = f.get('sql92');
+      if (f.get('filter')) req.filter = f.get('filter');
+      if (f.get('max')) req.max_matches = Number(f.get('max'));
+      return run('search', req);
+    });
+    const send = can('message.send') ? form('send', 'Send test message', [field('send', 'topic', { placeholder: 'topic', 'aria-label': 'send topic', required: true }),
+      field('send', 'tags', { placeholder: 'tags', 'aria-label': 'tags' }), field('send', 'keys', { placeholder: 'keys (space separated)', 'aria-label': 'keys' }),
+      field('send', 'body', { placeholder: 'body', 'aria-label': 'body', required: true, size: 30 })],
+    async (f) => {
+      const req = { topic: f.get('topic'), body: f.get('body') };
+      if (f.get('tags')) req.tags = f.get('tags');
+      if (f.get('keys')) req.keys = f.get('keys').split(/\s+/).filter(Boolean);
+      try { m.sent = await api('message/send', req); m.error = null; } catch (err) { m.sent = null; m.error = err; }
+      render();
+    }) : null;
+    if (m.error) out.append(errorBox(m.error));
+    if (m.sent) out.append(h('p', { id: 'sent' }, `Sent to ${m.sent.topic} queue ${m.sent.queue} at offset ${m.sent.offset}: `, h('code', {}, m.sent.msg_id)));
+    if (m.results) {
+      out.append(m.results.length ? table(['Msg id', 'Queue', 'Offset', 'Stored', 'Properties', 'Body'], m.results.map((x) => [x.msg_id, x.queue, x.offset, x.store_time,
+        h('code', {}, JSON.stringify(x.properties)), bodyView(x.body)]), '') : empty('No messages match.'));
+    }
+    if (m.results && m.kind === 'browse') {
+      const r = m.reply;
+      out.append(h('div', { class: 'pager', id: 'browse-pager' }, `offsets ${r.offset}…${r.next - 1} of ${r.min_offset}…${r.max_offset - 1} `,
+        h('button', { type: 'button', id: 'browse-next', disabled: r.next >= r.max_offset,
+          onclick: () => run('browse', { ...m.req, offset: r.next, timestamp: undefined }) }, 'Next page')));
+    }
+    if (m.results && m.kind === 'search') {
+      const r = m.reply;
+      out.append(h('div', { class: 'pager', id: 'search-pager' }, `${r.scanned} scanned` + (r.stopped ? `, stopped on ${r.stopped} ` : ', every queue scanned '),
+        h('button', { type: 'button', id: 'search-next', disabled: !r.stopped,
+          onclick: () => run('search', { ...m.req, positions: r.next }) }, 'More matches')));
+    }
+    return h('section', {}, h('h1', {}, 'Messages'), byID, byKey, browse, search, send, out);
   },
 
   async pipelines() {
@@ -259,6 +318,12 @@ const views = {
       table(['Time', 'Type', 'Subject', 'Data'], evs.slice().reverse().map((e) => [e.time, e.type, e.subject || '', h('code', {}, JSON.stringify(e.data))]), 'No events since this page opened.'));
   },
 };
+
+// field is an input whose value outlives the view's redraws (events and polling redraw it).
+function field(form, name, attrs) {
+  const vals = state.forms[form] || (state.forms[form] = {});
+  return h('input', { ...attrs, name, id: `${form}-${name}`, value: vals[name] ?? '', oninput: (e) => { vals[name] = e.target.value; } });
+}
 
 // bodyView shows a base64 body as text, pretty JSON or hex.
 function bodyView(b64) {
