@@ -110,6 +110,13 @@ func TestMessageSearchWasmFilter(t *testing.T) {
 	got := searchAll(t, pe.env, map[string]any{"topic": "orders", "filter": "region", "max_matches": 2})
 	assert.Equal(t, []string{"q0-0", "q0-2", "q0-4", "q1-0", "q1-2"}, got)
 
+	var list control.PluginListReply
+	pe.ok("plugin.list", `{"name":"region"}`, &list)
+	require.Len(t, list.Plugins, 1)
+	require.NotNil(t, list.Plugins[0].Stats)
+	assert.Positive(t, list.Plugins[0].Stats.Calls, "the search called the filter")
+	assert.Zero(t, list.Plugins[0].Stats.FaultsTotal)
+
 	msg := pe.request("message.search", `{"topic":"orders","filter":"nope"}`)
 	var reply control.ErrorReply
 	require.NoError(t, json.Unmarshal(msg.Data, &reply))

@@ -33,6 +33,7 @@ type env struct {
 	b   *broker.Broker
 	n   *control.NATS
 	svc *control.Service
+	pub *control.Publisher
 	con *Server
 	srv *httptest.Server
 }
@@ -63,7 +64,7 @@ func startWith(t *testing.T, svcMod func(*control.ServiceConfig), mod func(*Conf
 	}
 	svc, err := control.StartService(ctx, n.Conn(), b, scfg)
 	require.NoError(t, err)
-	e := &env{t: t, b: b, n: n, svc: svc}
+	e := &env{t: t, b: b, n: n, svc: svc, pub: pub}
 	ccfg := Config{Service: func() *control.Service { return e.svc }, Events: n.Conn(), Cluster: "local", Version: "test", Logger: quiet()}
 	if mod != nil {
 		mod(&ccfg)

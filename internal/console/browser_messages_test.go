@@ -132,3 +132,36 @@ func TestBrowserMessagesSearchWithAWasmFilter(t *testing.T) {
 	))
 	require.Eventually(t, func() bool { return e.b.StoreMax("orders", 0) == 10 }, wait, 5*time.Millisecond)
 }
+
+func TestBrowserPluginsShowCallsAndAFaultNotice(t *testing.T) {
+	ctx := browser(t)
+	e := startWith(t, withRegistry(t), nil)
+	deployRegionFilter(t, e)
+	code, body := e.nats("topic.create", `{"topic":"orders","queues":1}`)
+	require.Equal(t, 200, code, body)
+	sendRegions(t, e, "orders", 4)
+	code, body = e.nats("message.search", `{"topic":"orders","filter":"region"}`)
+	require.Equal(t, 200, code, body)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(e.srv.URL+"/#/plugins"),
+		chromedp.WaitVisible(`[data-calls=region]`),
+	))
+	calls, err := chromedp.Run(ctx, chromedp.Text(`[data-calls=region]`))
+	require.NoError(t, err)
+	assert.NotEqual(t, "0", calls, "the search's calls are counted")
+	faults, err := chromedp.Run(ctx, chromedp.Text(`[data-faults=region]`))
+	require.NoError(t, err)
+	assert.Equal(t, "0", faults)
+
+	// A fault that stops the plugin (the daemon publishes it from the filter's fault hook)
+	// shows as a notice while the page is open, on any view.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/#/topics"), chromedp.WaitVisible(`main[data-view=topics]`)))
+	e.pub.Plugin(control.PluginEvent{Type: control.EventPluginFailed, Name: "region", Version: "1.0.0", Kind: "filter", Reason: "trap: unreachable"})
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`.notice[data-plugin=region]`)))
+	text, err := chromedp.Run(ctx, chromedp.Text(`.notice[data-plugin=region]`))
+	require.NoError(t, err)
+	assert.Contains(t, text, "Plugin region 1.0.0 faulted")
+	assert.Contains(t, text, "trap: unreachable")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/#/plugins"), chromedp.WaitVisible(`[data-calls=region]`)))
+	screenshot(t, ctx, "console-plugins")
+}

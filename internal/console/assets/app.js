@@ -2,7 +2,7 @@
 // from /api/v1/ (the NATS commands over HTTP) and live updates from /api/v1/events.
 
 const app = document.getElementById('app');
-const state = { session: null, allowed: {}, events: [], lag: {}, rates: [], timer: null, es: null, page: 0, msg: {}, forms: {} };
+const state = { session: null, allowed: {}, events: [], lag: {}, rates: [], timer: null, es: null, page: 0, msg: {}, forms: {}, notices: [] };
 const PAGE = 100;
 const POLL_MS = 2000;
 
@@ -299,11 +299,14 @@ const views = {
     h('label', {}, 'Module ', h('input', { type: 'file', name: 'module', accept: '.wasm', required: true })),
     h('label', {}, h('input', { type: 'checkbox', name: 'activate' }), ' activate'), h('button', { type: 'submit' }, 'Deploy')) : null;
     const faults = state.events.filter((e) => e.type.startsWith('plugin.'));
-    return h('section', {}, h('h1', {}, 'Plugins'), deploy, table(['Name', 'Kind', 'Version', 'Active', ''], l.plugins.map((p) => {
-      const m = p.manifest, btns = [];
+    const faultsOf = (st) => Object.entries(st.faults).filter(([, n]) => n > 0).map(([k, n]) => `${k} ${n}`).join(', ') || '0';
+    return h('section', {}, h('h1', {}, 'Plugins'), deploy, table(['Name', 'Kind', 'Version', 'Active', 'Calls', 'Faults', 'Mean call', ''], l.plugins.map((p) => {
+      const m = p.manifest, btns = [], st = p.stats;
       if (!p.active && can('plugin.activate')) btns.push(h('button', { type: 'button', onclick: async () => { await api('plugin/activate', { name: m.name, version: m.version }); render(); } }, 'Activate'));
       if (!p.active && can('plugin.remove')) btns.push(confirmButton('Remove', `Remove ${m.name} ${m.version}?`, async () => { await api('plugin/remove', { name: m.name, version: m.version }); render(); }));
-      return [m.name, m.kind, m.version, p.active ? 'active' : '', btns];
+      return [m.name, m.kind, m.version, p.active ? (st && st.state !== 'serving' ? `active (${st.state})` : 'active') : '',
+        st ? h('span', { 'data-calls': m.name }, st.calls) : '', st ? h('span', { 'data-faults': m.name }, faultsOf(st)) : '',
+        st && st.calls ? `${st.mean_call_us.toFixed(1)} µs` : '', btns];
     }), 'No plugins deployed.'), h('h2', {}, 'Plugin events'),
     table(['Time', 'Type', 'Subject'], faults.map((e) => [e.time, e.type, e.subject || '']), 'No plugin events since this page opened.'));
   },
@@ -362,11 +365,22 @@ async function render() {
   }
   const focused = document.activeElement && document.activeElement.id;
   const sel = document.activeElement && document.activeElement.selectionStart;
-  app.replaceChildren(nav(top), main);
+  app.replaceChildren(nav(top), notices(), main);
   if (focused) {
     const el = document.getElementById(focused);
     if (el) { el.focus(); if (sel !== undefined && el.setSelectionRange) el.setSelectionRange(sel, sel); }
   }
+}
+
+// notices are the plugin faults seen since the page opened, each with a dismiss button.
+function notices() {
+  if (!state.notices.length) return '';
+  return h('div', { id: 'notices' }, state.notices.map((ev, i) => {
+    const d = ev.data || {};
+    return h('div', { class: 'notice', role: 'alert', 'data-plugin': d.plugin || '' },
+      `Plugin ${d.plugin || ev.subject} ${d.pluginVersion || ''} faulted and stopped (${ev.time}): ${d.reason || ''} `,
+      h('button', { type: 'button', onclick: () => { state.notices.splice(i, 1); render(); } }, 'Dismiss'));
+  }));
 }
 
 function signIn(message) {
@@ -391,6 +405,8 @@ function listen() {
     const ev = JSON.parse(msg.data);
     state.events.push(ev);
     if (state.events.length > 500) state.events.shift();
+    // A fault that stopped a plugin is shown on every view until dismissed.
+    if (ev.type === 'plugin.failed') state.notices.push(ev);
     render();
   };
   // Events are sent without an event name, so that one handler takes every kind.
