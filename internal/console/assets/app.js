@@ -123,13 +123,15 @@ const views = {
   },
 
   async topics() {
-    const [list, stats] = await Promise.all([api('topic/list'), api('stats')]);
+    // One page at a time from the server: a broker may have 10 000 topics.
     const q = (sessionStorage.getItem('topicFilter') || '');
-    const all = list.topics.filter((t) => t.topic.includes(q));
-    const pages = Math.max(1, Math.ceil(all.length / PAGE));
-    state.page = Math.min(state.page, pages - 1);
-    const shown = all.slice(state.page * PAGE, (state.page + 1) * PAGE);
-    const filter = h('input', { type: 'search', placeholder: 'filter topics', 'aria-label': 'filter topics', value: q,
+    const req = { offset: state.page * PAGE, limit: PAGE };
+    if (q) req.contains = q;
+    let list = await api('topic/list', req);
+    const pages = Math.max(1, Math.ceil(list.total / PAGE));
+    if (state.page > pages - 1) { state.page = pages - 1; list = await api('topic/list', { ...req, offset: state.page * PAGE }); }
+    const shown = list.topics, stats = { topics: list.stats || {} }, all = { length: list.total };
+    const filter = h('input', { type: 'search', id: 'topic-filter', placeholder: 'filter topics', 'aria-label': 'filter topics', value: q,
       oninput: (e) => { sessionStorage.setItem('topicFilter', e.target.value); state.page = 0; render(); } });
     const form = can('topic.create') ? h('form', { class: 'inline', id: 'create-topic', onsubmit: async (e) => {
       e.preventDefault();
