@@ -44,8 +44,8 @@ func start(t *testing.T, mod func(*Config)) *env {
 }
 
 // startWith is start with the command service's configuration changed by svcMod (a plugin
-// registry, a pipeline manager).
-func startWith(t *testing.T, svcMod func(*control.ServiceConfig), mod func(*Config)) *env {
+// registry, a pipeline manager on the started broker).
+func startWith(t *testing.T, svcMod func(*broker.Broker, *control.ServiceConfig), mod func(*Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	cfg := broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NamesrvListen: "127.0.0.1:0", Logger: quiet()}
@@ -60,7 +60,7 @@ func startWith(t *testing.T, svcMod func(*control.ServiceConfig), mod func(*Conf
 	pub.Started()
 	scfg := control.ServiceConfig{Logger: quiet()}
 	if svcMod != nil {
-		svcMod(&scfg)
+		svcMod(b, &scfg)
 	}
 	svc, err := control.StartService(ctx, n.Conn(), b, scfg)
 	require.NoError(t, err)

@@ -16,13 +16,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/control"
 	"github.com/flowd-io/flowd/plugins"
 	"github.com/flowd-io/flowd/runtime"
 )
 
 // withRegistry gives the command service a plugin registry of its own.
-func withRegistry(t *testing.T) func(*control.ServiceConfig) {
+func withRegistry(t *testing.T) func(*broker.Broker, *control.ServiceConfig) {
 	t.Helper()
 	ctx := context.Background()
 	rt, err := runtime.New(ctx, runtime.Options{})
@@ -33,7 +34,7 @@ func withRegistry(t *testing.T) func(*control.ServiceConfig) {
 	reg, err := plugins.NewRegistry(ctx, rt, st, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, reg.Close(ctx)) })
-	return func(c *control.ServiceConfig) { c.Plugins = reg }
+	return func(_ *broker.Broker, c *control.ServiceConfig) { c.Plugins = reg }
 }
 
 // deployRegionFilter deploys and activates examples/wasm/c-propfilter as the filter

@@ -1,0 +1,81 @@
+package console
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/client"
+	"github.com/flowd-io/flowd/consumer"
+	"github.com/flowd-io/flowd/control"
+	"github.com/flowd-io/flowd/pipeline"
+)
+
+// withPipelines gives the command service a pipeline manager reading from the test's
+// broker, as flowd serve's does, and hands it to the test through m.
+func withPipelines(t *testing.T, m **pipeline.Manager) func(*broker.Broker, *control.ServiceConfig) {
+	t.Helper()
+	return func(b *broker.Broker, c *control.ServiceConfig) {
+		mgr, err := pipeline.NewManager(pipeline.Options{
+			NameServers: []string{b.NamesrvAddr()}, Logger: quiet(), Stdout: io.Discard,
+			ConsumerOptions: []consumer.Option{
+				consumer.WithPollTimeout(200 * time.Millisecond),
+				consumer.WithLockRetryInterval(50 * time.Millisecond),
+				consumer.WithClientOptions(client.WithHeartbeatInterval(time.Second)),
+			},
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			assert.NoError(t, mgr.Close(ctx))
+		})
+		*m = mgr
+		c.Pipelines = mgr
+	}
+}
+
+func TestBrowserPausingAPipelinePausesIt(t *testing.T) {
+	ctx := browser(t)
+	var m *pipeline.Manager
+	e := startWith(t, withPipelines(t, &m), nil)
+	code, body := e.nats("topic.create", `{"topic":"orders","queues":1}`)
+	require.Equal(t, 200, code, body)
+	bg := context.Background()
+	require.NoError(t, m.Start(bg, pipeline.Definition{
+		Name: "audit", Topics: []string{"orders"}, StartFrom: pipeline.StartFirst,
+		Sink: pipeline.SinkDefinition{Type: pipeline.SinkStdout},
+	}))
+	require.Eventually(t, func() bool {
+		st, err := m.Get(bg, "audit")
+		return err == nil && st.State == pipeline.StateRunning
+	}, wait, 10*time.Millisecond)
+
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(e.srv.URL+"/#/pipelines"),
+		chromedp.WaitVisible(`[data-state=running]`),
+		chromedp.Click(`button[data-action=pause]`),
+		chromedp.WaitVisible(`[data-state=paused]`),
+	))
+	st, err := m.Get(bg, "audit")
+	require.NoError(t, err)
+	assert.Equal(t, pipeline.StatePaused, st.State, "the page's pause reached the manager")
+	screenshot(t, ctx, "console-pipelines")
+
+	// Resumed from the page, it reads the messages sent meanwhile.
+	sendRegions(t, e, "orders", 3)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(`button[data-action=resume]`),
+		chromedp.WaitVisible(`[data-state=running]`),
+	))
+	require.Eventually(t, func() bool {
+		st, err := m.Get(bg, "audit")
+		return err == nil && st.Counters.In == 3
+	}, wait, 10*time.Millisecond, "the resumed pipeline reads what was sent while it was paused")
+}
