@@ -84,15 +84,15 @@ func TestBrowserMessagesBrowsePages(t *testing.T) {
 		chromedp.SendKeys(`#browse-topic`, "orders"),
 		chromedp.SendKeys(`#browse-queue`, "0"),
 		chromedp.SendKeys(`#browse-max`, "2"),
-		chromedp.Click(`#browse button[type=submit]`),
-		chromedp.WaitVisible(`#browse-pager`),
 	))
+	click(t, ctx, `#browse button[type=submit]`)
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`#browse-pager`)))
 	assert.Equal(t, []string{"m-0", "m-1"}, shownBodies(t, ctx))
 	screenshot(t, ctx, "console-messages-browse")
-	require.NoError(t, chromedp.Do(ctx, chromedp.Click(`#browse-next`), chromedp.WaitVisible(`#browse-pager`)))
+	click(t, ctx, `#browse-next`)
 	require.Eventually(t, func() bool { b := shownBodies(t, ctx); return len(b) > 0 && b[0] == "m-2" }, wait, 20*time.Millisecond)
 	assert.Equal(t, []string{"m-2", "m-3"}, shownBodies(t, ctx))
-	require.NoError(t, chromedp.Do(ctx, chromedp.Click(`#browse-next`)))
+	click(t, ctx, `#browse-next`)
 	require.Eventually(t, func() bool { b := shownBodies(t, ctx); return len(b) > 0 && b[0] == "m-4" }, wait, 20*time.Millisecond)
 	assert.Equal(t, []string{"m-4"}, shownBodies(t, ctx))
 	disabled, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('browse-next').disabled`))
@@ -113,13 +113,13 @@ func TestBrowserMessagesSearchWithAWasmFilter(t *testing.T) {
 		chromedp.SendKeys(`#search-topic`, "orders"),
 		chromedp.SendKeys(`#search-filter`, "region"),
 		chromedp.SendKeys(`#search-max`, "3"),
-		chromedp.Click(`#search button[type=submit]`),
-		chromedp.WaitVisible(`#search-pager`),
 	))
+	click(t, ctx, `#search button[type=submit]`)
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`#search-pager`)))
 	got := shownBodies(t, ctx)
 	assert.Equal(t, []string{"m-0", "m-2", "m-4"}, got, "the first page of matches")
 	screenshot(t, ctx, "console-messages-search")
-	require.NoError(t, chromedp.Do(ctx, chromedp.Click(`#search-next`)))
+	click(t, ctx, `#search-next`)
 	require.Eventually(t, func() bool { b := shownBodies(t, ctx); return len(b) > 0 && b[0] == "m-6" }, wait, 20*time.Millisecond)
 	got = append(got, shownBodies(t, ctx)...)
 	assert.Equal(t, []string{"m-0", "m-2", "m-4", "m-6", "m-8"}, got, "exactly the messages the filter keeps, each once")
@@ -128,9 +128,9 @@ func TestBrowserMessagesSearchWithAWasmFilter(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.SendKeys(`#send-topic`, "orders"),
 		chromedp.SendKeys(`#send-body`, "from the page"),
-		chromedp.Click(`#send button[type=submit]`),
-		chromedp.WaitVisible(`#sent`),
 	))
+	click(t, ctx, `#send button[type=submit]`)
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`#sent`)))
 	require.Eventually(t, func() bool { return e.b.StoreMax("orders", 0) == 10 }, wait, 5*time.Millisecond)
 }
 

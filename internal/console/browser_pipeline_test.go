@@ -41,6 +41,16 @@ func withPipelines(t *testing.T, m **pipeline.Manager) func(*broker.Broker, *con
 	}
 }
 
+// click clicks the element sel names in one step of the page's own: the page redraws on
+// every event, so a node found by one protocol call may be gone by the next.
+func click(t *testing.T, ctx context.Context, sel string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const el = document.querySelector(`+"`"+sel+"`"+`); if (!el || el.disabled) return false; el.click(); return true; })()`))
+		return err == nil && ok
+	}, wait, 20*time.Millisecond, "no %s to click", sel)
+}
+
 func TestBrowserPausingAPipelinePausesIt(t *testing.T) {
 	ctx := browser(t)
 	var m *pipeline.Manager
@@ -60,9 +70,9 @@ func TestBrowserPausingAPipelinePausesIt(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(e.srv.URL+"/#/pipelines"),
 		chromedp.WaitVisible(`[data-state=running]`),
-		chromedp.Click(`button[data-action=pause]`),
-		chromedp.WaitVisible(`[data-state=paused]`),
 	))
+	click(t, ctx, `button[data-action=pause]`)
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`[data-state=paused]`)))
 	st, err := m.Get(bg, "audit")
 	require.NoError(t, err)
 	assert.Equal(t, pipeline.StatePaused, st.State, "the page's pause reached the manager")
@@ -70,10 +80,8 @@ func TestBrowserPausingAPipelinePausesIt(t *testing.T) {
 
 	// Resumed from the page, it reads the messages sent meanwhile.
 	sendRegions(t, e, "orders", 3)
-	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Click(`button[data-action=resume]`),
-		chromedp.WaitVisible(`[data-state=running]`),
-	))
+	click(t, ctx, `button[data-action=resume]`)
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`[data-state=running]`)))
 	require.Eventually(t, func() bool {
 		st, err := m.Get(bg, "audit")
 		return err == nil && st.Counters.In == 3

@@ -265,7 +265,8 @@ const views = {
         h('button', { type: 'button', id: 'search-next', disabled: !r.stopped,
           onclick: () => run('search', { ...m.req, positions: r.next }) }, 'More matches')));
     }
-    return h('section', {}, h('h1', {}, 'Messages'), byID, byKey, browse, search, send, out);
+    return h('section', {}, h('h1', {}, 'Messages'), h('h2', {}, 'Look up'), byID, byKey, h('h2', {}, 'Browse a queue'), browse,
+      h('h2', {}, 'Search'), search, send ? [h('h2', {}, 'Send a test message'), send] : null, h('h2', {}, 'Results'), out);
   },
 
   async pipelines() {
@@ -306,7 +307,7 @@ const views = {
       const m = p.manifest, btns = [], st = p.stats;
       if (!p.active && can('plugin.activate')) btns.push(h('button', { type: 'button', onclick: async () => { await api('plugin/activate', { name: m.name, version: m.version }); render(); } }, 'Activate'));
       if (!p.active && can('plugin.remove')) btns.push(confirmButton('Remove', `Remove ${m.name} ${m.version}?`, async () => { await api('plugin/remove', { name: m.name, version: m.version }); render(); }));
-      return [m.name, m.kind, m.version, p.active ? (st && st.state !== 'serving' ? `active (${st.state})` : 'active') : '',
+      return [m.name, m.kind, m.version, p.active ? (st && st.state !== 'active' ? `active (${st.state})` : 'active') : '',
         st ? h('span', { 'data-calls': m.name }, st.calls) : '', st ? h('span', { 'data-faults': m.name }, faultsOf(st)) : '',
         st && st.calls ? `${st.mean_call_us.toFixed(1)} µs` : '', btns];
     }), 'No plugins deployed.'), h('h2', {}, 'Plugin events'),
