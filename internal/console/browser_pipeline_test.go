@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -86,4 +87,33 @@ func TestBrowserPausingAPipelinePausesIt(t *testing.T) {
 		st, err := m.Get(bg, "audit")
 		return err == nil && st.Counters.In == 3
 	}, wait, 10*time.Millisecond, "the resumed pipeline reads what was sent while it was paused")
+}
+
+func TestBrowserTopicsArePagedByTheDaemon(t *testing.T) {
+	ctx := browser(t)
+	e := start(t, nil)
+	for i := range 250 {
+		require.NoError(t, e.b.CreateTopic(broker.TopicConfig{Name: fmt.Sprintf("t-%05d", i), ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	}
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(e.srv.URL+"/#/topics"),
+		chromedp.WaitVisible(`a[href="#/topics/t-00000"]`),
+	))
+	rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('main tbody tr').length`))
+	require.NoError(t, err)
+	assert.Equal(t, 100, rows, "one page of 100")
+	click(t, ctx, `.pager button:last-child`)
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`a[href="#/topics/t-00100"]`)))
+	pager, err := chromedp.Run(ctx, chromedp.Text(`.pager`))
+	require.NoError(t, err)
+	assert.Contains(t, pager, "page 2 of")
+	// The filter is applied by the daemon too: ten topics hold "t-0024".
+	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys(`#topic-filter`, "t-0024"), chromedp.WaitVisible(`a[href="#/topics/t-00249"]`)))
+	require.Eventually(t, func() bool {
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('main tbody tr').length`))
+		return err == nil && n == 10
+	}, wait, 20*time.Millisecond)
+	pager, err = chromedp.Run(ctx, chromedp.Text(`.pager`))
+	require.NoError(t, err)
+	assert.Contains(t, pager, "10 topics")
 }
