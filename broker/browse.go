@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strings"
 	"time"
 
@@ -22,10 +23,14 @@ type QueueRead struct {
 	Min, Max int64
 }
 
+// readQueueMaxBytes bounds the bytes one ReadQueue holds (the first message is read
+// whatever its size): an inspection must not hold a pull's worth of large bodies.
+const readQueueMaxBytes = 8 << 20
+
 // ReadQueue reads up to maxMsgs messages of one queue from offset, for inspection (the
 // console's browse and search): no group, no offset commit, no long poll. An offset below
 // the queue's first stored one starts at that one. An unknown topic or a queue past its
-// read queues fails with ErrNotFound.
+// read queues fails with ErrNotFound. Fewer than maxMsgs come back past 8 MiB of messages.
 func (b *Broker) ReadQueue(ctx context.Context, topic string, queueID int32, offset int64, maxMsgs int) (QueueRead, error) {
 	if err := b.knownQueue(topic, queueID); err != nil {
 		return QueueRead{}, fmt.Errorf("read %s/%d: %w", topic, queueID, err)
@@ -33,7 +38,7 @@ func (b *Broker) ReadQueue(ctx context.Context, topic string, queueID int32, off
 	if maxMsgs <= 0 {
 		maxMsgs = 1
 	}
-	res, err := b.store.GetMessage(ctx, topic, queueID, offset, maxMsgs, b.cfg.MaxMessageSize*maxMsgs, nil)
+	res, err := b.store.GetMessage(ctx, topic, queueID, offset, maxMsgs, readQueueMaxBytes, nil)
 	if err != nil {
 		return QueueRead{}, fmt.Errorf("read %s/%d at %d: %w", topic, queueID, offset, err)
 	}
@@ -108,7 +113,7 @@ func (b *Broker) Send(ctx context.Context, m protocol.Message, queueID int32) (S
 		return SendResult{}, fmt.Errorf("send to %q: a body of %d bytes exceeds the %d-byte limit: %w", m.Topic, len(m.Body), b.cfg.MaxMessageSize, ErrBadMessage)
 	}
 	if queueID < 0 {
-		queueID = int32(time.Now().UnixNano() % int64(tc.WriteQueueNums))
+		queueID = mrand.Int32N(int32(tc.WriteQueueNums))
 	} else if int(queueID) >= tc.WriteQueueNums {
 		return SendResult{}, fmt.Errorf("send to %q: queue %d (%d write queues): %w", m.Topic, queueID, tc.WriteQueueNums, ErrNotFound)
 	}
