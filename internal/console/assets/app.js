@@ -131,7 +131,7 @@ const views = {
     const pages = Math.max(1, Math.ceil(list.total / PAGE));
     if (state.page > pages - 1) { state.page = pages - 1; list = await api('topic/list', { ...req, offset: state.page * PAGE }); }
     const shown = list.topics, stats = { topics: list.stats || {} }, all = { length: list.total };
-    const filter = h('input', { type: 'search', id: 'topic-filter', placeholder: 'filter topics', 'aria-label': 'filter topics', value: q,
+    const filter = h('input', { type: 'search', id: 'topic-filter', placeholder: 'filter topics', 'aria-label': 'filter topics', value: sessionStorage.getItem('topicFilter') || '',
       oninput: (e) => { sessionStorage.setItem('topicFilter', e.target.value); state.page = 0; render(); } });
     const form = can('topic.create') ? h('form', { class: 'inline', id: 'create-topic', onsubmit: async (e) => {
       e.preventDefault();
@@ -352,10 +352,13 @@ function route() {
   return [views[view] ? view : 'overview', undefined, views[view] ? view : 'overview'];
 }
 
-let rendering = false;
+// One render at a time; a render asked for while one runs (a keystroke in the topic
+// filter, an event) runs once after it, so the last change is always drawn.
+let rendering = false, again = false;
 async function render() {
-  if (rendering) return;
+  if (rendering) { again = true; return; }
   rendering = true;
+  again = false;
   const [view, arg, top] = route();
   const main = h('main', { id: 'main', 'data-view': view });
   try {
@@ -373,6 +376,7 @@ async function render() {
     const el = document.getElementById(focused);
     if (el) { el.focus(); if (sel !== undefined && el.setSelectionRange) el.setSelectionRange(sel, sel); }
   }
+  if (again) render();
 }
 
 // notices are the plugin faults seen since the page opened, each with a dismiss button.
