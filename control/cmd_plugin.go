@@ -49,6 +49,36 @@ type PluginView struct {
 	// Nodes, in a cluster, is each node's report on this version (sorted by node): the
 	// nodes it is active on, and those that refused it. Absent on a node alone.
 	Nodes []PluginNode `json:"nodes,omitempty"`
+	// Stats are the answering node's counters of the active version (plugins.Registry.Stats;
+	// they start from zero when another version is activated). Absent on other versions.
+	Stats *PluginCallStats `json:"stats,omitempty"`
+}
+
+// PluginCallStats are one active plugin version's call counters on the answering node.
+type PluginCallStats struct {
+	Calls uint64 `json:"calls"`
+	// Faults counts faulted calls by kind (trap, timeout, memory, bad_output, guest_error);
+	// every kind is present.
+	Faults      map[string]uint64 `json:"faults"`
+	FaultsTotal uint64            `json:"faults_total"`
+	Reloads     uint64            `json:"reloads"`
+	// MeanCallMicros is the mean call latency in microseconds (0 before the first call).
+	MeanCallMicros float64 `json:"mean_call_us"`
+	Instances      int     `json:"instances"`
+	State          string  `json:"state"`
+}
+
+// pluginCallStats converts the registry's counters of one plugin version.
+func pluginCallStats(st runtime.Stats) *PluginCallStats {
+	out := &PluginCallStats{Calls: st.Calls, Faults: map[string]uint64{}, FaultsTotal: st.FaultsTotal(),
+		Reloads: st.Reloads, Instances: st.Instances, State: st.State.String()}
+	for k := range runtime.NumFaultKinds {
+		out.Faults[k.String()] = st.Faults[k]
+	}
+	if st.Calls > 0 {
+		out.MeanCallMicros = float64(st.CallTime.Microseconds()) / float64(st.Calls)
+	}
+	return out
 }
 
 // PluginNode is one node's report on a plugin version.
@@ -263,10 +293,18 @@ func (s *Service) pluginList(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	stats := map[string]runtime.Stats{}
+	for _, st := range s.cfg.Plugins.Stats() {
+		stats[st.Name+"@"+st.Version] = st.Stats
+	}
 	out := PluginListReply{Origin: s.origin(), Plugins: []PluginView{}}
 	for _, in := range all {
 		if req.Name == "" || in.Manifest.Name == req.Name {
-			out.Plugins = append(out.Plugins, s.withNodes(PluginView{Manifest: in.Manifest, Active: in.Active}))
+			v := PluginView{Manifest: in.Manifest, Active: in.Active}
+			if st, ok := stats[in.Manifest.Name+"@"+in.Manifest.Version]; ok && in.Active {
+				v.Stats = pluginCallStats(st)
+			}
+			out.Plugins = append(out.Plugins, s.withNodes(v))
 		}
 	}
 	return out, nil

@@ -143,3 +143,27 @@ func TestPluginDeployRefusalReadsPlainly(t *testing.T) {
 	pe.ok("plugin.list", ``, &list)
 	assert.Empty(t, list.Plugins, "nothing refused was stored")
 }
+
+// plugin.list shows the active version's calls and faults by kind, as they happen.
+func TestPluginListShowsCallsAndFaultsByKind(t *testing.T) {
+	pe := startWithLargePayloads(t)
+	wasm := badguest(t)
+	pe.ok("plugin.deploy", jsonString(t, map[string]any{"manifest": badManifest(t, wasm, "1.0.0", map[string]string{"mode": "trap"}, "reload"),
+		"module": base64.StdEncoding.EncodeToString(wasm), "activate": true}), nil)
+	f, err := pe.reg.Filter("bad")
+	require.NoError(t, err)
+	require.NoError(t, f.Match(context.Background(), []plugins.Message{{Topic: "fine"}}, make([]bool, 1)))
+	require.Error(t, f.Match(context.Background(), []plugins.Message{{Topic: "boom"}}, make([]bool, 1)))
+
+	var list control.PluginListReply
+	pe.ok("plugin.list", `{"name":"bad"}`, &list)
+	require.Len(t, list.Plugins, 1)
+	st := list.Plugins[0].Stats
+	require.NotNil(t, st, "the active version has stats")
+	assert.GreaterOrEqual(t, st.Calls, uint64(2))
+	assert.Equal(t, uint64(1), st.Faults["trap"])
+	assert.Equal(t, uint64(0), st.Faults["timeout"])
+	assert.Len(t, st.Faults, 5, "every kind")
+	assert.Equal(t, uint64(1), st.FaultsTotal)
+	assert.Positive(t, st.MeanCallMicros)
+}

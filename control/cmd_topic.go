@@ -3,7 +3,9 @@ package control
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -219,18 +221,39 @@ func (s *Service) topicDelete(_ context.Context, data []byte) (any, error) {
 	return TopicDeleteReply{Origin: s.origin(), Topic: req.Topic, Deleted: true}, nil
 }
 
-// TopicListRequest is the request of topic.list: nothing, or a scope (see Scope).
+// TopicListRequest is the request of topic.list: nothing, or a scope (see Scope), and
+// optionally a page of the list.
 type TopicListRequest struct {
 	Local   bool             `json:"local,omitempty"`
 	Timeout *fields.Duration `json:"timeout,omitempty"`
+	// Prefix keeps the topics whose name starts with it; Contains those whose name holds
+	// it. Offset skips that many topics of the (kept, name-sorted) list; Limit returns at
+	// most that many (1 to 1000). Any of them makes the reply a page: it then carries Total
+	// and the page's Stats, so that a console with 10 000 topics asks for one page at a time.
+	Prefix   string `json:"prefix,omitempty"`
+	Contains string `json:"contains,omitempty"`
+	Offset   *int   `json:"offset,omitempty"`
+	Limit    *int   `json:"limit,omitempty"`
 }
+
+// maxTopicPage bounds topic.list's limit.
+const maxTopicPage = 1000
 
 // TopicListReply is the reply of topic.list. In a cluster it is every node's topics, each
 // once with its brokers, and the coverage.
 type TopicListReply struct {
 	Origin
 	Topics []TopicView `json:"topics"`
+	// Total, in a page, counts the topics kept by prefix and contains, over every page;
+	// Offset is the page's start. Stats has each topic of the page's messages and rate.
+	Total  *int                  `json:"total,omitempty"`
+	Offset *int                  `json:"offset,omitempty"`
+	Stats  map[string]TopicStats `json:"stats,omitempty"`
 	Coverage
+}
+
+func (req TopicListRequest) paged() bool {
+	return req.Prefix != "" || req.Contains != "" || req.Offset != nil || req.Limit != nil
 }
 
 func (s *Service) topicList(ctx context.Context, data []byte) (any, error) {
@@ -238,7 +261,13 @@ func (s *Service) topicList(ctx context.Context, data []byte) (any, error) {
 	if err := decode(data, &req); err != nil {
 		return nil, err
 	}
-	gather, bound, err := s.gathers(ctx, Scope(req))
+	if req.Offset != nil && *req.Offset < 0 {
+		return nil, badField("offset", "must be 0 or more, not %d", *req.Offset)
+	}
+	if req.Limit != nil && (*req.Limit < 1 || *req.Limit > maxTopicPage) {
+		return nil, badField("limit", "must be within 1..%d, not %d", maxTopicPage, *req.Limit)
+	}
+	gather, bound, err := s.gathers(ctx, Scope{Local: req.Local, Timeout: req.Timeout})
 	if err != nil {
 		return nil, err
 	}
@@ -246,13 +275,48 @@ func (s *Service) topicList(ctx context.Context, data []byte) (any, error) {
 	for _, tc := range s.b.Topics() {
 		out.Topics = append(out.Topics, topicView(tc))
 	}
-	if !gather {
-		return out, nil
+	if gather {
+		// The other nodes answer with their whole lists: a page is cut from the union.
+		whole, err := json.Marshal(Scope{Local: req.Local, Timeout: req.Timeout})
+		if err != nil {
+			return nil, fmt.Errorf("topic.list: %w", err)
+		}
+		answers, cov := gatherFrom[TopicListReply](s, "topic.list", whole, bound)
+		self := answer[TopicListReply]{node: s.cfg.Node, broker: s.b.Status().BrokerName, reply: out}
+		out.Topics, out.Coverage = mergeTopics(append([]answer[TopicListReply]{self}, answers...)), cov
 	}
-	answers, cov := gatherFrom[TopicListReply](s, "topic.list", data, bound)
-	self := answer[TopicListReply]{node: s.cfg.Node, broker: s.b.Status().BrokerName, reply: out}
-	out.Topics, out.Coverage = mergeTopics(append([]answer[TopicListReply]{self}, answers...)), cov
+	if req.paged() {
+		s.topicPage(&out, req)
+	}
 	return out, nil
+}
+
+// topicPage cuts the page req asks for out of a reply's topics, and adds the page's stats.
+func (s *Service) topicPage(out *TopicListReply, req TopicListRequest) {
+	kept := out.Topics[:0]
+	for _, tv := range out.Topics {
+		if strings.HasPrefix(tv.Topic, req.Prefix) && strings.Contains(tv.Topic, req.Contains) {
+			kept = append(kept, tv)
+		}
+	}
+	total, from := len(kept), 0
+	if req.Offset != nil {
+		from = min(*req.Offset, total)
+	}
+	to := total
+	if req.Limit != nil {
+		to = min(from+*req.Limit, total)
+	}
+	out.Topics = kept[from:to]
+	out.Total, out.Offset = &total, &from
+	out.Stats = map[string]TopicStats{}
+	for _, tv := range out.Topics {
+		ts := TopicStats{Messages: topicMessages(s.b, tv.Topic)}
+		if r, ok := s.rates.rate(tv.Topic); ok {
+			ts.Rate = &r
+		}
+		out.Stats[tv.Topic] = ts
+	}
 }
 
 // mergeTopics is the union of the nodes' topic lists, by name, each topic with the queues

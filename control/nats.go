@@ -29,10 +29,12 @@ const (
 
 // readOnlyVerbs are the command verbs that only read state. Kept in a function rather than a
 // package variable so that no caller can change what the "read" role may do.
-func readOnlyVerbs() []string { return []string{"list", "describe", "get", "query", "status"} }
+func readOnlyVerbs() []string {
+	return []string{"list", "describe", "get", "query", "status", "browse", "search"}
+}
 
 // ReadOnlyVerbs returns the command verbs a "read" user may send: list, describe, get,
-// query and status. Every other verb changes state and needs the "admin" role. The command
+// query, status, browse and search. Every other verb changes state and needs the "admin" role. The command
 // service names its endpoints so that their subject's last token is one of these verbs
 // exactly when the endpoint only reads. The slice is a fresh copy.
 func ReadOnlyVerbs() []string { return readOnlyVerbs() }

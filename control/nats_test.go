@@ -132,7 +132,7 @@ func TestReadRoleCannotSendAdminVerbs(t *testing.T) {
 
 func TestReadOnlyVerbsCannotBeChangedByCallers(t *testing.T) {
 	v := ReadOnlyVerbs()
-	assert.Equal(t, []string{"list", "describe", "get", "query", "status"}, v)
+	assert.Equal(t, []string{"list", "describe", "get", "query", "status", "browse", "search"}, v)
 	v[0] = "delete"
 	assert.False(t, IsReadOnly("delete"))
 	assert.True(t, IsReadOnly("list"))

@@ -242,6 +242,9 @@ func TestDiscoveryFindsOneFlowdServicePerNode(t *testing.T) {
 		"flowd.ctl.v1.local.group.reset_offset": "false",
 		"flowd.ctl.v1.local.message.get":        "true",
 		"flowd.ctl.v1.local.message.query":      "true",
+		"flowd.ctl.v1.local.message.browse":     "true",
+		"flowd.ctl.v1.local.message.search":     "true",
+		"flowd.ctl.v1.local.message.send":       "false",
 		"flowd.ctl.v1.local.broker.status":      "true",
 		"flowd.ctl.v1.local.cluster.status":     "true",
 	}, subjects, "every command and nothing else (no stubs for commands not built)")
@@ -261,7 +264,7 @@ func TestDiscoveryFindsOneFlowdServicePerNode(t *testing.T) {
 }
 
 func TestReadOnlyVerbs(t *testing.T) {
-	assert.Equal(t, []string{"list", "describe", "get", "query", "status"}, control.ReadOnlyVerbs())
+	assert.Equal(t, []string{"list", "describe", "get", "query", "status", "browse", "search"}, control.ReadOnlyVerbs())
 	assert.True(t, control.IsReadOnly("describe"))
 	assert.False(t, control.IsReadOnly("reset_offset"))
 	v := control.ReadOnlyVerbs()

@@ -53,6 +53,8 @@ func TestCallFaults(t *testing.T) {
 			st := m.Stats()
 			require.Equal(t, uint64(1), tt.stat(st))
 			require.Equal(t, 0, st.Instances, "the faulted instance was discarded")
+			require.Equal(t, uint64(1), st.Calls)
+			require.Positive(t, st.CallTime, "a faulted call's time counts too")
 			// The module keeps serving on a fresh instance.
 			inst, err := m.Borrow(ctx)
 			require.NoError(t, err)

@@ -146,13 +146,13 @@ func (i *Instance) Call(ctx context.Context, fn api.Function, stack []uint64) er
 		return fmt.Errorf("module %s %s: call on a faulted instance: %w", i.m.spec.Name, i.m.spec.Version, ErrClosed)
 	}
 	i.m.calls.Add(1)
-	onCall := i.m.rt.onCall
-	if onCall == nil {
-		return i.call(ctx, fn, stack)
-	}
 	start := time.Now()
 	err := i.call(ctx, fn, stack)
-	onCall(i.m.spec.Name, time.Since(start), err)
+	d := time.Since(start)
+	i.m.callNanos.Add(uint64(d))
+	if onCall := i.m.rt.onCall; onCall != nil {
+		onCall(i.m.spec.Name, d, err)
+	}
 	return err
 }
 

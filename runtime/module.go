@@ -49,6 +49,9 @@ type Stats struct {
 	Instances int // instances alive, idle or borrowed
 	Borrowed  int // instances borrowed now
 	Calls     uint64
+	// CallTime is the time spent in calls, faulted ones included: CallTime/Calls is the
+	// mean call latency that the console shows (two clock reads a call).
+	CallTime time.Duration
 	// Faults counts faulted calls by kind (Faults[FaultTrap], …), whoever detected them.
 	// Calls stopped by the caller's own context are not faults.
 	Faults [NumFaultKinds]uint64
@@ -100,6 +103,7 @@ type Module struct {
 
 	live, borrowed atomic.Int64
 	calls, reloads atomic.Uint64
+	callNanos      atomic.Uint64
 	faults         [NumFaultKinds]atomic.Uint64
 }
 
@@ -141,6 +145,7 @@ func (m *Module) Stats() Stats {
 		Instances:       int(m.live.Load()),
 		Borrowed:        int(m.borrowed.Load()),
 		Calls:           m.calls.Load(),
+		CallTime:        time.Duration(m.callNanos.Load()),
 		Reloads:         m.reloads.Load(),
 		LogLinesDropped: m.log.dropped.Load(),
 	}

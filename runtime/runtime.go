@@ -24,8 +24,9 @@ type Options struct {
 	// module's name ([Spec.Name]), how long the call took and its error (nil, a
 	// [*FaultError], or the caller's context error). It runs on the calling goroutine, so
 	// it must be quick and must not block; it is how an embedding program measures plugin
-	// latency without the runtime knowing what measures it. It costs two clock reads per
-	// call (BenchmarkCall "runtime observed") and allocates nothing. Default: none.
+	// latency without the runtime knowing what measures it. The call is timed whether or
+	// not OnCall is set (for [Stats].CallTime); OnCall itself allocates nothing. Default:
+	// none.
 	OnCall func(module string, d time.Duration, err error)
 	// Uninterruptible compiles guests without the checks that let a running call be
 	// stopped, and enforces no time limit, so that a benchmark can measure what the checks

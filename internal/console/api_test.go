@@ -33,11 +33,19 @@ type env struct {
 	b   *broker.Broker
 	n   *control.NATS
 	svc *control.Service
+	pub *control.Publisher
 	con *Server
 	srv *httptest.Server
 }
 
 func start(t *testing.T, mod func(*Config)) *env {
+	t.Helper()
+	return startWith(t, nil, mod)
+}
+
+// startWith is start with the command service's configuration changed by svcMod (a plugin
+// registry, a pipeline manager on the started broker).
+func startWith(t *testing.T, svcMod func(*broker.Broker, *control.ServiceConfig), mod func(*Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	cfg := broker.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NamesrvListen: "127.0.0.1:0", Logger: quiet()}
@@ -50,9 +58,13 @@ func start(t *testing.T, mod func(*Config)) *env {
 	require.NoError(t, err)
 	require.NoError(t, b.Start())
 	pub.Started()
-	svc, err := control.StartService(ctx, n.Conn(), b, control.ServiceConfig{Logger: quiet()})
+	scfg := control.ServiceConfig{Logger: quiet()}
+	if svcMod != nil {
+		svcMod(b, &scfg)
+	}
+	svc, err := control.StartService(ctx, n.Conn(), b, scfg)
 	require.NoError(t, err)
-	e := &env{t: t, b: b, n: n, svc: svc}
+	e := &env{t: t, b: b, n: n, svc: svc, pub: pub}
 	ccfg := Config{Service: func() *control.Service { return e.svc }, Events: n.Conn(), Cluster: "local", Version: "test", Logger: quiet()}
 	if mod != nil {
 		mod(&ccfg)

@@ -221,7 +221,7 @@ func (s *Server) command(w http.ResponseWriter, r *http.Request, p principal) {
 // topic named "42" stays a string in a GET's query.
 func stringParam(k string) bool {
 	switch k {
-	case "topic", "group", "name", "key", "msg_id", "version", "to", "expression", "type", "filter":
+	case "topic", "group", "name", "key", "msg_id", "version", "to", "expression", "type", "filter", "sql92", "broker", "timeout", "body", "tags":
 		return true
 	}
 	return false

@@ -31,6 +31,12 @@ func summary(name string) string {
 		return "A message by its offset message id: {msg_id}"
 	case "message.query":
 		return "Messages of a topic by key or unique key: {topic, key, unique, begin, end, max}"
+	case "message.browse":
+		return "One queue's messages from an offset or a store time, a page at a time: {topic, queue, offset | timestamp, max, broker?}"
+	case "message.search":
+		return "Scan a topic's queues with a SQL92 expression or a deployed filter plugin, bounded and paged: {topic, sql92 | filter, queue?, from_offset | from_time | positions, to, max_scan, max_matches, timeout}"
+	case "message.send":
+		return "Store a test message as a producer's send would: {topic, body, tags, keys, properties, queue?}"
 	case "broker.status":
 		return "The broker: addresses, uptime, counts, store offsets and flush state"
 	case "cluster.status":

@@ -2,7 +2,7 @@
 // from /api/v1/ (the NATS commands over HTTP) and live updates from /api/v1/events.
 
 const app = document.getElementById('app');
-const state = { session: null, allowed: {}, events: [], lag: {}, rates: [], timer: null, es: null, page: 0 };
+const state = { session: null, allowed: {}, events: [], lag: {}, rates: [], timer: null, es: null, page: 0, msg: {}, forms: {}, notices: [] };
 const PAGE = 100;
 const POLL_MS = 2000;
 
@@ -123,13 +123,15 @@ const views = {
   },
 
   async topics() {
-    const [list, stats] = await Promise.all([api('topic/list'), api('stats')]);
+    // One page at a time from the server: a broker may have 10 000 topics.
     const q = (sessionStorage.getItem('topicFilter') || '');
-    const all = list.topics.filter((t) => t.topic.includes(q));
-    const pages = Math.max(1, Math.ceil(all.length / PAGE));
-    state.page = Math.min(state.page, pages - 1);
-    const shown = all.slice(state.page * PAGE, (state.page + 1) * PAGE);
-    const filter = h('input', { type: 'search', placeholder: 'filter topics', 'aria-label': 'filter topics', value: q,
+    const req = { offset: state.page * PAGE, limit: PAGE };
+    if (q) req.contains = q;
+    let list = await api('topic/list', req);
+    const pages = Math.max(1, Math.ceil(list.total / PAGE));
+    if (state.page > pages - 1) { state.page = pages - 1; list = await api('topic/list', { ...req, offset: state.page * PAGE }); }
+    const shown = list.topics, stats = { topics: list.stats || {} }, all = { length: list.total };
+    const filter = h('input', { type: 'search', id: 'topic-filter', placeholder: 'filter topics', 'aria-label': 'filter topics', value: sessionStorage.getItem('topicFilter') || '',
       oninput: (e) => { sessionStorage.setItem('topicFilter', e.target.value); state.page = 0; render(); } });
     const form = can('topic.create') ? h('form', { class: 'inline', id: 'create-topic', onsubmit: async (e) => {
       e.preventDefault();
@@ -189,22 +191,82 @@ const views = {
   },
 
   async messages() {
+    const m = state.msg;
     const out = h('div', { id: 'results' });
-    const show = (msgs) => {
-      out.replaceChildren(msgs.length ? table(['Msg id', 'Queue', 'Offset', 'Stored', 'Properties', 'Body'], msgs.map((m) => [m.msg_id, m.queue, m.offset, m.store_time,
-        h('code', {}, JSON.stringify(m.properties)), bodyView(m.body)]), '') : empty('No messages match.'));
+    const fail = (err) => { m.error = err; m.results = null; render(); };
+    const run = async (kind, req) => {
+      m.error = null;
+      try {
+        if (kind === 'browse') { m.reply = await api('message/browse', req); m.results = m.reply.messages; }
+        else if (kind === 'search') { m.reply = await api('message/search', req); m.results = m.reply.matches; }
+        else if (kind === 'get') { m.reply = null; m.results = [await api('message/get', req)]; }
+        else { m.reply = null; m.results = (await api('message/query', req)).messages; }
+        m.kind = kind; m.req = req;
+      } catch (err) { fail(err); return; }
+      render();
     };
-    const byKey = h('form', { class: 'inline', onsubmit: async (e) => {
+    const form = (id, label, fields, submit) => h('form', { class: 'inline', id, onsubmit: async (e) => {
       e.preventDefault();
-      const f = new FormData(e.target);
-      try { show((await api('message/query', { topic: f.get('topic'), key: f.get('key'), unique: f.get('unique') === 'on' })).messages); } catch (err) { out.replaceChildren(errorBox(err)); }
-    } }, h('input', { name: 'topic', placeholder: 'topic', 'aria-label': 'topic', required: true }), h('input', { name: 'key', placeholder: 'key', 'aria-label': 'key', required: true }),
-    h('label', {}, h('input', { type: 'checkbox', name: 'unique' }), ' unique key'), h('button', { type: 'submit' }, 'Look up by key'));
-    const byID = h('form', { class: 'inline', onsubmit: async (e) => {
-      e.preventDefault();
-      try { show([await api('message/get', { msg_id: new FormData(e.target).get('id') })]); } catch (err) { out.replaceChildren(errorBox(err)); }
-    } }, h('input', { name: 'id', placeholder: 'offset message id', 'aria-label': 'message id', required: true }), h('button', { type: 'submit' }, 'Look up by id'));
-    return h('section', {}, h('h1', {}, 'Messages'), byID, byKey, out);
+      await submit(new FormData(e.target));
+    } }, fields, h('button', { type: 'submit' }, label));
+    const byID = form('by-id', 'Look up by id', field('by-id', 'id', { placeholder: 'offset message id', 'aria-label': 'message id', required: true }),
+      (f) => run('get', { msg_id: f.get('id') }));
+    const byKey = form('by-key', 'Look up by key', [field('by-key', 'topic', { placeholder: 'topic', 'aria-label': 'topic', required: true }),
+      field('by-key', 'key', { placeholder: 'key', 'aria-label': 'key', required: true }),
+      h('label', {}, h('input', { type: 'checkbox', name: 'unique' }), ' unique key')],
+    (f) => run('query', { topic: f.get('topic'), key: f.get('key'), unique: f.get('unique') === 'on' }));
+    const browse = form('browse', 'Browse', [field('browse', 'topic', { placeholder: 'topic', 'aria-label': 'browse topic', required: true }),
+      field('browse', 'queue', { type: 'number', min: 0, placeholder: 'queue', 'aria-label': 'queue', required: true }),
+      field('browse', 'offset', { type: 'number', min: 0, placeholder: 'from offset', 'aria-label': 'from offset' }),
+      field('browse', 'time', { type: 'datetime-local', 'aria-label': 'from time' }),
+      field('browse', 'max', { type: 'number', min: 1, max: 100, placeholder: 'per page (20)', 'aria-label': 'per page' })],
+    (f) => {
+      const req = { topic: f.get('topic'), queue: Number(f.get('queue')) };
+      if (f.get('offset')) req.offset = Number(f.get('offset')); else if (f.get('time')) req.timestamp = new Date(f.get('time')).toISOString();
+      if (f.get('max')) req.max = Number(f.get('max'));
+      return run('browse', req);
+    });
+    const search = form('search', 'Search', [field('search', 'topic', { placeholder: 'topic', 'aria-label': 'search topic', required: true }),
+      field('search', 'sql92', { placeholder: "SQL92, e.g. region = 'eu'", 'aria-label': 'SQL92 expression', size: 28 }),
+      field('search', 'filter', { placeholder: 'or a filter plugin', 'aria-label': 'filter plugin' }),
+      field('search', 'max', { type: 'number', min: 1, max: 100, placeholder: 'matches a page (20)', 'aria-label': 'matches a page' })],
+    (f) => {
+      const req = { topic: f.get('topic') };
+      if (f.get('sql92')) req.sql92 = f.get('sql92');
+      if (f.get('filter')) req.filter = f.get('filter');
+      if (f.get('max')) req.max_matches = Number(f.get('max'));
+      return run('search', req);
+    });
+    const send = can('message.send') ? form('send', 'Send test message', [field('send', 'topic', { placeholder: 'topic', 'aria-label': 'send topic', required: true }),
+      field('send', 'tags', { placeholder: 'tags', 'aria-label': 'tags' }), field('send', 'keys', { placeholder: 'keys (space separated)', 'aria-label': 'keys' }),
+      field('send', 'body', { placeholder: 'body', 'aria-label': 'body', required: true, size: 30 })],
+    async (f) => {
+      const req = { topic: f.get('topic'), body: f.get('body') };
+      if (f.get('tags')) req.tags = f.get('tags');
+      if (f.get('keys')) req.keys = f.get('keys').split(/\s+/).filter(Boolean);
+      try { m.sent = await api('message/send', req); m.error = null; } catch (err) { m.sent = null; m.error = err; }
+      render();
+    }) : null;
+    if (m.error) out.append(errorBox(m.error));
+    if (m.sent) out.append(h('p', { id: 'sent' }, `Sent to ${m.sent.topic} queue ${m.sent.queue} at offset ${m.sent.offset}: `, h('code', {}, m.sent.msg_id)));
+    if (m.results) {
+      out.append(m.results.length ? table(['Msg id', 'Queue', 'Offset', 'Stored', 'Properties', 'Body'], m.results.map((x) => [x.msg_id, x.queue, x.offset, x.store_time,
+        h('code', {}, JSON.stringify(x.properties)), bodyView(x.body)]), '') : empty('No messages match.'));
+    }
+    if (m.results && m.kind === 'browse') {
+      const r = m.reply;
+      out.append(h('div', { class: 'pager', id: 'browse-pager' }, `offsets ${r.offset}…${r.next - 1} of ${r.min_offset}…${r.max_offset - 1} `,
+        h('button', { type: 'button', id: 'browse-next', disabled: r.next >= r.max_offset,
+          onclick: () => run('browse', { ...m.req, offset: r.next, timestamp: undefined }) }, 'Next page')));
+    }
+    if (m.results && m.kind === 'search') {
+      const r = m.reply;
+      out.append(h('div', { class: 'pager', id: 'search-pager' }, `${r.scanned} scanned` + (r.stopped ? `, stopped on ${r.stopped} ` : ', every queue scanned '),
+        h('button', { type: 'button', id: 'search-next', disabled: !r.stopped,
+          onclick: () => run('search', { ...m.req, positions: r.next }) }, 'More matches')));
+    }
+    return h('section', {}, h('h1', {}, 'Messages'), h('h2', {}, 'Look up'), byID, byKey, h('h2', {}, 'Browse a queue'), browse,
+      h('h2', {}, 'Search'), search, send ? [h('h2', {}, 'Send a test message'), send] : null, h('h2', {}, 'Results'), out);
   },
 
   async pipelines() {
@@ -240,11 +302,14 @@ const views = {
     h('label', {}, 'Module ', h('input', { type: 'file', name: 'module', accept: '.wasm', required: true })),
     h('label', {}, h('input', { type: 'checkbox', name: 'activate' }), ' activate'), h('button', { type: 'submit' }, 'Deploy')) : null;
     const faults = state.events.filter((e) => e.type.startsWith('plugin.'));
-    return h('section', {}, h('h1', {}, 'Plugins'), deploy, table(['Name', 'Kind', 'Version', 'Active', ''], l.plugins.map((p) => {
-      const m = p.manifest, btns = [];
+    const faultsOf = (st) => Object.entries(st.faults).filter(([, n]) => n > 0).map(([k, n]) => `${k} ${n}`).join(', ') || '0';
+    return h('section', {}, h('h1', {}, 'Plugins'), deploy, table(['Name', 'Kind', 'Version', 'Active', 'Calls', 'Faults', 'Mean call', ''], l.plugins.map((p) => {
+      const m = p.manifest, btns = [], st = p.stats;
       if (!p.active && can('plugin.activate')) btns.push(h('button', { type: 'button', onclick: async () => { await api('plugin/activate', { name: m.name, version: m.version }); render(); } }, 'Activate'));
       if (!p.active && can('plugin.remove')) btns.push(confirmButton('Remove', `Remove ${m.name} ${m.version}?`, async () => { await api('plugin/remove', { name: m.name, version: m.version }); render(); }));
-      return [m.name, m.kind, m.version, p.active ? 'active' : '', btns];
+      return [m.name, m.kind, m.version, p.active ? (st && st.state !== 'active' ? `active (${st.state})` : 'active') : '',
+        st ? h('span', { 'data-calls': m.name }, st.calls) : '', st ? h('span', { 'data-faults': m.name }, faultsOf(st)) : '',
+        st && st.calls ? `${st.mean_call_us.toFixed(1)} µs` : '', btns];
     }), 'No plugins deployed.'), h('h2', {}, 'Plugin events'),
     table(['Time', 'Type', 'Subject'], faults.map((e) => [e.time, e.type, e.subject || '']), 'No plugin events since this page opened.'));
   },
@@ -259,6 +324,12 @@ const views = {
       table(['Time', 'Type', 'Subject', 'Data'], evs.slice().reverse().map((e) => [e.time, e.type, e.subject || '', h('code', {}, JSON.stringify(e.data))]), 'No events since this page opened.'));
   },
 };
+
+// field is an input whose value outlives the view's redraws (events and polling redraw it).
+function field(form, name, attrs) {
+  const vals = state.forms[form] || (state.forms[form] = {});
+  return h('input', { ...attrs, name, id: `${form}-${name}`, value: vals[name] ?? '', oninput: (e) => { vals[name] = e.target.value; } });
+}
 
 // bodyView shows a base64 body as text, pretty JSON or hex.
 function bodyView(b64) {
@@ -281,10 +352,13 @@ function route() {
   return [views[view] ? view : 'overview', undefined, views[view] ? view : 'overview'];
 }
 
-let rendering = false;
+// One render at a time; a render asked for while one runs (a keystroke in the topic
+// filter, an event) runs once after it, so the last change is always drawn.
+let rendering = false, again = false;
 async function render() {
-  if (rendering) return;
+  if (rendering) { again = true; return; }
   rendering = true;
+  again = false;
   const [view, arg, top] = route();
   const main = h('main', { id: 'main', 'data-view': view });
   try {
@@ -297,11 +371,23 @@ async function render() {
   }
   const focused = document.activeElement && document.activeElement.id;
   const sel = document.activeElement && document.activeElement.selectionStart;
-  app.replaceChildren(nav(top), main);
+  app.replaceChildren(nav(top), notices(), main);
   if (focused) {
     const el = document.getElementById(focused);
     if (el) { el.focus(); if (sel !== undefined && el.setSelectionRange) el.setSelectionRange(sel, sel); }
   }
+  if (again) render();
+}
+
+// notices are the plugin faults seen since the page opened, each with a dismiss button.
+function notices() {
+  if (!state.notices.length) return '';
+  return h('div', { id: 'notices' }, state.notices.map((ev, i) => {
+    const d = ev.data || {};
+    return h('div', { class: 'notice', role: 'alert', 'data-plugin': d.plugin || '' },
+      `Plugin ${d.plugin || ev.subject} ${d.pluginVersion || ''} faulted and stopped (${ev.time}): ${d.reason || ''} `,
+      h('button', { type: 'button', onclick: () => { state.notices.splice(i, 1); render(); } }, 'Dismiss'));
+  }));
 }
 
 function signIn(message) {
@@ -326,6 +412,8 @@ function listen() {
     const ev = JSON.parse(msg.data);
     state.events.push(ev);
     if (state.events.length > 500) state.events.shift();
+    // A fault that stopped a plugin is shown on every view until dismissed.
+    if (ev.type === 'plugin.failed') state.notices.push(ev);
     render();
   };
   // Events are sent without an event name, so that one handler takes every kind.
