@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/client"
+	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/control"
 	"github.com/flowd-io/flowd/producer"
 )
@@ -154,4 +155,46 @@ func TestBrowserReadRoleSeesNoChangeButtons(t *testing.T) {
 	_, ok := e.b.Topic("nope")
 	assert.False(t, ok)
 	screenshot(t, ctx, "console-read-role")
+}
+
+// The lag chart follows a real consumer: it shows the backlog after a produce and falls to
+// 0 once a lite-pull group has read and committed it, with no reload and no event saying so.
+func TestBrowserLagFallsToZeroWhenConsumed(t *testing.T) {
+	ctx := browser(t)
+	e := start(t, nil)
+	code, body := e.nats("topic.create", `{"topic":"audit","queues":1}`)
+	require.Equal(t, 200, code, body)
+	p, err := producer.New("console-lag", producer.WithClientOptions(client.WithNameServers(e.b.NamesrvAddr()), client.WithLogger(quiet())))
+	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
+	t.Cleanup(func() { p.Close(context.Background()) })
+	for i := range 3 {
+		_, err := p.Send(context.Background(), &producer.Message{Topic: "audit", Body: fmt.Appendf(nil, "a-%d", i)})
+		require.NoError(t, err)
+	}
+	c, err := consumer.NewLitePull("auditors", consumer.WithClientOptions(client.WithNameServers(e.b.NamesrvAddr()), client.WithLogger(quiet())),
+		consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithAutoCommit(false))
+	require.NoError(t, err)
+	require.NoError(t, c.Subscribe("audit", "*"))
+	t.Cleanup(func() { c.Close(context.Background()) })
+	// The group exists at the broker with nothing committed: lag 3.
+	code, body = e.nats("group.reset_offset", `{"group":"auditors","topic":"audit","to":"earliest"}`)
+	require.Equal(t, 200, code, body)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(e.srv.URL+"/#/groups/auditors"),
+		chromedp.WaitVisible(`svg.chart[data-last="3"]`),
+	))
+	require.NoError(t, c.Start(context.Background()))
+	got := 0
+	deadline := time.Now().Add(wait)
+	for got < 3 && time.Now().Before(deadline) {
+		pctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		msgs, _ := c.Poll(pctx)
+		cancel()
+		got += len(msgs)
+	}
+	require.Equal(t, 3, got)
+	require.NoError(t, c.Commit(context.Background()))
+	// The page polls: the chart falls to 0 as the commit lands.
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`svg.chart[data-last="0"]`)))
 }
