@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowd-io/flowd/fields"
+	"github.com/flowd-io/flowd/internal/subjects"
 )
 
 // Gathering. In a cluster (ServiceConfig.Membership set) every node also serves the
@@ -74,25 +75,10 @@ type nodeRequestKey struct{}
 // answers alone (it never gathers again).
 func isNodeRequest(ctx context.Context) bool { return ctx.Value(nodeRequestKey{}) != nil }
 
-// nodeToken is a node's name as a subject token: every byte outside [A-Za-z0-9_-] written
-// =XX, so that any broker name can be a token (most are one as they are).
-func nodeToken(node string) string {
-	var b strings.Builder
-	for i := 0; i < len(node); i++ {
-		c := node[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' {
-			b.WriteByte(c)
-			continue
-		}
-		fmt.Fprintf(&b, "=%02X", c)
-	}
-	return b.String()
-}
-
 // NodeSubject returns the subject on which node answers command ("topic.list") alone, in
 // cluster: SubjectPrefix.<cluster>.node.<node>.<noun>.<verb>. Only gathered commands have one.
 func NodeSubject(cluster, node, command string) string {
-	return strings.Join([]string{SubjectPrefix, cluster, "node", nodeToken(node), command}, ".")
+	return strings.Join([]string{SubjectPrefix, cluster, "node", subjects.Escape(node), command}, ".")
 }
 
 // addNodeEndpoints registers, on a clustered node, each gathered command of cmds at the

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -27,9 +28,9 @@ func (s *scopeOpts) addFlags(cmd *cobra.Command) {
 
 // request is the command's request: fields, and the scope's "local" and "timeout".
 func (s *scopeOpts) request(fields map[string]any) map[string]any {
-	req := map[string]any{}
-	for k, v := range fields {
-		req[k] = v
+	req := maps.Clone(fields)
+	if req == nil {
+		req = map[string]any{}
 	}
 	if s.local {
 		req["local"] = true

@@ -8,6 +8,7 @@ package subjects
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -93,4 +94,44 @@ func badBytes(s string) string {
 		return "is not valid UTF-8"
 	}
 	return ""
+}
+
+// Escape makes any name one safe token of a subject or KV key: every byte outside
+// [A-Za-z0-9_-] is written =XX (upper-case hex), so '.', '%', '|', '*', '>' and white space
+// never reach NATS, while the usual names stay as they are. Unescape reverses it.
+func Escape(name string) string {
+	var b strings.Builder
+	for i := range len(name) {
+		c := name[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "=%02X", c)
+	}
+	return b.String()
+}
+
+// Unescape reverses Escape; a truncated or malformed =XX is an error naming its position.
+func Unescape(token string) (string, error) {
+	if !strings.Contains(token, "=") {
+		return token, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(token); i++ {
+		if token[i] != '=' {
+			b.WriteByte(token[i])
+			continue
+		}
+		if i+2 >= len(token) {
+			return "", fmt.Errorf("truncated escape at %d", i)
+		}
+		v, err := strconv.ParseUint(token[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", fmt.Errorf("bad escape at %d: %w", i, err)
+		}
+		b.WriteByte(byte(v))
+		i += 2
+	}
+	return b.String(), nil
 }
