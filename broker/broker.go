@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowd-io/flowd/broker/store"
@@ -57,6 +58,9 @@ type Broker struct {
 	// the store dropped its queues is answered SUCCESS and stored past the tombstone, where
 	// no route reads it until a topic of that name is created again.
 	deleteMu sync.RWMutex
+
+	// txnChecker takes check-backs for producers outside remoting (SetTransactionChecker).
+	txnChecker atomic.Pointer[func(context.Context, TransactionCheck) bool]
 
 	// consumeRate derives GET_CONSUME_STATS's consumeTps (handle_admin.go).
 	consumeRate consumeRates
