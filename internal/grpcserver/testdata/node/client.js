@@ -84,7 +84,7 @@ async function simple() {
     for (const m of msgs) {
       got++;
       const v = view(m);
-      if (spec.ack === 'none') {
+      if (spec.ack === 'none' || (spec.ackBodies && !spec.ackBodies.includes(v.body))) {
         out(v);
         continue;
       }
