@@ -8,7 +8,10 @@ import (
 	"net"
 
 	"github.com/flowd-io/flowd/config"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/flowd-io/flowd/internal/grpcserver"
+	"github.com/flowd-io/flowd/metrics"
 )
 
 func grpcAddr(c config.Config) addrSetting {
@@ -32,7 +35,7 @@ func listenGRPC(ctx context.Context, c config.Config, cl *closers) (net.Listener
 
 // serveGRPC starts the RocketMQ 5 endpoint on ln over the started broker: it stops before
 // the broker, so that no receive is served by a closed store.
-func (d *built) serveGRPC(c config.Config, ln net.Listener, cl *closers, log *slog.Logger) error {
+func (d *built) serveGRPC(c config.Config, ln net.Listener, cl *closers, m *metrics.Metrics, log *slog.Logger) error {
 	if ln == nil {
 		return nil
 	}
@@ -48,6 +51,9 @@ func (d *built) serveGRPC(c config.Config, ln net.Listener, cl *closers, log *sl
 	if err != nil {
 		return fmt.Errorf("serve: gRPC endpoint: %w", err)
 	}
+	if err := m.Registry().Register(grpcCollector{srv}); err != nil {
+		return fmt.Errorf("serve: gRPC metrics: %w", err)
+	}
 	srv.Serve(ln)
 	d.grpc = srv
 	cl.push("gRPC server", srv.Shutdown)
@@ -61,4 +67,26 @@ func (d *built) grpcAddr() string {
 		return "off"
 	}
 	return d.grpc.Addr()
+}
+
+var (
+	grpcClientsDesc = prometheus.NewDesc("flowd_grpc_clients",
+		"RocketMQ 5 clients on the gRPC endpoint: open Telemetry sessions and clients heard from by heartbeat within 45 s.", nil, nil)
+	grpcRequestsDesc = prometheus.NewDesc("flowd_grpc_requests_total",
+		"Calls of the gRPC endpoint by RPC and the protocol status code they were answered with (STREAM: a Telemetry session, TRANSPORT_ERROR: no answer).", []string{"rpc", "code"}, nil)
+)
+
+// grpcCollector reads the gRPC endpoint's counts at scrape time.
+type grpcCollector struct{ s *grpcserver.Server }
+
+func (g grpcCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- grpcClientsDesc
+	ch <- grpcRequestsDesc
+}
+
+func (g grpcCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(grpcClientsDesc, prometheus.GaugeValue, float64(g.s.Clients()))
+	for _, c := range g.s.RPCCounts() {
+		ch <- prometheus.MustNewConstMetric(grpcRequestsDesc, prometheus.CounterValue, float64(c.Calls), c.RPC, c.Code)
+	}
 }

@@ -136,7 +136,7 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 	if err := d.b.Start(); err != nil {
 		return nil, err
 	}
-	if err := d.serveGRPC(c, grpcLn, cl, log); err != nil {
+	if err := d.serveGRPC(c, grpcLn, cl, m, log); err != nil {
 		return nil, err
 	}
 	if ps != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,8 +58,26 @@ type nodeLine struct {
 type nodeRun struct {
 	cmd    *exec.Cmd
 	lines  chan nodeLine
-	stderr *bytes.Buffer
+	stderr *syncBuffer
 	done   chan error
+}
+
+// syncBuffer is the script's stderr, written by exec's copier while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // runNode starts client.js with spec (its "endpoints" set to e's gRPC address).
@@ -72,7 +91,7 @@ func runNode(t *testing.T, e *env, spec map[string]any) *nodeRun {
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, node, "client.js", string(arg))
 	cmd.Dir = nodeDir
-	r := &nodeRun{cmd: cmd, lines: make(chan nodeLine, 1024), stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	r := &nodeRun{cmd: cmd, lines: make(chan nodeLine, 1024), stderr: &syncBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = r.stderr
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)

@@ -194,3 +194,20 @@ func TestTelemetryAnswersTheClientSettings(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int32(e.b.MaxMessageSize()), pg.GetSettings().GetPublishing().GetMaxBodySize())
 }
+
+func TestRPCCountsByStatusCode(t *testing.T) {
+	e := start(t, nil)
+	e.topic(t, "orders", 1)
+	ctx := callCtx(t, "c")
+	_, err := e.client.QueryRoute(ctx, &pb.QueryRouteRequest{Topic: res("orders")})
+	require.NoError(t, err)
+	_, err = e.client.QueryRoute(ctx, &pb.QueryRouteRequest{Topic: res("missing")})
+	require.NoError(t, err)
+	_, err = e.client.SendMessage(ctx, &pb.SendMessageRequest{Messages: []*pb.Message{message("orders", "01X", "x")}})
+	require.NoError(t, err)
+	got := map[string]uint64{}
+	for _, c := range e.srv.RPCCounts() {
+		got[c.RPC+"/"+c.Code] = c.Calls
+	}
+	require.Equal(t, map[string]uint64{"QueryRoute/OK": 1, "QueryRoute/TOPIC_NOT_FOUND": 1, "SendMessage/OK": 1}, got)
+}

@@ -53,6 +53,7 @@ type Server struct {
 	log     *slog.Logger
 	grpc    *grpc.Server
 	clients *clientTable
+	stats   rpcStats
 
 	mu        sync.Mutex
 	ln        net.Listener
@@ -75,7 +76,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxBatch = 64
 	}
 	s := &Server{cfg: cfg, b: cfg.Broker, log: cfg.Logger.With("component", "grpc"), clients: newClientTable(), served: make(chan struct{})}
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20)}
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.UnaryInterceptor(s.countUnary), grpc.StreamInterceptor(s.countStream)}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
