@@ -82,7 +82,9 @@ func (s *Server) ReceiveMessage(req *pb.ReceiveMessageRequest, stream pb.Messagi
 		wait = min(wait, time.Until(dl)-500*time.Millisecond)
 	}
 	wait = max(wait, 0)
-	popped, err := s.b.Pop(ctx, broker.PopRequest{
+	pctx, cancel := s.untilStop(ctx)
+	defer cancel()
+	popped, err := s.b.Pop(pctx, broker.PopRequest{
 		Group: group, Topic: topic, QueueID: -1, MaxMessages: batch, Invisible: invisible,
 		ExpressionType: typ, Expression: expr, Wait: wait, ClientID: clientID(ctx),
 	})

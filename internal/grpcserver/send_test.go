@@ -211,3 +211,17 @@ func TestRPCCountsByStatusCode(t *testing.T) {
 	}
 	require.Equal(t, map[string]uint64{"QueryRoute/OK": 1, "QueryRoute/TOPIC_NOT_FOUND": 1, "SendMessage/OK": 1}, got)
 }
+
+// A Telemetry session that never sent its settings does not hold up Shutdown.
+func TestShutdownEndsOpenTelemetrySessions(t *testing.T) {
+	e := start(t, nil)
+	stream, err := e.client.Telemetry(callCtx(t, "idle"))
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&pb.TelemetryCommand{})) // no settings
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	require.NoError(t, e.srv.Shutdown(ctx))
+	_, err = stream.Recv()
+	require.Error(t, err, "the stream ended")
+}

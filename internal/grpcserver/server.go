@@ -59,6 +59,10 @@ type Server struct {
 	ln        net.Listener
 	advertise string
 	served    chan struct{} // closed when Serve returns
+	// stopping is closed by Shutdown: Telemetry sessions and long polls end at once
+	// instead of holding the graceful stop up to their client's timeouts.
+	stopping chan struct{}
+	stopOnce sync.Once
 }
 
 // New builds a server over cfg.Broker and installs its transaction check-back path on it.
@@ -75,7 +79,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 64
 	}
-	s := &Server{cfg: cfg, b: cfg.Broker, log: cfg.Logger.With("component", "grpc"), clients: newClientTable(), served: make(chan struct{})}
+	s := &Server{cfg: cfg, b: cfg.Broker, log: cfg.Logger.With("component", "grpc"), clients: newClientTable(), served: make(chan struct{}), stopping: make(chan struct{})}
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.UnaryInterceptor(s.countUnary), grpc.StreamInterceptor(s.countStream)}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
@@ -120,6 +124,7 @@ func (s *Server) Clients() int { return s.clients.len() }
 // waits for the running calls until ctx ends, then closes what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.b.SetTransactionChecker(nil)
+	s.stopOnce.Do(func() { close(s.stopping) })
 	s.clients.closeAll()
 	done := make(chan struct{})
 	go func() {
@@ -171,4 +176,17 @@ func peerAddr(ctx context.Context) net.Addr {
 		return p.Addr
 	}
 	return nil
+}
+
+// untilStop is ctx, canceled also when Shutdown begins.
+func (s *Server) untilStop(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }

@@ -82,6 +82,8 @@ func (s *Server) Telemetry(stream pb.MessagingService_TelemetryServer) error {
 		return err
 	case <-sess.done:
 		return nil
+	case <-s.stopping:
+		return nil
 	case <-ctx.Done():
 		return nil
 	}
