@@ -28,16 +28,17 @@ func (s *session) write(c *pb.TelemetryCommand) error {
 	return s.send(c)
 }
 
-// clientTable holds the Telemetry sessions by client id, and the clients known only by
-// heartbeats. Its lock is a leaf.
+// clientTable holds the Telemetry sessions, and the clients known only by heartbeats. A
+// client may hold several sessions (one per endpoint it knows this server by), so sessions
+// are kept by themselves, not by client id. Its lock is a leaf.
 type clientTable struct {
 	mu       sync.Mutex
-	sessions map[string]*session
-	beats    map[string]time.Time // client id → last heartbeat, for clients without a session
+	sessions map[*session]struct{}
+	beats    map[string]time.Time // client id → last heartbeat
 }
 
 func newClientTable() *clientTable {
-	return &clientTable{sessions: map[string]*session{}, beats: map[string]time.Time{}}
+	return &clientTable{sessions: map[*session]struct{}{}, beats: map[string]time.Time{}}
 }
 
 // clientExpiry is how long a heartbeat keeps a client without a session counted: the
@@ -47,19 +48,13 @@ const clientExpiry = 45 * time.Second
 func (t *clientTable) put(s *session) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if old := t.sessions[s.clientID]; old != nil && old != s {
-		// A client opens one stream per endpoint; a new one replaces the old.
-		closeOnce(old.done)
-	}
-	t.sessions[s.clientID] = s
+	t.sessions[s] = struct{}{}
 }
 
 func (t *clientTable) remove(s *session) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.sessions[s.clientID] == s {
-		delete(t.sessions, s.clientID)
-	}
+	delete(t.sessions, s)
 }
 
 func (t *clientTable) beat(id string, now time.Time) {
@@ -68,9 +63,10 @@ func (t *clientTable) beat(id string, now time.Time) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if s := t.sessions[id]; s != nil {
-		s.lastSeen = now
-		return
+	for s := range t.sessions {
+		if s.clientID == id {
+			s.lastSeen = now
+		}
 	}
 	t.beats[id] = now
 	for k, at := range t.beats {
@@ -87,16 +83,18 @@ func (t *clientTable) terminated(id string) {
 	delete(t.beats, id)
 }
 
+// len counts distinct clients: by session or by a heartbeat within clientExpiry.
 func (t *clientTable) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := len(t.sessions)
-	for id := range t.beats {
-		if t.sessions[id] == nil {
-			n++
-		}
+	ids := make(map[string]struct{}, len(t.sessions)+len(t.beats))
+	for s := range t.sessions {
+		ids[s.clientID] = struct{}{}
 	}
-	return n
+	for id := range t.beats {
+		ids[id] = struct{}{}
+	}
+	return len(ids)
 }
 
 // producerFor is the most recently seen producer session that publishes topic, else any
@@ -105,7 +103,7 @@ func (t *clientTable) producerFor(topic string) *session {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var best, anyone *session
-	for _, s := range t.sessions {
+	for s := range t.sessions {
 		if s.typ != pb.ClientType_PRODUCER {
 			continue
 		}
@@ -125,7 +123,7 @@ func (t *clientTable) producerFor(topic string) *session {
 func (t *clientTable) closeAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, s := range t.sessions {
+	for s := range t.sessions {
 		closeOnce(s.done)
 	}
 }
