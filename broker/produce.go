@@ -223,3 +223,14 @@ func (b *Broker) MaxMessageSize() int { return b.cfg.MaxMessageSize }
 
 // DelayLevels are the delays of levels 1, 2, … (Config.DelayLevels), shortest first.
 func (b *Broker) DelayLevels() []time.Duration { return append([]time.Duration(nil), b.delays...) }
+
+// ExternalMember reports a consumer that is a member of group outside remoting (a gRPC
+// client's Telemetry session) as a MemberJoined or MemberLeft event, so that subscribers
+// of the broker's events see those consumers come and go too. reason is a leave's.
+func (b *Broker) ExternalMember(group, clientID string, joined bool, reason string) {
+	typ := MemberJoined
+	if !joined {
+		typ = MemberLeft
+	}
+	b.events.emit(Event{Type: typ, Group: group, ClientID: clientID, Reason: reason})
+}

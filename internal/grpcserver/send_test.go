@@ -160,6 +160,13 @@ func TestDelayedMessageIsDeliveredAfterItsDeliveryTime(t *testing.T) {
 func TestTelemetryAnswersTheClientSettings(t *testing.T) {
 	e := start(t, nil)
 	e.topic(t, "orders", 1)
+	events := make(chan broker.Event, 16)
+	cancelSub := e.b.Subscribe(func(ev broker.Event) {
+		if ev.Type == broker.MemberJoined || ev.Type == broker.MemberLeft {
+			events <- ev
+		}
+	})
+	defer cancelSub()
 	ctx := callCtx(t, "c-telemetry")
 	stream, err := e.client.Telemetry(ctx)
 	require.NoError(t, err)
@@ -175,6 +182,14 @@ func TestTelemetryAnswersTheClientSettings(t *testing.T) {
 	got, err := stream.Recv()
 	require.NoError(t, err)
 	require.Equal(t, pb.Code_OK, got.Status.Code)
+	select {
+	case ev := <-events:
+		require.Equal(t, broker.MemberJoined, ev.Type)
+		require.Equal(t, "g1", ev.Group)
+		require.Equal(t, "c-telemetry", ev.ClientID)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no member.joined event for the gRPC consumer")
+	}
 	sub := got.GetSettings().GetSubscription()
 	require.NotNil(t, sub, "the answer is the subscription settings")
 	require.Equal(t, int32(32), sub.GetReceiveBatchSize())

@@ -76,7 +76,15 @@ func (s *Server) Telemetry(stream pb.MessagingService_TelemetryServer) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.telemetryReads(ctx, stream, sess) }()
-	defer s.clients.remove(sess)
+	defer func() {
+		s.clients.remove(sess)
+		s.clients.mu.Lock()
+		group := sess.group
+		s.clients.mu.Unlock()
+		if group != "" {
+			s.b.ExternalMember(group, sess.clientID, false, "telemetry closed")
+		}
+	}()
 	select {
 	case err := <-errc:
 		return err
@@ -103,6 +111,7 @@ func (s *Server) telemetryReads(ctx context.Context, stream pb.MessagingService_
 		case *pb.TelemetryCommand_Settings:
 			st := c.Settings
 			s.clients.mu.Lock()
+			before := sess.group
 			sess.typ = st.GetClientType()
 			sess.lastSeen = time.Now()
 			sess.topics = sess.topics[:0]
@@ -110,8 +119,15 @@ func (s *Server) telemetryReads(ctx context.Context, stream pb.MessagingService_
 				sess.topics = append(sess.topics, t.GetName())
 			}
 			sess.group = st.GetSubscription().GetGroup().GetName()
+			after := sess.group
 			s.clients.mu.Unlock()
 			s.clients.put(sess)
+			if before != after && before != "" {
+				s.b.ExternalMember(before, sess.clientID, false, "settings changed")
+			}
+			if before != after && after != "" {
+				s.b.ExternalMember(after, sess.clientID, true, "")
+			}
 			s.log.Debug("gRPC client settings", "client", sess.clientID, "type", sess.typ.String(), "group", sess.group, "topics", sess.topics)
 			if err := sess.write(&pb.TelemetryCommand{Status: ok(), Command: &pb.TelemetryCommand_Settings{Settings: s.serverSettings(st)}}); err != nil {
 				return err
