@@ -37,6 +37,9 @@ type GroupConfig struct {
 	ConsumeEnable  bool   `json:"consumeEnable"`
 	RetryQueueNums int    `json:"retryQueueNums"`
 	RetryMaxTimes  int    `json:"retryMaxTimes"`
+	// ConsumeOrderly makes pop consumption FIFO (RocketMQ 5's consumeMessageOrderly): of
+	// each message group of a queue, one message at a time is handed out (docs/pop.md).
+	ConsumeOrderly bool `json:"consumeMessageOrderly"`
 }
 
 // groupTable holds the subscription groups and persists them.
