@@ -1,5 +1,3 @@
-//go:build flowdpop
-
 package e2e
 
 import (
@@ -22,10 +20,10 @@ import (
 // dependency installed by `npm ci` there.
 const nodeDir = "../internal/grpcserver/testdata/node"
 
-// node runs the driver with spec against endpoints and returns the bodies of the messages it
+// runNodeClient runs the driver with spec against endpoints and returns the bodies of the messages it
 // received, failing the test if it failed. Skipped without node or the client, except under
 // CI=true.
-func node(t *testing.T, endpoints string, spec map[string]any) []string {
+func runNodeClient(t *testing.T, endpoints string, spec map[string]any) []string {
 	t.Helper()
 	bin, err := exec.LookPath("node")
 	if err == nil {
@@ -80,8 +78,8 @@ func TestKilledDaemonKeepsPopAcknowledgements(t *testing.T) {
 			unacked = append(unacked, body)
 		}
 	}
-	node(t, d.grpc, map[string]any{"mode": "produce", "topic": "popcrash", "messages": msgs})
-	got := node(t, d.grpc, map[string]any{"mode": "simple", "topic": "popcrash", "group": "crash-g", "count": 10,
+	runNodeClient(t, d.grpc, map[string]any{"mode": "produce", "topic": "popcrash", "messages": msgs})
+	got := runNodeClient(t, d.grpc, map[string]any{"mode": "simple", "topic": "popcrash", "group": "crash-g", "count": 10,
 		"ackBodies": acked, "invisibleMs": 3000})
 	require.Len(t, got, 10)
 	d.kill()
@@ -90,7 +88,7 @@ func TestKilledDaemonKeepsPopAcknowledgements(t *testing.T) {
 	d = startDaemon(t, "A restarted", dir, "")
 	// The unacknowledged ones come back once their invisibility ends; no acknowledged one
 	// does (the receive goes on for seconds past the last, asking for one more).
-	got = node(t, d.grpc, map[string]any{"mode": "simple", "topic": "popcrash", "group": "crash-g", "count": len(unacked) + 1,
+	got = runNodeClient(t, d.grpc, map[string]any{"mode": "simple", "topic": "popcrash", "group": "crash-g", "count": len(unacked) + 1,
 		"timeoutMs": 10000})
 	require.Equal(t, unacked, got)
 }

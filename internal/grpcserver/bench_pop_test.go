@@ -1,5 +1,3 @@
-//go:build flowdpop
-
 package grpcserver_test
 
 import (

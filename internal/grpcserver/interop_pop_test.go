@@ -1,5 +1,3 @@
-//go:build flowdpop
-
 package grpcserver_test
 
 import (
@@ -18,7 +16,7 @@ func TestInteropRocketMQProducerToGRPCConsumer(t *testing.T) {
 	e.topic(t, "interop-4to5", 2)
 	p, err := rocketmq.NewProducer(
 		rmqproducer.WithNsResolver(primitive.NewPassthroughResolver([]string{e.b.NamesrvAddr()})),
-		rmqproducer.WithGroupName("p-4x"), rmqproducer.WithInstance(t.Name()),
+		rmqproducer.WithGroupName("p-4x"), rmqproducer.WithInstanceName(t.Name()),
 	)
 	require.NoError(t, err)
 	require.NoError(t, p.Start())

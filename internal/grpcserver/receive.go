@@ -1,5 +1,3 @@
-//go:build flowdpop
-
 package grpcserver
 
 import (
@@ -155,7 +153,7 @@ func popStatus(err error) *pb.Status {
 		return status(pb.Code_INVALID_RECEIPT_HANDLE, err.Error())
 	case errors.Is(err, broker.ErrBadFilter):
 		return status(pb.Code_ILLEGAL_FILTER_EXPRESSION, err.Error())
-	case errors.Is(err, broker.ErrBadPopRequest):
+	case errors.Is(err, broker.ErrBadRequest):
 		return status(pb.Code_BAD_REQUEST, err.Error())
 	}
 	return nil
