@@ -20,8 +20,9 @@ func benchPopAck(b *testing.B, body []byte) {
 	ctx := callCtx(b, "bench-pop")
 	b.ResetTimer()
 	start := time.Now()
-	got := 0
+	got, calls := 0, 0
 	for got < b.N {
+		calls++
 		stream, err := e.client.ReceiveMessage(ctx, &pb.ReceiveMessageRequest{
 			Group: res("bench-pop"), MessageQueue: &pb.MessageQueue{Topic: res("bench")},
 			FilterExpression: &pb.FilterExpression{Type: pb.FilterType_TAG, Expression: "*"}, BatchSize: benchBatch,
@@ -49,4 +50,5 @@ func benchPopAck(b *testing.B, body []byte) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(got)/time.Since(start).Seconds(), "msgs/s")
+	b.ReportMetric(float64(got)/float64(calls), "msgs/receive")
 }

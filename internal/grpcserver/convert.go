@@ -23,8 +23,8 @@ import (
 // Properties the 5.x protocol carries as system properties, stored as RocketMQ stores them
 // so that 4.x clients see the same message.
 const (
-	// propShardingKey is a FIFO message's message_group (RocketMQ's __SHARDINGKEY).
-	propShardingKey = "__SHARDINGKEY"
+	// propShardingKey is a FIFO message's message_group, which a FIFO pop group orders by.
+	propShardingKey = broker.PropertyShardingKey
 	// propTraceContext is the message's trace_context.
 	propTraceContext = "TRACE_CONTEXT"
 	// propDeliverAt is a delayed message's delivery time (Unix ms), as RocketMQ 5's timer

@@ -15,7 +15,7 @@ import (
 // minInvisible is the shortest invisibility a receive or a change accepts. RocketMQ's proxy
 // refuses below 10 s; nothing in the protocol needs that floor, and tests of redelivery
 // want short ones.
-const minInvisible = time.Second
+const minInvisible = broker.PopMinInvisible
 
 // wasmPrefix marks flowd's extension of the filter expressions: "wasm:NAME[:ARG]" selects
 // with a deployed Wasm filter plugin, whatever the expression's type.
@@ -63,8 +63,8 @@ func (s *Server) ReceiveMessage(req *pb.ReceiveMessageRequest, stream pb.Messagi
 	if req.InvisibleDuration == nil {
 		invisible = 30 * time.Second
 	}
-	if invisible < minInvisible {
-		return send(status(pb.Code_ILLEGAL_INVISIBLE_TIME, "the invisible duration "+invisible.String()+" is under "+minInvisible.String()))
+	if invisible < minInvisible || invisible > broker.PopMaxInvisible {
+		return send(status(pb.Code_ILLEGAL_INVISIBLE_TIME, "the invisible duration "+invisible.String()+" is outside "+minInvisible.String()+" to "+broker.PopMaxInvisible.String()))
 	}
 	batch := int(req.GetBatchSize())
 	if batch <= 0 {
@@ -127,8 +127,8 @@ func (s *Server) AckMessage(ctx context.Context, req *pb.AckMessageRequest) (*pb
 // the answer's receipt handle replaces the old one.
 func (s *Server) ChangeInvisibleDuration(ctx context.Context, req *pb.ChangeInvisibleDurationRequest) (*pb.ChangeInvisibleDurationResponse, error) {
 	d := req.GetInvisibleDuration().AsDuration()
-	if d < minInvisible {
-		return &pb.ChangeInvisibleDurationResponse{Status: status(pb.Code_ILLEGAL_INVISIBLE_TIME, "the invisible duration "+d.String()+" is under "+minInvisible.String())}, nil
+	if d < minInvisible || d > broker.PopMaxInvisible {
+		return &pb.ChangeInvisibleDurationResponse{Status: status(pb.Code_ILLEGAL_INVISIBLE_TIME, "the invisible duration "+d.String()+" is outside "+minInvisible.String()+" to "+broker.PopMaxInvisible.String())}, nil
 	}
 	h, err := s.b.PopChangeInvisible(ctx, req.GetGroup().GetName(), req.GetTopic().GetName(), req.GetReceiptHandle(), d)
 	if err != nil {

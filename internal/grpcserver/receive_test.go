@@ -128,6 +128,17 @@ func TestReceiveFromEveryQueueAndAck(t *testing.T) {
 	require.Equal(t, pb.Code_MESSAGE_NOT_FOUND, st.Code, "nothing left after the acks")
 }
 
+// A batch over the broker's bound is served at the bound, not refused.
+func TestReceiveCapsALargeBatch(t *testing.T) {
+	e := start(t, nil)
+	e.topic(t, "orders", 1)
+	sendN(t, e, "orders", 40, nil)
+	msgs, st := e.receive(t, recv{group: "g", topic: "orders", batch: 100, wait: 2 * time.Second})
+	require.Equal(t, pb.Code_OK, st.Code, st.Message)
+	require.NotEmpty(t, msgs)
+	require.LessOrEqual(t, len(msgs), 32)
+}
+
 func TestUnacknowledgedMessageComesBackWithItsAttempt(t *testing.T) {
 	e := start(t, nil)
 	e.topic(t, "orders", 1)
@@ -151,6 +162,8 @@ func TestBadInputIsAnsweredWithItsCode(t *testing.T) {
 	_, st = e.receive(t, recv{group: "g", topic: "orders", filter: &pb.FilterExpression{Type: pb.FilterType_SQL, Expression: "a >>> ("}})
 	require.Equal(t, pb.Code_ILLEGAL_FILTER_EXPRESSION, st.Code, st.Message)
 	_, st = e.receive(t, recv{group: "g", topic: "orders", invisible: 500 * time.Millisecond})
+	require.Equal(t, pb.Code_ILLEGAL_INVISIBLE_TIME, st.Code, st.Message)
+	_, st = e.receive(t, recv{group: "g", topic: "orders", invisible: 13 * time.Hour})
 	require.Equal(t, pb.Code_ILLEGAL_INVISIBLE_TIME, st.Code, st.Message)
 	_, st = e.receive(t, recv{group: "", topic: "orders"})
 	require.Equal(t, pb.Code_ILLEGAL_CONSUMER_GROUP, st.Code, st.Message)

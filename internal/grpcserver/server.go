@@ -39,7 +39,8 @@ type Config struct {
 	// MaxReceiveWait caps the long polling of a receive (the client's long_polling_timeout).
 	// Default 30 s.
 	MaxReceiveWait time.Duration
-	// MaxBatch caps the messages of one receive. Default 64.
+	// MaxBatch caps the messages of one receive; a larger batch_size is served this many.
+	// Default and most broker.PopMaxMessages.
 	MaxBatch int
 }
 
@@ -76,8 +77,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxReceiveWait <= 0 {
 		cfg.MaxReceiveWait = 30 * time.Second
 	}
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 64
+	if cfg.MaxBatch <= 0 || cfg.MaxBatch > broker.PopMaxMessages {
+		cfg.MaxBatch = broker.PopMaxMessages
 	}
 	s := &Server{cfg: cfg, b: cfg.Broker, log: cfg.Logger.With("component", "grpc"), clients: newClientTable(), served: make(chan struct{}), stopping: make(chan struct{})}
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.UnaryInterceptor(s.countUnary), grpc.StreamInterceptor(s.countStream)}
