@@ -146,6 +146,9 @@ type GroupQueueView struct {
 	Owner string `json:"owner,omitempty"`
 	// Broker is the broker of the queue, in a gathered group.describe; absent otherwise.
 	Broker string `json:"broker,omitempty"`
+	// Pop is the group's pop progress in the queue (RocketMQ 5 consumers); absent when it
+	// does not pop from it.
+	Pop *PopQueueView `json:"pop,omitempty"`
 }
 
 // GroupTopicView is a group's position in one topic.
@@ -244,6 +247,7 @@ func (s *Service) localGroup(group string) (GroupDescribeReply, error) {
 		}
 		out.Topics = append(out.Topics, tv)
 	}
+	s.addPop(&out, group)
 	return out, nil
 }
 
