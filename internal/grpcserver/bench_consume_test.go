@@ -2,6 +2,8 @@ package grpcserver_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -35,7 +37,7 @@ func BenchmarkConsume1KiB(b *testing.B) {
 		preload(b, e, "bench", body, b.N)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		cl, err := client.New(client.WithNameServers(e.b.NamesrvAddr()))
+		cl, err := client.New(client.WithNameServers(e.b.NamesrvAddr()), client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 		require.NoError(b, err)
 		defer cl.Close(context.Background())
 		c, err := consumer.NewLitePull("bench-lite", consumer.WithClient(cl), consumer.WithConsumeFrom(consumer.ConsumeFromFirst))

@@ -2,6 +2,8 @@ package grpcserver_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -93,7 +95,7 @@ func BenchmarkSend1KiB(b *testing.B) {
 		e := start(b, withNamesrv)
 		e.topic(b, "bench", 4)
 		ctx := context.Background()
-		cl, err := client.New(client.WithNameServers(e.b.NamesrvAddr()))
+		cl, err := client.New(client.WithNameServers(e.b.NamesrvAddr()), client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 		require.NoError(b, err)
 		defer cl.Close(ctx)
 		p, err := producer.New("bench", producer.WithClient(cl))

@@ -2,6 +2,8 @@ package grpcserver_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
@@ -87,7 +89,7 @@ func TestInteropGRPCProducerToLitePullConsumer(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.New(client.WithNameServers(e.b.NamesrvAddr()))
+	cl, err := client.New(client.WithNameServers(e.b.NamesrvAddr()), client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	require.NoError(t, err)
 	defer cl.Close(context.Background())
 	c, err := consumer.NewLitePull("lite", consumer.WithClient(cl), consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
