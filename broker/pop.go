@@ -168,6 +168,13 @@ func (b *Broker) Pop(ctx context.Context, req PopRequest) ([]PoppedMessage, erro
 			ch = b.pop.waiters.wait(tc.Name)
 		}
 		out, err := b.popOnce(ctx, tc, req, f)
+		if o := b.cfg.Observer; o != nil && len(out) > 0 {
+			size := 0
+			for _, m := range out {
+				size += int(m.Message.StoreSize)
+			}
+			o.MessagesOut(tc.Name, len(out), size)
+		}
 		if err != nil || len(out) > 0 || wait <= 0 {
 			if wait > 0 {
 				b.pop.waiters.n.Add(-1)
@@ -256,7 +263,7 @@ func (b *Broker) popOnce(ctx context.Context, tc TopicConfig, req PopRequest, f 
 		key := popKey{req.Group, tc.Name, qid}
 		q := b.pop.queueOrCreate(key, gc.ConsumeOrderly, func() int64 { return b.popStart(key) })
 		var err error
-		out, err = b.popQueue(ctx, q, req, f, out)
+		out, err = b.popQueue(ctx, q, req, gc.ConsumeOrderly, f, out)
 		if err != nil && len(out) == 0 {
 			return nil, err
 		}
@@ -278,9 +285,10 @@ func (b *Broker) popStart(key popKey) int64 {
 
 // popQueue hands out q's visible messages (expired, or released by FIFO), then reads fresh
 // ones from q.next in one read of the queue, appending to out.
-func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, f *store.Filter, out []PoppedMessage) ([]PoppedMessage, error) {
+func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo bool, f *store.Filter, out []PoppedMessage) ([]PoppedMessage, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.setFIFO(fifo)
 	now := b.pop.now()
 	var recs []popRecord
 	if len(q.visible) > 0 {

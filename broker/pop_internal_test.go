@@ -406,3 +406,29 @@ func TestPopLongPollWakesOnArrival(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Empty(t, r.ms)
 }
+
+func TestPopDescribeGroupShowsProgressAndLag(t *testing.T) {
+	b := newPopBroker(t, "")
+	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 2, WriteQueueNums: 2, Perm: 6}))
+	popSendN(t, b, "T", 0, 4, nil)
+	ctx := context.Background()
+	r := popReq("G", "T", 32)
+	r.QueueID = 0
+	got, err := b.Pop(ctx, r)
+	require.NoError(t, err)
+	require.Len(t, got, 4)
+	require.NoError(t, b.PopAck(ctx, "G", "T", got[0].Handle))
+	require.NoError(t, b.PopAck(ctx, "G", "T", got[2].Handle))
+
+	info, err := b.DescribeGroup("G")
+	require.NoError(t, err)
+	require.Len(t, info.Topics, 1)
+	q0 := info.Topics[0].Queues[0]
+	require.NotNil(t, q0.Pop)
+	assert.Equal(t, 2, q0.Pop.InFlight)
+	assert.EqualValues(t, 2, q0.Pop.Acked)
+	assert.EqualValues(t, 1, q0.Pop.ConsumedOffset)
+	assert.EqualValues(t, 3, q0.Lag, "unacknowledged messages are lag")
+	assert.Nil(t, info.Topics[0].Queues[1].Pop)
+	assert.EqualValues(t, 3, info.Lag)
+}

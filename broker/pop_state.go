@@ -2,6 +2,7 @@ package broker
 
 import (
 	"container/heap"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,24 @@ func (q *popQueue) eligible(e *popEntry) bool {
 	}
 	g := q.groups[e.msgGroup]
 	return len(g) > 0 && g[0] == e.offset
+}
+
+// setFIFO follows a change of the group's ConsumeOrderly: the message groups' order is
+// rebuilt from the window.
+func (q *popQueue) setFIFO(fifo bool) {
+	if q.fifo == fifo {
+		return
+	}
+	q.fifo = fifo
+	clear(q.groups)
+	if !fifo {
+		return
+	}
+	for _, off := range slices.Sorted(maps.Keys(q.entries)) {
+		if g := q.entries[off].msgGroup; g != "" {
+			q.groups[g] = append(q.groups[g], off)
+		}
+	}
 }
 
 // add puts a freshly read offset into the window, visible.

@@ -146,9 +146,22 @@ type GroupQueueView struct {
 	Owner string `json:"owner,omitempty"`
 	// Broker is the broker of the queue, in a gathered group.describe; absent otherwise.
 	Broker string `json:"broker,omitempty"`
-	// Pop is the group's pop progress in the queue (RocketMQ 5 consumers); absent when it
-	// does not pop from it.
+	// Pop is the group's pop progress in the queue; absent when it never received from the
+	// queue by pop.
 	Pop *PopQueueView `json:"pop,omitempty"`
+}
+
+// PopQueueView is a pop group's progress in one queue: handed out and not acknowledged
+// (in_flight), waiting for a redelivery or held by FIFO order (visible), acknowledged,
+// dead-lettered and redelivered counts, and the consumed offset (every message below it
+// acknowledged or dead-lettered), from which lag counts.
+type PopQueueView struct {
+	InFlight       int    `json:"in_flight"`
+	Visible        int    `json:"visible"`
+	Acked          uint64 `json:"acked"`
+	DeadLettered   uint64 `json:"dead_lettered"`
+	Redelivered    uint64 `json:"redelivered"`
+	ConsumedOffset int64  `json:"consumed_offset"`
 }
 
 // GroupTopicView is a group's position in one topic.
@@ -236,6 +249,10 @@ func (s *Service) localGroup(group string) (GroupDescribeReply, error) {
 		tv := GroupTopicView{Topic: t.Topic, Lag: t.Lag, Queues: make([]GroupQueueView, 0, len(t.Queues))}
 		for _, q := range t.Queues {
 			qv := GroupQueueView{Queue: q.QueueID, MinOffset: q.MinOffset, MaxOffset: q.MaxOffset, Lag: q.Lag, Owner: q.Owner}
+			if p := q.Pop; p != nil {
+				qv.Pop = &PopQueueView{InFlight: p.InFlight, Visible: p.Visible, Acked: p.Acked, DeadLettered: p.DeadLettered,
+					Redelivered: p.Redelivered, ConsumedOffset: p.ConsumedOffset}
+			}
 			if q.Committed >= 0 {
 				c := q.Committed
 				qv.Committed = &c
@@ -247,7 +264,6 @@ func (s *Service) localGroup(group string) (GroupDescribeReply, error) {
 		}
 		out.Topics = append(out.Topics, tv)
 	}
-	s.addPop(&out, group)
 	return out, nil
 }
 
