@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -110,4 +111,26 @@ func (e *env) stored(t testing.TB, topic string, n int) []*protocol.MessageExt {
 	}, 10*time.Second, 20*time.Millisecond)
 	require.Len(t, all, n)
 	return all
+}
+
+func withNamesrv(c *broker.Config) { c.NamesrvListen = "127.0.0.1:0" }
+
+// sendTagged sends n messages over gRPC, as a 5.x producer does, with a tag, a key, a user
+// property and the client's own message id.
+func sendTagged(t *testing.T, e *env, topic string, n int) map[string]*pb.Message {
+	t.Helper()
+	sent := map[string]*pb.Message{}
+	ctx := callCtx(t, "p-interop")
+	for i := range n {
+		id := "01" + strconv.Itoa(100000+i)
+		m := message(topic, id, "body-"+strconv.Itoa(i))
+		m.SystemProperties.Tag = strp("tag" + strconv.Itoa(i%2))
+		m.SystemProperties.Keys = []string{"key-" + strconv.Itoa(i)}
+		m.UserProperties = map[string]string{"n": strconv.Itoa(i)}
+		resp, err := e.client.SendMessage(ctx, &pb.SendMessageRequest{Messages: []*pb.Message{m}})
+		require.NoError(t, err)
+		require.Equal(t, pb.Code_OK, resp.Status.Code, resp.Status.Message)
+		sent[id] = m
+	}
+	return sent
 }

@@ -1,3 +1,7 @@
+//go:build !race
+
+// Without -race, as the other tests of rocketmq-client-go (interop_test.go).
+
 package grpcserver_test
 
 import (

@@ -1,10 +1,13 @@
+//go:build !race
+
+// rocketmq-client-go races on its own state, which the race detector reports against
+// whichever test is running (see broker/interop_test.go): these tests run in .ci/run's
+// interop pass, without -race.
+
 package grpcserver_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -14,34 +17,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/stretchr/testify/require"
-
-	"github.com/flowd-io/flowd/broker"
-	"github.com/flowd-io/flowd/client"
-	"github.com/flowd-io/flowd/consumer"
-	pb "github.com/flowd-io/flowd/internal/rocketmqv2"
 )
-
-func withNamesrv(c *broker.Config) { c.NamesrvListen = "127.0.0.1:0" }
-
-// sendTagged sends n messages over gRPC, as a 5.x producer does, with a tag, a key, a user
-// property and the client's own message id.
-func sendTagged(t *testing.T, e *env, topic string, n int) map[string]*pb.Message {
-	t.Helper()
-	sent := map[string]*pb.Message{}
-	ctx := callCtx(t, "p-interop")
-	for i := range n {
-		id := "01" + strconv.Itoa(100000+i)
-		m := message(topic, id, "body-"+strconv.Itoa(i))
-		m.SystemProperties.Tag = strp("tag" + strconv.Itoa(i%2))
-		m.SystemProperties.Keys = []string{"key-" + strconv.Itoa(i)}
-		m.UserProperties = map[string]string{"n": strconv.Itoa(i)}
-		resp, err := e.client.SendMessage(ctx, &pb.SendMessageRequest{Messages: []*pb.Message{m}})
-		require.NoError(t, err)
-		require.Equal(t, pb.Code_OK, resp.Status.Code, resp.Status.Message)
-		sent[id] = m
-	}
-	return sent
-}
 
 func TestInteropGRPCProducerToRocketMQPushConsumer(t *testing.T) {
 	rlog.SetLogLevel("fatal")
@@ -79,39 +55,5 @@ func TestInteropGRPCProducerToRocketMQPushConsumer(t *testing.T) {
 		require.Equal(t, m.SystemProperties.GetTag(), r.GetTags())
 		require.Equal(t, m.SystemProperties.Keys[0], r.GetKeys())
 		require.Equal(t, m.UserProperties["n"], r.GetProperty("n"))
-	}
-}
-
-func TestInteropGRPCProducerToLitePullConsumer(t *testing.T) {
-	e := start(t, withNamesrv)
-	e.topic(t, "interop-5tolite", 2)
-	sent := sendTagged(t, e, "interop-5tolite", 10)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl, err := client.New(client.WithNameServers(e.b.NamesrvAddr()), client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	require.NoError(t, err)
-	defer cl.Close(context.Background())
-	c, err := consumer.NewLitePull("lite", consumer.WithClient(cl), consumer.WithConsumeFrom(consumer.ConsumeFromFirst))
-	require.NoError(t, err)
-	require.NoError(t, c.Subscribe("interop-5tolite", "tag1"))
-	require.NoError(t, c.Start(ctx))
-	defer c.Close(context.Background())
-	got := map[string]*consumer.Message{}
-	for len(got) < 5 && ctx.Err() == nil {
-		msgs, err := c.Poll(ctx)
-		require.NoError(t, err)
-		for _, m := range msgs {
-			got[m.MsgID] = m
-		}
-	}
-	require.Len(t, got, 5, "the tag filter selects the tag1 half")
-	for id, m := range got {
-		s := sent[id]
-		require.NotNil(t, s)
-		require.Equal(t, "tag1", m.Tags)
-		require.Equal(t, s.SystemProperties.Keys, m.Keys)
-		require.Equal(t, s.UserProperties["n"], m.Property("n"))
-		require.Equal(t, string(s.Body), string(m.Body))
 	}
 }
