@@ -316,7 +316,7 @@ func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo
 				b.pop.redelivered.Add(1)
 			}
 			out = append(out, b.handOut(q, e, m, now, req.Invisible))
-			recs = append(recs, popRecord{kind: recPop, q: q, e: *e})
+			recs = append(recs, entryRecord(recPop, q, e))
 		}
 	}
 	room := min(req.MaxMessages-len(out), popWindow-int(q.next-q.start))
@@ -356,11 +356,11 @@ func (b *Broker) popFresh(ctx context.Context, q *popQueue, req PopRequest, f *s
 		e := q.add(m.QueueOffset, m.Properties[PropertyShardingKey])
 		if !q.eligible(e) {
 			q.visible = append(q.visible, e.offset)
-			recs = append(recs, popRecord{kind: recHold, q: q, e: *e})
+			recs = append(recs, entryRecord(recHold, q, e))
 			continue
 		}
 		out = append(out, b.handOut(q, e, m, now, req.Invisible))
-		recs = append(recs, popRecord{kind: recPop, q: q, e: *e})
+		recs = append(recs, entryRecord(recPop, q, e))
 	}
 	if res.NextBeginOffset > q.next {
 		q.next = res.NextBeginOffset
@@ -524,7 +524,7 @@ func (b *Broker) PopChangeInvisible(ctx context.Context, group, topic, handle st
 	e.deadline = msNow(now.Add(d))
 	b.pop.timers.schedule(e)
 	h := b.popHandle(q, e)
-	if err := b.pop.jnl.append([]popRecord{{kind: recPop, q: q, e: *e}}); err != nil {
+	if err := b.pop.jnl.append([]popRecord{entryRecord(recPop, q, e)}); err != nil {
 		return "", fmt.Errorf("pop change invisible: journal: %w", err)
 	}
 	return h, nil
