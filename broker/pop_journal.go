@@ -249,10 +249,11 @@ func openPopTable(dir string) (*popTable, error) {
 	t := &popTable{queues: map[popKey]*popQueue{}, cursors: map[string]uint32{}, jnl: &popJournal{dir: dir}}
 	t.timers.kick = make(chan struct{}, 1)
 	t.waiters.ch = map[string]chan struct{}{}
-	var err error
-	if t.key, err = loadPopKey(filepath.Join(dir, "key")); err != nil {
+	key, err := loadPopKey(filepath.Join(dir, "key"))
+	if err != nil {
 		return nil, err
 	}
+	t.key = newHandleKey(key)
 	var snap popSnapshot
 	data, err := os.ReadFile(filepath.Join(dir, "snapshot.json"))
 	switch {
