@@ -98,7 +98,7 @@ type PopQueueStats struct {
 // popTable is the broker's pop state: the progress of every (group, topic, queue), the
 // deadline heap, the parked receives and the journal.
 type popTable struct {
-	key   []byte
+	key   *handleKey
 	epoch atomic.Uint64
 	// skew is added to the wall clock: tests move pop time forward with it, exactly and
 	// without sleeping.
@@ -204,8 +204,14 @@ func (b *Broker) Pop(ctx context.Context, req PopRequest) ([]PoppedMessage, erro
 
 // popPrepare validates req, creates its group on first use and compiles its filter.
 func (b *Broker) popPrepare(ctx context.Context, req *PopRequest) (TopicConfig, *store.Filter, error) {
-	if err := ValidateGroup(req.Group); err != nil || isInternalGroup(req.Group) || req.Group == protocol.ReaderGroup {
-		return TopicConfig{}, nil, fmt.Errorf("pop: group %q: %w", req.Group, ErrBadRequest)
+	if isInternalGroup(req.Group) || req.Group == protocol.ReaderGroup {
+		return TopicConfig{}, nil, fmt.Errorf("pop: group %q keeps no pop state: %w", req.Group, ErrBadRequest)
+	}
+	// A known group costs a map lookup; only new names go through the pattern.
+	if _, known := b.groups.get(req.Group); !known {
+		if err := ValidateGroup(req.Group); err != nil {
+			return TopicConfig{}, nil, fmt.Errorf("pop: %w: %w", ErrBadRequest, err)
+		}
 	}
 	if req.MaxMessages < 1 || req.MaxMessages > PopMaxMessages {
 		return TopicConfig{}, nil, fmt.Errorf("pop: maxMessages %d outside 1..%d: %w", req.MaxMessages, PopMaxMessages, ErrBadRequest)
@@ -316,7 +322,7 @@ func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo
 				b.pop.redelivered.Add(1)
 			}
 			out = append(out, b.handOut(q, e, m, now, req.Invisible))
-			recs = append(recs, popRecord{kind: recPop, q: q, e: *e})
+			recs = append(recs, entryRecord(recPop, q, e))
 		}
 	}
 	room := min(req.MaxMessages-len(out), popWindow-int(q.next-q.start))
@@ -356,11 +362,11 @@ func (b *Broker) popFresh(ctx context.Context, q *popQueue, req PopRequest, f *s
 		e := q.add(m.QueueOffset, m.Properties[PropertyShardingKey])
 		if !q.eligible(e) {
 			q.visible = append(q.visible, e.offset)
-			recs = append(recs, popRecord{kind: recHold, q: q, e: *e})
+			recs = append(recs, entryRecord(recHold, q, e))
 			continue
 		}
 		out = append(out, b.handOut(q, e, m, now, req.Invisible))
-		recs = append(recs, popRecord{kind: recPop, q: q, e: *e})
+		recs = append(recs, entryRecord(recPop, q, e))
 	}
 	if res.NextBeginOffset > q.next {
 		q.next = res.NextBeginOffset
@@ -524,7 +530,7 @@ func (b *Broker) PopChangeInvisible(ctx context.Context, group, topic, handle st
 	e.deadline = msNow(now.Add(d))
 	b.pop.timers.schedule(e)
 	h := b.popHandle(q, e)
-	if err := b.pop.jnl.append([]popRecord{{kind: recPop, q: q, e: *e}}); err != nil {
+	if err := b.pop.jnl.append([]popRecord{entryRecord(recPop, q, e)}); err != nil {
 		return "", fmt.Errorf("pop change invisible: journal: %w", err)
 	}
 	return h, nil

@@ -67,7 +67,7 @@ func (b *Broker) popExpire(ctx context.Context, e *popEntry, now time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	// Acknowledged, or rescheduled (a change of invisibility) since it was taken off the heap.
-	if q.entries[e.offset] != e || !e.inflight || e.hidx >= 0 || e.deadline > msNow(now) {
+	if q.entries[e.offset] != e || !e.inflight || e.deadline > msNow(now) || b.pop.timers.scheduled(e) {
 		return
 	}
 	if int(e.attempt) > b.popMaxRetries(q.key.group) {

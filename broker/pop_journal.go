@@ -42,12 +42,22 @@ const (
 	recDLQ    recKind = 'D' // an entry dead-lettered
 )
 
-// popRecord is one journal record: e for recPop and recHold, offset for recDone and recDLQ.
+// popRecord is one journal record: offset for every kind, the rest for recPop and recHold.
 type popRecord struct {
-	kind   recKind
-	q      *popQueue
-	e      popEntry
-	offset int64
+	kind     recKind
+	q        *popQueue
+	offset   int64
+	attempt  int32
+	epoch    uint64
+	popTime  int64
+	deadline int64
+	msgGroup string
+}
+
+// entryRecord records e's state; the queue's lock is held. It copies fields, not the entry:
+// the entry's heap index belongs to the timers' lock.
+func entryRecord(kind recKind, q *popQueue, e *popEntry) popRecord {
+	return popRecord{kind: kind, q: q, offset: e.offset, attempt: e.attempt, epoch: e.epoch, popTime: e.popTime, deadline: e.deadline, msgGroup: e.msgGroup}
 }
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -121,13 +131,12 @@ func (j *popJournal) append(recs []popRecord) error {
 			if r.kind == recDone || r.kind == recDLQ {
 				return binary.BigEndian.AppendUint64(b, uint64(r.offset))
 			}
-			e := &r.e
-			b = binary.BigEndian.AppendUint64(b, uint64(e.offset))
-			b = binary.BigEndian.AppendUint32(b, uint32(e.attempt))
-			b = binary.BigEndian.AppendUint64(b, e.epoch)
-			b = binary.BigEndian.AppendUint64(b, uint64(e.popTime))
-			b = binary.BigEndian.AppendUint64(b, uint64(e.deadline))
-			return appendStr(b, e.msgGroup)
+			b = binary.BigEndian.AppendUint64(b, uint64(r.offset))
+			b = binary.BigEndian.AppendUint32(b, uint32(r.attempt))
+			b = binary.BigEndian.AppendUint64(b, r.epoch)
+			b = binary.BigEndian.AppendUint64(b, uint64(r.popTime))
+			b = binary.BigEndian.AppendUint64(b, uint64(r.deadline))
+			return appendStr(b, r.msgGroup)
 		})
 	}
 	j.buf = b
@@ -240,10 +249,11 @@ func openPopTable(dir string) (*popTable, error) {
 	t := &popTable{queues: map[popKey]*popQueue{}, cursors: map[string]uint32{}, jnl: &popJournal{dir: dir}}
 	t.timers.kick = make(chan struct{}, 1)
 	t.waiters.ch = map[string]chan struct{}{}
-	var err error
-	if t.key, err = loadPopKey(filepath.Join(dir, "key")); err != nil {
+	key, err := loadPopKey(filepath.Join(dir, "key"))
+	if err != nil {
 		return nil, err
 	}
+	t.key = newHandleKey(key)
 	var snap popSnapshot
 	data, err := os.ReadFile(filepath.Join(dir, "snapshot.json"))
 	switch {

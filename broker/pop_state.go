@@ -205,6 +205,13 @@ func (t *popTimers) cancel(e *popEntry) {
 	t.mu.Unlock()
 }
 
+// scheduled reports whether e is in the heap (hidx belongs to the heap's lock).
+func (t *popTimers) scheduled(e *popEntry) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return e.hidx >= 0
+}
+
 // due removes and returns the entries whose deadline is at or before now (at most max), and
 // the next deadline (0: none).
 func (t *popTimers) due(now int64, max int) (out []*popEntry, next int64) {
