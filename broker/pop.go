@@ -527,8 +527,7 @@ func (b *Broker) PopChangeInvisible(ctx context.Context, group, topic, handle st
 	now := b.pop.now()
 	e.epoch = b.pop.epoch.Add(1)
 	e.popTime = msNow(now)
-	e.deadline = msNow(now.Add(d))
-	b.pop.timers.schedule(e)
+	b.pop.timers.reschedule(e, msNow(now.Add(d)))
 	h := b.popHandle(q, e)
 	if err := b.pop.jnl.append([]popRecord{entryRecord(recPop, q, e)}); err != nil {
 		return "", fmt.Errorf("pop change invisible: journal: %w", err)
