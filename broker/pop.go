@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,6 +107,8 @@ type popTable struct {
 	timers  popTimers
 	waiters popWaiters
 	jnl     *popJournal
+	// expireMu serializes the passes of popExpireDue.
+	expireMu sync.Mutex
 
 	// mu is held shared by every operation and exclusively by the journal's compaction,
 	// which snapshots all queues at one point of the journal.
@@ -296,6 +299,12 @@ func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo
 	defer q.mu.Unlock()
 	q.setFIFO(fifo)
 	now := b.pop.now()
+	if now.Sub(q.seen) > time.Minute {
+		// A pop group has no heartbeating members: receiving is what keeps it from being
+		// forgotten as idle (sweepGroups).
+		q.seen = now
+		b.groups.markActive(q.key.group, time.Now())
+	}
 	var recs []popRecord
 	if len(q.visible) > 0 {
 		slices.Sort(q.visible)
@@ -462,6 +471,33 @@ func (b *Broker) popEntryOf(group, topic, handle string) (*popQueue, *popEntry, 
 		return nil, nil, fmt.Errorf("%w: %s/%d offset %d was invisible until %s", ErrReceiptHandleExpired, topic, r.queueID, r.offset, time.UnixMilli(e.deadline).UTC().Format(time.RFC3339Nano))
 	}
 	return q, e, nil
+}
+
+// forgetPop drops a group's pop progress (the group was deleted or forgotten as idle).
+func (b *Broker) forgetPop(group string) {
+	b.pop.mu.Lock()
+	defer b.pop.mu.Unlock()
+	b.pop.qmu.Lock()
+	defer b.pop.qmu.Unlock()
+	var recs []popRecord
+	for k, q := range b.pop.queues {
+		if k.group != group {
+			continue
+		}
+		for _, e := range q.entries {
+			b.pop.timers.cancel(e)
+		}
+		delete(b.pop.queues, k)
+		recs = append(recs, popRecord{kind: recForget, q: q})
+	}
+	for k := range b.pop.cursors {
+		if strings.HasPrefix(k, group+"\x00") {
+			delete(b.pop.cursors, k)
+		}
+	}
+	if err := b.pop.jnl.append(recs); err != nil {
+		b.log.Error("pop journal write failed", "group", group, "err", err)
+	}
 }
 
 // PopAck acknowledges one handed-out message for good. Once it returns nil the message is

@@ -48,6 +48,10 @@ func (b *Broker) popExpireLoop(ctx context.Context) {
 // popExpireDue handles the deliveries due now: it returns the next deadline (0: none) and
 // whether more were due than one pass takes.
 func (b *Broker) popExpireDue(ctx context.Context) (next int64, more bool) {
+	// One pass at a time: when a pass returns, everything due when it began is handled,
+	// even what a concurrent pass took off the heap.
+	b.pop.expireMu.Lock()
+	defer b.pop.expireMu.Unlock()
 	now := b.pop.now()
 	due, next := b.pop.timers.due(msNow(now), popExpireBatch)
 	if len(due) == 0 {

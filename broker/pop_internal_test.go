@@ -432,3 +432,46 @@ func TestPopDescribeGroupShowsProgressAndLag(t *testing.T) {
 	assert.Nil(t, info.Topics[0].Queues[1].Pop)
 	assert.EqualValues(t, 3, info.Lag)
 }
+
+// The expiry loop's own timer (no clock moved by the test) redelivers, and wakes a receive
+// parked meanwhile.
+func TestPopExpiryWakesAParkedReceive(t *testing.T) {
+	b := newPopBroker(t, "")
+	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	popSendN(t, b, "T", 0, 1, nil)
+	ctx := context.Background()
+	r := popReq("G", "T", 1)
+	r.Invisible = time.Second
+	first, err := b.Pop(ctx, r)
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	r.Wait = 10 * time.Second
+	began := time.Now()
+	again, err := b.Pop(ctx, r)
+	require.NoError(t, err)
+	require.Len(t, again, 1, "woken by the expiry, not by the wait's end")
+	assert.Equal(t, 2, again[0].Attempt)
+	assert.Less(t, time.Since(began), 9*time.Second)
+}
+
+// Deleting a group with its offsets forgets its pop progress, across a restart too.
+func TestPopDeleteGroupForgetsProgress(t *testing.T) {
+	dir := t.TempDir()
+	b := newPopBroker(t, dir)
+	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	popSendN(t, b, "T", 0, 2, nil)
+	ctx := context.Background()
+	got, err := b.Pop(ctx, popReq("G", "T", 1))
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.NoError(t, b.DeleteGroup("G", true))
+	assert.Empty(t, b.PopStats("G"))
+	require.ErrorIs(t, b.PopAck(ctx, "G", "T", got[0].Handle), ErrInvalidReceiptHandle)
+
+	crashed := copyDir(t, dir)
+	b2 := newPopBroker(t, crashed)
+	assert.Empty(t, b2.PopStats("G"), "the journal replays the forgetting")
+	all, err := b2.Pop(ctx, popReq("G", "T", 32))
+	require.NoError(t, err)
+	assert.Len(t, all, 2, "a group made again starts from the queue's first message")
+}

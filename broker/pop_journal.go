@@ -40,6 +40,7 @@ const (
 	recHold   recKind = 'H' // an entry read but held back (FIFO)
 	recDone   recKind = 'A' // an entry acknowledged
 	recDLQ    recKind = 'D' // an entry dead-lettered
+	recForget recKind = 'F' // the queue's progress forgotten (its group was)
 )
 
 // popRecord is one journal record: offset for every kind, the rest for recPop and recHold.
@@ -128,6 +129,9 @@ func (j *popJournal) append(recs []popRecord) error {
 		b = j.frame(b, func(b []byte) []byte {
 			b = append(b, byte(r.kind))
 			b = binary.BigEndian.AppendUint32(b, r.q.jid)
+			if r.kind == recForget {
+				return b
+			}
 			if r.kind == recDone || r.kind == recDLQ {
 				return binary.BigEndian.AppendUint64(b, uint64(r.offset))
 			}
@@ -312,6 +316,7 @@ func (t *popTable) rebuild(q *popQueue) {
 		}
 		if e.inflight {
 			q.inflight++
+			e.hdeadline = e.deadline
 			heap.Push(&t.timers.h, e)
 		} else {
 			q.visible = append(q.visible, off)
@@ -405,6 +410,11 @@ func (t *popTable) apply(b []byte, byID map[uint32]*popQueue) (epoch uint64, ok 
 	q := byID[id]
 	if q == nil {
 		return 0, false
+	}
+	if kind == recForget {
+		delete(t.queues, q.key)
+		delete(byID, id)
+		return 0, true
 	}
 	off := int64(r.u64())
 	switch kind {
