@@ -62,7 +62,7 @@ type PopRequest struct {
 	// available (0 = answer at once); ctx cancellation ends the wait early with no messages
 	// and no error.
 	Wait time.Duration
-	// ClientID of the receiver, for events and describe (optional).
+	// ClientID of the receiver, shown as PopQueueStats.Receiver (optional).
 	ClientID string
 }
 
@@ -94,6 +94,9 @@ type PopQueueStats struct {
 	// MaxOffset is the queue's end; MaxOffset-ConsumedOffset is the lag, unacknowledged
 	// messages included.
 	MaxOffset int64
+	// Receiver is the ClientID of the last receive that got messages of the queue (since the
+	// broker started); empty when none said.
+	Receiver string
 }
 
 // popTable is the broker's pop state: the progress of every (group, topic, queue), the
@@ -342,6 +345,9 @@ func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo
 			b.pop.jnl.append(recs)
 			return out, err
 		}
+	}
+	if len(out) > 0 && req.ClientID != "" && q.receiver != req.ClientID {
+		q.receiver = strings.Clone(req.ClientID)
 	}
 	if err := b.pop.jnl.append(recs); err != nil {
 		b.log.Error("pop journal write failed", "group", q.key.group, "topic", q.key.topic, "queue", q.key.queueID, "err", err)
@@ -646,7 +652,7 @@ func (b *Broker) PopStats(group string) []PopQueueStats {
 	for _, q := range qs {
 		q.mu.Lock()
 		out = append(out, PopQueueStats{Topic: q.key.topic, QueueID: q.key.queueID, InFlight: q.inflight, Visible: len(q.visible),
-			Acked: q.acked, DeadLettered: q.dlq, Redelivered: q.redeliv, ConsumedOffset: q.start, NextOffset: q.next})
+			Acked: q.acked, DeadLettered: q.dlq, Redelivered: q.redeliv, ConsumedOffset: q.start, NextOffset: q.next, Receiver: q.receiver})
 		q.mu.Unlock()
 	}
 	for i := range out {

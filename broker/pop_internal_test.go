@@ -413,7 +413,7 @@ func TestPopDescribeGroupShowsProgressAndLag(t *testing.T) {
 	popSendN(t, b, "T", 0, 4, nil)
 	ctx := context.Background()
 	r := popReq("G", "T", 32)
-	r.QueueID = 0
+	r.QueueID, r.ClientID = 0, "10.0.0.1@web"
 	got, err := b.Pop(ctx, r)
 	require.NoError(t, err)
 	require.Len(t, got, 4)
@@ -429,6 +429,7 @@ func TestPopDescribeGroupShowsProgressAndLag(t *testing.T) {
 	assert.EqualValues(t, 2, q0.Pop.Acked)
 	assert.EqualValues(t, 1, q0.Pop.ConsumedOffset)
 	assert.EqualValues(t, 3, q0.Lag, "unacknowledged messages are lag")
+	assert.Equal(t, "10.0.0.1@web", q0.Pop.Receiver)
 	assert.Nil(t, info.Topics[0].Queues[1].Pop)
 	assert.EqualValues(t, 3, info.Lag)
 }

@@ -56,6 +56,7 @@ type popQueue struct {
 	groups   map[string][]int64
 	inflight int
 	seen     time.Time // when a receive last marked the group active
+	receiver string    // the last receive's ClientID
 	acked    uint64
 	dlq      uint64
 	redeliv  uint64
