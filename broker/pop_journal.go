@@ -72,6 +72,11 @@ type popJournal struct {
 	size   int64
 	nextID uint32
 	buf    []byte
+	// full is signalled when the journal passes popCompactBytes, so that the expiry loop
+	// compacts it however long its next deadline is.
+	full chan struct{}
+	// compactAt is popCompactBytes; tests lower it.
+	compactAt int64
 }
 
 // define gives q a journal id and records it. Called with q not yet shared.
@@ -153,6 +158,12 @@ func (j *popJournal) writeLocked(b []byte) error {
 	}
 	n, err := j.f.Write(b)
 	j.size += int64(n)
+	if j.size > j.compactAt {
+		select {
+		case j.full <- struct{}{}:
+		default:
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("append pop journal %s: %w", j.f.Name(), err)
 	}
@@ -162,7 +173,7 @@ func (j *popJournal) writeLocked(b []byte) error {
 func (j *popJournal) needsCompaction() bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.size > popCompactBytes
+	return j.size > j.compactAt
 }
 
 func journalName(gen uint64) string { return "journal-" + strconv.FormatUint(gen, 10) + ".log" }
@@ -250,7 +261,7 @@ func openPopTable(dir string) (*popTable, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create pop directory: %w", err)
 	}
-	t := &popTable{queues: map[popKey]*popQueue{}, cursors: map[string]uint32{}, jnl: &popJournal{dir: dir}}
+	t := &popTable{queues: map[popKey]*popQueue{}, cursors: map[string]uint32{}, jnl: &popJournal{dir: dir, full: make(chan struct{}, 1), compactAt: popCompactBytes}}
 	t.timers.kick = make(chan struct{}, 1)
 	t.waiters.ch = map[string]chan struct{}{}
 	key, err := loadPopKey(filepath.Join(dir, "key"))
