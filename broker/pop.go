@@ -158,7 +158,9 @@ func (t *popTable) cursor(group, topic string, n int) int {
 }
 
 // Pop hands out up to req.MaxMessages messages of req.Topic to req.Group, each invisible for
-// req.Invisible, long-polling up to req.Wait when none is available (docs/pop.md).
+// req.Invisible, long-polling up to req.Wait when none is available (docs/pop.md). The group
+// is created on first use, as a pull creates it; with Config.DisableAutoCreateGroups an
+// unknown group is ErrNotFound.
 func (b *Broker) Pop(ctx context.Context, req PopRequest) ([]PoppedMessage, error) {
 	tc, f, err := b.popPrepare(ctx, &req)
 	if err != nil {

@@ -97,6 +97,11 @@ func (b *Broker) popMaxRetries(group string) int {
 	return b.cfg.MaxReconsumeTimes
 }
 
+// PopMaxAttempts is how many times a message of group is delivered by pop before it goes
+// to %DLQ%<group>: the group's RetryMaxTimes (else Config.MaxReconsumeTimes) plus one, what
+// RocketMQ 5 tells its clients as the consumer policy's max attempts.
+func (b *Broker) PopMaxAttempts(group string) int { return b.popMaxRetries(group) + 1 }
+
 // openPop loads the pop state of the data directory.
 func (b *Broker) openPop() error {
 	t, err := openPopTable(filepath.Join(b.cfg.DataDir, "pop"))

@@ -167,6 +167,8 @@ func TestPopMaxAttemptsGoesToDLQ(t *testing.T) {
 	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
 	_, err := b.PutGroup(GroupConfig{Name: "G", ConsumeEnable: true, RetryMaxTimes: 2})
 	require.NoError(t, err)
+	require.Equal(t, 3, b.PopMaxAttempts("G"))
+	require.Equal(t, 17, b.PopMaxAttempts("unknown"), "the broker's MaxReconsumeTimes, 16, plus one")
 	done := make(chan struct{}, 4)
 	cancel := b.Subscribe(func(e Event) {
 		if e.Type == PopDeadLettered && e.Group == "G" && e.Topic == "T" {
