@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/flowd-io/flowd/internal/atomicfile"
 )
@@ -299,7 +300,10 @@ func openPopTable(dir string) (*popTable, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.epoch.Store(max(maxEpoch, ep))
+	// Epochs go on from the highest the state names, and from the clock in microseconds:
+	// the epochs of forgotten progress are not in the state, and a handle of theirs must not
+	// match a new delivery of the same offset.
+	t.epoch.Store(max(maxEpoch, ep, uint64(time.Now().UnixMicro())))
 	if t.jnl.f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
 		return nil, fmt.Errorf("open pop journal: %w", err)
 	}
