@@ -406,6 +406,7 @@ func (b *Broker) forgetGroup(group string) {
 		}
 	}
 	b.offsets.removeGroup(group)
+	b.forgetPop(group)
 	b.groups.remove(group, b.events)
 	b.log.Info("forgot an idle group", "group", group, "retention", b.cfg.GroupRetention)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,7 +62,7 @@ type PopRequest struct {
 	// available (0 = answer at once); ctx cancellation ends the wait early with no messages
 	// and no error.
 	Wait time.Duration
-	// ClientID of the receiver, for events and describe (optional).
+	// ClientID of the receiver, shown as PopQueueStats.Receiver (optional).
 	ClientID string
 }
 
@@ -93,6 +94,9 @@ type PopQueueStats struct {
 	// MaxOffset is the queue's end; MaxOffset-ConsumedOffset is the lag, unacknowledged
 	// messages included.
 	MaxOffset int64
+	// Receiver is the ClientID of the last receive that got messages of the queue (since the
+	// broker started); empty when none said.
+	Receiver string
 }
 
 // popTable is the broker's pop state: the progress of every (group, topic, queue), the
@@ -106,6 +110,8 @@ type popTable struct {
 	timers  popTimers
 	waiters popWaiters
 	jnl     *popJournal
+	// expireMu serializes the passes of popExpireDue.
+	expireMu sync.Mutex
 
 	// mu is held shared by every operation and exclusively by the journal's compaction,
 	// which snapshots all queues at one point of the journal.
@@ -152,7 +158,9 @@ func (t *popTable) cursor(group, topic string, n int) int {
 }
 
 // Pop hands out up to req.MaxMessages messages of req.Topic to req.Group, each invisible for
-// req.Invisible, long-polling up to req.Wait when none is available (docs/pop.md).
+// req.Invisible, long-polling up to req.Wait when none is available (docs/pop.md). The group
+// is created on first use, as a pull creates it; with Config.DisableAutoCreateGroups an
+// unknown group is ErrNotFound.
 func (b *Broker) Pop(ctx context.Context, req PopRequest) ([]PoppedMessage, error) {
 	tc, f, err := b.popPrepare(ctx, &req)
 	if err != nil {
@@ -296,6 +304,12 @@ func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo
 	defer q.mu.Unlock()
 	q.setFIFO(fifo)
 	now := b.pop.now()
+	if now.Sub(q.seen) > time.Minute {
+		// A pop group has no heartbeating members: receiving is what keeps it from being
+		// forgotten as idle (sweepGroups).
+		q.seen = now
+		b.groups.markActive(q.key.group, time.Now())
+	}
 	var recs []popRecord
 	if len(q.visible) > 0 {
 		slices.Sort(q.visible)
@@ -333,6 +347,9 @@ func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo
 			b.pop.jnl.append(recs)
 			return out, err
 		}
+	}
+	if len(out) > 0 && req.ClientID != "" && q.receiver != req.ClientID {
+		q.receiver = strings.Clone(req.ClientID)
 	}
 	if err := b.pop.jnl.append(recs); err != nil {
 		b.log.Error("pop journal write failed", "group", q.key.group, "topic", q.key.topic, "queue", q.key.queueID, "err", err)
@@ -464,6 +481,33 @@ func (b *Broker) popEntryOf(group, topic, handle string) (*popQueue, *popEntry, 
 	return q, e, nil
 }
 
+// forgetPop drops a group's pop progress (the group was deleted or forgotten as idle).
+func (b *Broker) forgetPop(group string) {
+	b.pop.mu.Lock()
+	defer b.pop.mu.Unlock()
+	b.pop.qmu.Lock()
+	defer b.pop.qmu.Unlock()
+	var recs []popRecord
+	for k, q := range b.pop.queues {
+		if k.group != group {
+			continue
+		}
+		for _, e := range q.entries {
+			b.pop.timers.cancel(e)
+		}
+		delete(b.pop.queues, k)
+		recs = append(recs, popRecord{kind: recForget, q: q})
+	}
+	for k := range b.pop.cursors {
+		if strings.HasPrefix(k, group+"\x00") {
+			delete(b.pop.cursors, k)
+		}
+	}
+	if err := b.pop.jnl.append(recs); err != nil {
+		b.log.Error("pop journal write failed", "group", group, "err", err)
+	}
+}
+
 // PopAck acknowledges one handed-out message for good. Once it returns nil the message is
 // never handed out again, a kill -9 of the broker included (docs/pop.md).
 func (b *Broker) PopAck(ctx context.Context, group, topic, handle string) error {
@@ -527,7 +571,8 @@ func (b *Broker) PopChangeInvisible(ctx context.Context, group, topic, handle st
 	now := b.pop.now()
 	e.epoch = b.pop.epoch.Add(1)
 	e.popTime = msNow(now)
-	b.pop.timers.reschedule(e, msNow(now.Add(d)))
+	e.deadline = msNow(now.Add(d))
+	b.pop.timers.schedule(e)
 	h := b.popHandle(q, e)
 	if err := b.pop.jnl.append([]popRecord{entryRecord(recPop, q, e)}); err != nil {
 		return "", fmt.Errorf("pop change invisible: journal: %w", err)
@@ -609,7 +654,7 @@ func (b *Broker) PopStats(group string) []PopQueueStats {
 	for _, q := range qs {
 		q.mu.Lock()
 		out = append(out, PopQueueStats{Topic: q.key.topic, QueueID: q.key.queueID, InFlight: q.inflight, Visible: len(q.visible),
-			Acked: q.acked, DeadLettered: q.dlq, Redelivered: q.redeliv, ConsumedOffset: q.start, NextOffset: q.next})
+			Acked: q.acked, DeadLettered: q.dlq, Redelivered: q.redeliv, ConsumedOffset: q.start, NextOffset: q.next, Receiver: q.receiver})
 		q.mu.Unlock()
 	}
 	for i := range out {

@@ -38,16 +38,19 @@ func (b *Broker) popExpireLoop(ctx context.Context) {
 			return
 		case <-tm.C:
 		case <-b.pop.timers.kick:
-			if !tm.Stop() {
-				<-tm.C
-			}
+		case <-b.pop.jnl.full:
 		}
+		// Reset needs no drain: since Go 1.23 a reset timer delivers no stale tick.
 	}
 }
 
 // popExpireDue handles the deliveries due now: it returns the next deadline (0: none) and
 // whether more were due than one pass takes.
 func (b *Broker) popExpireDue(ctx context.Context) (next int64, more bool) {
+	// One pass at a time: when a pass returns, everything due when it began is handled,
+	// even what a concurrent pass took off the heap.
+	b.pop.expireMu.Lock()
+	defer b.pop.expireMu.Unlock()
 	now := b.pop.now()
 	due, next := b.pop.timers.due(msNow(now), popExpireBatch)
 	if len(due) == 0 {
@@ -93,6 +96,11 @@ func (b *Broker) popMaxRetries(group string) int {
 	}
 	return b.cfg.MaxReconsumeTimes
 }
+
+// PopMaxAttempts is how many times a message of group is delivered by pop before it goes
+// to %DLQ%<group>: the group's RetryMaxTimes (else Config.MaxReconsumeTimes) plus one, what
+// RocketMQ 5 tells its clients as the consumer policy's max attempts.
+func (b *Broker) PopMaxAttempts(group string) int { return b.popMaxRetries(group) + 1 }
 
 // openPop loads the pop state of the data directory.
 func (b *Broker) openPop() error {

@@ -167,6 +167,8 @@ func TestPopMaxAttemptsGoesToDLQ(t *testing.T) {
 	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
 	_, err := b.PutGroup(GroupConfig{Name: "G", ConsumeEnable: true, RetryMaxTimes: 2})
 	require.NoError(t, err)
+	require.Equal(t, 3, b.PopMaxAttempts("G"))
+	require.Equal(t, 17, b.PopMaxAttempts("unknown"), "the broker's MaxReconsumeTimes, 16, plus one")
 	done := make(chan struct{}, 4)
 	cancel := b.Subscribe(func(e Event) {
 		if e.Type == PopDeadLettered && e.Group == "G" && e.Topic == "T" {
@@ -413,7 +415,7 @@ func TestPopDescribeGroupShowsProgressAndLag(t *testing.T) {
 	popSendN(t, b, "T", 0, 4, nil)
 	ctx := context.Background()
 	r := popReq("G", "T", 32)
-	r.QueueID = 0
+	r.QueueID, r.ClientID = 0, "10.0.0.1@web"
 	got, err := b.Pop(ctx, r)
 	require.NoError(t, err)
 	require.Len(t, got, 4)
@@ -429,6 +431,50 @@ func TestPopDescribeGroupShowsProgressAndLag(t *testing.T) {
 	assert.EqualValues(t, 2, q0.Pop.Acked)
 	assert.EqualValues(t, 1, q0.Pop.ConsumedOffset)
 	assert.EqualValues(t, 3, q0.Lag, "unacknowledged messages are lag")
+	assert.Equal(t, "10.0.0.1@web", q0.Pop.Receiver)
 	assert.Nil(t, info.Topics[0].Queues[1].Pop)
 	assert.EqualValues(t, 3, info.Lag)
+}
+
+// The expiry loop's own timer (no clock moved by the test) redelivers, and wakes a receive
+// parked meanwhile.
+func TestPopExpiryWakesAParkedReceive(t *testing.T) {
+	b := newPopBroker(t, "")
+	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	popSendN(t, b, "T", 0, 1, nil)
+	ctx := context.Background()
+	r := popReq("G", "T", 1)
+	r.Invisible = time.Second
+	first, err := b.Pop(ctx, r)
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	r.Wait = 10 * time.Second
+	began := time.Now()
+	again, err := b.Pop(ctx, r)
+	require.NoError(t, err)
+	require.Len(t, again, 1, "woken by the expiry, not by the wait's end")
+	assert.Equal(t, 2, again[0].Attempt)
+	assert.Less(t, time.Since(began), 9*time.Second)
+}
+
+// Deleting a group with its offsets forgets its pop progress, across a restart too.
+func TestPopDeleteGroupForgetsProgress(t *testing.T) {
+	dir := t.TempDir()
+	b := newPopBroker(t, dir)
+	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	popSendN(t, b, "T", 0, 2, nil)
+	ctx := context.Background()
+	got, err := b.Pop(ctx, popReq("G", "T", 1))
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.NoError(t, b.DeleteGroup("G", true))
+	assert.Empty(t, b.PopStats("G"))
+	require.ErrorIs(t, b.PopAck(ctx, "G", "T", got[0].Handle), ErrInvalidReceiptHandle)
+
+	crashed := copyDir(t, dir)
+	b2 := newPopBroker(t, crashed)
+	assert.Empty(t, b2.PopStats("G"), "the journal replays the forgetting")
+	all, err := b2.Pop(ctx, popReq("G", "T", 32))
+	require.NoError(t, err)
+	assert.Len(t, all, 2, "a group made again starts from the queue's first message")
 }

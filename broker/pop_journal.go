@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/flowd-io/flowd/internal/atomicfile"
 )
@@ -40,6 +41,7 @@ const (
 	recHold   recKind = 'H' // an entry read but held back (FIFO)
 	recDone   recKind = 'A' // an entry acknowledged
 	recDLQ    recKind = 'D' // an entry dead-lettered
+	recForget recKind = 'F' // the queue's progress forgotten (its group was)
 )
 
 // popRecord is one journal record: offset for every kind, the rest for recPop and recHold.
@@ -71,6 +73,11 @@ type popJournal struct {
 	size   int64
 	nextID uint32
 	buf    []byte
+	// full is signalled when the journal passes popCompactBytes, so that the expiry loop
+	// compacts it however long its next deadline is.
+	full chan struct{}
+	// compactAt is popCompactBytes; tests lower it.
+	compactAt int64
 }
 
 // define gives q a journal id and records it. Called with q not yet shared.
@@ -128,6 +135,9 @@ func (j *popJournal) append(recs []popRecord) error {
 		b = j.frame(b, func(b []byte) []byte {
 			b = append(b, byte(r.kind))
 			b = binary.BigEndian.AppendUint32(b, r.q.jid)
+			if r.kind == recForget {
+				return b
+			}
 			if r.kind == recDone || r.kind == recDLQ {
 				return binary.BigEndian.AppendUint64(b, uint64(r.offset))
 			}
@@ -149,6 +159,12 @@ func (j *popJournal) writeLocked(b []byte) error {
 	}
 	n, err := j.f.Write(b)
 	j.size += int64(n)
+	if j.size > j.compactAt {
+		select {
+		case j.full <- struct{}{}:
+		default:
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("append pop journal %s: %w", j.f.Name(), err)
 	}
@@ -158,7 +174,7 @@ func (j *popJournal) writeLocked(b []byte) error {
 func (j *popJournal) needsCompaction() bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.size > popCompactBytes
+	return j.size > j.compactAt
 }
 
 func journalName(gen uint64) string { return "journal-" + strconv.FormatUint(gen, 10) + ".log" }
@@ -246,7 +262,7 @@ func openPopTable(dir string) (*popTable, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create pop directory: %w", err)
 	}
-	t := &popTable{queues: map[popKey]*popQueue{}, cursors: map[string]uint32{}, jnl: &popJournal{dir: dir}}
+	t := &popTable{queues: map[popKey]*popQueue{}, cursors: map[string]uint32{}, jnl: &popJournal{dir: dir, full: make(chan struct{}, 1), compactAt: popCompactBytes}}
 	t.timers.kick = make(chan struct{}, 1)
 	t.waiters.ch = map[string]chan struct{}{}
 	key, err := loadPopKey(filepath.Join(dir, "key"))
@@ -284,7 +300,10 @@ func openPopTable(dir string) (*popTable, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.epoch.Store(max(maxEpoch, ep))
+	// Epochs go on from the highest the state names, and from the clock in microseconds:
+	// the epochs of forgotten progress are not in the state, and a handle of theirs must not
+	// match a new delivery of the same offset.
+	t.epoch.Store(max(maxEpoch, ep, uint64(time.Now().UnixMicro())))
 	if t.jnl.f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
 		return nil, fmt.Errorf("open pop journal: %w", err)
 	}
@@ -312,6 +331,7 @@ func (t *popTable) rebuild(q *popQueue) {
 		}
 		if e.inflight {
 			q.inflight++
+			e.hdeadline = e.deadline
 			heap.Push(&t.timers.h, e)
 		} else {
 			q.visible = append(q.visible, off)
@@ -405,6 +425,11 @@ func (t *popTable) apply(b []byte, byID map[uint32]*popQueue) (epoch uint64, ok 
 	q := byID[id]
 	if q == nil {
 		return 0, false
+	}
+	if kind == recForget {
+		delete(t.queues, q.key)
+		delete(byID, id)
+		return 0, true
 	}
 	off := int64(r.u64())
 	switch kind {

@@ -160,3 +160,51 @@ func fileSize(t *testing.T, path string) int64 {
 	require.NoError(t, err)
 	return st.Size()
 }
+
+// The journal is compacted when it passes its size, by the expiry loop, whatever the
+// deadlines: progress made across several generations survives a kill.
+func TestPopJournalCompactsBySize(t *testing.T) {
+	dir := t.TempDir()
+	b := newPopBroker(t, dir)
+	b.pop.jnl.mu.Lock()
+	b.pop.jnl.compactAt = 2 << 10
+	b.pop.jnl.mu.Unlock()
+	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	popSendN(t, b, "T", 0, 300, nil)
+	ctx := context.Background()
+	r := popReq("G", "T", 10)
+	r.Invisible = time.Hour // no deadline wakes the loop meanwhile
+	var kept []PoppedMessage
+	for {
+		got, err := b.Pop(ctx, r)
+		require.NoError(t, err)
+		if len(got) == 0 {
+			break
+		}
+		for i, m := range got {
+			if i == 0 {
+				kept = append(kept, m) // one of each ten stays in flight
+				continue
+			}
+			require.NoError(t, b.PopAck(ctx, "G", "T", m.Handle))
+		}
+	}
+	require.Len(t, kept, 30)
+	require.Eventually(t, func() bool {
+		b.pop.jnl.mu.Lock()
+		defer b.pop.jnl.mu.Unlock()
+		return b.pop.jnl.gen >= 2
+	}, 5*time.Second, time.Millisecond, "compacted more than once")
+	b.pop.mu.RLock() // no compaction while the directory is copied
+	crashed := copyDir(t, dir)
+	b.pop.mu.RUnlock()
+	b2 := newPopBroker(t, crashed)
+	st := b2.PopStats("G")
+	require.Len(t, st, 1)
+	assert.Equal(t, 30, st[0].InFlight)
+	assert.EqualValues(t, 270, st[0].Acked)
+	for _, m := range kept {
+		require.NoError(t, b2.PopAck(ctx, "G", "T", m.Handle))
+	}
+	assert.EqualValues(t, 300, b2.PopStats("G")[0].ConsumedOffset)
+}

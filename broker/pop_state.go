@@ -34,7 +34,10 @@ type popEntry struct {
 	popTime  int64 // Unix ms of the last hand-out
 	deadline int64 // Unix ms: invisible until (in flight only)
 	msgGroup string
-	hidx     int // index in the deadline heap; -1 when not in it
+	// hidx (index in the deadline heap, -1 when not in it) and hdeadline (the deadline the
+	// heap orders by) belong to popTimers.mu; the fields above to the queue's lock.
+	hidx      int
+	hdeadline int64
 }
 
 // popQueue is a group's pop progress in one queue. mu guards everything but key.
@@ -52,6 +55,8 @@ type popQueue struct {
 	// entry may be handed out only when it is the first of its group.
 	groups   map[string][]int64
 	inflight int
+	seen     time.Time // when a receive last marked the group active
+	receiver string    // the last receive's ClientID
 	acked    uint64
 	dlq      uint64
 	redeliv  uint64
@@ -153,7 +158,7 @@ func (q *popQueue) advance() {
 type deadlineHeap []*popEntry
 
 func (h deadlineHeap) Len() int           { return len(h) }
-func (h deadlineHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
+func (h deadlineHeap) Less(i, j int) bool { return h[i].hdeadline < h[j].hdeadline }
 func (h deadlineHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].hidx, h[j].hidx = i, j
@@ -182,6 +187,7 @@ type popTimers struct {
 
 func (t *popTimers) schedule(e *popEntry) {
 	t.mu.Lock()
+	e.hdeadline = e.deadline // the caller holds the queue's lock, which guards deadline
 	if e.hidx >= 0 {
 		heap.Fix(&t.h, e.hidx)
 	} else {
@@ -217,11 +223,11 @@ func (t *popTimers) scheduled(e *popEntry) bool {
 func (t *popTimers) due(now int64, max int) (out []*popEntry, next int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for len(t.h) > 0 && t.h[0].deadline <= now && len(out) < max {
+	for len(t.h) > 0 && t.h[0].hdeadline <= now && len(out) < max {
 		out = append(out, heap.Pop(&t.h).(*popEntry))
 	}
 	if len(t.h) > 0 {
-		next = t.h[0].deadline
+		next = t.h[0].hdeadline
 	}
 	return out, next
 }

@@ -162,6 +162,9 @@ type PopQueueView struct {
 	DeadLettered   uint64 `json:"dead_lettered"`
 	Redelivered    uint64 `json:"redelivered"`
 	ConsumedOffset int64  `json:"consumed_offset"`
+	// Receiver is the client id of the last receive that got messages of the queue; absent
+	// when none said.
+	Receiver string `json:"receiver,omitempty"`
 }
 
 // GroupTopicView is a group's position in one topic.
@@ -251,7 +254,7 @@ func (s *Service) localGroup(group string) (GroupDescribeReply, error) {
 			qv := GroupQueueView{Queue: q.QueueID, MinOffset: q.MinOffset, MaxOffset: q.MaxOffset, Lag: q.Lag, Owner: q.Owner}
 			if p := q.Pop; p != nil {
 				qv.Pop = &PopQueueView{InFlight: p.InFlight, Visible: p.Visible, Acked: p.Acked, DeadLettered: p.DeadLettered,
-					Redelivered: p.Redelivered, ConsumedOffset: p.ConsumedOffset}
+					Redelivered: p.Redelivered, ConsumedOffset: p.ConsumedOffset, Receiver: p.Receiver}
 			}
 			if q.Committed >= 0 {
 				c := q.Committed
