@@ -125,3 +125,97 @@ func BenchmarkPopAck(bm *testing.B) {
 		got += len(ms)
 	}
 }
+
+// Receivers that acknowledge, negatively acknowledge, dead-letter and let expire, while the
+// clock jumps, stats are read and the journal compacts: at the end every message is
+// acknowledged or dead-lettered exactly once and nothing is in flight.
+func TestPopChaosEndsConsistent(t *testing.T) {
+	b := newPopBroker(t, "")
+	b.pop.jnl.mu.Lock()
+	b.pop.jnl.compactAt = 4 << 10
+	b.pop.jnl.mu.Unlock()
+	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 3, WriteQueueNums: 3, Perm: 6}))
+	_, err := b.PutGroup(GroupConfig{Name: "G", ConsumeEnable: true, RetryMaxTimes: 3})
+	require.NoError(t, err)
+	const perQueue = 80
+	for q := range int32(3) {
+		popSendN(t, b, "T", q, perQueue, nil)
+	}
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := popReq("G", "T", 5)
+				r.Invisible = time.Second
+				got, err := b.Pop(ctx, r)
+				if !assert.NoError(t, err) {
+					return
+				}
+				for j, m := range got {
+					switch (i + j + w) % 5 {
+					case 0, 1:
+						_ = b.PopAck(ctx, "G", "T", m.Handle) // may have expired meanwhile
+					case 2:
+						_, _ = b.PopChangeInvisible(ctx, "G", "T", m.Handle, 0)
+					case 3:
+						_ = b.PopToDLQ(ctx, "G", "T", m.Handle)
+					}
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				advance(b, 700*time.Millisecond)
+				_ = b.PopStats("G")
+				_, _ = b.DescribeGroup("G")
+				_ = b.PopTotals()
+			}
+		}
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	// Drain: acknowledge whatever is left, moving the clock past every invisibility.
+	for range 200 {
+		advance(b, 2*time.Second)
+		got, err := b.Pop(ctx, popReq("G", "T", 32))
+		require.NoError(t, err)
+		for _, m := range got {
+			require.NoError(t, b.PopAck(ctx, "G", "T", m.Handle))
+		}
+		done := true
+		for _, st := range b.PopStats("G") {
+			done = done && st.ConsumedOffset == perQueue
+		}
+		if done {
+			break
+		}
+	}
+	var acked, dead uint64
+	for _, st := range b.PopStats("G") {
+		assert.EqualValues(t, perQueue, st.ConsumedOffset, "queue %d", st.QueueID)
+		assert.Zero(t, st.InFlight)
+		assert.Zero(t, st.Visible)
+		acked += st.Acked
+		dead += st.DeadLettered
+	}
+	assert.EqualValues(t, 3*perQueue, acked+dead, "each message done exactly once")
+	assert.Zero(t, b.PopTotals().InFlight, "nothing left on the deadline heap")
+}

@@ -15,7 +15,7 @@ import (
 )
 
 // newPopBroker starts a broker on free loopback ports over dir (a fresh one when empty).
-func newPopBroker(t testing.TB, dir string) *Broker {
+func newPopBroker(t testing.TB, dir string, mods ...func(*Config)) *Broker {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -23,6 +23,9 @@ func newPopBroker(t testing.TB, dir string) *Broker {
 	cfg := Config{DataDir: dir, Listen: "127.0.0.1:0", NamesrvListen: "off",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DelayLevels: "100ms"}
 	cfg.Store.SegmentSize = 8 << 20 // small files: the crash tests copy the directory
+	for _, mod := range mods {
+		mod(&cfg)
+	}
 	b, err := New(cfg)
 	require.NoError(t, err)
 	require.NoError(t, b.Start())
@@ -477,4 +480,16 @@ func TestPopDeleteGroupForgetsProgress(t *testing.T) {
 	all, err := b2.Pop(ctx, popReq("G", "T", 32))
 	require.NoError(t, err)
 	assert.Len(t, all, 2, "a group made again starts from the queue's first message")
+}
+
+// Without auto-creation a receive names a configured group or fails with ErrNotFound.
+func TestPopUnknownGroupWithoutAutoCreation(t *testing.T) {
+	b := newPopBroker(t, "", func(c *Config) { c.DisableAutoCreateGroups = true })
+	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	_, err := b.Pop(context.Background(), popReq("G", "T", 1))
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = b.PutGroup(GroupConfig{Name: "G", ConsumeEnable: true})
+	require.NoError(t, err)
+	_, err = b.Pop(context.Background(), popReq("G", "T", 1))
+	require.NoError(t, err)
 }
