@@ -382,6 +382,10 @@ type GroupQueue struct {
 	// queues they own); empty when nobody holds it, which is the case for RocketMQ's
 	// concurrent consumers, whose allocation the broker does not see.
 	Owner string
+	// Pop is the group's pop progress in the queue (docs/pop.md); nil when the group never
+	// received from it by pop. With it, Lag counts from Pop.ConsumedOffset: unacknowledged
+	// messages are lag.
+	Pop *PopQueueStats
 }
 
 // DescribeGroup returns a group's members, subscriptions and, for every topic it subscribes
@@ -423,6 +427,12 @@ func (b *Broker) DescribeGroup(name string) (GroupInfo, error) {
 		}
 	}
 	b.offsets.mu.Unlock()
+	pops := map[popKey]PopQueueStats{}
+	for _, st := range b.PopStats(name) {
+		known = true
+		topics[st.Topic] = true
+		pops[popKey{name, st.Topic, st.QueueID}] = st
+	}
 	if !known {
 		return info, fmt.Errorf("group %q: %w", name, ErrNotFound)
 	}
@@ -444,6 +454,9 @@ func (b *Broker) DescribeGroup(name string) (GroupInfo, error) {
 			from := gq.MinOffset
 			if off, ok := committed[q]; ok {
 				gq.Committed, from = off, off
+			}
+			if st, ok := pops[popKey{name, topic, q}]; ok {
+				gq.Pop, from = &st, st.ConsumedOffset
 			}
 			gq.Lag = max(gq.MaxOffset-from, 0)
 			gq.Owner = locks[protocol.MessageQueue{Topic: topic, BrokerName: b.cfg.BrokerName, QueueID: int(q)}]

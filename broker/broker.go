@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowd-io/flowd/broker/store"
@@ -47,6 +48,7 @@ type Broker struct {
 	locks     *lockTable
 	rebalance *rebalanceWatch // GroupRebalanced events from lock changes
 	poll      *longPoll
+	pop       *popTable // pop consumption (pop.go)
 	events    *eventBus
 
 	// deleteMu orders topic deletion against the broker's own deliveries into existing
@@ -57,6 +59,9 @@ type Broker struct {
 	// the store dropped its queues is answered SUCCESS and stored past the tombstone, where
 	// no route reads it until a topic of that name is created again.
 	deleteMu sync.RWMutex
+
+	// txnChecker takes check-backs for producers outside remoting (SetTransactionChecker).
+	txnChecker atomic.Pointer[func(context.Context, TransactionCheck) bool]
 
 	// consumeRate derives GET_CONSUME_STATS's consumeTps (handle_admin.go).
 	consumeRate consumeRates
@@ -109,13 +114,18 @@ func New(c Config) (*Broker, error) {
 	if b.offsets, err = openOffsetTable(filepath.Join(confDir, "consumerOffset.json"), b.log); err != nil {
 		return nil, err
 	}
+	if err := b.openPop(); err != nil {
+		return nil, err
+	}
 
 	if b.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		b.pop.jnl.close()
 		return nil, fmt.Errorf("broker listen %s: %w", cfg.Listen, err)
 	}
 	if cfg.NamesrvListen != "off" {
 		if b.nsLn, err = net.Listen("tcp", cfg.NamesrvListen); err != nil {
 			b.ln.Close()
+			b.pop.jnl.close()
 			return nil, fmt.Errorf("name service listen %s: %w", cfg.NamesrvListen, err)
 		}
 	}
@@ -133,14 +143,18 @@ func New(c Config) (*Broker, error) {
 			sopts.StoreHost = advertisable(bound)
 		}
 	}
-	sopts.OnDispatch = b.poll.arrived
-	// A parked pull waits for the next message: the dispatcher must not hold it back.
-	sopts.DispatchAwaited = func() bool { return b.poll.parked.Load() > 0 }
+	sopts.OnDispatch = func(ev store.DispatchEvent) {
+		b.poll.arrived(ev)
+		b.pop.waiters.wake(ev.Topic)
+	}
+	// A parked pull or receive waits for the next message: the dispatcher must not hold it back.
+	sopts.DispatchAwaited = func() bool { return b.poll.parked.Load() > 0 || b.pop.waiters.n.Load() > 0 }
 	sopts.OnFailure = func(err error) {
 		b.events.emit(Event{Type: StoreFailed, Time: time.Now(), Reason: err.Error()})
 	}
 	if b.store, err = store.Open(filepath.Join(cfg.DataDir, "store"), sopts); err != nil {
 		b.closeListeners()
+		b.pop.jnl.close()
 		return nil, err
 	}
 	b.offsets.sync = b.store.Sync
@@ -192,6 +206,7 @@ func (b *Broker) Start() error {
 		b.goServe(b.nsServer, b.nsLn)
 	}
 	b.goLoop(func(ctx context.Context) { b.offsets.run(ctx, b.cfg.OffsetFlushInterval) })
+	b.goLoop(b.popExpireLoop)
 	b.goEvery(min(b.cfg.ClientExpiry/4, 5*time.Second), b.expire)
 	b.goEvery(b.cfg.TableFlushInterval, b.flushTables) // Shutdown writes them once more
 	b.goEvery(min(max(b.cfg.GroupRetention/4, 10*time.Millisecond), time.Minute), b.sweepGroups)
@@ -291,6 +306,9 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 		if err := b.offsets.flush(); err != nil {
 			errs = append(errs, err)
 		}
+		if err := b.closePop(); err != nil {
+			errs = append(errs, err)
+		}
 		if err := b.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close store: %w", err))
 		}
@@ -388,6 +406,7 @@ func (b *Broker) forgetGroup(group string) {
 		}
 	}
 	b.offsets.removeGroup(group)
+	b.forgetPop(group)
 	b.groups.remove(group, b.events)
 	b.log.Info("forgot an idle group", "group", group, "retention", b.cfg.GroupRetention)
 }

@@ -53,6 +53,10 @@ const (
 	// GroupUpdated: an existing subscription group's settings changed (PutGroup,
 	// UPDATE_AND_CREATE_SUBSCRIPTIONGROUP). A put that changes nothing emits nothing.
 	GroupUpdated
+	// PopDeadLettered: a message handed out to a pop group went to the group's dead-letter
+	// topic (%DLQ%<group>), after its last delivery expired or on request (PopToDLQ). Topic,
+	// QueueID and Offset name the message, Group the group, Reason how many deliveries it had.
+	PopDeadLettered
 )
 
 func (t EventType) String() string {
@@ -85,6 +89,8 @@ func (t EventType) String() string {
 		return "topic.updated"
 	case GroupUpdated:
 		return "group.updated"
+	case PopDeadLettered:
+		return "pop.dead_lettered"
 	}
 	return "event." + strconv.Itoa(int(t))
 }

@@ -37,6 +37,9 @@ type GroupConfig struct {
 	ConsumeEnable  bool   `json:"consumeEnable"`
 	RetryQueueNums int    `json:"retryQueueNums"`
 	RetryMaxTimes  int    `json:"retryMaxTimes"`
+	// ConsumeOrderly makes pop consumption FIFO (RocketMQ 5's consumeMessageOrderly): of
+	// each message group of a queue, one message at a time is handed out (docs/pop.md).
+	ConsumeOrderly bool `json:"consumeMessageOrderly"`
 }
 
 // groupTable holds the subscription groups and persists them.
@@ -220,7 +223,7 @@ func (b *Broker) PutGroup(g GroupConfig) (created bool, err error) {
 }
 
 // DeleteGroup forgets a subscription group's entry (GroupDeleted) and, with cleanOffset, its
-// committed offsets (DELETE_SUBSCRIPTIONGROUP). It fails with ErrNotFound for a group
+// committed offsets and pop progress (DELETE_SUBSCRIPTIONGROUP). It fails with ErrNotFound for a group
 // without an entry and ErrReserved for the broker's own group. A group whose members are
 // still live is created again by their next heartbeat, unless auto-creation is off.
 func (b *Broker) DeleteGroup(name string, cleanOffset bool) error {
@@ -232,6 +235,7 @@ func (b *Broker) DeleteGroup(name string, cleanOffset bool) error {
 	}
 	if cleanOffset {
 		b.offsets.removeGroup(name)
+		b.forgetPop(name)
 	}
 	b.log.Info("subscription group deleted", "group", name, "cleanOffset", cleanOffset)
 	return nil

@@ -431,6 +431,10 @@ func (b *Broker) discardHalf(ctx context.Context, hm *halfMessage, reason string
 func (b *Broker) sendCheck(ctx context.Context, hm *halfMessage, m *protocol.MessageExt, checks int) {
 	conns := b.producers.conns(hm.group)
 	if len(conns) == 0 {
+		if b.checkOutside(ctx, hm, m, checks) {
+			b.log.Debug("transaction checked back outside remoting", "group", hm.group, "halfOffset", hm.queueOffset, "checks", checks)
+			return
+		}
 		b.log.Debug("transaction check-back: no live producer in the group", "group", hm.group, "halfOffset", hm.queueOffset, "checks", checks)
 		return
 	}

@@ -43,6 +43,8 @@ type Config struct {
 	NATS    NATS    `yaml:"nats" doc:"the NATS control plane: events and commands"`
 	Plugins Plugins `yaml:"plugins" doc:"Wasm plugins deployed from a directory"`
 	HTTP    HTTP    `yaml:"http" doc:"Prometheus metrics and health checks over HTTP"`
+	GRPC    GRPC    `yaml:"grpc" doc:"the RocketMQ 5 gRPC endpoint (listen.grpc, docs/grpc.md)"`
+	Txn     Txn     `yaml:"transactions" doc:"transaction check-backs of half messages without an outcome"`
 	Log     Log     `yaml:"log" doc:"the daemon's log, on standard error"`
 
 	// Pipelines are run by the daemon once the broker serves. A reload starts the new ones,
@@ -60,6 +62,22 @@ type Listen struct {
 	Broker    string `yaml:"broker" env:"FLOWD_LISTEN" flag:"listen" doc:"broker address (RocketMQ remoting protocol); port 0 picks a free port"`
 	Namesrv   string `yaml:"namesrv" env:"FLOWD_NAMESRV_LISTEN" flag:"namesrv-listen" doc:"built-in name service address; \"off\" disables it"`
 	Advertise string `yaml:"advertise" env:"FLOWD_ADVERTISE" flag:"advertise" doc:"address put into topic routes; empty: the bound broker address"`
+	GRPC      string `yaml:"grpc" env:"FLOWD_GRPC_LISTEN" flag:"grpc-listen" doc:"RocketMQ 5 gRPC endpoint (apache.rocketmq.v2 MessagingService, docs/grpc.md) for the 5.x clients; \"off\" disables it"`
+}
+
+// GRPC configures the RocketMQ 5 gRPC endpoint beyond its address.
+type GRPC struct {
+	Advertise string `yaml:"advertise" env:"FLOWD_GRPC_ADVERTISE" flag:"grpc-advertise" doc:"gRPC address put into the routes 5.x clients receive (they send everything there); empty: the bound listen.grpc address"`
+	TLSCert   string `yaml:"tls_cert" env:"FLOWD_GRPC_TLS_CERT" flag:"grpc-tls-cert" doc:"PEM certificate: the endpoint speaks TLS only; empty: plaintext"`
+	TLSKey    string `yaml:"tls_key" env:"FLOWD_GRPC_TLS_KEY" flag:"grpc-tls-key" doc:"PEM key of tls_cert"`
+}
+
+// Txn configures the check-backs of transactional half messages (broker.Config's
+// TransactionTimeout, TransactionCheckInterval and TransactionCheckMax).
+type Txn struct {
+	FirstCheck    time.Duration `yaml:"first_check" env:"FLOWD_TXN_FIRST_CHECK" flag:"txn-first-check" doc:"age of a half message without an outcome at its first check-back (a message's own immunity time can make it later)"`
+	CheckInterval time.Duration `yaml:"check_interval" env:"FLOWD_TXN_CHECK_INTERVAL" flag:"txn-check-interval" doc:"how often half messages without an outcome are checked back"`
+	MaxChecks     int           `yaml:"max_checks" env:"FLOWD_TXN_MAX_CHECKS" flag:"txn-max-checks" doc:"check-backs a half message gets before it is discarded (and reported)"`
 }
 
 // Store configures the commit log.
@@ -141,7 +159,7 @@ func Default() Config {
 		DataDir:    "./flowd-data",
 		Cluster:    "local",
 		BrokerName: "broker-a",
-		Listen:     Listen{Broker: "127.0.0.1:10911", Namesrv: "127.0.0.1:9876"},
+		Listen:     Listen{Broker: "127.0.0.1:10911", Namesrv: "127.0.0.1:9876", GRPC: "127.0.0.1:8081"},
 		Store: Store{Flush: "async", Retention: 72 * time.Hour, MaxDiskUsage: 0.75, SegmentSize: 1 << 30,
 			OffsetFlushInterval: 500 * time.Millisecond, ZeroCopy: true},
 		Limits: Limits{MaxMessageSize: 4 << 20, MaxGroups: 10000, MaxConnections: 10000,
@@ -152,6 +170,7 @@ func Default() Config {
 		},
 		Plugins: Plugins{Poll: time.Second},
 		HTTP:    HTTP{Listen: "127.0.0.1:8080"},
+		Txn:     Txn{FirstCheck: 6 * time.Second, CheckInterval: time.Minute, MaxChecks: 15},
 		Log:     Log{Level: "info", Format: "text"},
 
 		Pipelines: []definition.Definition{},
@@ -384,6 +403,25 @@ func (c Config) addrProblems() []Problem {
 		}
 	}
 	listen("http.listen", c.HTTP.Listen, true)
+	listen("listen.grpc", c.Listen.GRPC, true)
+	if a := c.GRPC.Advertise; a != "" {
+		host, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			bad("grpc.advertise", "%q is not host:port with a port in 1-65535", a)
+		}
+	}
+	if (c.GRPC.TLSCert == "") != (c.GRPC.TLSKey == "") {
+		bad("grpc.tls_key", "tls_cert and tls_key go together: set both or neither")
+	}
+	if c.Txn.FirstCheck <= 0 {
+		bad("transactions.first_check", "%s is not positive", c.Txn.FirstCheck)
+	}
+	if c.Txn.CheckInterval <= 0 {
+		bad("transactions.check_interval", "%s is not positive", c.Txn.CheckInterval)
+	}
+	if c.Txn.MaxChecks < 1 {
+		bad("transactions.max_checks", "%d is under 1", c.Txn.MaxChecks)
+	}
 	return probs
 }
 

@@ -146,6 +146,25 @@ type GroupQueueView struct {
 	Owner string `json:"owner,omitempty"`
 	// Broker is the broker of the queue, in a gathered group.describe; absent otherwise.
 	Broker string `json:"broker,omitempty"`
+	// Pop is the group's pop progress in the queue; absent when it never received from the
+	// queue by pop.
+	Pop *PopQueueView `json:"pop,omitempty"`
+}
+
+// PopQueueView is a pop group's progress in one queue: handed out and not acknowledged
+// (in_flight), waiting for a redelivery or held by FIFO order (visible), acknowledged,
+// dead-lettered and redelivered counts, and the consumed offset (every message below it
+// acknowledged or dead-lettered), from which lag counts.
+type PopQueueView struct {
+	InFlight       int    `json:"in_flight"`
+	Visible        int    `json:"visible"`
+	Acked          uint64 `json:"acked"`
+	DeadLettered   uint64 `json:"dead_lettered"`
+	Redelivered    uint64 `json:"redelivered"`
+	ConsumedOffset int64  `json:"consumed_offset"`
+	// Receiver is the client id of the last receive that got messages of the queue; absent
+	// when none said.
+	Receiver string `json:"receiver,omitempty"`
 }
 
 // GroupTopicView is a group's position in one topic.
@@ -233,6 +252,10 @@ func (s *Service) localGroup(group string) (GroupDescribeReply, error) {
 		tv := GroupTopicView{Topic: t.Topic, Lag: t.Lag, Queues: make([]GroupQueueView, 0, len(t.Queues))}
 		for _, q := range t.Queues {
 			qv := GroupQueueView{Queue: q.QueueID, MinOffset: q.MinOffset, MaxOffset: q.MaxOffset, Lag: q.Lag, Owner: q.Owner}
+			if p := q.Pop; p != nil {
+				qv.Pop = &PopQueueView{InFlight: p.InFlight, Visible: p.Visible, Acked: p.Acked, DeadLettered: p.DeadLettered,
+					Redelivered: p.Redelivered, ConsumedOffset: p.ConsumedOffset, Receiver: p.Receiver}
+			}
 			if q.Committed >= 0 {
 				c := q.Committed
 				qv.Committed = &c

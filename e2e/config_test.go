@@ -39,7 +39,7 @@ func TestBadConfigurationFilesAreRefusedWithTheirFault(t *testing.T) {
 			path := filepath.Join(dir, filepath.Base(t.Name())+".yaml")
 			doc := baseConfig(dir) + c.yaml
 			if c.name == "bad listen address" {
-				doc = "data_dir: " + filepath.Join(dir, "data") + "\nlisten: {broker: \"127.0.0.1:99999\", namesrv: \"127.0.0.1:0\"}\n" +
+				doc = "data_dir: " + filepath.Join(dir, "data") + "\nlisten: {broker: \"127.0.0.1:99999\", namesrv: \"127.0.0.1:0\", grpc: \"127.0.0.1:0\"}\n" +
 					"nats: {listen: \"127.0.0.1:0\"}\nhttp: {listen: localhost}\n"
 			}
 			require.NoError(t, os.WriteFile(path, []byte(doc), 0o600))
@@ -89,6 +89,7 @@ func TestServeRefusesATakenListenAddress(t *testing.T) {
 		"listen.broker":  {`broker: "127.0.0.1:0"`, "listen broker " + taken + ": address already in use (set listen.broker / --listen to another address)"},
 		"listen.namesrv": {`namesrv: "127.0.0.1:0"`, "listen name service " + taken + ": address already in use (set listen.namesrv / --namesrv-listen to another address, or --namesrv-listen off to disable it)"},
 		"nats.listen":    {`nats: {listen: "127.0.0.1:0"}`, "listen NATS " + taken + ": address already in use (set nats.listen / --nats-listen to another address, or --nats-listen off to disable it)"},
+		"listen.grpc":    {`grpc: "127.0.0.1:0"`, "listen gRPC " + taken + ": address already in use (set listen.grpc / --grpc-listen to another address, or --grpc-listen off to disable it)"},
 		"http.listen":    {`http: {listen: "127.0.0.1:0"}`, "listen HTTP " + taken + ": address already in use (set http.listen / --http-listen to another address, or --http-listen off to disable it)"},
 	} {
 		t.Run(key, func(t *testing.T) {

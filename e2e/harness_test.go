@@ -83,7 +83,7 @@ type daemon struct {
 	exited  chan struct{} // closed once the process is reaped; err is set then
 	err     error
 
-	broker, namesrv, nats, http string
+	broker, namesrv, nats, http, grpc string
 }
 
 // baseConfig is the configuration every daemon gets: its data directory and port 0 for every
@@ -91,14 +91,14 @@ type daemon struct {
 func baseConfig(dir string) string {
 	return fmt.Sprintf(`data_dir: %s
 cluster: %s
-listen: {broker: "127.0.0.1:0", namesrv: "127.0.0.1:0"}
+listen: {broker: "127.0.0.1:0", namesrv: "127.0.0.1:0", grpc: "127.0.0.1:0"}
 nats: {listen: "127.0.0.1:0"}
 http: {listen: "127.0.0.1:0"}
 `, filepath.Join(dir, "data"), cluster)
 }
 
 // servingLine is the daemon's "flowd serving" log line with the addresses it bound.
-var servingLine = regexp.MustCompile(`msg="flowd serving".* broker=(\S+) namesrv=(\S+) nats=(\S+) http=(\S+)`)
+var servingLine = regexp.MustCompile(`msg="flowd serving".* broker=(\S+) namesrv=(\S+) nats=(\S+) http=(\S+) grpc=(\S+)`)
 
 // startDaemon starts `flowd serve --config <dir>/flowd.yaml` with baseConfig and extra, and
 // waits until it logs its addresses and answers /readyz. The process is killed (SIGKILL) when
@@ -149,7 +149,7 @@ func (d *daemon) awaitServing() {
 		<-d.exited // it is gone: d.err is set
 		t.Fatalf("flowd %s did not start (%v): %s", name, d.err, d.logs.String())
 	}
-	d.broker, d.namesrv, d.nats, d.http = m[1], m[2], m[3], m[4]
+	d.broker, d.namesrv, d.nats, d.http, d.grpc = m[1], m[2], m[3], m[4], m[5]
 	require.Eventually(t, func() bool {
 		resp, err := http.Get("http://" + d.http + "/readyz")
 		if err != nil {

@@ -21,7 +21,7 @@ type trafficCollector struct{ m *Metrics }
 var (
 	descMsgsIn   = desc("flowd_messages_in_total", "Messages stored by sends (a batch counts each message), by topic; topics past the cap are under \"~other\".", "topic")
 	descBytesIn  = desc("flowd_message_bytes_in_total", "Body bytes of the messages stored by sends, by topic.", "topic")
-	descMsgsOut  = desc("flowd_messages_out_total", "Messages returned by pulls, by topic (a message pulled twice counts twice).", "topic")
+	descMsgsOut  = desc("flowd_messages_out_total", "Messages returned by pulls and pop receives, by topic (a message pulled or received twice counts twice).", "topic")
 	descBytesOut = desc("flowd_message_bytes_out_total", "Stored bytes (headers, properties and body) of the messages returned by pulls, by topic.", "topic")
 )
 
@@ -84,12 +84,17 @@ var (
 	descWritable      = desc("flowd_store_writable", "1 while the store accepts writes, 0 after a write failure stopped it (disk full, failed flush).")
 	descReadErrors    = desc("flowd_store_read_errors_total", "Reads of store files (commit log, consume queues, key index) that failed with an I/O error or came back short since the store opened; no offset moves past a message that could not be read.")
 	descTxn           = desc("flowd_transactions_pending", "Transactional half messages waiting for their outcome.")
+	descPopInFlight   = desc("flowd_pop_in_flight", "Messages handed out to pop receivers and neither acknowledged nor expired yet.")
+	descPopAcks       = desc("flowd_pop_acks_total", "Pop messages acknowledged since the broker started.")
+	descPopRedeliv    = desc("flowd_pop_redeliveries_total", "Pop messages handed out again after their invisibility passed, since the broker started.")
+	descPopDLQ        = desc("flowd_pop_dead_lettered_total", "Pop messages sent to their group's dead-letter topic (max attempts, or on request) since the broker started.")
 )
 
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descParked, descConns, descEventsDropped, descTopics, descGroups,
 		descClients, descLockedQueues, descMembers, descGroupLag, descQueueLag, descSegments, descLogBytes,
-		descUnflushed, descUndispatched, descLogOffset, descFsyncs, descCQs, descWritable, descReadErrors, descTxn} {
+		descUnflushed, descUndispatched, descLogOffset, descFsyncs, descCQs, descWritable, descReadErrors, descTxn,
+		descPopInFlight, descPopAcks, descPopRedeliv, descPopDLQ} {
 		ch <- d
 	}
 }
@@ -104,6 +109,11 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(ch, descClients, float64(st.Clients))
 	gauge(ch, descLockedQueues, float64(st.LockedQueues))
 	gauge(ch, descTxn, float64(c.b.PendingTransactions()))
+	pop := c.b.PopTotals()
+	gauge(ch, descPopInFlight, float64(pop.InFlight))
+	counter(ch, descPopAcks, pop.Acked)
+	counter(ch, descPopRedeliv, pop.Redelivered)
+	counter(ch, descPopDLQ, pop.DeadLettered)
 
 	s := st.Store
 	gauge(ch, descSegments, float64(s.Segments))

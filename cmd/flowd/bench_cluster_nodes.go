@@ -116,7 +116,7 @@ func startBenchCluster(ctx context.Context, c benchConfig, prefix string, n int)
 		nd := &benchNode{name: name, bin: c.flowdBin, args: []string{"serve",
 			"--data-dir", filepath.Join(c.dataDir, name), "--cluster", benchClusterName, "--broker-name", name,
 			"--listen", "127.0.0.1:0", "--namesrv-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0",
-			"--http-listen", "off"}}
+			"--http-listen", "off", "--grpc-listen", "off"}}
 		if n > 1 {
 			nd.args = append(nd.args, "--nats-cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--nats-routes", strings.Join(routes, ","))
 		}

@@ -44,7 +44,7 @@ func startServed(t *testing.T, extraYAML string, args ...string) *served {
 func startServedIn(t *testing.T, dir, extraYAML string, args ...string) *served {
 	t.Helper()
 	cfgFile := filepath.Join(dir, "flowd.yaml")
-	yaml := fmt.Sprintf("data_dir: %s\nlisten:\n  broker: 127.0.0.1:0\n  namesrv: 127.0.0.1:0\nhttp:\n  listen: 127.0.0.1:0\nnats:\n  listen: 127.0.0.1:0\n%s", filepath.Join(dir, "data"), extraYAML)
+	yaml := fmt.Sprintf("data_dir: %s\nlisten:\n  broker: 127.0.0.1:0\n  namesrv: 127.0.0.1:0\n  grpc: 127.0.0.1:0\nhttp:\n  listen: 127.0.0.1:0\nnats:\n  listen: 127.0.0.1:0\n%s", filepath.Join(dir, "data"), extraYAML)
 	require.NoError(t, os.WriteFile(cfgFile, []byte(yaml), 0o600))
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &served{logs: &syncBuffer{}, dataDir: filepath.Join(dir, "data")}
@@ -179,7 +179,7 @@ func TestSecondDaemonOnTheSameDataDirIsRefused(t *testing.T) {
 	var logs bytes.Buffer
 	// No command means serve, with serve's flags.
 	err := run(context.Background(), []string{"--data-dir", d.dataDir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
-		"--namesrv-listen", "off", "--nats=false"}, &logs, &logs)
+		"--namesrv-listen", "off", "--grpc-listen", "off", "--nats=false"}, &logs, &logs)
 	require.ErrorIs(t, err, errDataDirInUse)
 	assert.Contains(t, err.Error(), "locked by another flowd")
 	assert.Contains(t, err.Error(), d.dataDir)

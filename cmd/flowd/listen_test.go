@@ -26,11 +26,12 @@ func TestServeNamesTheSettingOfATakenAddress(t *testing.T) {
 		"name service": {"--namesrv-listen", "listen name service " + taken + ": address already in use (set listen.namesrv / --namesrv-listen to another address, or --namesrv-listen off to disable it)"},
 		"NATS":         {"--nats-listen", "listen NATS " + taken + ": address already in use (set nats.listen / --nats-listen to another address, or --nats-listen off to disable it)"},
 		"NATS cluster": {"--nats-cluster-listen", "listen NATS cluster " + taken + ": address already in use (set nats.cluster.listen / --nats-cluster-listen to another address)"},
+		"gRPC":         {"--grpc-listen", "listen gRPC " + taken + ": address already in use (set listen.grpc / --grpc-listen to another address, or --grpc-listen off to disable it)"},
 		"HTTP":         {"--http-listen", "listen HTTP " + taken + ": address already in use (set http.listen / --http-listen to another address, or --http-listen off to disable it)"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			args := map[string]string{"--listen": "127.0.0.1:0", "--namesrv-listen": "127.0.0.1:0", "--nats-listen": "127.0.0.1:0", "--http-listen": "127.0.0.1:0"}
+			args := map[string]string{"--listen": "127.0.0.1:0", "--namesrv-listen": "127.0.0.1:0", "--nats-listen": "127.0.0.1:0", "--http-listen": "127.0.0.1:0", "--grpc-listen": "127.0.0.1:0"}
 			args[c.flag] = taken
 			cmd := []string{"serve", "--data-dir", t.TempDir()}
 			for f, v := range args {

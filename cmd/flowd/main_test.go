@@ -42,7 +42,7 @@ func TestServeAnswersRouteQueriesAndStopsCleanly(t *testing.T) {
 	var logs syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--namesrv-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0"}, &logs, &logs)
+		done <- run(ctx, []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--grpc-listen", "off", "--namesrv-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0"}, &logs, &logs)
 	}()
 	re := regexp.MustCompile(`namesrv=(127\.0\.0\.1:\d+)`)
 	var ns string
@@ -82,7 +82,7 @@ func TestServePublishesEventsOnNATS(t *testing.T) {
 	var logs syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--namesrv-listen", "off",
+		done <- run(ctx, []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--grpc-listen", "off", "--namesrv-listen", "off",
 			"--nats-listen", "127.0.0.1:0", "--nats-events-stream", "--nats-disable", "topic.delete"}, &logs, &logs)
 	}()
 	re := regexp.MustCompile(`broker=(127\.0\.0\.1:\d+) .*nats=(nats://127\.0\.0\.1:\d+)`)
@@ -148,7 +148,7 @@ func TestBadFlagsAndCommandsAreErrors(t *testing.T) {
 	assert.Contains(t, err.Error(), "loud")
 
 	// An open NATS listener without authentication is refused before anything binds it.
-	err = run(context.Background(), []string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--namesrv-listen", "off",
+	err = run(context.Background(), []string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--grpc-listen", "off", "--namesrv-listen", "off",
 		"--nats-listen", "0.0.0.0:4222"}, &out, &out)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "--nats-token")

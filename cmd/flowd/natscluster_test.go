@@ -44,7 +44,7 @@ func TestServeNamesTheNATSClusterFlags(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			var logs syncBuffer
-			err := run(ctx, append([]string{"serve", "--data-dir", t.TempDir()}, c.args...), &logs, &logs)
+			err := run(ctx, append([]string{"serve", "--data-dir", t.TempDir(), "--grpc-listen", "off"}, c.args...), &logs, &logs)
 			require.ErrorIs(t, err, config.ErrInvalid)
 			assert.Contains(t, err.Error(), c.want)
 			assert.NotContains(t, logs.String(), "flowd serving")

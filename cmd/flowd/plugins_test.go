@@ -64,7 +64,7 @@ func startDaemonIn(t *testing.T, dir string) *daemon {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--namesrv-listen", "127.0.0.1:0",
+		done <- run(ctx, []string{"serve", "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--grpc-listen", "off", "--namesrv-listen", "127.0.0.1:0",
 			"--nats-listen", "127.0.0.1:0", "--plugin-dir", d.pluginDir, "--plugin-poll", "50ms"}, d.logs, d.logs)
 	}()
 	d.stop = sync.OnceFunc(func() {

@@ -151,6 +151,10 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 
 		OffsetFlushInterval: c.Store.OffsetFlushInterval,
 		DisableZeroCopy:     !c.Store.ZeroCopy,
+
+		TransactionTimeout:       c.Txn.FirstCheck,
+		TransactionCheckInterval: c.Txn.CheckInterval,
+		TransactionCheckMax:      c.Txn.MaxChecks,
 	}
 	bc.Store.Retention = c.Store.Retention
 	bc.Store.MaxDiskUsage = c.Store.MaxDiskUsage
@@ -205,7 +209,7 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	log.Info("flowd serving", "version", version, "broker", d.b.Addr(), "namesrv", d.b.NamesrvAddr(), "nats", d.natsURL(), "http", addrOrOff(d.httpLn), "data", c.DataDir, "plugin_dir", c.Plugins.Dir, "pid", os.Getpid())
+	log.Info("flowd serving", "version", version, "broker", d.b.Addr(), "namesrv", d.b.NamesrvAddr(), "nats", d.natsURL(), "http", addrOrOff(d.httpLn), "grpc", d.grpcAddr(), "data", c.DataDir, "plugin_dir", c.Plugins.Dir, "pid", os.Getpid())
 	for running := true; running; {
 		select {
 		case <-ctx.Done():

@@ -29,7 +29,7 @@ func TestServeStopsItsPartsInReverseOrder(t *testing.T) {
 	d := startServed(t, "log:\n  level: debug\n")
 	d.stop()
 	assert.Equal(t, []string{"plugin directory watch", "console event streams", "HTTP server", "metrics watch", "pipelines", "control service",
-		"pipeline definitions", "broker", "control plane", "HTTP listener", "plugins"}, stoppedParts(d.logs.String()), d.logs.String())
+		"pipeline definitions", "gRPC server", "broker", "control plane", "gRPC listener", "HTTP listener", "plugins"}, stoppedParts(d.logs.String()), d.logs.String())
 	assert.NotContains(t, d.logs.String(), "stop failed")
 }
 
@@ -41,13 +41,13 @@ func TestServeFailedStartStopsWhatItBuilt(t *testing.T) {
 	defer ln.Close()
 	dir := t.TempDir()
 	args := []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--namesrv-listen", "127.0.0.1:0",
-		"--http-listen", "127.0.0.1:0", "--log-level", "debug"}
+		"--http-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--log-level", "debug"}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var logs syncBuffer
 	err = run(ctx, append(args, "--nats-listen", ln.Addr().String()), &logs, &logs)
 	require.ErrorIs(t, err, syscall.EADDRINUSE)
-	assert.Equal(t, []string{"broker", "HTTP listener", "plugins"}, stoppedParts(logs.String()), logs.String())
+	assert.Equal(t, []string{"broker", "gRPC listener", "HTTP listener", "plugins"}, stoppedParts(logs.String()), logs.String())
 
 	ln.Close()
 	d := startServedIn(t, t.TempDir(), "", "--data-dir", dir)

@@ -14,6 +14,7 @@ import (
 	"github.com/flowd-io/flowd/broker"
 	"github.com/flowd-io/flowd/cluster"
 	"github.com/flowd-io/flowd/config"
+	"github.com/flowd-io/flowd/internal/grpcserver"
 	"github.com/flowd-io/flowd/metrics"
 	"github.com/flowd-io/flowd/pipeline"
 )
@@ -24,13 +25,15 @@ import (
 //
 //	built (n-th)                              stopped (n-th)
 //	1 plugins: Wasm runtime, plugin registry  9 plugins (Wasm filters run until the broker is down)
-//	2 HTTP listener (a taken address fails    8 HTTP listener (if the server did not close it)
-//	  the start before the broker opens)
+//	2 HTTP and gRPC listeners (a taken        8 gRPC and HTTP listeners (if their servers did
+//	  address fails the start before the        not close them)
+//	  broker opens)
 //	3 broker: store opened, listeners bound   6 broker: connections closed, its last events
 //	4 control plane: NATS, event publisher    7 control plane: publisher flushed, NATS closed;
 //	  (before the broker serves: no event       it stops after the broker (stopAfter), so that
 //	  of the start is missed)                   the broker's last events are published
-//	  the broker serves
+//	  the broker serves, and the gRPC           the gRPC server stops just before the broker
+//	  endpoint (listen.grpc) over it
 //	5 control service: broker.started, then   5 control service: broker.stopping, commands end
 //	  commands (pipeline ones included)
 //	6 pipelines: the configured ones start    4 pipelines drain (within pipelineDrainTimeout):
@@ -58,7 +61,8 @@ type built struct {
 	cp     *controlPlane // nil: NATS is off
 	pl     *pipelineHost
 	w      *dirWatcher
-	httpLn net.Listener // nil: http.listen is off
+	httpLn net.Listener       // nil: http.listen is off
+	grpc   *grpcserver.Server // nil: listen.grpc is off
 }
 
 // start builds the daemon in the order above, pushing every part onto cl. On an error the
@@ -106,6 +110,10 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 		}
 		cl.push("HTTP listener", closeListener(d.httpLn))
 	}
+	grpcLn, err := listenGRPC(ctx, c, cl)
+	if err != nil {
+		return nil, err
+	}
 	if d.b, err = broker.New(cfg); err != nil {
 		return nil, brokerListenError(ctx, c, dataDirError(c.DataDir, err))
 	}
@@ -126,6 +134,9 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 		}
 	}
 	if err := d.b.Start(); err != nil {
+		return nil, err
+	}
+	if err := d.serveGRPC(c, grpcLn, cl, m, log); err != nil {
 		return nil, err
 	}
 	if ps != nil {
