@@ -133,6 +133,16 @@ type benchResult struct {
 	BaselineServerCPU         float64 `json:"baseline_server_cpu_us,omitempty"`
 	BaselineServerCtxSwitches float64 `json:"baseline_server_ctxsw,omitempty"`
 	CPURatio                  float64 `json:"cpu_ratio,omitempty"`
+	// ProcessCPU and BaselineProcessCPU are, in an in-process run, the one process's CPU
+	// time per message (µs), brokers and clients together, in flowd's run and JetStream's.
+	ProcessCPU         float64 `json:"process_cpu_us,omitempty"`
+	BaselineProcessCPU float64 `json:"baseline_process_cpu_us,omitempty"`
+	// The read and write system calls per message (/proc/<pid>/io syscr + syscw) of the
+	// same four processes: the socket I/O each message cost.
+	ClientSyscalls         float64 `json:"client_rw_syscalls,omitempty"`
+	BrokerSyscalls         float64 `json:"broker_rw_syscalls,omitempty"`
+	BaselineClientSyscalls float64 `json:"baseline_client_rw_syscalls,omitempty"`
+	BaselineServerSyscalls float64 `json:"baseline_server_rw_syscalls,omitempty"`
 }
 
 // benchReport is the --json document.
@@ -546,11 +556,18 @@ func formatResult(r benchResult) string {
 			time.Duration(r.SchedLatencyMax).Round(time.Microsecond), r.GCCycles)
 	}
 	if r.BrokerCPU > 0 {
-		line += fmt.Sprintf("\n  %-30s cpu µs/msg client %.1f + broker %.1f; ctx switches/msg client %.2f, broker %.2f", "",
-			r.ClientCPU, r.BrokerCPU, r.ClientCtxSwitches, r.BrokerCtxSwitches)
+		line += fmt.Sprintf("\n  %-30s per msg: cpu client %.1f µs + broker %.1f µs; ctx switches %.2f, %.2f; read/write syscalls %.2f, %.2f", "",
+			r.ClientCPU, r.BrokerCPU, r.ClientCtxSwitches, r.BrokerCtxSwitches, r.ClientSyscalls, r.BrokerSyscalls)
 		if r.BaselineServerCPU > 0 {
-			line += fmt.Sprintf("; jetstream cpu µs/msg client %.1f + server %.1f, ctx switches/msg %.2f, %.2f; cpu ratio %.2f",
-				r.BaselineClientCPU, r.BaselineServerCPU, r.BaselineClientCtxSwitches, r.BaselineServerCtxSwitches, r.CPURatio)
+			line += fmt.Sprintf("\n  %-30s jetstream:    cpu client %.1f µs + server %.1f µs; ctx switches %.2f, %.2f; read/write syscalls %.2f, %.2f; flowd/jetstream cpu %.2f", "",
+				r.BaselineClientCPU, r.BaselineServerCPU, r.BaselineClientCtxSwitches, r.BaselineServerCtxSwitches,
+				r.BaselineClientSyscalls, r.BaselineServerSyscalls, r.CPURatio)
+		}
+	}
+	if r.ProcessCPU > 0 {
+		line += fmt.Sprintf("\n  %-30s per msg: cpu of the one process %.1f µs", "", r.ProcessCPU)
+		if r.BaselineProcessCPU > 0 {
+			line += fmt.Sprintf("; jetstream's run %.1f µs; flowd/jetstream cpu %.2f", r.BaselineProcessCPU, r.CPURatio)
 		}
 	}
 	if r.MaxSendLateness > 0 {

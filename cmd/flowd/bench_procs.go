@@ -15,9 +15,14 @@ import (
 // procSample is what the kernel has counted of one process at one moment: the CPU time of
 // its threads (user and system) and their context switches, voluntary (a thread blocked: a
 // futex wait, a read with nothing to read) and not (it was preempted).
+//
+// syscr and syscw count its read and write system calls (/proc/<pid>/io: read, readv,
+// recvmsg…, write, writev, sendfile…), the socket I/O a message costs; futex and epoll waits
+// are not among them.
 type procSample struct {
 	cpu          time.Duration
 	vol, nonvol  int64
+	syscr, syscw int64
 	taskFailures int // threads that ended while being read: their counts are missing
 }
 
@@ -45,7 +50,33 @@ func readProc(pid int) (procSample, error) {
 			return procSample{}, err
 		}
 	}
+	if err := s.addIO(filepath.Join(dir, "io")); err != nil {
+		return procSample{}, err
+	}
 	return s, nil
+}
+
+// addIO reads the process's read and write system call counts.
+func (s *procSample) addIO(file string) error {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	for line := range strings.Lines(string(raw)) {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		switch {
+		case err != nil:
+		case k == "syscr":
+			s.syscr = n
+		case k == "syscw":
+			s.syscw = n
+		}
+	}
+	return nil
 }
 
 // errTaskGone is a thread's file read empty: it ended while being read.
@@ -89,53 +120,52 @@ func (s *procSample) addTask(task string) error {
 }
 
 func (s procSample) sub(o procSample) procSample {
-	return procSample{cpu: s.cpu - o.cpu, vol: s.vol - o.vol, nonvol: s.nonvol - o.nonvol, taskFailures: s.taskFailures + o.taskFailures}
+	return procSample{cpu: s.cpu - o.cpu, vol: s.vol - o.vol, nonvol: s.nonvol - o.nonvol,
+		syscr: s.syscr - o.syscr, syscw: s.syscw - o.syscw, taskFailures: s.taskFailures + o.taskFailures}
 }
 
-// window measures a scenario's timed section in two processes: this one, where the clients
-// run, and the server's (a `flowd serve` or JetStream child). A nil window measures nothing,
-// as in an in-process run, where one process holds both sides and no split is to be had.
+// window measures a scenario's timed section in this process, where the clients run, and in
+// the server's (a `flowd serve` or JetStream child) when there is one; in an in-process run
+// (server 0) this one process holds both sides, and its figures are the sum.
 type window struct {
-	server      int // the server's pid
+	server      int // the server's pid; 0: none, the server runs in this process
 	client, srv procSample
 	err         error
 }
 
-// newWindow is a window on server's process, or nil when there is none (pid 0).
-func newWindow(server int) *window {
-	if server == 0 {
-		return nil
+func newWindow(server int) *window { return &window{server: server} }
+
+// sample reads both processes; the server's is zero when it is this one.
+func (w *window) sample() (client, srv procSample, err error) {
+	client, err = readProc(0)
+	if w.server != 0 && err == nil {
+		srv, err = readProc(w.server)
 	}
-	return &window{server: server}
+	return client, srv, err
 }
 
-// begin samples both processes at the start of the timed section.
+// begin samples at the start of the timed section; a nil window measures nothing.
 func (w *window) begin() {
-	if w == nil {
-		return
+	if w != nil {
+		w.client, w.srv, w.err = w.sample()
 	}
-	var errC, errS error
-	w.client, errC = readProc(0)
-	w.srv, errS = readProc(w.server)
-	w.err = errors.Join(errC, errS)
 }
 
-// end samples both processes again and keeps what the section used.
+// end samples again and keeps what the section used.
 func (w *window) end() {
 	if w == nil || w.err != nil {
 		return
 	}
-	client, errC := readProc(0)
-	srv, errS := readProc(w.server)
-	if w.err = errors.Join(errC, errS); w.err == nil {
+	client, srv, err := w.sample()
+	if w.err = err; err == nil {
 		w.client, w.srv = client.sub(w.client), srv.sub(w.srv)
 	}
 }
 
-// procCost is a process's share of a scenario per message: CPU time in microseconds and
-// context switches.
+// procCost is a process's share of a scenario per message: CPU time in microseconds,
+// context switches, and read and write system calls.
 type procCost struct {
-	cpuUS, ctxsw float64
+	cpuUS, ctxsw, rw float64
 }
 
 // perMessage is what the window's section cost each process per message.
@@ -144,19 +174,31 @@ func (w *window) perMessage(messages int) (client, server procCost) {
 		return procCost{}, procCost{}
 	}
 	per := func(s procSample) procCost {
-		return procCost{cpuUS: float64(s.cpu.Nanoseconds()) / 1e3 / float64(messages), ctxsw: float64(s.vol+s.nonvol) / float64(messages)}
+		n := float64(messages)
+		return procCost{cpuUS: float64(s.cpu.Nanoseconds()) / 1e3 / n, ctxsw: float64(s.vol+s.nonvol) / n, rw: float64(s.syscr+s.syscw) / n}
 	}
 	return per(w.client), per(w.srv)
 }
 
 // addCosts sets a result's per-process figures: flowd's client and broker from fw, the
 // baseline's client and server from bw, and the ratio of the totals when both are known.
+//
+// In an in-process run there is one process: its figures are ProcessCPU and
+// BaselineProcessCPU.
 func (r *benchResult) addCosts(fw *window, bw *window, messages int) {
 	fc, fs := fw.perMessage(messages)
 	bc, bs := bw.perMessage(messages)
+	if fw != nil && fw.server == 0 {
+		r.ProcessCPU, r.BaselineProcessCPU = fc.cpuUS, bc.cpuUS
+		if fc.cpuUS > 0 && bc.cpuUS > 0 {
+			r.CPURatio = fc.cpuUS / bc.cpuUS
+		}
+		return
+	}
 	r.ClientCPU, r.ClientCtxSwitches, r.BrokerCPU, r.BrokerCtxSwitches = fc.cpuUS, fc.ctxsw, fs.cpuUS, fs.ctxsw
 	r.BaselineClientCPU, r.BaselineClientCtxSwitches = bc.cpuUS, bc.ctxsw
 	r.BaselineServerCPU, r.BaselineServerCtxSwitches = bs.cpuUS, bs.ctxsw
+	r.ClientSyscalls, r.BrokerSyscalls, r.BaselineClientSyscalls, r.BaselineServerSyscalls = fc.rw, fs.rw, bc.rw, bs.rw
 	if f, b := fc.cpuUS+fs.cpuUS, bc.cpuUS+bs.cpuUS; f > 0 && b > 0 {
 		r.CPURatio = f / b
 	}

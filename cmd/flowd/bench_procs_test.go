@@ -38,6 +38,9 @@ func TestBenchSeparateProcessesReportEachProcessCost(t *testing.T) {
 		assert.Positive(t, r.ClientCPU, "%s: the clients' process", r.Scenario)
 		assert.Positive(t, r.BrokerCPU, "%s: the broker's process", r.Scenario)
 		assert.Positive(t, r.ClientCtxSwitches+r.BrokerCtxSwitches, r.Scenario)
+		assert.Positive(t, r.ClientSyscalls, "%s: the clients write their requests", r.Scenario)
+		assert.Positive(t, r.BrokerSyscalls, "%s: the broker reads them", r.Scenario)
+		assert.Zero(t, r.ProcessCPU, "%s: no one-process figure in a separate run", r.Scenario)
 		if r.Scenario == "produce-1024-syncflush-p4" {
 			assert.Positive(t, r.MessagesPerFsync, "the child's fsyncs are read through its control plane")
 			assert.Zero(t, r.BaselineServerCPU, "the disk baseline has no server")

@@ -67,6 +67,11 @@ func TestBenchSmokeJSONAgainstJetStream(t *testing.T) {
 			// Due no later than sent: the delay from the schedule is never the shorter.
 			assert.GreaterOrEqual(t, r.FromSchedule, r.Flowd, r.Scenario)
 		}
+		if strings.HasPrefix(r.Scenario, "produce-128-") || r.Scenario == "consume-128" {
+			assert.Positive(t, r.ProcessCPU, "%s: the one process's CPU per message", r.Scenario)
+			assert.Positive(t, r.BaselineProcessCPU, "%s: and in JetStream's run", r.Scenario)
+			assert.Zero(t, r.BrokerCPU, "%s: no broker process apart", r.Scenario)
+		}
 		if strings.HasPrefix(r.Scenario, "produce-") {
 			assert.NotEmpty(t, r.Durability, r.Scenario)
 			assert.NotEmpty(t, r.BaselineDurability, r.Scenario)
