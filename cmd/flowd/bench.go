@@ -281,7 +281,10 @@ each message size with one and with N producers, each next to the same load on a
 NATS JetStream; consume throughput; produce with the store in SYNC_FLUSH against the disk's
 fsync rate; and the delay from a send to a long-polling consumer at a fixed offered rate.
 Every figure is reported next to a baseline of the same run, so that figures from a noisy
-machine still compare. --list prints the scenarios a configuration runs. --cluster N runs the
+machine still compare. By default (--deploy separate) the broker is a "flowd serve" child
+process and JetStream another child, the clients in this process, as deployed; each
+throughput figure comes with each process's CPU time, context switches and read/write system
+calls per message. --deploy in-process runs them all in this process. --list prints the scenarios a configuration runs. --cluster N runs the
 cluster scenarios instead: N "flowd serve" child processes joined by NATS routes, next to one
 node, for route convergence, failure detection and produce/consume throughput.`,
 		Args: cobra.NoArgs,
@@ -312,7 +315,7 @@ node, for route convergence, failure detection and produce/consume throughput.`,
 	fs.StringVar(&c.flowdBin, "flowd-binary", "", "the flowd executable the --cluster nodes run (default: this one)")
 	fs.StringVar(&c.deploy, "deploy", deploySeparate, `where the brokers run: "separate" (a `+"`flowd serve`"+` child on free loopback ports and a temporary data directory, and JetStream in a child of its own, the clients in this process, each process's CPU and context switches per message reported: as deployed) or "in-process" (brokers and clients in this one process)`)
 	fs.BoolVar(&f.list, "list", false, "print the scenarios this configuration and --scenarios would run, and exit")
-	fs.BoolVar(&c.json, "json", false, `print one JSON document {"messages","size","sizes","inflight","queues","producers","rate","results":[{"scenario","unit","flowd","baseline","ratio","baseline_name",…}]} instead of text`)
+	fs.BoolVar(&c.json, "json", false, `print one JSON document {"messages","size","sizes","inflight","queues","producers","rate","deploy","results":[{"scenario","unit","flowd","baseline","ratio","baseline_name","client_cpu_us","broker_cpu_us",…}]} instead of text`)
 	return cmd
 }
 
