@@ -284,9 +284,10 @@ Every figure is reported next to a baseline of the same run, so that figures fro
 machine still compare. By default (--deploy separate) the broker is a "flowd serve" child
 process and JetStream another child, the clients in this process, as deployed; each
 throughput figure comes with each process's CPU time, context switches and read/write system
-calls per message. --deploy in-process runs them all in this process. --list prints the scenarios a configuration runs. --cluster N runs the
-cluster scenarios instead: N "flowd serve" child processes joined by NATS routes, next to one
-node, for route convergence, failure detection and produce/consume throughput.`,
+calls per message. --deploy in-process runs them all in this process. --list prints the
+scenarios a configuration runs. --cluster N runs the cluster scenarios instead: N "flowd
+serve" child processes joined by NATS routes, next to one node, for route convergence,
+failure detection and produce/consume throughput.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -312,8 +313,8 @@ node, for route convergence, failure detection and produce/consume throughput.`,
 	fs.IntVar(&c.cluster, "cluster", 0, "run the cluster scenarios instead: start this many `flowd serve` nodes (2..9) as child processes on loopback, joined by NATS routes, and a one-node run next to them")
 	fs.IntVar(&c.clusterTopics, "cluster-topics", 50, "topics created one after another for the route-convergence figures (--cluster)")
 	fs.IntVar(&c.clusterKills, "cluster-kills", 3, "kill -9 and restart rounds of the failure-detection figures (--cluster)")
-	fs.StringVar(&c.flowdBin, "flowd-binary", "", "the flowd executable the --cluster nodes run (default: this one)")
-	fs.StringVar(&c.deploy, "deploy", deploySeparate, `where the brokers run: "separate" (a `+"`flowd serve`"+` child on free loopback ports and a temporary data directory, and JetStream in a child of its own, the clients in this process, each process's CPU and context switches per message reported: as deployed) or "in-process" (brokers and clients in this one process)`)
+	fs.StringVar(&c.flowdBin, "flowd-binary", "", "the flowd executable the --cluster nodes and the --deploy separate children run (default: this one)")
+	fs.StringVar(&c.deploy, "deploy", deploySeparate, `where the brokers run: "separate" (a flowd serve child on free loopback ports and a temporary data directory, and JetStream in a child of its own, the clients in this process, each process's CPU, context switches and read/write syscalls per message reported: as deployed) or "in-process" (brokers and clients in this one process)`)
 	fs.BoolVar(&f.list, "list", false, "print the scenarios this configuration and --scenarios would run, and exit")
 	fs.BoolVar(&c.json, "json", false, `print one JSON document {"messages","size","sizes","inflight","queues","producers","rate","deploy","results":[{"scenario","unit","flowd","baseline","ratio","baseline_name","client_cpu_us","broker_cpu_us",…}]} instead of text`)
 	return cmd
