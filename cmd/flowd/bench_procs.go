@@ -23,7 +23,6 @@ type procSample struct {
 	cpu          time.Duration
 	vol, nonvol  int64
 	syscr, syscw int64
-	taskFailures int // threads that ended while being read: their counts are missing
 }
 
 // readProc samples process pid (0: this one) from /proc. The CPU time is the sum of its
@@ -44,8 +43,7 @@ func readProc(pid int) (procSample, error) {
 	for _, task := range tasks {
 		if err := s.addTask(task); err != nil {
 			if errors.Is(err, os.ErrNotExist) || errors.Is(err, errTaskGone) {
-				s.taskFailures++
-				continue
+				continue // the thread ended while being read
 			}
 			return procSample{}, err
 		}
@@ -121,7 +119,7 @@ func (s *procSample) addTask(task string) error {
 
 func (s procSample) sub(o procSample) procSample {
 	return procSample{cpu: s.cpu - o.cpu, vol: s.vol - o.vol, nonvol: s.nonvol - o.nonvol,
-		syscr: s.syscr - o.syscr, syscw: s.syscw - o.syscw, taskFailures: s.taskFailures + o.taskFailures}
+		syscr: s.syscr - o.syscr, syscw: s.syscw - o.syscw}
 }
 
 // window measures a scenario's timed section in this process, where the clients run, and in
