@@ -8,12 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path"
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -48,7 +50,19 @@ type benchConfig struct {
 	clusterTopics int    // topics created for the route-convergence figures
 	clusterKills  int    // kill -9 rounds of the failure-detection figures
 	flowdBin      string // the executable the children run; empty: this one
+	// deploy is where the brokers run: deploySeparate (child processes: `flowd serve`, and
+	// JetStream in a `flowd bench-jetstream-server`) or deployInProcess (goroutines of
+	// this process, as the clients).
+	deploy string
+	// brokerPID is, in a separate run, the pid of the `flowd serve` child measured.
+	brokerPID int
 }
+
+// Where the brokers of a run go (--deploy).
+const (
+	deploySeparate  = "separate"
+	deployInProcess = "in-process"
+)
 
 // benchResult is one figure of a run, in the --json document. The schema is stable: fields
 // are only ever added. Baseline and Ratio are null when the run had no baseline for the
@@ -104,19 +118,47 @@ type benchResult struct {
 	// waits out.
 	Nodes int   `json:"nodes,omitempty"`
 	TTL   int64 `json:"ttl,omitempty"`
+	// In a run with --deploy separate, each process's cost per message of a throughput
+	// scenario's timed section: ClientCPU (µs) and ClientCtxSwitches of this process, where
+	// flowd's clients run; BrokerCPU and BrokerCtxSwitches of the `flowd serve` child; the
+	// Baseline ones the same of this process during the JetStream run and of the JetStream
+	// child. CPURatio is flowd's total (client + broker) over JetStream's: below 1, flowd
+	// spends less CPU per message.
+	ClientCPU                 float64 `json:"client_cpu_us,omitempty"`
+	ClientCtxSwitches         float64 `json:"client_ctxsw,omitempty"`
+	BrokerCPU                 float64 `json:"broker_cpu_us,omitempty"`
+	BrokerCtxSwitches         float64 `json:"broker_ctxsw,omitempty"`
+	BaselineClientCPU         float64 `json:"baseline_client_cpu_us,omitempty"`
+	BaselineClientCtxSwitches float64 `json:"baseline_client_ctxsw,omitempty"`
+	BaselineServerCPU         float64 `json:"baseline_server_cpu_us,omitempty"`
+	BaselineServerCtxSwitches float64 `json:"baseline_server_ctxsw,omitempty"`
+	CPURatio                  float64 `json:"cpu_ratio,omitempty"`
+	// ProcessCPU and BaselineProcessCPU are, in an in-process run, the one process's CPU
+	// time per message (µs), brokers and clients together, in flowd's run and JetStream's.
+	ProcessCPU         float64 `json:"process_cpu_us,omitempty"`
+	BaselineProcessCPU float64 `json:"baseline_process_cpu_us,omitempty"`
+	// The read and write system calls per message (/proc/<pid>/io syscr + syscw) of the
+	// same four processes: the socket I/O each message cost.
+	ClientSyscalls         float64 `json:"client_rw_syscalls,omitempty"`
+	BrokerSyscalls         float64 `json:"broker_rw_syscalls,omitempty"`
+	BaselineClientSyscalls float64 `json:"baseline_client_rw_syscalls,omitempty"`
+	BaselineServerSyscalls float64 `json:"baseline_server_rw_syscalls,omitempty"`
 }
 
 // benchReport is the --json document.
 type benchReport struct {
-	Messages  int           `json:"messages"`
-	Size      int           `json:"size"` // the first of Sizes, as before --sizes
-	Sizes     []int         `json:"sizes"`
-	InFlight  int           `json:"inflight"`
-	Queues    int           `json:"queues"`
-	Producers int           `json:"producers"`
-	Rate      int           `json:"rate"`
-	Cluster   int           `json:"cluster,omitempty"` // --cluster: the nodes of a cluster run
-	Results   []benchResult `json:"results"`
+	Messages  int   `json:"messages"`
+	Size      int   `json:"size"` // the first of Sizes, as before --sizes
+	Sizes     []int `json:"sizes"`
+	InFlight  int   `json:"inflight"`
+	Queues    int   `json:"queues"`
+	Producers int   `json:"producers"`
+	Rate      int   `json:"rate"`
+	Cluster   int   `json:"cluster,omitempty"` // --cluster: the nodes of a cluster run
+	// Deploy is where the brokers ran: "separate" (`flowd serve` and JetStream child
+	// processes, the clients in the bench's) or "in-process" (all in the bench's process).
+	Deploy  string        `json:"deploy,omitempty"`
+	Results []benchResult `json:"results"`
 }
 
 // Durability of what each side acknowledges, stated next to every figure.
@@ -239,9 +281,13 @@ each message size with one and with N producers, each next to the same load on a
 NATS JetStream; consume throughput; produce with the store in SYNC_FLUSH against the disk's
 fsync rate; and the delay from a send to a long-polling consumer at a fixed offered rate.
 Every figure is reported next to a baseline of the same run, so that figures from a noisy
-machine still compare. --list prints the scenarios a configuration runs. --cluster N runs the
-cluster scenarios instead: N "flowd serve" child processes joined by NATS routes, next to one
-node, for route convergence, failure detection and produce/consume throughput.`,
+machine still compare. By default (--deploy separate) the broker is a "flowd serve" child
+process and JetStream another child, the clients in this process, as deployed; each
+throughput figure comes with each process's CPU time, context switches and read/write system
+calls per message. --deploy in-process runs them all in this process. --list prints the
+scenarios a configuration runs. --cluster N runs the cluster scenarios instead: N "flowd
+serve" child processes joined by NATS routes, next to one node, for route convergence,
+failure detection and produce/consume throughput.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -267,9 +313,10 @@ node, for route convergence, failure detection and produce/consume throughput.`,
 	fs.IntVar(&c.cluster, "cluster", 0, "run the cluster scenarios instead: start this many `flowd serve` nodes (2..9) as child processes on loopback, joined by NATS routes, and a one-node run next to them")
 	fs.IntVar(&c.clusterTopics, "cluster-topics", 50, "topics created one after another for the route-convergence figures (--cluster)")
 	fs.IntVar(&c.clusterKills, "cluster-kills", 3, "kill -9 and restart rounds of the failure-detection figures (--cluster)")
-	fs.StringVar(&c.flowdBin, "flowd-binary", "", "the flowd executable the --cluster nodes run (default: this one)")
+	fs.StringVar(&c.flowdBin, "flowd-binary", "", "the flowd executable the --cluster nodes and the --deploy separate children run (default: this one)")
+	fs.StringVar(&c.deploy, "deploy", deploySeparate, `where the brokers run: "separate" (a flowd serve child on free loopback ports and a temporary data directory, and JetStream in a child of its own, the clients in this process, each process's CPU, context switches and read/write syscalls per message reported: as deployed) or "in-process" (brokers and clients in this one process)`)
 	fs.BoolVar(&f.list, "list", false, "print the scenarios this configuration and --scenarios would run, and exit")
-	fs.BoolVar(&c.json, "json", false, `print one JSON document {"messages","size","sizes","inflight","queues","producers","rate","results":[{"scenario","unit","flowd","baseline","ratio","baseline_name",…}]} instead of text`)
+	fs.BoolVar(&c.json, "json", false, `print one JSON document {"messages","size","sizes","inflight","queues","producers","rate","deploy","results":[{"scenario","unit","flowd","baseline","ratio","baseline_name","client_cpu_us","broker_cpu_us",…}]} instead of text`)
 	return cmd
 }
 
@@ -315,6 +362,8 @@ func (f *benchFlags) plan() (benchConfig, []benchScenario, error) {
 		return c, nil, fmt.Errorf("bench: --cluster %d must be within 2..9", c.cluster)
 	case c.cluster != 0 && c.namesrv != "":
 		return c, nil, errors.New("bench: --cluster starts its own nodes: it takes no --namesrv")
+	case c.deploy != deploySeparate && c.deploy != deployInProcess:
+		return c, nil, fmt.Errorf(`bench: --deploy %q must be "separate" or "in-process"`, c.deploy)
 	case c.clusterTopics < 1 || c.clusterKills < 1:
 		return c, nil, fmt.Errorf("bench: --cluster-topics %d and --cluster-kills %d must be positive", c.clusterTopics, c.clusterKills)
 	}
@@ -356,7 +405,20 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	c.progress = !c.json && isTerminal(stderr)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	undo, err := c.setUp(quiet)
+	if c.deploy == deploySeparate {
+		// An interrupt ends the run through ctx, so that the deferred kills reap the children.
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if c.flowdBin == "" {
+			bin, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("bench: the flowd executable: %w", err)
+			}
+			c.flowdBin = bin
+		}
+	}
+	undo, err := c.setUp(ctx, quiet)
 	if err != nil {
 		return err
 	}
@@ -369,6 +431,11 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	fmt.Fprintf(text, "flowd bench: %d messages of %v B per scenario, %d in flight per producer, 1 and %d producers, %d queues, name server %s\n",
 		c.messages, c.sizes, c.inflight, c.producers, c.queues, c.namesrv)
 	fmt.Fprintf(text, "flowd acknowledges in the %s; JetStream in the %s\n", durAsync, durJetStream)
+	if c.deploy == deploySeparate {
+		fmt.Fprintf(text, "brokers in child processes (flowd serve, pid %d; JetStream: flowd bench-jetstream-server), clients in this one (pid %d); CPU per message in µs and context switches per message of each process\n", c.brokerPID, os.Getpid())
+	} else {
+		fmt.Fprintln(text, "brokers and clients in this one process (--deploy in-process)")
+	}
 	results, err := runPlan(ctx, c, plan, quiet, text, stderr)
 	if err != nil {
 		return err
@@ -379,16 +446,16 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(benchReport{Messages: c.messages, Size: c.sizes[0], Sizes: c.sizes, InFlight: c.inflight,
-		Queues: c.queues, Producers: c.producers, Rate: c.rate, Results: results}); err != nil {
+		Queues: c.queues, Producers: c.producers, Rate: c.rate, Deploy: c.deploy, Results: results}); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	return nil
 }
 
 // setUp gives the run a data directory (a temporary one unless --data-dir named one) and,
-// unless --namesrv named one, an embedded broker to measure; undo stops and removes what
-// it started.
-func (c *benchConfig) setUp(log *slog.Logger) (undo func(), err error) {
+// unless --namesrv named one, a broker to measure: a `flowd serve` child in a separate run,
+// an embedded one in an in-process run; undo stops and removes what it started.
+func (c *benchConfig) setUp(ctx context.Context, log *slog.Logger) (undo func(), err error) {
 	removeDir := func() {}
 	if c.dataDir == "" {
 		dir, err := os.MkdirTemp("", "flowd-bench-")
@@ -400,6 +467,18 @@ func (c *benchConfig) setUp(log *slog.Logger) (undo func(), err error) {
 	}
 	if c.namesrv != "" {
 		return removeDir, nil
+	}
+	if c.deploy == deploySeparate {
+		nodes, err := startBenchCluster(ctx, *c, "broker", 1)
+		if err != nil {
+			removeDir()
+			return nil, err
+		}
+		c.namesrv, c.embedded, c.brokerPID = nodes[0].namesrv, true, nodes[0].cmd.Process.Pid
+		return func() {
+			stopBenchNodes(nodes)
+			removeDir()
+		}, nil
 	}
 	b, err := startBenchBroker(*c, "broker", store.FlushAsync, log)
 	if err != nil {
@@ -423,7 +502,7 @@ func runPlan(ctx context.Context, c benchConfig, plan []benchScenario, log *slog
 			progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
 		defer bar.Exit()
 	}
-	r := &benchRun{c: c, log: log, asyncTopic: map[int]string{}, jsSubject: map[int]string{}, jsAsync: map[[2]int]float64{}}
+	r := &benchRun{c: c, log: log, asyncTopic: map[int]string{}, jsSubject: map[int]string{}, jsAsync: map[[2]int]jsFigures{}}
 	defer r.close()
 	if c.baseline == "jetstream" {
 		var err error
@@ -479,6 +558,21 @@ func formatResult(r benchResult) string {
 	if r.SchedLatencyMax > 0 {
 		line += fmt.Sprintf("  (waits to run p99 %v, max %v; %d GC cycles)", time.Duration(r.SchedLatencyP99).Round(time.Microsecond),
 			time.Duration(r.SchedLatencyMax).Round(time.Microsecond), r.GCCycles)
+	}
+	if r.BrokerCPU > 0 {
+		line += fmt.Sprintf("\n  %-30s per msg: cpu client %.1f µs + broker %.1f µs; ctx switches %.2f, %.2f; read/write syscalls %.2f, %.2f", "",
+			r.ClientCPU, r.BrokerCPU, r.ClientCtxSwitches, r.BrokerCtxSwitches, r.ClientSyscalls, r.BrokerSyscalls)
+		if r.BaselineServerCPU > 0 {
+			line += fmt.Sprintf("\n  %-30s jetstream:    cpu client %.1f µs + server %.1f µs; ctx switches %.2f, %.2f; read/write syscalls %.2f, %.2f; flowd/jetstream cpu %.2f", "",
+				r.BaselineClientCPU, r.BaselineServerCPU, r.BaselineClientCtxSwitches, r.BaselineServerCtxSwitches,
+				r.BaselineClientSyscalls, r.BaselineServerSyscalls, r.CPURatio)
+		}
+	}
+	if r.ProcessCPU > 0 {
+		line += fmt.Sprintf("\n  %-30s per msg: cpu of the one process %.1f µs", "", r.ProcessCPU)
+		if r.BaselineProcessCPU > 0 {
+			line += fmt.Sprintf("; jetstream's run %.1f µs; flowd/jetstream cpu %.2f", r.BaselineProcessCPU, r.CPURatio)
+		}
 	}
 	if r.MaxSendLateness > 0 {
 		line += fmt.Sprintf("  (%.1f %% of sends >2 ms late, the latest by %v)", 100*r.LateSends,

@@ -184,7 +184,7 @@ func (r *clusterRun) throughput(ctx context.Context, nodes []*benchNode, names [
 	produce = float64(c.messages) / time.Since(start).Seconds()
 	cc := c
 	cc.namesrv = entry.namesrv
-	if consumed, err = consume(ctx, topic, cc, r.log); err != nil {
+	if consumed, err = consume(ctx, topic, cc, r.log, nil); err != nil {
 		return 0, 0, err
 	}
 	return produce, consumed, nil

@@ -92,8 +92,9 @@ func benchPorts(n int) ([]int, error) {
 }
 
 // startBenchCluster starts n nodes under dir/<prefix>-i, joined by NATS routes when n > 1,
-// and waits until each serves and every one lists all n brokers as joined.
-func startBenchCluster(ctx context.Context, c benchConfig, prefix string, n int) ([]*benchNode, error) {
+// each with the flags extra besides, and waits until each serves and every one lists all n
+// brokers as joined.
+func startBenchCluster(ctx context.Context, c benchConfig, prefix string, n int, extra ...string) ([]*benchNode, error) {
 	var nodes []*benchNode
 	stopAll := func() {
 		for _, nd := range nodes {
@@ -117,6 +118,7 @@ func startBenchCluster(ctx context.Context, c benchConfig, prefix string, n int)
 			"--data-dir", filepath.Join(c.dataDir, name), "--cluster", benchClusterName, "--broker-name", name,
 			"--listen", "127.0.0.1:0", "--namesrv-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0",
 			"--http-listen", "off", "--grpc-listen", "off"}}
+		nd.args = append(nd.args, extra...)
 		if n > 1 {
 			nd.args = append(nd.args, "--nats-cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--nats-routes", strings.Join(routes, ","))
 		}
@@ -158,19 +160,27 @@ func (nd *benchNode) start() error {
 
 // awaitServing waits until the child logs the addresses it bound.
 func (nd *benchNode) awaitServing(ctx context.Context) error {
-	return pollFor(ctx, benchNodeWait, 10*time.Millisecond, func() (bool, error) {
+	m, err := nd.awaitLine(ctx, benchServing)
+	if err != nil {
+		return err
+	}
+	nd.broker, nd.namesrv, nd.nats = m[1], m[2], m[3]
+	return nil
+}
+
+// awaitLine waits until the child's output matches re, and returns the match.
+func (nd *benchNode) awaitLine(ctx context.Context, re *regexp.Regexp) ([]string, error) {
+	var m []string
+	err := pollFor(ctx, benchNodeWait, 10*time.Millisecond, func() (bool, error) {
 		select {
 		case <-nd.exited:
 			return false, fmt.Errorf("bench: node %s exited: %s", nd.name, nd.logs.String())
 		default:
 		}
-		m := benchServing.FindStringSubmatch(nd.logs.String())
-		if m == nil {
-			return false, nil
-		}
-		nd.broker, nd.namesrv, nd.nats = m[1], m[2], m[3]
-		return true, nil
+		m = re.FindStringSubmatch(nd.logs.String())
+		return m != nil, nil
 	}, "node "+nd.name+" serves")
+	return m, err
 }
 
 // awaitJoined waits until the node's cluster.status lists n brokers, itself joined.

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flowd-io/flowd/broker"
-	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/client"
 	"github.com/flowd-io/flowd/consumer"
 	"github.com/flowd-io/flowd/producer"
@@ -21,9 +19,9 @@ type benchRun struct {
 	c   benchConfig
 	log *slog.Logger
 	js  *jetStreamPeer // nil with --baseline none
-	// syncBroker is the embedded broker whose store is in SYNC_FLUSH, started by the first
-	// sync-flush scenario.
-	syncBroker *broker.Broker
+	// syncBroker is the broker whose store is in SYNC_FLUSH, started by the first sync-flush
+	// scenario.
+	syncBroker *syncTarget
 	fsyncRate  float64 // disk-fsync writes/s, once measured
 	// asyncTopic and jsSubject hold, per message size, what the single-producer async run
 	// wrote, for the consume scenario of that size to read.
@@ -31,12 +29,12 @@ type benchRun struct {
 	jsSubject  map[int]string
 	// jsAsync is JetStream's async produce rate per (size, producers): the baseline of the
 	// batched runs too, JetStream having no batching of its own in this comparison.
-	jsAsync map[[2]int]float64
+	jsAsync map[[2]int]jsFigures
 }
 
 func (r *benchRun) close() {
 	if r.syncBroker != nil {
-		_ = r.syncBroker.Shutdown(context.Background())
+		r.syncBroker.stop()
 	}
 	if r.js != nil {
 		r.js.close()
@@ -92,21 +90,25 @@ func (r *benchRun) disk(sc benchScenario) ([]benchResult, error) {
 func (r *benchRun) produce(ctx context.Context, sc benchScenario) ([]benchResult, error) {
 	c := r.c
 	jsRate := 0.0
+	var jw *window
 	if r.js != nil {
 		var err error
 		if sc.mode == "batched" {
-			jsRate, err = r.jsAsyncRate(ctx, sc.size, sc.producers)
+			var js jsFigures
+			js, err = r.jsAsyncRate(ctx, sc.size, sc.producers)
+			jsRate, jw = js.rate, js.w
 		} else {
 			var subject string
-			subject, jsRate, err = r.js.produce(ctx, sc.size, sc.mode, sc.producers, c.inflight, c.messages)
+			jw = newWindow(r.js.pid)
+			subject, jsRate, err = r.js.produce(ctx, sc.size, sc.mode, sc.producers, c.inflight, c.messages, jw)
 			switch {
 			case err != nil:
 			case sc.mode == "async" && sc.producers == 1:
-				r.jsAsync[[2]int{sc.size, 1}] = jsRate
+				r.jsAsync[[2]int{sc.size, 1}] = jsFigures{jsRate, jw}
 				r.jsSubject[sc.size] = subject
 			default:
 				if sc.mode == "async" {
-					r.jsAsync[[2]int{sc.size, sc.producers}] = jsRate
+					r.jsAsync[[2]int{sc.size, sc.producers}] = jsFigures{jsRate, jw}
 				}
 				err = r.js.purge(ctx, subject)
 			}
@@ -115,8 +117,12 @@ func (r *benchRun) produce(ctx context.Context, sc benchScenario) ([]benchResult
 			return nil, err
 		}
 	}
-	topic, rate, err := flowdProduce(ctx, c, c.namesrv, sc.mode, sc.size, sc.producers, r.log)
+	fw := newWindow(c.brokerPID)
+	topic, rate, err := flowdProduce(ctx, c, c.namesrv, sc.mode, sc.size, sc.producers, r.log, fw)
 	if err != nil {
+		return nil, err
+	}
+	if err := windowErr(fw, jw); err != nil {
 		return nil, err
 	}
 	if sc.mode == "async" && sc.producers == 1 {
@@ -130,21 +136,30 @@ func (r *benchRun) produce(ctx context.Context, sc benchScenario) ([]benchResult
 	if res.Ratio != nil {
 		res.BaselineDurability = durJetStream
 	}
+	res.addCosts(fw, jw, c.messages)
 	return []benchResult{res}, nil
+}
+
+// jsFigures is what a JetStream async produce run measured: its rate and, in a separate run,
+// its processes' costs.
+type jsFigures struct {
+	rate float64
+	w    *window
 }
 
 // jsAsyncRate is JetStream's async produce rate at a size and producer count, measured now
 // unless an earlier scenario of the run did.
-func (r *benchRun) jsAsyncRate(ctx context.Context, size, producers int) (float64, error) {
-	if rate, ok := r.jsAsync[[2]int{size, producers}]; ok {
-		return rate, nil
+func (r *benchRun) jsAsyncRate(ctx context.Context, size, producers int) (jsFigures, error) {
+	if js, ok := r.jsAsync[[2]int{size, producers}]; ok {
+		return js, nil
 	}
-	subject, rate, err := r.js.produce(ctx, size, "async", producers, r.c.inflight, r.c.messages)
+	w := newWindow(r.js.pid)
+	subject, rate, err := r.js.produce(ctx, size, "async", producers, r.c.inflight, r.c.messages, w)
 	if err != nil {
-		return 0, err
+		return jsFigures{}, err
 	}
-	r.jsAsync[[2]int{size, producers}] = rate
-	return rate, r.js.purge(ctx, subject)
+	r.jsAsync[[2]int{size, producers}] = jsFigures{rate, w}
+	return jsFigures{rate, w}, r.js.purge(ctx, subject)
 }
 
 func (r *benchRun) consume(ctx context.Context, sc benchScenario) ([]benchResult, error) {
@@ -152,22 +167,24 @@ func (r *benchRun) consume(ctx context.Context, sc benchScenario) ([]benchResult
 	topic, ok := r.asyncTopic[sc.size]
 	if !ok { // the produce run was not selected: write what to read, unmeasured
 		var err error
-		if topic, _, err = flowdProduce(ctx, c, c.namesrv, "async", sc.size, 1, r.log); err != nil {
+		if topic, _, err = flowdProduce(ctx, c, c.namesrv, "async", sc.size, 1, r.log, nil); err != nil {
 			return nil, err
 		}
 		r.asyncTopic[sc.size] = topic
 	}
 	jsRate := 0.0
+	var jw *window
 	if r.js != nil {
 		subject, ok := r.jsSubject[sc.size]
 		if !ok {
 			var err error
-			if subject, _, err = r.js.produce(ctx, sc.size, "async", 1, c.inflight, c.messages); err != nil {
+			if subject, _, err = r.js.produce(ctx, sc.size, "async", 1, c.inflight, c.messages, nil); err != nil {
 				return nil, err
 			}
 		}
 		var err error
-		if jsRate, err = r.js.consume(ctx, subject, c.messages); err != nil {
+		jw = newWindow(r.js.pid)
+		if jsRate, err = r.js.consume(ctx, subject, c.messages, jw); err != nil {
 			return nil, err
 		}
 		delete(r.jsSubject, sc.size)
@@ -175,12 +192,17 @@ func (r *benchRun) consume(ctx context.Context, sc benchScenario) ([]benchResult
 			return nil, err
 		}
 	}
-	rate, err := consume(ctx, topic, c, r.log)
+	fw := newWindow(c.brokerPID)
+	rate, err := consume(ctx, topic, c, r.log, fw)
 	if err != nil {
+		return nil, err
+	}
+	if err := windowErr(fw, jw); err != nil {
 		return nil, err
 	}
 	res := newResult(sc.name, "msg/s", rate, "jetstream", jsRate)
 	res.Size = sc.size
+	res.addCosts(fw, jw, c.messages)
 	return []benchResult{res}, nil
 }
 
@@ -193,42 +215,6 @@ func (r *benchRun) diskFsyncRate() (float64, error) {
 		r.fsyncRate = rate
 	}
 	return r.fsyncRate, nil
-}
-
-// syncFlush produces with many synchronous producers to an embedded broker whose store
-// acknowledges a message only once an fsync covers it. One fsync covers every append that
-// arrived while the previous one ran (group commit), so the figure should be a multiple of
-// the disk's fsync-per-write rate, measured just before and just after it (a shared
-// disk's rate drifts within a run).
-func (r *benchRun) syncFlush(ctx context.Context, sc benchScenario) ([]benchResult, error) {
-	var err error
-	if r.syncBroker == nil {
-		if r.syncBroker, err = startBenchBroker(r.c, "broker-syncflush", store.FlushSync, r.log); err != nil {
-			return nil, err
-		}
-	}
-	before, err := diskFsync(r.c)
-	if err != nil {
-		return nil, err
-	}
-	fsyncs := r.syncBroker.StoreStats().Fsyncs
-	_, rate, err := flowdProduce(ctx, r.c, r.syncBroker.NamesrvAddr(), "sync", sc.size, sc.producers, r.log)
-	if err != nil {
-		return nil, err
-	}
-	fsyncs = r.syncBroker.StoreStats().Fsyncs - fsyncs
-	after, err := diskFsync(r.c)
-	if err != nil {
-		return nil, err
-	}
-	res := newResult(sc.name, "msg/s", rate, "disk-fsync", 2/(1/before+1/after))
-	res.BaselineBefore, res.BaselineAfter = before, after
-	if fsyncs > 0 { // the first sends of each producer, outside the clock, are counted too
-		res.MessagesPerFsync = float64(r.c.messages+sc.producers) / float64(fsyncs)
-	}
-	res.Size, res.Producers, res.InFlight = sc.size, sc.producers, 1
-	res.Durability, res.BaselineDurability = durSyncFlush, durFsync
-	return []benchResult{res}, nil
 }
 
 func (r *benchRun) e2e(ctx context.Context, sc benchScenario) ([]benchResult, error) {
@@ -281,7 +267,9 @@ func shareOf(messages, producers, i int) int {
 // producers (each its own client and connection): one at a time each ("sync"), or with
 // c.inflight awaiting their answer each ("async", "batched"), and returns the topic and
 // messages per second once every send is answered.
-func flowdProduce(ctx context.Context, c benchConfig, namesrv, mode string, size, producers int, log *slog.Logger) (string, float64, error) {
+//
+// A non-nil w measures the processes over the timed section.
+func flowdProduce(ctx context.Context, c benchConfig, namesrv, mode string, size, producers int, log *slog.Logger, w *window) (string, float64, error) {
 	topic := fmt.Sprintf("flowd-bench-%d-%s-%d", size, mode, time.Now().UnixNano())
 	var opts []producer.Option
 	if mode == "batched" {
@@ -307,6 +295,7 @@ func flowdProduce(ctx context.Context, c benchConfig, namesrv, mode string, size
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(ps))
+	w.begin()
 	start := time.Now()
 	for i, p := range ps {
 		n := shareOf(c.messages, producers, i)
@@ -314,6 +303,7 @@ func flowdProduce(ctx context.Context, c benchConfig, namesrv, mode string, size
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	w.end()
 	if err := errors.Join(errs...); err != nil {
 		return "", 0, fmt.Errorf("bench: produce: %w", err)
 	}
@@ -390,12 +380,15 @@ func (s *asyncSends) wait() error {
 	return s.firstErr()
 }
 
-func consume(ctx context.Context, topic string, c benchConfig, log *slog.Logger) (float64, error) {
+// consume reads c.messages of topic from its first with a lite-pull consumer, pulling 32 a
+// request, and returns messages per second; a non-nil w measures the processes meanwhile.
+func consume(ctx context.Context, topic string, c benchConfig, log *slog.Logger, w *window) (float64, error) {
 	lp, err := newBenchLitePull(c, fmt.Sprintf("flowd-bench-%d", time.Now().UnixNano()), topic, log,
 		consumer.WithConsumeFrom(consumer.ConsumeFromFirst), consumer.WithPullBatchSize(32))
 	if err != nil {
 		return 0, err
 	}
+	w.begin()
 	start := time.Now()
 	if err := lp.Start(ctx); err != nil {
 		return 0, fmt.Errorf("bench: %w", err)
@@ -409,7 +402,9 @@ func consume(ctx context.Context, topic string, c benchConfig, log *slog.Logger)
 		}
 		got += len(msgs)
 	}
-	return float64(got) / time.Since(start).Seconds(), nil
+	elapsed := time.Since(start)
+	w.end()
+	return float64(got) / elapsed.Seconds(), nil
 }
 
 // newBenchLitePull is a lite-pull consumer of group subscribed to every message of topic,

@@ -20,7 +20,9 @@ import (
 // measured with the same message sizes, counts, producers and sends in flight on the same
 // machine in the same run.
 type jetStreamPeer struct {
-	srv    *server.Server
+	url    string // the server's client URL
+	stop   func() // stops the server
+	pid    int    // the server's process in a separate run; 0: this one
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	stream jetstream.Stream
@@ -32,10 +34,12 @@ const (
 	jsSubjects   = "flowdbench.>"
 )
 
-func startJetStream(ctx context.Context, c benchConfig) (*jetStreamPeer, error) {
+// startJetStreamServer starts the baseline's NATS server with JetStream, its file store
+// under storeDir, on a free loopback port.
+func startJetStreamServer(storeDir string) (*server.Server, error) {
 	opts := &server.Options{
 		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: filepath.Join(c.dataDir, "jetstream"), NoSigs: true, NoLog: true,
+		StoreDir: storeDir, NoSigs: true, NoLog: true,
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
@@ -46,31 +50,60 @@ func startJetStream(ctx context.Context, c benchConfig) (*jetStreamPeer, error) 
 		srv.Shutdown()
 		return nil, errors.New("bench: start JetStream: not ready within 10 s")
 	}
-	peer := &jetStreamPeer{srv: srv}
-	if peer.nc, err = nats.Connect(srv.ClientURL()); err != nil {
+	return srv, nil
+}
+
+// startJetStream starts the baseline: in this process, or in a run with --deploy separate
+// in a child process of its own, as flowd's broker is.
+func startJetStream(ctx context.Context, c benchConfig) (*jetStreamPeer, error) {
+	peer := &jetStreamPeer{}
+	storeDir := filepath.Join(c.dataDir, "jetstream")
+	if c.deploy == deploySeparate {
+		nd, url, err := startJetStreamChild(ctx, c.flowdBin, storeDir)
+		if err != nil {
+			return nil, err
+		}
+		peer.url, peer.pid, peer.stop = url, nd.cmd.Process.Pid, nd.kill
+	} else {
+		srv, err := startJetStreamServer(storeDir)
+		if err != nil {
+			return nil, err
+		}
+		peer.url = srv.ClientURL()
+		peer.stop = func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}
+	}
+	return peer, peer.connect(ctx)
+}
+
+// connect connects the peer's control connection and creates the bench's stream.
+func (peer *jetStreamPeer) connect(ctx context.Context) error {
+	var err error
+	if peer.nc, err = nats.Connect(peer.url); err != nil {
 		peer.close()
-		return nil, fmt.Errorf("bench: connect to JetStream: %w", err)
+		return fmt.Errorf("bench: connect to JetStream: %w", err)
 	}
 	if peer.js, err = jetstream.New(peer.nc); err != nil {
 		peer.close()
-		return nil, fmt.Errorf("bench: JetStream context: %w", err)
+		return fmt.Errorf("bench: JetStream context: %w", err)
 	}
 	peer.stream, err = peer.js.CreateStream(ctx, jetstream.StreamConfig{
 		Name: jsStreamName, Subjects: []string{jsSubjects}, Storage: jetstream.FileStorage, Replicas: 1,
 	})
 	if err != nil {
 		peer.close()
-		return nil, fmt.Errorf("bench: create JetStream stream: %w", err)
+		return fmt.Errorf("bench: create JetStream stream: %w", err)
 	}
-	return peer, nil
+	return nil
 }
 
 func (p *jetStreamPeer) close() {
 	if p.nc != nil {
 		p.nc.Close()
 	}
-	p.srv.Shutdown()
-	p.srv.WaitForShutdown()
+	p.stop()
 }
 
 // jsPublisher is one producer of a JetStream run: its own connection, as each flowd
@@ -84,7 +117,8 @@ type jsPublisher struct {
 // producers: with Publish, one at a time each ("sync"), or with PublishAsync, at most
 // inflight awaiting their acknowledgement each ("async"). It returns the subject and
 // messages per second once every one is acknowledged.
-func (p *jetStreamPeer) produce(ctx context.Context, size int, mode string, producers, inflight, messages int) (string, float64, error) {
+// A non-nil w measures the processes over the timed section.
+func (p *jetStreamPeer) produce(ctx context.Context, size int, mode string, producers, inflight, messages int, w *window) (string, float64, error) {
 	p.seq++
 	subject := fmt.Sprintf("flowdbench.%d.%d", size, p.seq)
 	body := make([]byte, size)
@@ -101,7 +135,7 @@ func (p *jetStreamPeer) produce(ctx context.Context, size int, mode string, prod
 		}
 	}()
 	for range producers {
-		nc, err := nats.Connect(p.srv.ClientURL())
+		nc, err := nats.Connect(p.url)
 		if err != nil {
 			return "", 0, fmt.Errorf("bench: connect to JetStream: %w", err)
 		}
@@ -117,6 +151,7 @@ func (p *jetStreamPeer) produce(ctx context.Context, size int, mode string, prod
 	}
 	errs := make([]error, len(pubs))
 	var wg sync.WaitGroup
+	w.begin()
 	start := time.Now()
 	for i, pub := range pubs {
 		n := shareOf(messages, producers, i)
@@ -124,6 +159,7 @@ func (p *jetStreamPeer) produce(ctx context.Context, size int, mode string, prod
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	w.end()
 	if err := errors.Join(errs...); err != nil {
 		return "", 0, err
 	}
@@ -170,8 +206,9 @@ func (p *jetStreamPeer) purge(ctx context.Context, subject string) error {
 
 // consume reads a subject from its start with a durable pull consumer, fetching up to 32
 // messages a request (flowd's pull batch in the consume run) and acknowledging each, and
-// returns messages per second.
-func (p *jetStreamPeer) consume(ctx context.Context, subject string, messages int) (float64, error) {
+// returns messages per second; a non-nil w measures the processes meanwhile.
+func (p *jetStreamPeer) consume(ctx context.Context, subject string, messages int, w *window) (float64, error) {
+	w.begin()
 	start := time.Now()
 	name := fmt.Sprintf("flowd-bench-%d", p.seq)
 	cons, err := p.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
@@ -203,5 +240,7 @@ func (p *jetStreamPeer) consume(ctx context.Context, subject string, messages in
 		}
 		got += n
 	}
-	return float64(got) / time.Since(start).Seconds(), nil
+	elapsed := time.Since(start)
+	w.end()
+	return float64(got) / elapsed.Seconds(), nil
 }

@@ -19,7 +19,7 @@ import (
 // the run had one, and the durability each side acknowledged at.
 func TestBenchSmokeJSONAgainstJetStream(t *testing.T) {
 	var out, errs bytes.Buffer
-	err := bench(context.Background(), []string{"--json", "--data-dir", t.TempDir(), "--messages", "500", "--inflight", "16",
+	err := bench(context.Background(), []string{"--deploy", "in-process", "--json", "--data-dir", t.TempDir(), "--messages", "500", "--inflight", "16",
 		"--latency-samples", "50", "--rate", "2000", "--queues", "2", "--batch", "16", "--producers", "2", "--sync-producers", "4",
 		"--sizes", "128", "--scenarios", "disk-*,produce-128-async*,consume-128,produce-128-batched,produce-1024-syncflush-*,e2e-delay-p99"}, &out, &errs)
 	require.NoError(t, err, errs.String())
@@ -27,7 +27,7 @@ func TestBenchSmokeJSONAgainstJetStream(t *testing.T) {
 
 	var doc map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(out.Bytes(), &doc), "stdout is one JSON document: %s", out.String())
-	assert.ElementsMatch(t, []string{"messages", "size", "sizes", "inflight", "queues", "producers", "rate", "results"}, keys(doc))
+	assert.ElementsMatch(t, []string{"messages", "size", "sizes", "inflight", "queues", "producers", "rate", "deploy", "results"}, keys(doc))
 
 	var report benchReport
 	require.NoError(t, json.Unmarshal(out.Bytes(), &report))
@@ -67,6 +67,11 @@ func TestBenchSmokeJSONAgainstJetStream(t *testing.T) {
 			// Due no later than sent: the delay from the schedule is never the shorter.
 			assert.GreaterOrEqual(t, r.FromSchedule, r.Flowd, r.Scenario)
 		}
+		if strings.HasPrefix(r.Scenario, "produce-128-") || r.Scenario == "consume-128" {
+			assert.Positive(t, r.ProcessCPU, "%s: the one process's CPU per message", r.Scenario)
+			assert.Positive(t, r.BaselineProcessCPU, "%s: and in JetStream's run", r.Scenario)
+			assert.Zero(t, r.BrokerCPU, "%s: no broker process apart", r.Scenario)
+		}
 		if strings.HasPrefix(r.Scenario, "produce-") {
 			assert.NotEmpty(t, r.Durability, r.Scenario)
 			assert.NotEmpty(t, r.BaselineDurability, r.Scenario)
@@ -88,7 +93,7 @@ func TestBenchSmokeJSONAgainstJetStream(t *testing.T) {
 // unmeasured, and reports only what was asked for.
 func TestBenchConsumeAloneWritesWhatItReads(t *testing.T) {
 	var out, errs bytes.Buffer
-	err := bench(context.Background(), []string{"--json", "--data-dir", t.TempDir(), "--messages", "300", "--queues", "2",
+	err := bench(context.Background(), []string{"--deploy", "in-process", "--json", "--data-dir", t.TempDir(), "--messages", "300", "--queues", "2",
 		"--sizes", "256", "--scenarios", "consume-*"}, &out, &errs)
 	require.NoError(t, err, errs.String())
 	var report benchReport
@@ -172,16 +177,17 @@ func TestBenchRuntimeDelta(t *testing.T) {
 // acknowledges in, then one table row a result, in the order the scenarios ran.
 func TestBenchTextTable(t *testing.T) {
 	var out, errs bytes.Buffer
-	err := bench(context.Background(), []string{"--data-dir", t.TempDir(), "--messages", "200", "--baseline", "none",
+	err := bench(context.Background(), []string{"--deploy", "in-process", "--data-dir", t.TempDir(), "--messages", "200", "--baseline", "none",
 		"--sizes", "128,1024", "--scenarios", "disk-*"}, &out, &errs)
 	require.NoError(t, err, errs.String())
 	assert.Empty(t, errs.String(), "no progress bar when stderr is not a terminal")
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	require.Len(t, lines, 5, out.String())
+	require.Len(t, lines, 6, out.String())
 	assert.Regexp(t, `^flowd bench: 200 messages of \[128 1024\] B per scenario, 64 in flight per producer, 1 and 8 producers, 8 queues, name server 127\.0\.0\.1:\d+$`, lines[0])
 	assert.Equal(t, "flowd acknowledges in the "+durAsync+"; JetStream in the "+durJetStream, lines[1])
+	assert.Equal(t, "brokers and clients in this one process (--deploy in-process)", lines[2])
 	for i, name := range []string{"disk-write-128", "disk-write-1024", "disk-fsync-1024"} {
-		row := lines[2+i]
+		row := lines[3+i]
 		assert.Regexp(t, `^  `+name+` +\d+ rec/s$`, row)
 		assert.Len(t, row, 2+30+1+12+1+5, "the columns are aligned: %q", row)
 	}

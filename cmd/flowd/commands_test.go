@@ -95,7 +95,7 @@ func TestBenchHelpAndFlags(t *testing.T) {
 	for _, f := range []string{"--messages int", "(default 50000)", "--sizes string", `(default "128,1024")`, "--latency-samples int",
 		"--sync-producers int", "(default 64)", "--json", "--scenarios string", "--list", "--baseline string", `(default "jetstream")`,
 		"--namesrv string", "--data-dir string", "--size int", "--inflight int", "--queues int", "--producers int", "--rate int",
-		"--batch int", "--cpuprofile FILE"} {
+		"--batch int", "--cpuprofile FILE", "--deploy string", `(default "separate")`} {
 		assert.Contains(t, out, f)
 	}
 	assert.NotContains(t, out, "Usage of bench")
@@ -108,6 +108,8 @@ func TestBenchHelpAndFlags(t *testing.T) {
 	out, err = runOut("bench", "-sizes", "512", "-scenarios", "disk-write-*", "-list")
 	require.NoError(t, err)
 	assert.Equal(t, "disk-write-512\n", out)
+	_, err = runOut("bench", "--deploy", "elsewhere", "--list")
+	require.ErrorContains(t, err, "--deploy")
 	_, err = runOut("bench", "--mesages", "5")
 	require.ErrorContains(t, err, "unknown flag: --mesages")
 	assert.True(t, strings.HasPrefix(out, "disk-write"))

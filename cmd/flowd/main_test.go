@@ -164,7 +164,7 @@ func TestBadFlagsAndCommandsAreErrors(t *testing.T) {
 
 func TestBenchRunsAgainstAnEmbeddedBroker(t *testing.T) {
 	var out, errs bytes.Buffer
-	err := run(context.Background(), []string{"bench", "--data-dir", t.TempDir(), "--messages", "300", "--latency-samples", "20", "--queues", "2",
+	err := run(context.Background(), []string{"bench", "--deploy", "in-process", "--data-dir", t.TempDir(), "--messages", "300", "--latency-samples", "20", "--queues", "2",
 		"--sizes", "128", "--baseline", "none", "--scenarios", "disk-write-*,produce-*-async,consume-*,e2e-delay"}, &out, &errs)
 	require.NoError(t, err, errs.String())
 	for _, want := range []string{"disk-write-128", "produce-128-async", "consume-128", "e2e-delay-p99"} {

@@ -52,7 +52,10 @@ type asyncCall struct {
 	lane     *deadlineLane
 	deadline time.Time
 	timer    *time.Timer
-	stopCtx  func() bool
+	// watch, when set, abandons the call if its context ends; wprev and wnext link the
+	// watch's calls. Guarded by pmu; cleared when the call leaves the pending table.
+	watch        *ctxWatch
+	wprev, wnext *asyncCall
 }
 
 // finish stops the call's clocks and calls its receiver.
@@ -60,14 +63,10 @@ func (a *asyncCall) finish(resp *protocol.Command, err error) {
 	if a.timer != nil {
 		a.timer.Stop()
 	}
-	if a.stopCtx != nil {
-		a.stopCtx()
-	}
 	r := a.recv
 	// A lane may hold the call a while longer (until the calls before it end): it must
-	// not keep what the receiver or the caller's context refer to. Only the finisher reads
-	// recv, timer and stopCtx.
-	a.recv, a.timer, a.stopCtx = nil, nil, nil
+	// not keep what the receiver refers to. Only the finisher reads recv and timer.
+	a.recv, a.timer = nil, nil
 	r.InvokeDone(resp, err)
 }
 
@@ -83,6 +82,7 @@ func (a *asyncCall) takeLocked() bool {
 	}
 	delete(c.pending, a.opaque)
 	a.gone = true
+	a.unwatchLocked()
 	return true
 }
 
@@ -273,9 +273,7 @@ func (c *Conn) invokeAsync(ctx context.Context, req *protocol.Command, timeout t
 		}
 	}
 	if ctx.Done() != nil {
-		a.stopCtx = context.AfterFunc(ctx, func() {
-			a.abandon(fmt.Errorf("invoke %s on %s: %w", a.code, c.raddr, context.Cause(ctx)))
-		})
+		c.watchLocked(ctx, a)
 	}
 	c.pmu.Unlock()
 
@@ -292,9 +290,6 @@ func (c *Conn) invokeAsync(ctx context.Context, req *protocol.Command, timeout t
 		}
 		if a.timer != nil {
 			a.timer.Stop()
-		}
-		if a.stopCtx != nil {
-			a.stopCtx()
 		}
 		return false, fmt.Errorf("invoke %s: %w", req.RequestCode(), err)
 	}

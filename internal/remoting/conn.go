@@ -162,10 +162,13 @@ type Conn struct {
 	wbuf      []byte     // guarded by wmu: where a batch's frames are gathered
 	wdeadline time.Time  // guarded by wmu: the write deadline last set on nc
 
-	pmu        sync.Mutex
-	pending    map[int32]pendingCall // guarded by pmu: waiting calls by opaque; nil once closed
-	nextOpaque int32                 // guarded by pmu
-	lanes      []*deadlineLane       // guarded by pmu: InvokeAsync deadlines, by timeout
+	pmu     sync.Mutex
+	pending map[int32]pendingCall // guarded by pmu: waiting calls by opaque; nil once closed
+	// watches are the contexts' watches of the pending InvokeAsync calls, by Done channel;
+	// guarded by pmu (see ctxWatch).
+	watches    map[<-chan struct{}]*ctxWatch
+	nextOpaque int32           // guarded by pmu
+	lanes      []*deadlineLane // guarded by pmu: InvokeAsync deadlines, by timeout
 
 	// Deferred requests waiting for their answer (see Defer), so that a close can drop them.
 	dmu     sync.Mutex
@@ -245,6 +248,7 @@ func (c *Conn) closeWithErr(cause error) {
 		}
 		c.pending = nil
 		c.stopLanesLocked()
+		c.stopWatchesLocked()
 		c.pmu.Unlock()
 		// Failed by the read goroutine once it sees the close (run), not here: this may run
 		// under the write lock, and callbacks may send.

@@ -69,7 +69,8 @@
 //     or the context ends the call otherwise. Deadlines are kept per timeout in a queue with
 //     one timer (calls made with one timeout expire in the order they were made), not a
 //     timer per call; a connection keeps four such queues, and a call with a fifth timeout
-//     gets a timer. InvokeAsyncRaw hands the outcome to an AsyncReceiver (no closure per
+//     gets a timer. Likewise the calls pending with one context share one context.AfterFunc
+//     (ctxWatch), stopped when the last of them ends. InvokeAsyncRaw hands the outcome to an AsyncReceiver (no closure per
 //     call) and a binary response without its ExtFields map: responses are read with their
 //     fields raw, and the map is built only for the callers that read it. A caller sending
 //     many requests in a row thus only encodes and queues them, and they leave in few writes

@@ -129,6 +129,7 @@ func (c *Conn) deliver(resp *protocol.Command) {
 		delete(c.pending, resp.Opaque)
 		if a := pc.async; a != nil {
 			a.gone = true
+			a.unwatchLocked()
 			if a.lane != nil {
 				a.lane.trimLocked()
 			}

@@ -31,6 +31,11 @@ const (
 	// not pin megabytes per connection for its lifetime. It holds a producer's batch of
 	// 256 KiB (WithAsyncBatching's usual bound) with its header.
 	maxPooledFrame = 260 << 10
+	// maxKeptQueueBuffer is the largest buffer of queued frames kept for the next batch. It
+	// holds what a producer's 256 sends of 1 KiB in flight queue at once (about 300 KiB):
+	// below that, every such batch grew a new buffer by doubling, copying its frames again at
+	// each step. An idle connection of the server sheds both buffers (shed).
+	maxKeptQueueBuffer = 1 << 20
 	// minWritevFrame: a batch holding a frame this large is written with writev rather than
 	// copied into one buffer, whatever its total.
 	minWritevFrame = 32 << 10
@@ -289,7 +294,7 @@ func (c *Conn) writeQueued(flusher bool) (again bool) {
 	// Both buffers are kept (but not a large one): a buffer dropped is grown again, by
 	// doubling, with the next frames.
 	switch {
-	case cap(buf) > maxGatheredWrite:
+	case cap(buf) > maxKeptQueueBuffer:
 	case c.qbuf == nil:
 		c.qbuf = buf[:0]
 	case cap(buf) > cap(c.qspare):

@@ -227,3 +227,37 @@ func TestWriterAndFlusherHandOver(t *testing.T) {
 	}
 	assert.Equal(t, int32(2), g2.writes.Load())
 }
+
+// A batch of queued frames as large as a producer's 256 sends of 1 KiB in flight (over
+// 256 KiB) keeps its buffer for the next batch: dropping it made every such batch grow a
+// new one by doubling, copying the frames again at each step (a tenth of a producer's CPU).
+func TestQueuedBatchBufferKeptAtInFlightSize(t *testing.T) {
+	g := &gatedConn{gate: make(chan struct{}), closed: make(chan struct{})}
+	cfg := &connConfig{logger: slog.New(slog.DiscardHandler), maxFrame: protocol.MaxFrameSize, maxInFlight: 1, writeTimeout: time.Second}
+	c := newConn(g, cfg)
+	defer c.Close()
+
+	body := make([]byte, 1200)
+	var want int64
+	for i := 0; i <= 256; i++ {
+		cmd := &protocol.Command{Code: int16(protocol.SendMessageV2), Opaque: int32(i), Body: body}
+		b, err := cmd.AppendFrame(nil)
+		require.NoError(t, err)
+		want += int64(len(b))
+		require.NoError(t, c.queueCommand(cmd))
+		if i == 0 {
+			require.Eventually(t, func() bool { return g.writes.Load() == 1 }, 3*time.Second, time.Millisecond, "first write blocked")
+		}
+	}
+	close(g.gate)
+	require.Eventually(t, func() bool { return g.bytes.Load() == want }, 3*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		c.qmu.Lock()
+		defer c.qmu.Unlock()
+		return !c.writing
+	}, 3*time.Second, time.Millisecond)
+	c.qmu.Lock()
+	kept := max(cap(c.qbuf), cap(c.qspare))
+	c.qmu.Unlock()
+	assert.GreaterOrEqual(t, kept, 256*len(body), "the batch's buffer is kept for the next")
+}
