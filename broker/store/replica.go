@@ -248,3 +248,14 @@ func zeroFrom(fs vfs.FS, path string, rel, size int64) error {
 	}
 	return nil
 }
+
+// SegmentSize is Options.SegmentSize: a replica's must equal its master's, since records
+// sit at the same offsets in both logs and never cross a segment's end.
+func (s *Store) SegmentSize() int64 { return s.opts.SegmentSize }
+
+// Positions is the commit log's written end and the end an fsync covers, without the
+// rest of Stats (which walks the segment and queue lists): a replica reads them on every
+// acknowledgement.
+func (s *Store) Positions() (written, flushed int64) {
+	return s.written.Load(), s.flushed.Load()
+}
