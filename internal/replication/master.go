@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowd-io/flowd/broker/store"
@@ -88,6 +89,7 @@ type Master struct {
 
 	notifyMu sync.Mutex
 	notifyCh chan struct{} // closed and replaced when the log grows
+	idle     atomic.Int32  // streams waiting on notifyCh: Notify costs nothing while none is
 
 	mu      sync.Mutex
 	reps    map[*peer]struct{}
@@ -168,6 +170,9 @@ func (m *Master) Close() error {
 // Notify tells the streams that the log grew. The broker calls it after an append; a
 // stream also looks every Heartbeat on its own.
 func (m *Master) Notify() {
+	if m.idle.Load() == 0 {
+		return // every stream is reading, and reads on to the end before it waits
+	}
 	m.notifyMu.Lock()
 	close(m.notifyCh)
 	m.notifyCh = make(chan struct{})
@@ -542,6 +547,13 @@ func (m *Master) stream(w *bufio.Writer, pos int64) error {
 		if err := w.Flush(); err != nil {
 			return err
 		}
+		// Counted idle before looking again: an append between the read above and this
+		// look is seen by the read below, one after it notifies.
+		m.idle.Add(1)
+		if w, _ := m.cfg.Store.Positions(); w > pos {
+			m.idle.Add(-1)
+			continue
+		}
 		select {
 		case <-ch:
 		case <-hb.C:
@@ -554,8 +566,10 @@ func (m *Master) stream(w *bufio.Writer, pos int64) error {
 				return err
 			}
 		case <-m.stop:
+			m.idle.Add(-1)
 			return ErrClosed
 		}
+		m.idle.Add(-1)
 	}
 }
 

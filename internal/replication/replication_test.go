@@ -35,14 +35,14 @@ func storeOptions() store.Options {
 
 // node is one member's data directory: a store and its epoch file.
 type node struct {
-	t      *testing.T
+	t      testing.TB
 	name   string
 	dir    string
 	st     *store.Store
 	epochs *EpochFile
 }
 
-func newNode(t *testing.T, name string) *node {
+func newNode(t testing.TB, name string) *node {
 	n := &node{t: t, name: name, dir: t.TempDir()}
 	n.open()
 	t.Cleanup(func() {
