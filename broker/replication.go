@@ -31,6 +31,14 @@ type Replication interface {
 	Await(end int64, deadline time.Time, done func(error))
 }
 
+// ReplicaAddrs is implemented by a Replication that knows its set's members: a route names
+// this broker with the addresses it returns (self is this broker's own) instead of
+// {0: self}: the master as broker id 0, replicas by their ids, as RocketMQ's name server
+// lists a master and its slaves.
+type ReplicaAddrs interface {
+	BrokerAddrs(self string) map[int64]string
+}
+
 // Errors of Replication.Writable, which the send path answers.
 var (
 	// ErrNotMaster: this broker is a replica (or a fenced master): it takes no sends.
@@ -42,6 +50,14 @@ var (
 	// enough", as RocketMQ 5 answers IN_SYNC_REPLICAS_NOT_ENOUGH.
 	ErrNotEnoughInSync = errors.New("in-sync replicas not enough")
 )
+
+// ownAddrs is this broker's addresses in a route: {0: its own}, or its replica set's.
+func (b *Broker) ownAddrs() map[int64]string {
+	if ra, ok := b.cfg.Replication.(ReplicaAddrs); ok {
+		return ra.BrokerAddrs(b.addr)
+	}
+	return map[int64]string{0: b.addr}
+}
 
 // syncReplicaTimeout bounds a sync-mode send's wait for its replicas when its context
 // has no deadline: the answer is then FLUSH_SLAVE_TIMEOUT (stored, not known replicated).

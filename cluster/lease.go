@@ -57,6 +57,10 @@ type LeaseOptions struct {
 	// FenceMargin: a master that has not renewed for TTL - FenceMargin stops taking writes
 	// (Held turns false), before any member can see the lease lapse. Default TTL/3.
 	FenceMargin time.Duration
+	// Healthy, if set, is asked before every renewal and takeover: a member whose store
+	// failed (a disk error) neither renews nor takes the lease, so it steps down and an
+	// in-sync replica takes over.
+	Healthy func() bool
 	// OnChange is called (on the lease's goroutine) when the leader record or this
 	// member's holding changes.
 	OnChange func(LeaseState)
@@ -199,7 +203,7 @@ func (l *Lease) step(ctx context.Context) {
 		l.mu.Lock()
 		l.known, l.rev = false, 0
 		l.mu.Unlock()
-		if l.o.MayBootstrap {
+		if l.o.MayBootstrap && (l.o.Healthy == nil || l.o.Healthy()) {
 			l.take(rctx, 0, l.o.LastEpoch)
 		}
 		return
@@ -227,6 +231,9 @@ func (l *Lease) step(ctx context.Context) {
 	eligible := rec.Node == l.o.Node || slices.Contains(rec.InSync, l.o.Node)
 	rev := e.Revision()
 	l.mu.Unlock()
+	if l.o.Healthy != nil && !l.o.Healthy() {
+		return
+	}
 	switch {
 	case mine && renewDue:
 		l.renew(rctx, rec, rev, now)

@@ -294,6 +294,13 @@ func (m *Master) InSync() []string {
 	return slices.Clone(m.inSync)
 }
 
+// InSyncCount is len(InSync()) without the copy: the broker asks on every send.
+func (m *Master) InSyncCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.inSync)
+}
+
 // Replicas reports every connected replica.
 func (m *Master) Replicas() []ReplicaStatus {
 	end := m.cfg.Store.Stats().CommitLogMaxOffset
