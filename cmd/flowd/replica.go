@@ -139,7 +139,7 @@ func (r *replicaSet) start(ctx context.Context, b *broker.Broker, nc *nats.Conn,
 	r.lease = cluster.NewLease(cluster.LeaseOptions{
 		KV: kv, BrokerName: r.c.BrokerName, Node: r.node, HAAddr: r.haAddr(), Addr: b.Addr(),
 		MayBootstrap: rc.BrokerID == 1, LastEpoch: r.epochs.Last().Epoch, TTL: rc.LeaseTTL,
-		Healthy: func() bool { return b.StoreStats().WriteFailure == nil },
+		Healthy:  func() bool { return b.StoreStats().WriteFailure == nil },
 		OnChange: r.onLease, Logger: r.log,
 	})
 	r.runWG.Go(func() { r.lease.Run(r.ctx) })
