@@ -143,14 +143,16 @@ func (f *Follower) once(ctx context.Context) error {
 func (f *Follower) follow(ctx context.Context, c net.Conn, r *bufio.Reader, w *bufio.Writer) error {
 	kick := make(chan struct{}, 1)
 	ackErr := make(chan error, 1)
+	done := make(chan struct{}) // the read side ended: the ack loop ends too
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		ackErr <- f.ackLoop(ctx, w, kick)
+		ackErr <- f.ackLoop(ctx, w, kick, done)
 		c.Close()
 	}()
 	defer wg.Wait()
+	defer close(done)
 	defer c.Close()
 	var buf []byte
 	for {
@@ -221,7 +223,7 @@ func (f *Follower) apply(b []byte) error {
 	return nil
 }
 
-func (f *Follower) ackLoop(ctx context.Context, w *bufio.Writer, kick chan struct{}) error {
+func (f *Follower) ackLoop(ctx context.Context, w *bufio.Writer, kick, done chan struct{}) error {
 	t := time.NewTicker(f.cfg.AckInterval)
 	defer t.Stop()
 	var sentW, sentF int64 = -1, -1
@@ -229,6 +231,8 @@ func (f *Follower) ackLoop(ctx context.Context, w *bufio.Writer, kick chan struc
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-done:
+			return nil
 		case <-kick:
 		case <-t.C:
 		}

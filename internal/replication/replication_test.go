@@ -332,3 +332,31 @@ func TestSnapshotsReachReplicas(t *testing.T) {
 		}
 	}
 }
+
+// An idle replica whose master goes away (no record to acknowledge) notices, and follows
+// the next master it is pointed at.
+func TestIdleReplicaFollowsTheNextMaster(t *testing.T) {
+	mn, r := newNode(t, "m"), newNode(t, "r")
+	m1 := startMaster(t, mn, 1, false, 2)
+	var mu sync.Mutex
+	addr := m1.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := NewFollower(ReplicaConfig{Store: r.st, Epochs: r.epochs, Cluster: "c", BrokerName: "b", Node: "r",
+		Master: func() string { mu.Lock(); defer mu.Unlock(); return addr }, RetryInterval: 20 * time.Millisecond, Logger: quietLogger()})
+	var wg sync.WaitGroup
+	wg.Go(func() { f.Run(ctx) })
+	defer wg.Wait()
+	defer cancel()
+	mn.put(t, "orders", 1)
+	eventually(t, "caught up", func() bool { return r.end() == mn.end() })
+	first := mn.end()
+	require.NoError(t, m1.Close())
+	m2 := startMaster(t, mn, 2, false, 2)
+	mu.Lock()
+	addr = m2.Addr().String()
+	mu.Unlock()
+	mn.put(t, "orders", 2)
+	eventually(t, "following the next master", func() bool { return r.end() == mn.end() })
+	require.Equal(t, []Epoch{{1, 0}, {2, first}}, r.epochs.Epochs())
+}
