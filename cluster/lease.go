@@ -90,6 +90,8 @@ type Lease struct {
 	lastState   LeaseState
 	elections   int64
 	fenced      int64
+	warnedRev   uint64 // the lapsed revision an ineligible member warned of
+	kick        chan struct{} // cap 1: SetInSync asks for a renewal now
 }
 
 // OpenReplicaSets creates or binds the ReplicaSetsBucket with replicas copies.
@@ -119,7 +121,7 @@ func NewLease(o LeaseOptions) *Lease {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Lease{o: o, key: "leader." + encodeKey(o.BrokerName)}
+	return &Lease{o: o, key: "leader." + encodeKey(o.BrokerName), kick: make(chan struct{}, 1)}
 }
 
 // Held reports whether this member holds the lease and renewed it within TTL - FenceMargin:
@@ -149,11 +151,16 @@ func (l *Lease) Counts() (elections, fenced int64) {
 	return l.elections, l.fenced
 }
 
-// SetInSync sets the in-sync set the master publishes with its next renewal.
+// SetInSync sets the in-sync set the master publishes, at once: until it is in the
+// record, a replica that caught up may not take over.
 func (l *Lease) SetInSync(nodes []string) {
 	l.mu.Lock()
 	l.inSync = slices.Clone(nodes)
 	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Run keeps the lease until ctx is done: it reads the record every RenewInterval/2,
@@ -183,6 +190,7 @@ func (l *Lease) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-l.kick:
 		}
 	}
 }
@@ -230,7 +238,15 @@ func (l *Lease) step(ctx context.Context) {
 	renewDue := now.Sub(l.renewedFrom) >= l.o.RenewInterval || !slices.Equal(rec.InSync, l.inSync)
 	eligible := rec.Node == l.o.Node || slices.Contains(rec.InSync, l.o.Node)
 	rev := e.Revision()
+	warnIneligible := !mine && lapsed && !eligible && l.warnedRev != rev
+	if warnIneligible {
+		l.warnedRev = rev
+	}
 	l.mu.Unlock()
+	if warnIneligible {
+		l.o.Logger.Warn("replica-set lease lapsed, but this member was not in the master's last in-sync set: it may not take over",
+			"broker", l.o.BrokerName, "node", l.o.Node, "master", rec.Node, "epoch", rec.Epoch, "in_sync", rec.InSync)
+	}
 	if l.o.Healthy != nil && !l.o.Healthy() {
 		return
 	}
@@ -293,6 +309,9 @@ func (l *Lease) renew(ctx context.Context, cur LeaderRecord, rev uint64, start t
 			l.o.Logger.Warn("replica-set lease lost", "broker", l.o.BrokerName, "err", fmt.Errorf("%w: %w", ErrLeaseLost, err))
 		}
 		return
+	}
+	if !slices.Equal(cur.InSync, rec.InSync) {
+		l.o.Logger.Info("replica-set in-sync set published", "broker", l.o.BrokerName, "epoch", rec.Epoch, "in_sync", rec.InSync)
 	}
 	l.rec, l.rev, l.revSeen, l.renewedFrom = rec, nrev, start, start
 }

@@ -57,20 +57,58 @@ func startReplicaSet(t *testing.T) []*replNode {
 	return nodes
 }
 
+// allInSync waits until the master published both other members in sync in its lease: a
+// fault before that leaves no member that may take over (or JetStream without quorum, a
+// member still catching up), and no election, by design.
+func allInSync(t *testing.T, nodes []*replNode) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		m := nodeAt(nodes, masterAddr(nodes))
+		if m == nil {
+			return false
+		}
+		logs := m.logs.String()
+		i := strings.LastIndex(logs, "replica-set in-sync set published")
+		if i < 0 {
+			return false
+		}
+		line, _, _ := strings.Cut(logs[i:], "\n")
+		for _, n := range nodes {
+			if n != m && !strings.Contains(line, fmt.Sprintf("rs-%d", n.id)) {
+				return false
+			}
+		}
+		return true
+	}, wait, tick, "every member in sync")
+}
+
 func (n *replNode) restart(t *testing.T) {
 	t.Helper()
 	n.daemon = launch(t, fmt.Sprintf("rs-%d restarted", n.id), n.dir, "", n.args...)
 	n.awaitServing()
 }
 
-// masterAddr asks the live nodes' name services for the replica set's master (broker id 0).
+// masterAddr asks the live nodes' name services, all at once (a paused node does not
+// answer), for the replica set's master (broker id 0), and returns the first answer.
 func masterAddr(nodes []*replNode) string {
+	answers := make(chan string, len(nodes))
+	asked := 0
 	for _, n := range nodes {
 		if n.gone() || n.namesrv == "" {
 			continue
 		}
-		if r, err := routeBrokers(n.namesrv, protocol.AutoCreateTopicKey); err == nil && r["rs"] != "" {
-			return r["rs"]
+		asked++
+		go func(namesrv string) {
+			r, err := routeBrokers(namesrv, protocol.AutoCreateTopicKey)
+			if err != nil {
+				r = nil
+			}
+			answers <- r["rs"]
+		}(n.namesrv)
+	}
+	for range asked {
+		if a := <-answers; a != "" {
+			return a
 		}
 	}
 	return ""
@@ -142,7 +180,7 @@ func (s *sender) halt() {
 }
 
 // ackedBy waits until a send is acknowledged by a broker other than old and returns when.
-func (s *sender) ackedBy(t *testing.T, old string, after time.Time) time.Time {
+func (s *sender) ackedBy(t *testing.T, old string, after time.Time, nodes []*replNode) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
@@ -154,6 +192,12 @@ func (s *sender) ackedBy(t *testing.T, old string, after time.Time) time.Time {
 		}
 		time.Sleep(tick)
 	}
+	for _, n := range nodes {
+		if !n.gone() {
+			_ = n.cmd.Process.Signal(syscall.SIGQUIT) // their goroutines, in the logs printed below
+		}
+	}
+	time.Sleep(time.Second)
 	t.Fatalf("no send acknowledged by a new master within %s", wait)
 	return time.Time{}
 }
@@ -271,6 +315,7 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 	require.Eventually(t, func() bool { return s.count() > 50 }, wait, tick, "sends acknowledged")
 
 	for f := range faults {
+		allInSync(t, nodes)
 		old := masterAddr(nodes)
 		m := nodeAt(nodes, old)
 		require.NotNil(t, m, "the routes name a live master")
@@ -278,12 +323,12 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 		t0 := time.Now()
 		if f%2 == 0 {
 			m.kill()
-			at := s.ackedBy(t, old, t0)
+			at := s.ackedBy(t, old, t0, nodes)
 			t.Logf("fault %d: kill -9 of master rs-%d; first send acknowledged by the new master %s later", f+1, m.id, at.Sub(t0).Round(time.Millisecond))
 			m.restart(t)
 		} else {
 			require.NoError(t, m.cmd.Process.Signal(syscall.SIGSTOP))
-			at := s.ackedBy(t, old, t0)
+			at := s.ackedBy(t, old, t0, nodes)
 			t.Logf("fault %d: SIGSTOP of master rs-%d; first send acknowledged by the new master %s later", f+1, m.id, at.Sub(t0).Round(time.Millisecond))
 			require.NoError(t, m.cmd.Process.Signal(syscall.SIGCONT))
 			require.Eventually(t, func() bool {

@@ -32,7 +32,11 @@ type ReplicaConfig struct {
 	// AckInterval bounds how long a written or fsynced offset waits to be acknowledged
 	// when no record arrives. Default 2 ms.
 	AckInterval time.Duration
-	Logger      *slog.Logger
+	// SilenceTimeout: a master that sent nothing (not even its heartbeat, every 500 ms by
+	// default) for this long is taken for gone, and the replica dials the master the lease
+	// names then. Default 2 s.
+	SilenceTimeout time.Duration
+	Logger         *slog.Logger
 }
 
 // Follower is a replica's view of its stream, for status and metrics.
@@ -51,6 +55,9 @@ func NewFollower(cfg ReplicaConfig) *Follower {
 	}
 	if cfg.AckInterval == 0 {
 		cfg.AckInterval = 2 * time.Millisecond
+	}
+	if cfg.SilenceTimeout == 0 {
+		cfg.SilenceTimeout = 2 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -157,7 +164,7 @@ func (f *Follower) follow(ctx context.Context, c net.Conn, r *bufio.Reader, w *b
 	var buf []byte
 	for {
 		// A silent master (no heartbeat) is gone: read with a deadline.
-		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_ = c.SetReadDeadline(time.Now().Add(f.cfg.SilenceTimeout))
 		typ, b, err := readFrame(r, buf)
 		buf = b
 		if err != nil {
