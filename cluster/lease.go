@@ -90,7 +90,7 @@ type Lease struct {
 	lastState   LeaseState
 	elections   int64
 	fenced      int64
-	warnedRev   uint64 // the lapsed revision an ineligible member warned of
+	warnedRev   uint64        // the lapsed revision an ineligible member warned of
 	kick        chan struct{} // cap 1: SetInSync asks for a renewal now
 }
 
