@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/control"
 	"github.com/flowd-io/flowd/internal/clientcore"
 	"github.com/flowd-io/flowd/protocol"
 )
@@ -80,6 +82,32 @@ func allInSync(t *testing.T, nodes []*replNode) {
 		}
 		return true
 	}, wait, tick, "every member in sync")
+}
+
+// subscribeEvents subscribes, on a live node other than except, to one kind of cluster
+// event.
+func subscribeEvents(t *testing.T, nodes []*replNode, except *replNode, kind string) <-chan control.EventData {
+	t.Helper()
+	var on *replNode
+	for _, n := range nodes {
+		if n != except && !n.gone() {
+			on = n
+			break
+		}
+	}
+	nc, err := nats.Connect(on.nats)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	out := make(chan control.EventData, 16)
+	_, err = nc.Subscribe(control.EventSubjectPrefix+"."+cluster+"."+kind, func(m *nats.Msg) {
+		var d control.EventData
+		if json.Unmarshal(m.Data, &d) == nil {
+			out <- d
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.FlushTimeout(wait))
+	return out
 }
 
 func (n *replNode) restart(t *testing.T) {
@@ -322,9 +350,18 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 		before := s.count()
 		t0 := time.Now()
 		if f%2 == 0 {
+			masters := subscribeEvents(t, nodes, m, "cluster.replica_master")
 			m.kill()
 			at := s.ackedBy(t, old, t0, nodes)
 			t.Logf("fault %d: kill -9 of master rs-%d; first send acknowledged by the new master %s later", f+1, m.id, at.Sub(t0).Round(time.Millisecond))
+			select {
+			case d := <-masters:
+				require.Equal(t, "rs", d.ClusterBroker)
+				require.NotEqual(t, fmt.Sprintf("rs-%d", m.id), d.ClusterNode, "the new master announced itself")
+				require.Regexp(t, `^epoch \d+$`, d.Reason)
+			case <-time.After(wait):
+				t.Fatal("no cluster.replica_master event")
+			}
 			m.restart(t)
 		} else {
 			require.NoError(t, m.cmd.Process.Signal(syscall.SIGSTOP))

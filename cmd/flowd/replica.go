@@ -22,6 +22,7 @@ import (
 	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/cluster"
 	"github.com/flowd-io/flowd/config"
+	"github.com/flowd-io/flowd/control"
 	"github.com/flowd-io/flowd/internal/replication"
 )
 
@@ -55,6 +56,15 @@ type replicaSet struct {
 	// (reexec), which cuts the log before the store opens.
 	restart     chan struct{} // closed once
 	restartOnce sync.Once
+	// events publishes the set's changes as cluster events (nil: NATS publishes none).
+	events func(control.ClusterEvent)
+}
+
+// event publishes one of the replica set's cluster events about this node.
+func (r *replicaSet) event(typ, reason string) {
+	if r.events != nil {
+		r.events(control.ClusterEvent{Type: typ, Time: time.Now(), Broker: r.c.BrokerName, Node: r.node, Addr: r.b.Addr(), Reason: reason})
+	}
 }
 
 // replicaNode is a replica-set member's name: its broker name and id.
@@ -123,8 +133,8 @@ func (r *replicaSet) haAddr() string {
 }
 
 // start runs the lease over the cluster's JetStream once the broker serves.
-func (r *replicaSet) start(ctx context.Context, b *broker.Broker, nc *nats.Conn, replicas int) error {
-	r.b = b
+func (r *replicaSet) start(ctx context.Context, b *broker.Broker, nc *nats.Conn, replicas int, events func(control.ClusterEvent)) error {
+	r.b, r.events = b, events
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("serve: replication: %w", err)
@@ -212,7 +222,12 @@ func (r *replicaSet) onLease(st cluster.LeaseState) {
 	case !st.Self && m != nil:
 		r.master.Store(nil)
 		m.Close()
-		r.log.Warn("replica set: stepped down", "broker", r.c.BrokerName, "node", r.node, "epoch", m.Epoch(), "leader", st.Leader.Node)
+		reason := "fenced: the lease was not renewed in time"
+		if st.Leader.Node != r.node {
+			reason = fmt.Sprintf("%s holds the lease, epoch %d", st.Leader.Node, st.Leader.Epoch)
+		}
+		r.log.Warn("replica set: stepped down", "broker", r.c.BrokerName, "node", r.node, "epoch", m.Epoch(), "leader", st.Leader.Node, "reason", reason)
+		r.event(control.EventClusterReplicaSteppedDown, reason)
 	}
 	if !st.Self && st.Known && st.Leader.Node != r.node && r.follow == nil {
 		r.startFollowLocked()
@@ -229,7 +244,11 @@ func (r *replicaSet) promoteLocked(epoch int64) {
 	m, err := replication.StartMaster(keepOpen{r.ln.(*net.TCPListener)}, replication.MasterConfig{
 		Store: r.b.Store(), Epochs: r.epochs, Epoch: epoch, Cluster: r.c.Cluster, BrokerName: r.c.BrokerName,
 		Sync: r.Sync(), MinInSync: rc.MinInSync, MaxLagBytes: int64(rc.MaxLag), MaxLagTime: rc.MaxLagTime,
-		Snapshots: r.snapshots, OnInSyncChange: r.lease.SetInSync, Logger: r.log,
+		Snapshots: r.snapshots, Logger: r.log,
+		OnInSyncChange: func(nodes []string) {
+			r.lease.SetInSync(nodes)
+			r.event(control.EventClusterReplicaInSync, strings.Join(nodes, ","))
+		},
 	})
 	if err != nil {
 		r.log.Error("replica set: cannot serve as master; taking no sends", "err", err)
@@ -240,6 +259,7 @@ func (r *replicaSet) promoteLocked(epoch int64) {
 	}
 	r.master.Store(m)
 	r.log.Info("replica set: this node is master", "broker", r.c.BrokerName, "node", r.node, "epoch", epoch)
+	r.event(control.EventClusterReplicaMaster, fmt.Sprintf("epoch %d", epoch))
 }
 
 func (r *replicaSet) snapshots() map[string][]byte {
