@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -82,6 +84,17 @@ func allInSync(t *testing.T, nodes []*replNode) {
 		}
 		return true
 	}, wait, tick, "every member in sync")
+}
+
+// scrape is the node's /metrics page ("" when it does not answer).
+func scrape(n *replNode) string {
+	resp, err := http.Get("http://" + n.http + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // subscribeEvents subscribes, on a live node other than except, to one kind of cluster
@@ -377,6 +390,13 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 		require.NotEmpty(t, cur)
 		s.checkAcked(t, cur)
 		epochsAgree(t, nodes)
+		for _, n := range nodes {
+			want := "flowd_replication_master 0"
+			if n.broker == cur {
+				want = "flowd_replication_master 1"
+			}
+			require.Eventually(t, func() bool { return strings.Contains(scrape(n), want) }, wait, tick, "rs-%d exports %s", n.id, want)
+		}
 	}
 	s.halt()
 	t.Logf("%d faults, %d sends acknowledged", faults, s.count())

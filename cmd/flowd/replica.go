@@ -24,6 +24,7 @@ import (
 	"github.com/flowd-io/flowd/config"
 	"github.com/flowd-io/flowd/control"
 	"github.com/flowd-io/flowd/internal/replication"
+	"github.com/flowd-io/flowd/metrics"
 )
 
 // truncateMarker is the file in the data directory that says to cut the commit log back to
@@ -42,9 +43,10 @@ type replicaSet struct {
 	epochs *replication.EpochFile
 	ln     net.Listener // the HA listener, kept for the process's life
 
-	b      *broker.Broker
-	lease  *cluster.Lease
-	master atomic.Pointer[replication.Master]
+	b        *broker.Broker
+	lease    *cluster.Lease
+	master   atomic.Pointer[replication.Master]
+	follower atomic.Pointer[replication.Follower] // the replica's stream, for its lag
 
 	mu       sync.Mutex // transitions
 	follow   context.CancelFunc
@@ -169,6 +171,23 @@ func (r *replicaSet) close(context.Context) error {
 	}
 	r.mu.Unlock()
 	return r.ln.Close()
+}
+
+// stats is the member's state for the metrics, from memory.
+func (r *replicaSet) stats() metrics.ReplicaSetStats {
+	st := metrics.ReplicaSetStats{Epoch: r.epochs.Last().Epoch}
+	if r.lease != nil {
+		st.Elections, st.Fenced = r.lease.Counts()
+	}
+	if m := r.master.Load(); m != nil {
+		st.Master = r.lease != nil && r.lease.Held()
+		for _, rep := range m.Replicas() {
+			st.Replicas = append(st.Replicas, metrics.ReplicaLag{Node: rep.Node, LagBytes: rep.LagBytes, LagTime: rep.LagTime, InSync: rep.InSync})
+		}
+	} else if f := r.follower.Load(); f != nil {
+		st.LagBytes = f.LagBytes()
+	}
+	return st
 }
 
 // Writable implements broker.Replication.
@@ -298,6 +317,7 @@ func (r *replicaSet) startFollowLocked() {
 		},
 		Logger: r.log,
 	})
+	r.follower.Store(f)
 	r.followWG.Go(func() {
 		err := f.Run(ctx)
 		var div *replication.DivergedError

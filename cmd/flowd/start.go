@@ -159,6 +159,7 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 		if err := d.rs.start(ctx, d.b, d.cp.n.Conn(), routedReplicas(c), d.cp.pub.Cluster); err != nil {
 			return nil, err
 		}
+		m.WatchReplicaSet(d.rs.stats)
 	case ps != nil:
 		if err := d.joinCluster(ctx, c, ps, cl, log); err != nil {
 			return nil, err
