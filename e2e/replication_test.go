@@ -39,7 +39,7 @@ type replNode struct {
 	args []string
 }
 
-func startReplicaSet(t *testing.T) []*replNode {
+func startReplicaSet(t *testing.T, mode string) []*replNode {
 	t.Helper()
 	ports := freePorts(t, 3)
 	var routes []string
@@ -49,7 +49,7 @@ func startReplicaSet(t *testing.T) []*replNode {
 	nodes := make([]*replNode, 3)
 	for i := range nodes {
 		n := &replNode{id: i + 1, args: []string{
-			"--broker-name", "rs", "--replication", "sync", "--broker-id", strconv.Itoa(i + 1), "--ha-listen", "127.0.0.1:0",
+			"--broker-name", "rs", "--replication", mode, "--broker-id", strconv.Itoa(i + 1), "--ha-listen", "127.0.0.1:0",
 			"--nats-cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--nats-routes", strings.Join(routes, ","),
 		}}
 		n.daemon = launch(t, fmt.Sprintf("rs-%d", i+1), t.TempDir(), "", n.args...)
@@ -350,7 +350,7 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 		require.NoError(t, err)
 		faults = n
 	}
-	nodes := startReplicaSet(t)
+	nodes := startReplicaSet(t, "sync")
 	s := startSender(t, nodes)
 	defer s.halt()
 	require.Eventually(t, func() bool { return s.count() > 50 }, wait, tick, "sends acknowledged")
@@ -390,6 +390,9 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 		require.NotEmpty(t, cur)
 		s.checkAcked(t, cur)
 		epochsAgree(t, nodes)
+		if strings.Contains(m.logs.String(), "the commit log was cut back") {
+			t.Logf("fault %d: rs-%d cut the tail no replica had acknowledged, restarted in place, and follows", f+1, m.id)
+		}
 		for _, n := range nodes {
 			want := "flowd_replication_master 0"
 			if n.broker == cur {
@@ -400,4 +403,87 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 	}
 	s.halt()
 	t.Logf("%d faults, %d sends acknowledged", faults, s.count())
+}
+
+// Async mode, and what a failover loses there: the master acknowledges sends its replicas
+// (paused) never received, then dies; a replica takes over without them. Restarted, the old
+// master is told its log diverged, cuts that tail, restarts in place and follows: the
+// members end with one history and one log, the lost sends on none of them.
+func TestReplicaSetDeposedMasterCutsItsUnreplicatedTail(t *testing.T) {
+	nodes := startReplicaSet(t, "async")
+	allInSync(t, nodes)
+	m := nodeAt(nodes, masterAddr(nodes))
+	require.NotNil(t, m)
+	c, err := clientcore.New(clientcore.Options{NameServers: []string{"127.0.0.1:1"}})
+	require.NoError(t, err)
+	defer c.Close(context.Background())
+	send := func(addr, body string) error {
+		h := &protocol.SendMessageRequestHeader{ProducerGroup: "e2e", Topic: replTopic, DefaultTopic: protocol.AutoCreateTopicKey,
+			DefaultTopicQueueNums: 2, QueueID: 0, BornTimestamp: time.Now().UnixMilli()}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		resp, err := c.Invoke(ctx, addr, protocol.NewRequest(protocol.SendMessageV2, h.EncodeV2(), []byte(body)))
+		if err != nil {
+			return err
+		}
+		if resp.ResponseCode() != protocol.Success {
+			return fmt.Errorf("%s: %s", resp.ResponseCode(), resp.Remark)
+		}
+		return nil
+	}
+	require.NoError(t, send(m.broker, "replicated"))
+	var replicas []*replNode
+	for _, n := range nodes {
+		if n != m {
+			replicas = append(replicas, n)
+		}
+	}
+	require.Eventually(t, func() bool {
+		for _, r := range replicas {
+			if bodiesAt(t, r.broker)["replicated"] != 1 {
+				return false
+			}
+		}
+		return true
+	}, wait, tick, "both replicas have the first send")
+	for _, r := range replicas {
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGSTOP))
+	}
+	for i := range 5 {
+		require.NoError(t, send(m.broker, fmt.Sprintf("lost-%d", i)), "async mode acknowledges at once")
+	}
+	m.kill()
+	for _, r := range replicas {
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGCONT))
+	}
+	var cur string
+	require.Eventually(t, func() bool {
+		cur = masterAddr(nodes)
+		return cur != "" && cur != m.broker && send(cur, "after") == nil
+	}, wait, 100*time.Millisecond, "a replica took over")
+
+	// It serves, learns its log diverged, stops and runs again in place (new port-0
+	// addresses): its addresses are those of its last "flowd serving" line.
+	m.daemon = launch(t, "rs-old-master", m.dir, "", m.args...)
+	require.Eventually(t, func() bool {
+		logs := m.logs.String()
+		i := strings.Index(logs, "the commit log was cut back")
+		return i >= 0 && servingLine.MatchString(logs[i:])
+	}, wait, tick, "the old master cut its diverged tail and serves again")
+	all := servingLine.FindAllStringSubmatch(m.logs.String(), -1)
+	last := all[len(all)-1]
+	m.broker, m.namesrv, m.nats, m.http = last[1], last[2], last[3], last[4]
+	require.False(t, m.gone(), "the same process runs on")
+	epochsAgree(t, nodes)
+	require.Eventually(t, func() bool {
+		got := bodiesAt(t, m.broker)
+		return got["replicated"] == 1 && got["after"] == 1
+	}, wait, 100*time.Millisecond, "the old master follows the new one")
+	for _, n := range nodes {
+		got := bodiesAt(t, n.broker)
+		for i := range 5 {
+			require.Zero(t, got[fmt.Sprintf("lost-%d", i)], "rs-%d still has a send async mode lost", n.id)
+		}
+		require.Len(t, got, 2, "rs-%d", n.id)
+	}
 }
