@@ -72,7 +72,10 @@ func TestLeaseFailsOverToAnInSyncMember(t *testing.T) {
 		return bHeld
 	})
 	require.False(t, a.Held(), "a master that cannot renew stops taking writes")
-	rec, _ = c.Leader()
+	eventuallyTrue(t, "c reads the new record", func() bool {
+		rec, _ = c.Leader()
+		return rec.Node != "a"
+	})
 	require.Equal(t, "b", rec.Node)
 	require.Equal(t, int64(2), rec.Epoch)
 	require.Equal(t, "b:ha", rec.HAAddr)
