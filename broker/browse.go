@@ -99,6 +99,9 @@ type SendResult struct {
 // supported (their properties are refused). It fails with ErrNotFound for an unknown topic,
 // ErrReserved for one of the broker's own, ErrBadMessage for a bad body.
 func (b *Broker) Send(ctx context.Context, m protocol.Message, queueID int32) (SendResult, error) {
+	if err := b.writable(); err != nil {
+		return SendResult{}, fmt.Errorf("send to %q: %w", m.Topic, err)
+	}
 	tc, ok := b.topics.get(m.Topic)
 	if !ok {
 		return SendResult{}, fmt.Errorf("send to %q: %w", m.Topic, ErrNotFound)

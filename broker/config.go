@@ -170,6 +170,11 @@ type Config struct {
 	// answer from memory. Default nil: a cluster of this one broker, the answers exactly
 	// those of a single node.
 	Peers Peers
+
+	// Replication, when set, makes the broker a member of a replica set (docs/cluster.md,
+	// "Replica sets"): it refuses sends while it is not the master, and in sync mode answers
+	// a send only once enough members hold it. Default nil: a single node.
+	Replication Replication
 }
 
 // Observer counts traffic on the broker's hot paths (the metrics package implements it).

@@ -67,6 +67,9 @@ var ErrRequesterGone = errors.New("requesting client not connected")
 // it to the client named in its REPLY_TO_CLIENT. As Java's broker, a reply that could not be
 // pushed is stored all the same and answered with SYSTEM_ERROR saying why.
 func (b *Broker) processSendReply(ctx context.Context, c *remoting.Conn, req *protocol.Command) *protocol.Command {
+	if err := b.writable(); err != nil {
+		return replicationRefusal(req, err)
+	}
 	h := new(protocol.SendMessageRequestHeader)
 	var err error
 	if req.RequestCode() == protocol.SendReplyMessageV2 {

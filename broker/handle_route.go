@@ -44,7 +44,7 @@ func (b *Broker) processRoute(req *protocol.Command) *protocol.Command {
 			BrokerDatas: []protocol.BrokerData{{
 				Cluster:     b.cfg.Cluster,
 				BrokerName:  b.cfg.BrokerName,
-				BrokerAddrs: map[int64]string{0: b.addr},
+				BrokerAddrs: b.ownAddrs(),
 			}},
 		}
 	}

@@ -56,6 +56,11 @@ func (b *Broker) inline(req *protocol.Command) bool {
 	// topic and the broker's properties; a few KiB more keep inline sends off the end of a
 	// segment.
 	size := 4*len(req.Body) + 2*len(props) + len(topic) + 4096
+	if b.syncReplicated() {
+		// Only a single message's answer waits for its replicas deferred (sendReplicated);
+		// a batch, a half message and a oneway send wait for them on their goroutine.
+		return req.RequestCode() != protocol.SendBatchMessage && !req.IsOneway() && !isHalfRaw(sendSysFlag(req), props) && b.store.PutAsyncReady(size)
+	}
 	if b.store.SyncFlush() {
 		// A SYNC_FLUSH send appends on the read goroutine and waits for its fsync deferred
 		// (sendSyncFlush), unless it cannot be deferred (oneway) or is a half message,

@@ -25,6 +25,11 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 	if isSystemTopic(h.Topic) {
 		return errorResponse(req, protocol.NoPermission, fmt.Errorf("topic %q is reserved for the broker", h.Topic))
 	}
+	if b.cfg.Replication != nil {
+		if err := b.cfg.Replication.Writable(); err != nil {
+			return replicationRefusal(req, err)
+		}
+	}
 	// The producer's properties are stored as they came, with the broker's appended
 	// (stampStoredRaw), unless the message is a half or delayed one: those are rewritten
 	// property by property, on a map. A batch's own properties are its entries'.
@@ -106,10 +111,17 @@ func (b *Broker) processSend(ctx context.Context, c *remoting.Conn, req *protoco
 		if err != nil && !storedUnflushed(err, res.MsgID != "") {
 			return storeErrorResponse(req, err)
 		}
-		return storedResponse(req, err, &protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: queueID, QueueOffset: res.QueueOffset})
+		resp := storedResponse(req, err, &protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: queueID, QueueOffset: res.QueueOffset})
+		if rerr := b.awaitReplicated(ctx, res.CommitLogOffset+int64(res.Size)); rerr != nil {
+			return replicaTimeoutAnswer(resp, rerr)
+		}
+		return resp
 	}
 	if level > 0 && !strings.HasPrefix(m.Topic, DLQTopicPrefix) {
 		b.delayed(&m, level)
+	}
+	if b.syncReplicated() {
+		return b.sendReplicated(ctx, req, &m)
 	}
 	if b.store.SyncFlush() && b.sendSyncFlush(ctx, req, &m) {
 		return nil // answered by the store's group commit
@@ -226,7 +238,7 @@ func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *pro
 	for _, m := range ms {
 		bodies += len(m.Body)
 	}
-	if b.store.SyncFlush() {
+	if b.store.SyncFlush() && !b.syncReplicated() {
 		// Answered by the store's group commit once the fsync covering the batch finished
 		// (see sendSyncFlush), unless the request cannot be deferred.
 		if d, ok := remoting.DeferInFlight(ctx, nil); ok {
@@ -239,7 +251,14 @@ func (b *Broker) sendBatch(ctx context.Context, req *protocol.Command, base *pro
 		}
 	}
 	res, err := b.store.PutBatch(ctx, ms)
-	return b.batchAnswer(req, base.Topic, base.QueueID, len(ms), bodies, res, err)
+	resp := b.batchAnswer(req, base.Topic, base.QueueID, len(ms), bodies, res, err)
+	if len(res) == len(ms) && (err == nil || storedUnflushed(err, true)) {
+		last := res[len(res)-1]
+		if rerr := b.awaitReplicated(ctx, last.CommitLogOffset+int64(last.Size)); rerr != nil {
+			return replicaTimeoutAnswer(resp, rerr)
+		}
+	}
+	return resp
 }
 
 // batchAnswer is the answer to a batch of n messages to topic and queueID (bodies bytes of

@@ -13,6 +13,9 @@ import (
 // to the group's retry topic after a delay, or to its dead-letter topic after the maximum
 // number of attempts.
 func (b *Broker) processSendBack(ctx context.Context, c *remoting.Conn, req *protocol.Command) *protocol.Command {
+	if err := b.writable(); err != nil {
+		return replicationRefusal(req, err)
+	}
 	var h protocol.ConsumerSendMsgBackRequestHeader
 	if err := req.DecodeHeader(&h); err != nil {
 		return errorResponse(req, protocol.InvalidParameter, err)

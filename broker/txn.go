@@ -294,6 +294,9 @@ func (b *Broker) halfAt(h *halfMessage) (*protocol.MessageExt, error) {
 
 // processEndTransaction serves END_TRANSACTION: commit or roll back a half message.
 func (b *Broker) processEndTransaction(ctx context.Context, req *protocol.Command) *protocol.Command {
+	if err := b.writable(); err != nil {
+		return replicationRefusal(req, err)
+	}
 	var h protocol.EndTransactionRequestHeader
 	if err := req.DecodeHeader(&h); err != nil {
 		return errorResponse(req, protocol.InvalidParameter, err)
@@ -382,6 +385,9 @@ func (b *Broker) commitHalf(ctx context.Context, req *protocol.Command, hm *half
 // checkTransactions sends a check-back for every due half message, or discards those that
 // were checked TransactionCheckMax times.
 func (b *Broker) checkTransactions(ctx context.Context, now time.Time) {
+	if b.isReplica() {
+		return // the master checks back; a replica's pending set is rebuilt when promoted
+	}
 	for _, hm := range b.txn.due(now) {
 		if ctx.Err() != nil {
 			b.txn.release(hm)

@@ -31,7 +31,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // startNATS runs an embedded NATS server on a free loopback port, JetStream on unless
 // noJetStream.
-func startNATS(t *testing.T, noJetStream bool) *natsserver.Server {
+func startNATS(t testing.TB, noJetStream bool) *natsserver.Server {
 	t.Helper()
 	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: !noJetStream, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	require.NoError(t, err)
@@ -41,7 +41,7 @@ func startNATS(t *testing.T, noJetStream bool) *natsserver.Server {
 	return s
 }
 
-func connect(t *testing.T, s *natsserver.Server) *nats.Conn {
+func connect(t testing.TB, s *natsserver.Server) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(s.ClientURL())
 	require.NoError(t, err)

@@ -47,6 +47,8 @@ type Config struct {
 	Txn     Txn     `yaml:"transactions" doc:"transaction check-backs of half messages without an outcome"`
 	Log     Log     `yaml:"log" doc:"the daemon's log, on standard error"`
 
+	Replication Replication `yaml:"replication" doc:"replica sets: nodes of one broker_name sharing its commit log (docs/cluster.md)"`
+
 	// Pipelines are run by the daemon once the broker serves. A reload starts the new ones,
 	// stops (draining) the removed ones and restarts the changed ones.
 	Pipelines []definition.Definition `yaml:"pipelines" reload:"true" doc:"pipelines hosted by the daemon, each {name, topics, source_name_servers, selector, transforms, sink, ...} as in docs/pipelines.md; source_name_servers (host:port) read the topics of another flowd, default this one; default none"`
@@ -63,6 +65,7 @@ type Listen struct {
 	Namesrv   string `yaml:"namesrv" env:"FLOWD_NAMESRV_LISTEN" flag:"namesrv-listen" doc:"built-in name service address; \"off\" disables it"`
 	Advertise string `yaml:"advertise" env:"FLOWD_ADVERTISE" flag:"advertise" doc:"address put into topic routes; empty: the bound broker address"`
 	GRPC      string `yaml:"grpc" env:"FLOWD_GRPC_LISTEN" flag:"grpc-listen" doc:"RocketMQ 5 gRPC endpoint (apache.rocketmq.v2 MessagingService, docs/grpc.md) for the 5.x clients; \"off\" disables it"`
+	HA        string `yaml:"ha" env:"FLOWD_HA_LISTEN" flag:"ha-listen" doc:"replica-set stream address: a master serves its commit log to its replicas here (with replication on); port 0 picks a free port"`
 }
 
 // GRPC configures the RocketMQ 5 gRPC endpoint beyond its address.
@@ -159,7 +162,7 @@ func Default() Config {
 		DataDir:    "./flowd-data",
 		Cluster:    "local",
 		BrokerName: "broker-a",
-		Listen:     Listen{Broker: "127.0.0.1:10911", Namesrv: "127.0.0.1:9876", GRPC: "127.0.0.1:8081"},
+		Listen:     Listen{Broker: "127.0.0.1:10911", Namesrv: "127.0.0.1:9876", GRPC: "127.0.0.1:8081", HA: "127.0.0.1:10912"},
 		Store: Store{Flush: "async", Retention: 72 * time.Hour, MaxDiskUsage: 0.75, SegmentSize: 1 << 30,
 			OffsetFlushInterval: 500 * time.Millisecond, ZeroCopy: true},
 		Limits: Limits{MaxMessageSize: 4 << 20, MaxGroups: 10000, MaxConnections: 10000,
@@ -168,10 +171,11 @@ func Default() Config {
 			Enabled: true, Listen: "127.0.0.1:4222", URLs: []string{}, Users: []User{}, Disabled: []string{}, Cluster: NATSCluster{Routes: []string{}},
 			Events: Events{MaxAge: 24 * time.Hour, MaxBytes: 1 << 30, Buffer: 10000, OffsetInterval: time.Second},
 		},
-		Plugins: Plugins{Poll: time.Second},
-		HTTP:    HTTP{Listen: "127.0.0.1:8080"},
-		Txn:     Txn{FirstCheck: 6 * time.Second, CheckInterval: time.Minute, MaxChecks: 15},
-		Log:     Log{Level: "info", Format: "text"},
+		Plugins:     Plugins{Poll: time.Second},
+		HTTP:        HTTP{Listen: "127.0.0.1:8080"},
+		Txn:         Txn{FirstCheck: 6 * time.Second, CheckInterval: time.Minute, MaxChecks: 15},
+		Log:         Log{Level: "info", Format: "text"},
+		Replication: Replication{Mode: "off", MinInSync: 2, MaxLag: 4 << 20, MaxLagTime: 5 * time.Second, LeaseTTL: 3 * time.Second},
 
 		Pipelines: []definition.Definition{},
 	}
@@ -326,6 +330,7 @@ func (c Config) problems() []Problem {
 	}
 	probs = append(probs, c.addrProblems()...)
 	probs = append(probs, c.natsClusterProblems()...)
+	probs = append(probs, c.replicationProblems()...)
 	if c.Plugins.Poll <= 0 {
 		bad("plugins.poll", "must be positive")
 	}

@@ -21,12 +21,24 @@ const (
 	// EventClusterNameTaken: this node could not register because another live broker has
 	// its name; it keeps trying. Payload: clusterBroker, clusterNode, clusterAddr, reason.
 	EventClusterNameTaken = "cluster.name_taken"
+	// EventClusterReplicaMaster: this node became its replica set's master (it won the
+	// lease). Payload: clusterBroker (the broker name), clusterNode, clusterAddr, reason
+	// ("epoch N").
+	EventClusterReplicaMaster = "cluster.replica_master"
+	// EventClusterReplicaSteppedDown: this node stopped being its replica set's master: it
+	// fenced itself (its lease not renewed in time) or another member holds the lease.
+	// Payload as EventClusterReplicaMaster, reason saying which.
+	EventClusterReplicaSteppedDown = "cluster.replica_stepped_down"
+	// EventClusterReplicaInSync: the master's in-sync set changed. Payload as
+	// EventClusterReplicaMaster, reason the in-sync replicas, comma-separated ("" for none).
+	EventClusterReplicaInSync = "cluster.replica_in_sync"
 )
 
 // ClusterEvent is one change of the cluster's registry as this node saw it: the daemon
 // maps its member's events onto it.
 type ClusterEvent struct {
-	// Type is one of EventClusterBrokerJoined, EventClusterBrokerLeft, EventClusterNameTaken.
+	// Type is one of EventClusterBrokerJoined, EventClusterBrokerLeft, EventClusterNameTaken,
+	// EventClusterReplicaMaster, EventClusterReplicaSteppedDown, EventClusterReplicaInSync.
 	Type string
 	Time time.Time
 	// Broker, Node and Addr name the broker concerned, its node and its remoting address.

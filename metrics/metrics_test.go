@@ -436,3 +436,33 @@ func TestPipelineCollector(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, problems)
 }
+
+// A replica-set member's state is read at scrape time.
+func TestReplicaSetCollector(t *testing.T) {
+	m := metrics.New(metrics.Options{DisableRuntimeMetrics: true})
+	stats := metrics.ReplicaSetStats{Master: true, Epoch: 3, Elections: 2, Fenced: 1, Replicas: []metrics.ReplicaLag{
+		{Node: "b-2", LagBytes: 0, InSync: true}, {Node: "b-3", LagBytes: 5 << 20, LagTime: 7 * time.Second},
+	}}
+	m.WatchReplicaSet(func() metrics.ReplicaSetStats { return stats })
+	for name, want := range map[string]float64{
+		"flowd_replication_master": 1, "flowd_replication_epoch": 3, "flowd_replication_in_sync_replicas": 1,
+		"flowd_replication_elections_total": 2, "flowd_replication_fenced_total": 1, "flowd_replication_lag_bytes": 0,
+	} {
+		v, ok := value(t, m.Registry(), name)
+		assert.True(t, ok, name)
+		assert.Equal(t, want, v, name)
+	}
+	v, ok := value(t, m.Registry(), "flowd_replication_replica_lag_bytes", "replica", "b-3")
+	assert.True(t, ok)
+	assert.Equal(t, float64(5<<20), v)
+	v, _ = value(t, m.Registry(), "flowd_replication_replica_lag_seconds", "replica", "b-3")
+	assert.Equal(t, 7.0, v)
+	stats.Master, stats.Replicas, stats.LagBytes = false, nil, 1234
+	v, _ = value(t, m.Registry(), "flowd_replication_master")
+	assert.Equal(t, 0.0, v)
+	v, _ = value(t, m.Registry(), "flowd_replication_lag_bytes")
+	assert.Equal(t, 1234.0, v)
+	problems, err := testutil.GatherAndLint(m.Registry())
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+}

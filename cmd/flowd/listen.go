@@ -37,7 +37,8 @@ func natsClusterAddr(c config.Config) addrSetting {
 }
 
 // natsCluster maps the cluster settings onto the control plane's: the NATS cluster is
-// named after flowd's cluster and, in a cluster, the server after the broker, unless set.
+// named after flowd's cluster and, in a cluster, the server after the broker (after the
+// replica-set member, broker name and id, with replication on), unless set.
 func natsCluster(c config.Config) (serverName string, cl control.NATSClusterConfig) {
 	nc := c.NATS.Cluster
 	cl = control.NATSClusterConfig{Name: nc.Name, Listen: nc.Listen, Routes: nc.Routes, User: nc.User, Password: nc.Password}
@@ -47,6 +48,9 @@ func natsCluster(c config.Config) (serverName string, cl control.NATSClusterConf
 	serverName = c.NATS.ServerName
 	if serverName == "" && nc.Listen != "" {
 		serverName = c.BrokerName
+		if c.Replication.Enabled() {
+			serverName = replicaNode(c)
+		}
 	}
 	return serverName, cl
 }

@@ -214,12 +214,23 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 		select {
 		case <-ctx.Done():
 			running = false
+		case <-d.restartRequested():
+			running = false
 		case <-hup:
 			c = reloadConfig(ctx, c, reload, &level, d.w, func(dis []string) error { return d.setDisabled(ctx, dis) }, d.pl.apply, log)
 		}
 	}
 	log.Info("flowd stopping")
-	return shutdown()
+	if err := shutdown(); err != nil {
+		return err
+	}
+	select {
+	case <-d.restartRequested():
+		log.Info("flowd restarting")
+		return reexec()
+	default:
+	}
+	return nil
 }
 
 // watchMetrics makes m read the broker, plugins, pipelines and publisher at scrape time, and

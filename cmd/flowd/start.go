@@ -63,6 +63,16 @@ type built struct {
 	w      *dirWatcher
 	httpLn net.Listener       // nil: http.listen is off
 	grpc   *grpcserver.Server // nil: listen.grpc is off
+	rs     *replicaSet        // nil: replication is off
+}
+
+// restartRequested is signalled when the daemon must stop and run again (a replica whose
+// log diverged); nil, which never is, without a replica set.
+func (d *built) restartRequested() <-chan struct{} {
+	if d == nil || d.rs == nil {
+		return nil
+	}
+	return d.rs.restart
 }
 
 // start builds the daemon in the order above, pushing every part onto cl. On an error the
@@ -114,10 +124,24 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 	if err != nil {
 		return nil, err
 	}
+	if c.Replication.Enabled() {
+		if d.rs, err = openReplicaSet(ctx, c, cfg.Store, log); err != nil {
+			return nil, err
+		}
+		cfg.Replication = d.rs
+	}
 	if d.b, err = broker.New(cfg); err != nil {
+		if d.rs != nil {
+			d.rs.ln.Close()
+		}
 		return nil, brokerListenError(ctx, c, dataDirError(c.DataDir, err))
 	}
 	cl.push("broker", d.b.Shutdown)
+	if d.rs != nil {
+		// Before the broker stops: the lease lapses (an in-sync replica takes over) and the
+		// stream ends while the store is open.
+		cl.push("replica set", d.rs.close)
+	}
 	if c.NATS.Enabled {
 		if d.cp, err = startControlPlane(ctx, c, cfg, d.b, d.ph, log); err != nil {
 			return nil, natsListenError(ctx, c, err)
@@ -139,7 +163,15 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 	if err := d.serveGRPC(c, grpcLn, cl, m, log); err != nil {
 		return nil, err
 	}
-	if ps != nil {
+	switch {
+	case d.rs != nil:
+		// A replica set's members share one broker name, which the cluster's registry holds
+		// once: the set runs without it (docs/cluster.md, "Replica sets").
+		if err := d.rs.start(ctx, d.b, d.cp.n.Conn(), routedReplicas(c), d.cp.pub.Cluster); err != nil {
+			return nil, err
+		}
+		m.WatchReplicaSet(d.rs.stats)
+	case ps != nil:
 		if err := d.joinCluster(ctx, c, ps, cl, log); err != nil {
 			return nil, err
 		}

@@ -1,0 +1,106 @@
+package cluster_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/cluster"
+)
+
+const leaseTTL = 600 * time.Millisecond
+
+// runLease runs a member's lease on its own NATS connection until the returned stop.
+func runLease(t *testing.T, s *natsserver.Server, node string, bootstrap bool) (*cluster.Lease, func()) {
+	t.Helper()
+	js, err := jetstream.New(connect(t, s))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	kv, err := cluster.OpenReplicaSets(ctx, js, 1)
+	cancel()
+	require.NoError(t, err)
+	l := cluster.NewLease(cluster.LeaseOptions{
+		KV: kv, BrokerName: "b", Node: node, HAAddr: node + ":ha", Addr: node + ":broker",
+		MayBootstrap: bootstrap, TTL: leaseTTL, Logger: quiet,
+	})
+	rctx, rcancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { l.Run(rctx) })
+	stop := func() { rcancel(); wg.Wait() }
+	t.Cleanup(stop)
+	return l, stop
+}
+
+func eventuallyTrue(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never happened: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLeaseFailsOverToAnInSyncMember: the bootstrap member becomes master in epoch 1; when
+// it stops renewing it fences itself, and of the others only the one it published in sync
+// takes over, in epoch 2.
+func TestLeaseFailsOverToAnInSyncMember(t *testing.T) {
+	s := startNATS(t, false)
+	a, stopA := runLease(t, s, "a", true)
+	eventuallyTrue(t, "a is master", a.Held)
+	b, _ := runLease(t, s, "b", false)
+	c, _ := runLease(t, s, "c", false)
+	a.SetInSync([]string{"b"})
+	eventuallyTrue(t, "the in-sync set is published", func() bool {
+		rec, ok := c.Leader()
+		return ok && len(rec.InSync) == 1 && rec.InSync[0] == "b"
+	})
+	rec, _ := b.Leader()
+	require.Equal(t, int64(1), rec.Epoch)
+	require.Equal(t, "a", rec.Node)
+
+	stopA() // a stops renewing (it died, or paused)
+	eventuallyTrue(t, "b took over", func() bool {
+		bHeld := b.Held()
+		require.False(t, bHeld && a.Held(), "two members held the lease at once")
+		return bHeld
+	})
+	require.False(t, a.Held(), "a master that cannot renew stops taking writes")
+	eventuallyTrue(t, "c reads the new record", func() bool {
+		rec, _ = c.Leader()
+		return rec.Node != "a"
+	})
+	require.Equal(t, "b", rec.Node)
+	require.Equal(t, int64(2), rec.Epoch)
+	require.Equal(t, "b:ha", rec.HAAddr)
+	require.False(t, c.Held(), "c was not in sync: it may not take over")
+	el, _ := b.Counts()
+	require.Equal(t, int64(1), el)
+}
+
+// TestLeaseFencesWhenJetStreamIsLost: with JetStream gone no member can renew or take
+// over: the master fences itself and nobody is elected, so writes stop rather than split.
+func TestLeaseFencesWhenJetStreamIsLost(t *testing.T) {
+	s := startNATS(t, false)
+	a, _ := runLease(t, s, "a", true)
+	eventuallyTrue(t, "a is master", a.Held)
+	b, _ := runLease(t, s, "b", false)
+	a.SetInSync([]string{"b"})
+	eventuallyTrue(t, "the in-sync set is published", func() bool {
+		rec, ok := b.Leader()
+		return ok && len(rec.InSync) == 1
+	})
+	s.Shutdown()
+	eventuallyTrue(t, "a fenced itself", func() bool { return !a.Held() })
+	time.Sleep(3 * leaseTTL)
+	require.False(t, b.Held(), "no election without JetStream")
+	require.False(t, a.Held())
+	_, fenced := a.Counts()
+	require.Equal(t, int64(1), fenced)
+}

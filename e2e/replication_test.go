@@ -1,0 +1,489 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/control"
+	"github.com/flowd-io/flowd/internal/clientcore"
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// A replica set of three flowd processes in sync mode (one broker name, broker ids 1-3,
+// the lease in the cluster's JetStream R3), a producer sending synchronously throughout,
+// and faults: kill -9 of the master (which restarts and follows) and SIGSTOP/SIGCONT of the
+// master (it fences itself and comes back a replica). After every fault: every
+// acknowledged message is on the current master exactly once, no message twice, and the
+// members' epoch histories agree (no two masters wrote in one epoch). FLOWD_FAULTS=N runs
+// N faults (default 2: one of each).
+
+const replTopic = "repl-orders"
+
+type replNode struct {
+	*daemon
+	id   int
+	args []string
+}
+
+func startReplicaSet(t *testing.T, mode string) []*replNode {
+	t.Helper()
+	ports := freePorts(t, 3)
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	nodes := make([]*replNode, 3)
+	for i := range nodes {
+		n := &replNode{id: i + 1, args: []string{
+			"--broker-name", "rs", "--replication", mode, "--broker-id", strconv.Itoa(i + 1), "--ha-listen", "127.0.0.1:0",
+			"--nats-cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--nats-routes", strings.Join(routes, ","),
+		}}
+		n.daemon = launch(t, fmt.Sprintf("rs-%d", i+1), t.TempDir(), "", n.args...)
+		nodes[i] = n
+	}
+	for _, n := range nodes {
+		n.awaitServing()
+	}
+	return nodes
+}
+
+// allInSync waits until the master published both other members in sync in its lease: a
+// fault before that leaves no member that may take over (or JetStream without quorum, a
+// member still catching up), and no election, by design.
+func allInSync(t *testing.T, nodes []*replNode) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		m := nodeAt(nodes, masterAddr(nodes))
+		if m == nil {
+			return false
+		}
+		logs := m.logs.String()
+		i := strings.LastIndex(logs, "replica-set in-sync set published")
+		if i < 0 {
+			return false
+		}
+		line, _, _ := strings.Cut(logs[i:], "\n")
+		for _, n := range nodes {
+			if n != m && !strings.Contains(line, fmt.Sprintf("rs-%d", n.id)) {
+				return false
+			}
+		}
+		return true
+	}, wait, tick, "every member in sync")
+}
+
+// scrape is the node's /metrics page ("" when it does not answer).
+func scrape(n *replNode) string {
+	resp, err := http.Get("http://" + n.http + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// subscribeEvents subscribes, on a live node other than except, to one kind of cluster
+// event.
+func subscribeEvents(t *testing.T, nodes []*replNode, except *replNode, kind string) <-chan control.EventData {
+	t.Helper()
+	var on *replNode
+	for _, n := range nodes {
+		if n != except && !n.gone() {
+			on = n
+			break
+		}
+	}
+	nc, err := nats.Connect(on.nats)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	out := make(chan control.EventData, 16)
+	_, err = nc.Subscribe(control.EventSubjectPrefix+"."+cluster+"."+kind, func(m *nats.Msg) {
+		var d control.EventData
+		if json.Unmarshal(m.Data, &d) == nil {
+			out <- d
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.FlushTimeout(wait))
+	return out
+}
+
+func (n *replNode) restart(t *testing.T) {
+	t.Helper()
+	n.daemon = launch(t, fmt.Sprintf("rs-%d restarted", n.id), n.dir, "", n.args...)
+	n.awaitServing()
+}
+
+// masterAddr asks the live nodes' name services, all at once (a paused node does not
+// answer), for the replica set's master (broker id 0), and returns the first answer.
+func masterAddr(nodes []*replNode) string {
+	answers := make(chan string, len(nodes))
+	asked := 0
+	for _, n := range nodes {
+		if n.gone() || n.namesrv == "" {
+			continue
+		}
+		asked++
+		go func(namesrv string) {
+			r, err := routeBrokers(namesrv, protocol.AutoCreateTopicKey)
+			if err != nil {
+				r = nil
+			}
+			answers <- r["rs"]
+		}(n.namesrv)
+	}
+	for range asked {
+		if a := <-answers; a != "" {
+			return a
+		}
+	}
+	return ""
+}
+
+func nodeAt(nodes []*replNode, addr string) *replNode {
+	for _, n := range nodes {
+		if n.broker == addr && !n.gone() {
+			return n
+		}
+	}
+	return nil
+}
+
+// sender sends unique bodies synchronously to whichever node the routes name master, and
+// records each acknowledged one with the broker that acknowledged it.
+type sender struct {
+	mu     sync.Mutex
+	acked  map[string]string // body -> broker address
+	last   time.Time         // last acknowledgement
+	lastBy string
+	stop   chan struct{}
+	done   chan struct{}
+	halted sync.Once
+}
+
+func startSender(t *testing.T, nodes []*replNode) *sender {
+	s := &sender{acked: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{})}
+	c, err := clientcore.New(clientcore.Options{NameServers: []string{"127.0.0.1:1"}})
+	require.NoError(t, err)
+	go func() {
+		defer close(s.done)
+		defer c.Close(context.Background())
+		addr := ""
+		for i := 0; ; i++ {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			if addr == "" {
+				if addr = masterAddr(nodes); addr == "" {
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+			}
+			body := fmt.Sprintf("m-%06d", i)
+			h := &protocol.SendMessageRequestHeader{ProducerGroup: "e2e", Topic: replTopic, DefaultTopic: protocol.AutoCreateTopicKey,
+				DefaultTopicQueueNums: 2, QueueID: int32(i % 2), BornTimestamp: time.Now().UnixMilli()}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			resp, err := c.Invoke(ctx, addr, protocol.NewRequest(protocol.SendMessageV2, h.EncodeV2(), []byte(body)))
+			cancel()
+			if err != nil || resp.ResponseCode() != protocol.Success {
+				addr = "" // refused (a replica, fenced, too few in sync) or gone: ask the routes again
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			s.mu.Lock()
+			s.acked[body], s.last, s.lastBy = addr, time.Now(), addr
+			s.mu.Unlock()
+		}
+	}()
+	return s
+}
+
+func (s *sender) halt() {
+	s.halted.Do(func() { close(s.stop) })
+	<-s.done
+}
+
+// ackedBy waits until a send is acknowledged by a broker other than old and returns when.
+func (s *sender) ackedBy(t *testing.T, old string, after time.Time, nodes []*replNode) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		last, by := s.last, s.lastBy
+		s.mu.Unlock()
+		if by != old && last.After(after) {
+			return last
+		}
+		time.Sleep(tick)
+	}
+	for _, n := range nodes {
+		if !n.gone() {
+			_ = n.cmd.Process.Signal(syscall.SIGQUIT) // their goroutines, in the logs printed below
+		}
+	}
+	time.Sleep(time.Second)
+	t.Fatalf("no send acknowledged by a new master within %s", wait)
+	return time.Time{}
+}
+
+func (s *sender) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.acked)
+}
+
+// bodiesAt pulls both queues of the topic from addr, from the start to the end.
+func bodiesAt(t *testing.T, addr string) map[string]int {
+	t.Helper()
+	c, err := clientcore.New(clientcore.Options{NameServers: []string{"127.0.0.1:1"}})
+	require.NoError(t, err)
+	defer c.Close(context.Background())
+	got := map[string]int{}
+	for q := range int32(2) {
+		for off := int64(0); ; {
+			h := &protocol.PullMessageRequestHeader{ConsumerGroup: protocol.ReaderGroup, Topic: replTopic, QueueID: q, QueueOffset: off,
+				MaxMsgNums: 256, SysFlag: 0, SubVersion: 0, Subscription: "*", ExpressionType: "TAG"}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			resp, err := c.Invoke(ctx, addr, protocol.NewRequestWith(protocol.PullMessage, h, nil))
+			cancel()
+			require.NoError(t, err)
+			if resp.ResponseCode() != protocol.Success {
+				break
+			}
+			msgs, err := protocol.DecodeStoredAll(resp.Body)
+			require.NoError(t, err)
+			if len(msgs) == 0 {
+				break
+			}
+			for _, m := range msgs {
+				got[string(m.Body)]++
+				off = m.QueueOffset + 1
+			}
+		}
+	}
+	return got
+}
+
+// checkAcked: every acknowledged message is on the master at addr exactly once, and no
+// message is there twice.
+func (s *sender) checkAcked(t *testing.T, addr string) {
+	t.Helper()
+	s.mu.Lock()
+	acked := make(map[string]string, len(s.acked))
+	for k, v := range s.acked {
+		acked[k] = v
+	}
+	s.mu.Unlock()
+	var got map[string]int
+	require.Eventually(t, func() bool {
+		got = bodiesAt(t, addr)
+		for body := range acked {
+			if got[body] == 0 {
+				return false
+			}
+		}
+		return true
+	}, wait, 100*time.Millisecond, "every acknowledged message readable from the master %s", addr)
+	for body, n := range got {
+		require.Equal(t, 1, n, "%s stored %d times", body, n)
+	}
+}
+
+// epochsAgree: the live members' epoch histories are one history (each a prefix of the
+// longest), so no epoch had two masters writing from different offsets.
+func epochsAgree(t *testing.T, nodes []*replNode) {
+	t.Helper()
+	type ep struct {
+		Epoch int64 `json:"epoch"`
+		Start int64 `json:"start"`
+	}
+	var longest []ep
+	hist := map[int][]ep{}
+	require.Eventually(t, func() bool {
+		for _, n := range nodes {
+			b, err := os.ReadFile(filepath.Join(n.dir, "data", "epochs.json"))
+			if err != nil {
+				return false
+			}
+			var e []ep
+			if json.Unmarshal(b, &e) != nil {
+				return false
+			}
+			hist[n.id] = e
+			if len(e) > len(longest) {
+				longest = e
+			}
+		}
+		for _, e := range hist {
+			if len(e) != len(longest) {
+				return false // a member has not caught up with the last epoch yet
+			}
+		}
+		return true
+	}, wait, 100*time.Millisecond, "every member recorded the last epoch")
+	for id, e := range hist {
+		require.Equal(t, longest, e, "member %d's epoch history", id)
+	}
+}
+
+func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
+	faults := 2
+	if v := os.Getenv("FLOWD_FAULTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err)
+		faults = n
+	}
+	nodes := startReplicaSet(t, "sync")
+	s := startSender(t, nodes)
+	defer s.halt()
+	require.Eventually(t, func() bool { return s.count() > 50 }, wait, tick, "sends acknowledged")
+
+	for f := range faults {
+		allInSync(t, nodes)
+		old := masterAddr(nodes)
+		m := nodeAt(nodes, old)
+		require.NotNil(t, m, "the routes name a live master")
+		before := s.count()
+		t0 := time.Now()
+		if f%2 == 0 {
+			masters := subscribeEvents(t, nodes, m, "cluster.replica_master")
+			m.kill()
+			at := s.ackedBy(t, old, t0, nodes)
+			t.Logf("fault %d: kill -9 of master rs-%d; first send acknowledged by the new master %s later", f+1, m.id, at.Sub(t0).Round(time.Millisecond))
+			select {
+			case d := <-masters:
+				require.Equal(t, "rs", d.ClusterBroker)
+				require.NotEqual(t, fmt.Sprintf("rs-%d", m.id), d.ClusterNode, "the new master announced itself")
+				require.Regexp(t, `^epoch \d+$`, d.Reason)
+			case <-time.After(wait):
+				t.Fatal("no cluster.replica_master event")
+			}
+			m.restart(t)
+		} else {
+			require.NoError(t, m.cmd.Process.Signal(syscall.SIGSTOP))
+			at := s.ackedBy(t, old, t0, nodes)
+			t.Logf("fault %d: SIGSTOP of master rs-%d; first send acknowledged by the new master %s later", f+1, m.id, at.Sub(t0).Round(time.Millisecond))
+			require.NoError(t, m.cmd.Process.Signal(syscall.SIGCONT))
+			require.Eventually(t, func() bool {
+				return strings.Contains(m.logs.String(), "stepped down")
+			}, wait, tick, "the paused master stepped down when it resumed")
+		}
+		require.Eventually(t, func() bool { return s.count() > before+20 }, wait, tick, "sends acknowledged after the fault")
+		cur := masterAddr(nodes)
+		require.NotEmpty(t, cur)
+		s.checkAcked(t, cur)
+		epochsAgree(t, nodes)
+		if strings.Contains(m.logs.String(), "the commit log was cut back") {
+			t.Logf("fault %d: rs-%d cut the tail no replica had acknowledged, restarted in place, and follows", f+1, m.id)
+		}
+		for _, n := range nodes {
+			want := "flowd_replication_master 0"
+			if n.broker == cur {
+				want = "flowd_replication_master 1"
+			}
+			require.Eventually(t, func() bool { return strings.Contains(scrape(n), want) }, wait, tick, "rs-%d exports %s", n.id, want)
+		}
+	}
+	s.halt()
+	t.Logf("%d faults, %d sends acknowledged", faults, s.count())
+}
+
+// Async mode, and what a failover loses there: the master acknowledges sends its replicas
+// (paused) never received, then dies; a replica takes over without them. Restarted, the old
+// master is told its log diverged, cuts that tail, restarts in place and follows: the
+// members end with one history and one log, the lost sends on none of them.
+func TestReplicaSetDeposedMasterCutsItsUnreplicatedTail(t *testing.T) {
+	nodes := startReplicaSet(t, "async")
+	allInSync(t, nodes)
+	m := nodeAt(nodes, masterAddr(nodes))
+	require.NotNil(t, m)
+	c, err := clientcore.New(clientcore.Options{NameServers: []string{"127.0.0.1:1"}})
+	require.NoError(t, err)
+	defer c.Close(context.Background())
+	send := func(addr, body string) error {
+		h := &protocol.SendMessageRequestHeader{ProducerGroup: "e2e", Topic: replTopic, DefaultTopic: protocol.AutoCreateTopicKey,
+			DefaultTopicQueueNums: 2, QueueID: 0, BornTimestamp: time.Now().UnixMilli()}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		resp, err := c.Invoke(ctx, addr, protocol.NewRequest(protocol.SendMessageV2, h.EncodeV2(), []byte(body)))
+		if err != nil {
+			return err
+		}
+		if resp.ResponseCode() != protocol.Success {
+			return fmt.Errorf("%s: %s", resp.ResponseCode(), resp.Remark)
+		}
+		return nil
+	}
+	require.NoError(t, send(m.broker, "replicated"))
+	var replicas []*replNode
+	for _, n := range nodes {
+		if n != m {
+			replicas = append(replicas, n)
+		}
+	}
+	require.Eventually(t, func() bool {
+		for _, r := range replicas {
+			if bodiesAt(t, r.broker)["replicated"] != 1 {
+				return false
+			}
+		}
+		return true
+	}, wait, tick, "both replicas have the first send")
+	for _, r := range replicas {
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGSTOP))
+	}
+	for i := range 5 {
+		require.NoError(t, send(m.broker, fmt.Sprintf("lost-%d", i)), "async mode acknowledges at once")
+	}
+	m.kill()
+	for _, r := range replicas {
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGCONT))
+	}
+	var cur string
+	require.Eventually(t, func() bool {
+		cur = masterAddr(nodes)
+		return cur != "" && cur != m.broker && send(cur, "after") == nil
+	}, wait, 100*time.Millisecond, "a replica took over")
+
+	// It serves, learns its log diverged, stops and runs again in place (new port-0
+	// addresses): its addresses are those of its last "flowd serving" line.
+	m.daemon = launch(t, "rs-old-master", m.dir, "", m.args...)
+	require.Eventually(t, func() bool {
+		logs := m.logs.String()
+		i := strings.Index(logs, "the commit log was cut back")
+		return i >= 0 && servingLine.MatchString(logs[i:])
+	}, wait, tick, "the old master cut its diverged tail and serves again")
+	all := servingLine.FindAllStringSubmatch(m.logs.String(), -1)
+	last := all[len(all)-1]
+	m.broker, m.namesrv, m.nats, m.http = last[1], last[2], last[3], last[4]
+	require.False(t, m.gone(), "the same process runs on")
+	epochsAgree(t, nodes)
+	require.Eventually(t, func() bool {
+		got := bodiesAt(t, m.broker)
+		return got["replicated"] == 1 && got["after"] == 1
+	}, wait, 100*time.Millisecond, "the old master follows the new one")
+	for _, n := range nodes {
+		got := bodiesAt(t, n.broker)
+		for i := range 5 {
+			require.Zero(t, got[fmt.Sprintf("lost-%d", i)], "rs-%d still has a send async mode lost", n.id)
+		}
+		require.Len(t, got, 2, "rs-%d", n.id)
+	}
+}
