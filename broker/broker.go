@@ -164,11 +164,13 @@ func New(c Config) (*Broker, error) {
 	}
 	if err := b.createSystemTopics(); err != nil {
 		b.closeListeners()
+		b.pop.jnl.close()
 		b.store.Close()
 		return nil, err
 	}
 	if err := b.loadTransactions(b.ctx); err != nil {
 		b.closeListeners()
+		b.pop.jnl.close()
 		b.store.Close()
 		return nil, fmt.Errorf("restore pending transactions: %w", err)
 	}
