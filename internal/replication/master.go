@@ -2,6 +2,7 @@ package replication
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -211,7 +212,7 @@ func (m *Master) Await(end int64, deadline time.Time, done func(error)) {
 		done(nil)
 		return
 	}
-	i, _ := slices.BinarySearchFunc(m.waiters, end, func(w waiter, e int64) int { return cmpInt(w.end, e) })
+	i, _ := slices.BinarySearchFunc(m.waiters, end, func(w waiter, e int64) int { return cmp.Compare(w.end, e) })
 	m.waiters = slices.Insert(m.waiters, i, waiter{end: end, deadline: deadline, done: done})
 	m.mu.Unlock()
 }
@@ -231,16 +232,6 @@ func (m *Master) Wait(ctx context.Context, end int64) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // quorumLocked is the highest offset MinInSync members hold: the master's own end, and
@@ -314,18 +305,8 @@ func (m *Master) Replicas() []ReplicaStatus {
 			LagBytes: max(0, end-p.written), LagTime: now.Sub(p.caughtUp), InSync: slices.Contains(m.inSync, p.node),
 		})
 	}
-	slices.SortFunc(out, func(a, b ReplicaStatus) int { return cmpStr(a.Node, b.Node) })
+	slices.SortFunc(out, func(a, b ReplicaStatus) int { return cmp.Compare(a.Node, b.Node) })
 	return out
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // evaluateLocked recomputes the in-sync set; changed reports whether it moved.
