@@ -97,7 +97,8 @@ type SendResult struct {
 // UNIQ_KEY a producer sets and the broker's CLUSTER property. It is the control plane's
 // way to put a test message without a client; delayed and transactional messages are not
 // supported (their properties are refused). It fails with ErrNotFound for an unknown topic,
-// ErrReserved for one of the broker's own, ErrBadMessage for a bad body.
+// ErrReserved for one of the broker's own, ErrBadMessage for a bad body; in a replica set
+// it obeys the set as Produce does.
 func (b *Broker) Send(ctx context.Context, m protocol.Message, queueID int32) (SendResult, error) {
 	if err := b.writable(); err != nil {
 		return SendResult{}, fmt.Errorf("send to %q: %w", m.Topic, err)
@@ -108,6 +109,9 @@ func (b *Broker) Send(ctx context.Context, m protocol.Message, queueID int32) (S
 	}
 	if isSystemTopic(m.Topic) || strings.HasPrefix(m.Topic, RetryTopicPrefix) || strings.HasPrefix(m.Topic, DLQTopicPrefix) {
 		return SendResult{}, fmt.Errorf("send to %q: %w", m.Topic, ErrReserved)
+	}
+	if err := b.writable(); err != nil {
+		return SendResult{}, fmt.Errorf("send to %q: %w", m.Topic, err)
 	}
 	if len(m.Body) == 0 {
 		return SendResult{}, fmt.Errorf("send to %q: the body is empty: %w", m.Topic, ErrBadMessage)
@@ -153,5 +157,5 @@ func (b *Broker) Send(ctx context.Context, m protocol.Message, queueID int32) (S
 	return SendResult{
 		MsgID: res.MsgID, UniqKey: props[protocol.PropertyUniqueKey], QueueID: queueID, QueueOffset: res.QueueOffset,
 		StoreTime: time.UnixMilli(res.StoreTimestamp).UTC(),
-	}, nil
+	}, b.replicated(ctx, m.Topic, res.CommitLogOffset+int64(res.Size))
 }

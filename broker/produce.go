@@ -45,6 +45,9 @@ type ProduceResult struct {
 // into the half topic. Topics are never created here (RocketMQ 5 clients do not create
 // them). It fails with ErrNotFound for an unknown topic or queue, ErrReserved for one of the
 // broker's own or a topic that is not writable, ErrBadMessage for an empty or oversized body.
+// In a replica set it obeys the set as a remoting send does: ErrNotMaster or
+// ErrNotEnoughInSync with nothing stored, and in sync mode it returns once enough members
+// hold the message, or with its result and ErrNotReplicated.
 func (b *Broker) Produce(ctx context.Context, r ProduceRequest) (ProduceResult, error) {
 	m := r.Message
 	tc, ok := b.topics.get(m.Topic)
@@ -56,6 +59,9 @@ func (b *Broker) Produce(ctx context.Context, r ProduceRequest) (ProduceResult, 
 	}
 	if !tc.Writable() {
 		return ProduceResult{}, fmt.Errorf("send to %q: not writable (perm %d): %w", m.Topic, tc.Perm, ErrReserved)
+	}
+	if err := b.writable(); err != nil {
+		return ProduceResult{}, fmt.Errorf("send to %q: %w", m.Topic, err)
 	}
 	if len(m.Body) == 0 {
 		return ProduceResult{}, fmt.Errorf("send to %q: the body is empty: %w", m.Topic, ErrBadMessage)
@@ -107,7 +113,7 @@ func (b *Broker) Produce(ctx context.Context, r ProduceRequest) (ProduceResult, 
 	return ProduceResult{SendResult: SendResult{
 		MsgID: res.MsgID, UniqKey: props[protocol.PropertyUniqueKey], QueueID: queueID, QueueOffset: res.QueueOffset,
 		StoreTime: time.UnixMilli(res.StoreTimestamp).UTC(),
-	}, CommitLogOffset: res.CommitLogOffset}, nil
+	}, CommitLogOffset: res.CommitLogOffset}, b.replicated(ctx, m.Topic, res.CommitLogOffset+int64(res.Size))
 }
 
 func (b *Broker) produceHalf(ctx context.Context, ext *protocol.MessageExt, r ProduceRequest) (ProduceResult, error) {
@@ -126,7 +132,7 @@ func (b *Broker) produceHalf(ctx context.Context, ext *protocol.MessageExt, r Pr
 	return ProduceResult{SendResult: SendResult{
 		MsgID: res.MsgID, UniqKey: ext.Properties[protocol.PropertyUniqueKey], QueueID: queueID, QueueOffset: res.QueueOffset,
 		StoreTime: time.UnixMilli(res.StoreTimestamp).UTC(),
-	}, HalfOffset: res.QueueOffset, CommitLogOffset: res.CommitLogOffset}, nil
+	}, HalfOffset: res.QueueOffset, CommitLogOffset: res.CommitLogOffset}, b.replicated(ctx, topic, res.CommitLogOffset+int64(res.Size))
 }
 
 // ErrTransaction is returned by EndTransaction for a half message it cannot resolve: none

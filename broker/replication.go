@@ -49,6 +49,10 @@ var (
 	// was stored. Answered SYSTEM_ERROR with a remark starting "in-sync replicas not
 	// enough", as RocketMQ 5 answers IN_SYNC_REPLICAS_NOT_ENOUGH.
 	ErrNotEnoughInSync = errors.New("in-sync replicas not enough")
+	// ErrNotReplicated: sync mode, the message is stored on the master but was not held by
+	// enough members before the deadline (remoting answers FLUSH_SLAVE_TIMEOUT). Produce
+	// and Send return their result with it: the message stands, so it must not be sent again.
+	ErrNotReplicated = errors.New("stored, not held by enough replicas in time")
 )
 
 // ownAddrs is this broker's addresses in a route: {0: its own}, or its replica set's.
@@ -166,6 +170,15 @@ func (b *Broker) awaitReplicated(ctx context.Context, end int64) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// replicated waits, for the sends outside remoting (Produce, Send), until the record
+// ending at end is held by enough members; an error wraps ErrNotReplicated.
+func (b *Broker) replicated(ctx context.Context, topic string, end int64) error {
+	if err := b.awaitReplicated(ctx, end); err != nil {
+		return fmt.Errorf("send to %q: %w: %v", topic, ErrNotReplicated, err)
+	}
+	return nil
 }
 
 // Store is the broker's message store, which a replica set's stream reads (on the

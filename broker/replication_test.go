@@ -186,3 +186,45 @@ func TestReplicaSetSyncSendsSurviveAPromotion(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, int64(20), off)
 }
+
+// TestProduceAndSendFollowTheReplicaSet: the sends that do not come over remoting (gRPC's
+// Produce, the control plane's Send) obey the replica set as remoting sends do: a replica
+// stores nothing, and in sync mode a send returns only once the replica holds it.
+func TestProduceAndSendFollowTheReplicaSet(t *testing.T) {
+	const topic = "repl-produce"
+	mRole := &role{sync: true, minInSync: 2}
+	rRole := &role{sync: true, minInSync: 2}
+	m := startBroker(t, func(c *broker.Config) { c.Replication = mRole })
+	r := startBroker(t, func(c *broker.Config) { c.Replication = rRole })
+	tc := broker.TopicConfig{Name: topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: protocol.PermRead | protocol.PermWrite}
+	require.NoError(t, m.CreateTopic(tc))
+	require.NoError(t, r.CreateTopic(tc))
+	ctx := context.Background()
+	req := func(body string) broker.ProduceRequest {
+		return broker.ProduceRequest{Message: protocol.Message{Topic: topic, Body: []byte(body)}, QueueID: -1}
+	}
+
+	before := r.StoreStats().CommitLogMaxOffset
+	_, err := r.Produce(ctx, req("to-replica"))
+	require.ErrorIs(t, err, broker.ErrNotMaster)
+	_, err = r.Send(ctx, protocol.Message{Topic: topic, Body: []byte("to-replica")}, -1)
+	require.ErrorIs(t, err, broker.ErrNotMaster)
+	require.Equal(t, before, r.StoreStats().CommitLogMaxOffset, "a replica stored a send")
+
+	hm := mRole.become(t, m, 1)
+	_, err = m.Produce(ctx, req("alone"))
+	require.ErrorIs(t, err, broker.ErrNotEnoughInSync, "a sync master without its replica takes a send")
+
+	followBroker(t, r, hm.Addr().String())
+	waitFor(t, "the replica in sync", func() bool { return len(hm.InSync()) == 1 })
+	for i := range 10 {
+		_, err := m.Produce(ctx, req(fmt.Sprintf("p-%d", i)))
+		require.NoError(t, err)
+		rEnd, _ := r.Store().Positions()
+		require.GreaterOrEqual(t, rEnd, m.StoreStats().CommitLogMaxOffset, "Produce returned before the replica held it")
+		_, err = m.Send(ctx, protocol.Message{Topic: topic, Body: []byte(fmt.Sprintf("s-%d", i))}, -1)
+		require.NoError(t, err)
+		rEnd, _ = r.Store().Positions()
+		require.GreaterOrEqual(t, rEnd, m.StoreStats().CommitLogMaxOffset, "Send returned before the replica held it")
+	}
+}

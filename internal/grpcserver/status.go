@@ -32,6 +32,11 @@ func statusOf(err error, notFound pb.Code) *pb.Status {
 		return status(pb.Code_TOO_MANY_REQUESTS, err.Error())
 	case errors.Is(err, broker.ErrTransaction):
 		return status(pb.Code_INVALID_TRANSACTION_ID, err.Error())
+	case errors.Is(err, broker.ErrNotMaster), errors.Is(err, broker.ErrNotEnoughInSync):
+		// A replica, a fenced master, or too few members in sync: nothing was stored.
+		return status(pb.Code_HA_NOT_AVAILABLE, err.Error())
+	case errors.Is(err, broker.ErrNotReplicated):
+		return status(pb.Code_SLAVE_PERSISTENCE_TIMEOUT, err.Error())
 	case errors.Is(err, store.ErrFlushTimeout):
 		return status(pb.Code_MASTER_PERSISTENCE_TIMEOUT, err.Error())
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
