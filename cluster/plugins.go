@@ -362,7 +362,7 @@ func (s *PluginStore) Get(ctx context.Context, name, version string) (*plugins.M
 			return nil, nil, err // not in the cluster either: ErrNotFound
 		}
 	}
-	wasm, ferr := s.fetch(ctx, rec)
+	wasm, ferr := s.fetchRetrying(ctx, rec)
 	if ferr != nil {
 		return nil, nil, ferr
 	}

@@ -241,9 +241,37 @@ func (s *PluginStore) ensureCached(ctx context.Context, rec PluginVersion) {
 	} else if err == nil {
 		_ = s.cache.Delete(ctx, m.Name, m.Version)
 	}
-	if _, err := s.fetch(ctx, rec); err != nil {
+	if _, err := s.fetchRetrying(ctx, rec); err != nil {
 		s.refused(ctx, m.Name, m.Version, string(m.Kind), err)
 	}
+}
+
+// fetchRetrying fetches rec, trying again for up to SyncTimeout while JetStream does not
+// answer yet: a node whose NATS server has just joined the cluster's routes sees the
+// buckets before the streams behind them answer it ("no responders"), and such a version
+// is not refused, only late. A module that is wrong (size, checksum) is refused at once.
+func (s *PluginStore) fetchRetrying(ctx context.Context, rec PluginVersion) ([]byte, error) {
+	deadline := time.Now().Add(s.opts.SyncTimeout)
+	wait := 50 * time.Millisecond
+	for {
+		wasm, err := s.fetch(ctx, rec)
+		if err == nil || !notAnsweringYet(err) || time.Now().Add(wait).After(deadline) {
+			return wasm, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// notAnsweringYet tells a JetStream that has not answered (no responders, a timeout) from
+// one that answered no.
+func notAnsweringYet(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 // follow makes the registry follow the cluster's activation of name@version (again: load
