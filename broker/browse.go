@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
+	"maps"
 	"strings"
 	"time"
 
@@ -92,41 +92,17 @@ type SendResult struct {
 	StoreTime      time.Time
 }
 
-// Send stores one message in an existing topic through the store's put path, as a send
-// from a producer on this node would: a random write queue when queueID is negative, the
-// UNIQ_KEY a producer sets and the broker's CLUSTER property. It is the control plane's
-// way to put a test message without a client; delayed and transactional messages are not
-// supported (their properties are refused). It fails with ErrNotFound for an unknown topic,
-// ErrReserved for one of the broker's own, ErrBadMessage for a bad body; in a replica set
-// it obeys the set as Produce does.
+// Send stores one message in an existing topic through Produce, as a send from a producer
+// on this node would: a random write queue when queueID is negative, the UNIQ_KEY a
+// producer sets and the broker's CLUSTER property. It is the control plane's way to put a
+// test message without a client; delayed and transactional messages are not supported
+// (their properties are refused). It fails as Produce does: ErrNotFound for an unknown
+// topic, ErrReserved for one of the broker's own, ErrBadMessage for a bad body, and in a
+// replica set as the set says.
 func (b *Broker) Send(ctx context.Context, m protocol.Message, queueID int32) (SendResult, error) {
-	if err := b.writable(); err != nil {
-		return SendResult{}, fmt.Errorf("send to %q: %w", m.Topic, err)
-	}
-	tc, ok := b.topics.get(m.Topic)
-	if !ok {
-		return SendResult{}, fmt.Errorf("send to %q: %w", m.Topic, ErrNotFound)
-	}
-	if isSystemTopic(m.Topic) || strings.HasPrefix(m.Topic, RetryTopicPrefix) || strings.HasPrefix(m.Topic, DLQTopicPrefix) {
-		return SendResult{}, fmt.Errorf("send to %q: %w", m.Topic, ErrReserved)
-	}
-	if err := b.writable(); err != nil {
-		return SendResult{}, fmt.Errorf("send to %q: %w", m.Topic, err)
-	}
-	if len(m.Body) == 0 {
-		return SendResult{}, fmt.Errorf("send to %q: the body is empty: %w", m.Topic, ErrBadMessage)
-	}
-	if len(m.Body) > b.cfg.MaxMessageSize {
-		return SendResult{}, fmt.Errorf("send to %q: a body of %d bytes exceeds the %d-byte limit: %w", m.Topic, len(m.Body), b.cfg.MaxMessageSize, ErrBadMessage)
-	}
-	if queueID < 0 {
-		queueID = mrand.Int32N(int32(tc.WriteQueueNums))
-	} else if int(queueID) >= tc.WriteQueueNums {
-		return SendResult{}, fmt.Errorf("send to %q: queue %d (%d write queues): %w", m.Topic, queueID, tc.WriteQueueNums, ErrNotFound)
-	}
-	props := map[string]string{}
-	for k, v := range m.Properties {
-		props[k] = v
+	props := maps.Clone(m.Properties)
+	if props == nil {
+		props = map[string]string{}
 	}
 	for _, k := range []string{protocol.PropertyDelayLevel, protocol.PropertyTransactionPrepared} {
 		if _, ok := props[k]; ok {
@@ -140,22 +116,7 @@ func (b *Broker) Send(ctx context.Context, m protocol.Message, queueID int32) (S
 		}
 		props[protocol.PropertyUniqueKey] = strings.ToUpper(hex.EncodeToString(id[:]))
 	}
-	now := time.Now()
-	ext := protocol.MessageExt{
-		Message:       protocol.Message{Topic: m.Topic, Flag: m.Flag, Body: m.Body, Properties: b.stampStored(nil, "", props)},
-		QueueID:       queueID,
-		BornTimestamp: now.UnixMilli(),
-		BornHost:      b.store.StoreHost(),
-	}
-	res, err := b.store.Put(ctx, &ext)
-	if err != nil && !storedUnflushed(err, res.Size > 0) {
-		return SendResult{}, fmt.Errorf("send to %q: %w", m.Topic, err)
-	}
-	if o := b.cfg.Observer; o != nil {
-		o.MessagesIn(m.Topic, 1, len(m.Body))
-	}
-	return SendResult{
-		MsgID: res.MsgID, UniqKey: props[protocol.PropertyUniqueKey], QueueID: queueID, QueueOffset: res.QueueOffset,
-		StoreTime: time.UnixMilli(res.StoreTimestamp).UTC(),
-	}, b.replicated(ctx, m.Topic, res.CommitLogOffset+int64(res.Size))
+	m.Properties = props
+	res, err := b.Produce(ctx, ProduceRequest{Message: m, QueueID: queueID})
+	return res.SendResult, err
 }
