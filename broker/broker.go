@@ -117,16 +117,22 @@ func New(c Config) (*Broker, error) {
 	if err := b.openPop(); err != nil {
 		return nil, err
 	}
+	// fail closes what New opened from here on (listeners, pop journal, store).
+	fail := func(err error) (*Broker, error) {
+		b.closeListeners()
+		b.pop.jnl.close()
+		if b.store != nil {
+			b.store.Close()
+		}
+		return nil, err
+	}
 
 	if b.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-		b.pop.jnl.close()
-		return nil, fmt.Errorf("broker listen %s: %w", cfg.Listen, err)
+		return fail(fmt.Errorf("broker listen %s: %w", cfg.Listen, err))
 	}
 	if cfg.NamesrvListen != "off" {
 		if b.nsLn, err = net.Listen("tcp", cfg.NamesrvListen); err != nil {
-			b.ln.Close()
-			b.pop.jnl.close()
-			return nil, fmt.Errorf("name service listen %s: %w", cfg.NamesrvListen, err)
+			return fail(fmt.Errorf("name service listen %s: %w", cfg.NamesrvListen, err))
 		}
 	}
 	bound := b.ln.Addr().(*net.TCPAddr).AddrPort()
@@ -153,9 +159,7 @@ func New(c Config) (*Broker, error) {
 		b.events.emit(Event{Type: StoreFailed, Time: time.Now(), Reason: err.Error()})
 	}
 	if b.store, err = store.Open(filepath.Join(cfg.DataDir, "store"), sopts); err != nil {
-		b.closeListeners()
-		b.pop.jnl.close()
-		return nil, err
+		return fail(err)
 	}
 	b.offsets.sync = b.store.Sync
 	for _, c := range b.offsets.clamp(b.store.MaxOffset) {
@@ -163,16 +167,10 @@ func New(c Config) (*Broker, error) {
 			"group", c.group, "topic", c.topic, "queue", c.queueID, "offset", c.from, "max", c.to)
 	}
 	if err := b.createSystemTopics(); err != nil {
-		b.closeListeners()
-		b.pop.jnl.close()
-		b.store.Close()
-		return nil, err
+		return fail(err)
 	}
 	if err := b.loadTransactions(b.ctx); err != nil {
-		b.closeListeners()
-		b.pop.jnl.close()
-		b.store.Close()
-		return nil, fmt.Errorf("restore pending transactions: %w", err)
+		return fail(fmt.Errorf("restore pending transactions: %w", err))
 	}
 	return b, nil
 }
