@@ -6,6 +6,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/netip"
 	"strconv"
@@ -186,18 +187,11 @@ func delayLevelFor(levels []time.Duration, d time.Duration) (int, bool) {
 
 // hashGroup is FNV-1a of a message group, for its queue.
 func hashGroup(g string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(g); i++ {
-		h ^= uint32(g[i])
-		h *= 16777619
-	}
-	return h
+	h := fnv.New32a()
+	h.Write([]byte(g))
+	return h.Sum32()
 }
 
-// toProto maps a stored message onto a 5.x message of topic (the consumer's topic, also
-// for a message read from its retry topic), with the pop delivery's receipt handle,
-// attempt and invisibility when p is not nil, and its body's MD5 (upper-case hex, as
-// RocketMQ's proxy sends: the clients check it).
 // delivery is what a pop delivery adds to a message.
 type delivery struct {
 	handle         string
@@ -205,6 +199,10 @@ type delivery struct {
 	invisibleUntil time.Time
 }
 
+// toProto maps a stored message onto a 5.x message of topic (the consumer's topic, also
+// for a message read from its retry topic), with the pop delivery's receipt handle,
+// attempt and invisibility when p is not nil, and its body's MD5 (upper-case hex, as
+// RocketMQ's proxy sends: the clients check it).
 func (s *Server) toProto(m *protocol.MessageExt, topic string, p *delivery) *pb.Message {
 	body, err := m.UncompressedBody(s.b.MaxMessageSize() * 4)
 	if err != nil {
