@@ -133,31 +133,52 @@ func launch(t *testing.T, name, dir, extra string, args ...string) *daemon {
 	return d
 }
 
-// awaitServing waits until the daemon logs its addresses and answers /readyz.
+// awaitServing waits until the daemon logs its addresses and answers /readyz. A daemon
+// that runs itself again in place (a replica cutting a diverged log) logs its addresses once
+// a run: the last serving line with no stop after it is the one that counts.
 func (d *daemon) awaitServing() {
 	t, name := d.t, d.name
 	t.Helper()
 	var m []string
+	current := func() []string {
+		logs := d.logs.String()
+		all := servingLine.FindAllStringSubmatchIndex(logs, -1)
+		if len(all) == 0 {
+			return nil
+		}
+		last := all[len(all)-1]
+		if strings.Contains(logs[last[1]:], `msg="flowd stopping"`) {
+			return nil
+		}
+		var sub []string
+		for i := 0; i < len(last); i += 2 {
+			sub = append(sub, logs[last[i]:last[i+1]])
+		}
+		return sub
+	}
 	require.Eventually(t, func() bool {
 		if d.gone() {
 			return true
 		}
-		m = servingLine.FindStringSubmatch(d.logs.String())
+		m = current()
 		return m != nil
 	}, wait, tick, "flowd %s logs its addresses", name)
 	if m == nil {
 		<-d.exited // it is gone: d.err is set
 		t.Fatalf("flowd %s did not start (%v): %s", name, d.err, d.logs.String())
 	}
-	d.broker, d.namesrv, d.nats, d.http, d.grpc = m[1], m[2], m[3], m[4], m[5]
 	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + d.http + "/readyz")
+		if m = current(); m == nil {
+			return false
+		}
+		resp, err := http.Get("http://" + m[4] + "/readyz")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, wait, tick, "flowd %s is ready", name)
+	d.broker, d.namesrv, d.nats, d.http, d.grpc = m[1], m[2], m[3], m[4], m[5]
 }
 
 // writeConfig writes the configuration file: baseConfig, then extra.

@@ -209,7 +209,11 @@ func serve(ctx context.Context, c config.Config, reload *serveCmd, stderr io.Wri
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	log.Info("flowd serving", "version", version, "broker", d.b.Addr(), "namesrv", d.b.NamesrvAddr(), "nats", d.natsURL(), "http", addrOrOff(d.httpLn), "grpc", d.grpcAddr(), "data", c.DataDir, "plugin_dir", c.Plugins.Dir, "pid", os.Getpid())
+	select {
+	case <-d.restartRequested(): // asked for while starting: these addresses are about to close
+	default:
+		log.Info("flowd serving", "version", version, "broker", d.b.Addr(), "namesrv", d.b.NamesrvAddr(), "nats", d.natsURL(), "http", addrOrOff(d.httpLn), "grpc", d.grpcAddr(), "data", c.DataDir, "plugin_dir", c.Plugins.Dir, "pid", os.Getpid())
+	}
 	for running := true; running; {
 		select {
 		case <-ctx.Done():

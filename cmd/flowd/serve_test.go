@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/metrics"
 )
 
 // stoppedParts lists the parts a debug log says were stopped, in its order.
@@ -52,4 +54,15 @@ func TestServeFailedStartStopsWhatItBuilt(t *testing.T) {
 	ln.Close()
 	d := startServedIn(t, t.TempDir(), "", "--data-dir", dir)
 	d.stop()
+}
+
+// A daemon that must run itself again is not ready from the moment that is asked for.
+func TestRestartCheckIsNotReadyOnceARestartIsAsked(t *testing.T) {
+	restart := make(chan struct{})
+	check := restartCheck(restart)
+	require.NoError(t, check.Fn(context.Background()))
+	close(restart)
+	err := check.Fn(context.Background())
+	require.ErrorIs(t, err, metrics.ErrNotReady)
+	require.Contains(t, err.Error(), "restarting")
 }

@@ -66,6 +66,19 @@ type built struct {
 	rs     *replicaSet        // nil: replication is off
 }
 
+// restartCheck is the readiness check of a daemon that must run again: not ready from the
+// moment the restart is asked for, so that nothing is routed to addresses about to close.
+func restartCheck(restart <-chan struct{}) metrics.Check {
+	return metrics.Check{Name: "restart", Fn: func(context.Context) error {
+		select {
+		case <-restart:
+			return fmt.Errorf("restarting to cut a diverged log: %w", metrics.ErrNotReady)
+		default:
+			return nil
+		}
+	}}
+}
+
 // restartRequested is signalled when the daemon must stop and run again (a replica whose
 // log diverged); nil, which never is, without a replica set.
 func (d *built) restartRequested() <-chan struct{} {
@@ -181,6 +194,9 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 	}
 	stopWatch, checks := watchMetrics(m, d.b, d.ph, d.pl, d.cp)
 	checks = append(checks, d.ph.checks(ps.joined)...)
+	if d.rs != nil {
+		checks = append(checks, restartCheck(d.restartRequested()))
+	}
 	cl.push("metrics watch", noErr(stopWatch))
 	if d.httpLn != nil {
 		con, err := newConsole(c, d.cp, log)
