@@ -22,10 +22,6 @@ import (
 // The tests of a cluster's clients: flowd's producer and lite-pull consumers, and (in
 // cluster_interop_test.go) rocketmq-client-go's.
 
-// detectWithin is the bound on a crashed node leaving every route (the registry's TTL is
-// 6 s).
-const detectWithin = 10 * time.Second
-
 // awaitJoined waits until every node's log shows every broker of names joined.
 func awaitJoined(t *testing.T, nodes []*node, names ...string) {
 	t.Helper()

@@ -120,7 +120,7 @@ func soakKillRestart(t *testing.T, rounds int) {
 		victim.kill()
 		killed := time.Now()
 		for _, n := range others {
-			// wait, not detectWithin: on a loaded machine detection can take longer, and the
+			// wait, not a tighter bound: on a loaded machine detection can take longer, and the
 			// bound is held by the one-kill tests; this one is about losing nothing.
 			routed(t, n.namesrv, topic, wait, rest...)
 		}
