@@ -65,7 +65,7 @@ func TestRocketMQInteropThreeNodeCluster(t *testing.T) {
 
 	const topic, group = "orders", "pushers"
 	a.ctl("topic", "create", topic, "--queues", "2")
-	took := routed(t, c.namesrv, topic, time.Second, all...)
+	took := routed(t, c.namesrv, topic, wait, all...)
 	t.Logf("topic created on %s routed by %s to every broker %v after the create's reply", a.broker, c.broker, took.Round(time.Millisecond))
 
 	got := newBodyCounts()
