@@ -50,8 +50,8 @@ type Store struct {
 	wpos    int64       // next append offset, == written under mu
 	lastTs  int64       // last store timestamp handed out, keeps them monotonic
 	active  *segment
-	qoff    map[qkey]int64
-	dead    tombstones // deleted topics; see deletedFile
+	qoff    map[qkey]*int64 // next queue offset of each queue; see nextQueueOffsetLocked
+	dead    tombstones      // deleted topics; see deletedFile
 
 	flushRun sync.Mutex
 	cpMu     sync.Mutex
@@ -148,7 +148,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		log:         o.Logger.With("store", dir),
 		clDir:       filepath.Join(dir, commitLogDir),
 		cqRoot:      filepath.Join(dir, consumeQueueDir),
-		qoff:        make(map[qkey]int64),
+		qoff:        make(map[qkey]*int64),
 		cqs:         make(map[string]map[int32]*consumeQueue),
 		dispatchCh:  make(chan struct{}),
 		flushReq:    make(chan struct{}, 1),
