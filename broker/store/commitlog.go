@@ -401,6 +401,7 @@ func (s *Store) appendLocked(ms []*protocol.MessageExt, b []byte, res []PutResul
 		res[i] = PutResult{CommitLogOffset: pos + int64(off), QueueOffset: q, Size: m.StoreSize, StoreTimestamp: now}
 		off += size
 	}
+	s.awaitZeroingLocked(pos + int64(len(b)))
 	if err := s.active.writeAt(b, pos-s.active.start); err != nil {
 		return 0, false, s.fail(fmt.Errorf("write segment %s at %d: %w", s.active.path, pos-s.active.start, err))
 	}
@@ -450,6 +451,7 @@ func (s *Store) rollLocked() error {
 	var blank [blankMin]byte
 	binary.BigEndian.PutUint32(blank[0:], uint32(end-s.wpos))
 	binary.BigEndian.PutUint32(blank[4:], protocol.MagicBlank)
+	s.awaitZeroingLocked(s.wpos + blankMin)
 	if err := seg.writeAt(blank[:], s.wpos-seg.start); err != nil {
 		return fmt.Errorf("write blank tail of segment %s: %w", seg.path, err)
 	}

@@ -113,6 +113,7 @@ func (s *Store) AppendRaw(off int64, b []byte) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	s.awaitZeroingLocked(off + int64(len(b)))
 	if err := s.active.writeAt(b, off-s.active.start); err != nil {
 		return 0, s.fail(fmt.Errorf("write segment %s at %d: %w", s.active.path, off-s.active.start, err))
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -91,11 +92,18 @@ type Store struct {
 	dispatchHolds atomic.Int64
 	failure       atomic.Pointer[error]
 
-	activeSeg   atomic.Pointer[segment] // the active segment, for the prefaulter and AppendReady
-	prefaultReq chan struct{}           // cap 1: "the write position moved a step"
-	flushReq    chan struct{}           // cap 1: "a synchronous appender waits"
-	commitReq   chan struct{}           // cap 1: "flushed moved, the store failed, or the first waiter came"
-	dispatchReq chan struct{}           // cap 1: "the commit log grew"
+	activeSeg atomic.Pointer[segment] // the active segment, for the prefaulter and AppendReady
+	// zeroFrom is the commit-log offset from which the prefaulter is writing zeros into the
+	// mapped active segment right now (math.MaxInt64 when it is not), and zeroDone is closed
+	// when it has; see zeroMapped.
+	zeroFrom atomic.Int64
+	zeroDone chan struct{} // set under mu
+	// zeroWrites counts zeroMapped's writes, so that the tests can tell it ran.
+	zeroWrites  atomic.Int64
+	prefaultReq chan struct{} // cap 1: "the write position moved a step"
+	flushReq    chan struct{} // cap 1: "a synchronous appender waits"
+	commitReq   chan struct{} // cap 1: "flushed moved, the store failed, or the first waiter came"
+	dispatchReq chan struct{} // cap 1: "the commit log grew"
 	stop        chan struct{}
 	wg          sync.WaitGroup
 
@@ -157,6 +165,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		dispatchReq: make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 	}
+	s.zeroFrom.Store(math.MaxInt64)
 	for _, d := range []string{dir, s.clDir, s.cqRoot} {
 		if err := s.fs.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
