@@ -68,6 +68,9 @@ func BenchmarkAppend(b *testing.B) {
 				reportCPU(b, cpu)
 			})
 		}
+		b.Run(fmt.Sprintf("async/%dB/p8/store", size), func(b *testing.B) {
+			benchAppendParallel(b, size, 8)
+		})
 		b.Run(fmt.Sprintf("async/%dB/raw", size), func(b *testing.B) {
 			rawWrite(b, stored, 0, 0)
 		})
@@ -387,4 +390,35 @@ func BenchmarkGetMessageFilterInterleaved(b *testing.B) {
 	b.ReportMetric(float64(spent[2].Nanoseconds())/float64(b.N), "tags-ns/read")
 	b.ReportMetric(float64(spent[0])/float64(spent[1]), "pass-through/none")
 	b.ReportMetric(float64(spent[0])/float64(spent[2]), "tags/none")
+}
+
+// benchAppendParallel is BenchmarkAppend's async store run with conc goroutines appending
+// at once, as the broker's connections do with several producers: what they cost is the
+// append lock they queue on as well as each append.
+func benchAppendParallel(b *testing.B, size, conc int) {
+	s := openT(b, b.TempDir(), benchOptions(FlushAsync))
+	defer s.Close()
+	b.SetBytes(int64(benchMsg(size).StoredSize()))
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := processCPU()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			m := benchMsg(size)
+			for next.Add(1) <= int64(b.N) {
+				if _, err := s.Put(context.Background(), m); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := s.waitDispatched(context.Background(), s.written.Load()); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	reportCPU(b, cpu)
 }

@@ -122,7 +122,10 @@
 //     crashing the daemon; and only the active segment is mapped (older ones are read with
 //     pread), behind a per-segment lock that keeps it mapped while a reader copies.
 //     A prefaulter goroutine keeps the next 4 MiB of the mapping populated (writable; see
-//     prefaultLoop for why), taking page allocation, zeroing and faults off the append path.
+//     prefaultLoop for why), taking page allocation, zeroing and faults off the append path;
+//     it writes each step's zeros with pwrite first, which is cheaper than having the
+//     populate zero-fill the pages through readahead, and appenders that would reach a range
+//     being zeroed wait for it (zeroMapped).
 //     Durability is unchanged: a store into a shared mapping is in the page cache at once
 //     (nothing is lost when the process dies), and fdatasync writes mapped dirty pages like
 //     written ones.

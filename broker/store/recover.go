@@ -146,7 +146,7 @@ func (s *Store) recoverQueues(end int64, rep *RecoveryReport) error {
 		if err := s.correctMinOffset(q, s.minOffset.Load()); err != nil {
 			return err
 		}
-		s.qoff[qkey{q.topic, q.qid}] = q.max.Load()
+		s.setQueueOffsetLocked(qkey{q.topic, q.qid}, q.max.Load())
 	}
 	return nil
 }

@@ -113,11 +113,12 @@ func (s *Store) AppendRaw(off int64, b []byte) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	s.awaitZeroingLocked(off + int64(len(b)))
 	if err := s.active.writeAt(b, off-s.active.start); err != nil {
 		return 0, s.fail(fmt.Errorf("write segment %s at %d: %w", s.active.path, off-s.active.start, err))
 	}
 	for k, q := range next {
-		s.qoff[k] = q
+		s.setQueueOffsetLocked(k, q)
 	}
 	s.lastTs = max(s.lastTs, lastTs)
 	s.wpos = off + int64(len(b))
@@ -142,7 +143,7 @@ func (s *Store) checkRaw(off int64, b []byte, segEnd int64) (map[qkey]int64, int
 		k := qkey{string(m.topic), m.queueID}
 		want, ok := next[k]
 		if !ok {
-			want = s.qoff[k]
+			want = s.queueOffsetLocked(k)
 		}
 		if m.queueOffset != want {
 			qerr = fmt.Errorf("record at %d of %s/%d has queue offset %d, expected %d", m.phys, k.topic, k.qid, m.queueOffset, want)

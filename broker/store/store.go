@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -50,8 +51,8 @@ type Store struct {
 	wpos    int64       // next append offset, == written under mu
 	lastTs  int64       // last store timestamp handed out, keeps them monotonic
 	active  *segment
-	qoff    map[qkey]int64
-	dead    tombstones // deleted topics; see deletedFile
+	qoff    map[qkey]*int64 // next queue offset of each queue; see nextQueueOffsetLocked
+	dead    tombstones      // deleted topics; see deletedFile
 
 	flushRun sync.Mutex
 	cpMu     sync.Mutex
@@ -91,11 +92,18 @@ type Store struct {
 	dispatchHolds atomic.Int64
 	failure       atomic.Pointer[error]
 
-	activeSeg   atomic.Pointer[segment] // the active segment, for the prefaulter and AppendReady
-	prefaultReq chan struct{}           // cap 1: "the write position moved a step"
-	flushReq    chan struct{}           // cap 1: "a synchronous appender waits"
-	commitReq   chan struct{}           // cap 1: "flushed moved, the store failed, or the first waiter came"
-	dispatchReq chan struct{}           // cap 1: "the commit log grew"
+	activeSeg atomic.Pointer[segment] // the active segment, for the prefaulter and AppendReady
+	// zeroFrom is the commit-log offset from which the prefaulter is writing zeros into the
+	// mapped active segment right now (math.MaxInt64 when it is not), and zeroDone is closed
+	// when it has; see zeroMapped.
+	zeroFrom atomic.Int64
+	zeroDone chan struct{} // set under mu
+	// zeroWrites counts zeroMapped's writes, so that the tests can tell it ran.
+	zeroWrites  atomic.Int64
+	prefaultReq chan struct{} // cap 1: "the write position moved a step"
+	flushReq    chan struct{} // cap 1: "a synchronous appender waits"
+	commitReq   chan struct{} // cap 1: "flushed moved, the store failed, or the first waiter came"
+	dispatchReq chan struct{} // cap 1: "the commit log grew"
 	stop        chan struct{}
 	wg          sync.WaitGroup
 
@@ -148,7 +156,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		log:         o.Logger.With("store", dir),
 		clDir:       filepath.Join(dir, commitLogDir),
 		cqRoot:      filepath.Join(dir, consumeQueueDir),
-		qoff:        make(map[qkey]int64),
+		qoff:        make(map[qkey]*int64),
 		cqs:         make(map[string]map[int32]*consumeQueue),
 		dispatchCh:  make(chan struct{}),
 		flushReq:    make(chan struct{}, 1),
@@ -157,6 +165,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		dispatchReq: make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 	}
+	s.zeroFrom.Store(math.MaxInt64)
 	for _, d := range []string{dir, s.clDir, s.cqRoot} {
 		if err := s.fs.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)

@@ -615,7 +615,7 @@ func TestSyncFlushTimeoutAndCancel(t *testing.T) {
 func (s *Store) queueOffsetNext(topic string, qid int32) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.qoff[qkey{topic, qid}]
+	return s.queueOffsetLocked(qkey{topic, qid})
 }
 
 var _ = errors.Is

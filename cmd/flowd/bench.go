@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -309,7 +310,7 @@ failure detection and produce/consume throughput.`,
 	fs.StringVar(&c.baseline, "baseline", "jetstream", `what to compare produce and consume with: "jetstream" (an embedded NATS JetStream, file store, one replica, under the data directory) or "none"`)
 	fs.IntVar(&c.batch, "batch", 64, "messages per batch of the batched runs (producer.WithAsyncBatching); below 2: no batched runs")
 	fs.StringVar(&f.scenarios, "scenarios", "", "comma-separated scenario names or patterns (produce-1024-*, consume-*); default all; --list prints them")
-	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of each scenario (everything in this process: with --baseline none, flowd's broker and clients alone) to `FILE`.<scenario>")
+	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of each scenario (everything in this process: with --baseline none, flowd's broker and clients alone) to `FILE`.<scenario>, and a mutex contention profile to FILE.<scenario>.mutex (cumulative over the scenarios run)")
 	fs.IntVar(&c.cluster, "cluster", 0, "run the cluster scenarios instead: start this many `flowd serve` nodes (2..9) as child processes on loopback, joined by NATS routes, and a one-node run next to them")
 	fs.IntVar(&c.clusterTopics, "cluster-topics", 50, "topics created one after another for the route-convergence figures (--cluster)")
 	fs.IntVar(&c.clusterKills, "cluster-kills", 3, "kill -9 and restart rounds of the failure-detection figures (--cluster)")
@@ -598,8 +599,13 @@ func startBenchBroker(c benchConfig, dir string, mode store.FlushMode, log *slog
 	return b, nil
 }
 
-// startProfile starts a CPU profile written to file.scenario and returns what stops it; with
-// no file it does nothing.
+// benchMutexFraction is the mutex profile's sampling: one contention in this many.
+const benchMutexFraction = 5
+
+// startProfile starts a CPU profile written to file.scenario, and a mutex profile written to
+// file.scenario.mutex when it stops, and returns what stops them; with no file it does
+// nothing. The runtime's mutex profile only grows, so a scenario's holds the contentions of
+// those profiled before it too.
 func startProfile(file, scenario string) (stop func(), err error) {
 	if file == "" {
 		return func() {}, nil
@@ -612,8 +618,18 @@ func startProfile(file, scenario string) (stop func(), err error) {
 		f.Close()
 		return nil, fmt.Errorf("bench: cpu profile: %w", err)
 	}
+	// The mutex profile says what goroutines queued on (with several producers, the
+	// store's append lock); one contention in benchMutexFraction is recorded.
+	runtime.SetMutexProfileFraction(benchMutexFraction)
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
+		runtime.SetMutexProfileFraction(0)
+		if g, err := os.Create(file + "." + scenario + ".mutex"); err == nil {
+			if err := pprof.Lookup("mutex").WriteTo(g, 0); err != nil {
+				slog.Warn("bench: mutex profile", "file", g.Name(), "err", err)
+			}
+			g.Close()
+		}
 	}, nil
 }
