@@ -50,6 +50,10 @@ type benchConfig struct {
 	clusterTopics int    // topics created for the route-convergence figures
 	clusterKills  int    // kill -9 rounds of the failure-detection figures
 	flowdBin      string // the executable the children run; empty: this one
+	// replicaSet is, for a --replica-set run, how many `flowd serve` members the replica
+	// set has; 0: no such run. catchUpMB is how far (MiB) its restarted replica is behind.
+	replicaSet int
+	catchUpMB  int
 	// deploy is where the brokers run: deploySeparate (child processes: `flowd serve`, and
 	// JetStream in a `flowd bench-jetstream-server`) or deployInProcess (goroutines of
 	// this process, as the clients).
@@ -118,6 +122,8 @@ type benchResult struct {
 	// waits out.
 	Nodes int   `json:"nodes,omitempty"`
 	TTL   int64 `json:"ttl,omitempty"`
+	// Replication is, for the replica-set scenarios, the set's mode: "sync" or "async".
+	Replication string `json:"replication,omitempty"`
 	// In a run with --deploy separate, each process's cost per message of a throughput
 	// scenario's timed section: ClientCPU (µs) and ClientCtxSwitches of this process, where
 	// flowd's clients run; BrokerCPU and BrokerCtxSwitches of the `flowd serve` child; the
@@ -155,6 +161,8 @@ type benchReport struct {
 	Producers int   `json:"producers"`
 	Rate      int   `json:"rate"`
 	Cluster   int   `json:"cluster,omitempty"` // --cluster: the nodes of a cluster run
+	// ReplicaSet is, for a --replica-set run, the members of the replica set.
+	ReplicaSet int `json:"replica_set,omitempty"`
 	// Deploy is where the brokers ran: "separate" (`flowd serve` and JetStream child
 	// processes, the clients in the bench's) or "in-process" (all in the bench's process).
 	Deploy  string        `json:"deploy,omitempty"`
@@ -193,6 +201,9 @@ type benchScenario struct {
 func benchScenarios(c benchConfig) []benchScenario {
 	if c.cluster > 0 {
 		return clusterScenarios()
+	}
+	if c.replicaSet > 0 {
+		return replicaScenarios(c)
 	}
 	var out []benchScenario
 	for _, s := range c.sizes {
@@ -287,7 +298,9 @@ throughput figure comes with each process's CPU time, context switches and read/
 calls per message. --deploy in-process runs them all in this process. --list prints the
 scenarios a configuration runs. --cluster N runs the cluster scenarios instead: N "flowd
 serve" child processes joined by NATS routes, next to one node, for route convergence,
-failure detection and produce/consume throughput.`,
+failure detection and produce/consume throughput. --replica-set N runs the replica-set
+scenarios instead: N "flowd serve" members of one replica set, in sync then async mode, next
+to one node, for produce throughput, sync send latency and a restarted replica's catch-up.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -313,6 +326,8 @@ failure detection and produce/consume throughput.`,
 	fs.IntVar(&c.cluster, "cluster", 0, "run the cluster scenarios instead: start this many `flowd serve` nodes (2..9) as child processes on loopback, joined by NATS routes, and a one-node run next to them")
 	fs.IntVar(&c.clusterTopics, "cluster-topics", 50, "topics created one after another for the route-convergence figures (--cluster)")
 	fs.IntVar(&c.clusterKills, "cluster-kills", 3, "kill -9 and restart rounds of the failure-detection figures (--cluster)")
+	fs.IntVar(&c.replicaSet, "replica-set", 0, "run the replica-set scenarios instead: start this many `flowd serve` members (2..5) of one replica set as child processes on loopback, in sync then async mode, next to one node: produce throughput of --producers async producers, sync send latency (--latency-samples sends), a restarted replica's catch-up")
+	fs.IntVar(&c.catchUpMB, "catchup-mb", 64, "MiB of 16 KiB messages a stopped replica is left behind by before it restarts (--replica-set)")
 	fs.StringVar(&c.flowdBin, "flowd-binary", "", "the flowd executable the --cluster nodes and the --deploy separate children run (default: this one)")
 	fs.StringVar(&c.deploy, "deploy", deploySeparate, `where the brokers run: "separate" (a flowd serve child on free loopback ports and a temporary data directory, and JetStream in a child of its own, the clients in this process, each process's CPU, context switches and read/write syscalls per message reported: as deployed) or "in-process" (brokers and clients in this one process)`)
 	fs.BoolVar(&f.list, "list", false, "print the scenarios this configuration and --scenarios would run, and exit")
@@ -362,6 +377,10 @@ func (f *benchFlags) plan() (benchConfig, []benchScenario, error) {
 		return c, nil, fmt.Errorf("bench: --cluster %d must be within 2..9", c.cluster)
 	case c.cluster != 0 && c.namesrv != "":
 		return c, nil, errors.New("bench: --cluster starts its own nodes: it takes no --namesrv")
+	case c.replicaSet != 0 && (c.replicaSet < 2 || c.replicaSet > 5 || c.cluster != 0 || c.namesrv != ""):
+		return c, nil, fmt.Errorf("bench: --replica-set %d must be within 2..5, without --cluster or --namesrv", c.replicaSet)
+	case c.catchUpMB < 1:
+		return c, nil, fmt.Errorf("bench: --catchup-mb %d must be positive", c.catchUpMB)
 	case c.deploy != deploySeparate && c.deploy != deployInProcess:
 		return c, nil, fmt.Errorf(`bench: --deploy %q must be "separate" or "in-process"`, c.deploy)
 	case c.clusterTopics < 1 || c.clusterKills < 1:
@@ -402,6 +421,9 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	if c.cluster > 0 {
 		return f.runCluster(ctx, c, plan, stdout)
+	}
+	if c.replicaSet > 0 {
+		return f.runReplicaSet(ctx, c, plan, stdout)
 	}
 	c.progress = !c.json && isTerminal(stderr)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/flowd-io/flowd/producer"
+)
+
+// benchReplicaBroker is the broker name every member of the bench's replica set shares.
+const benchReplicaBroker = "rs"
+
+// benchCatchUpBody is the body size of the messages a stopped replica is left behind by:
+// large, so that producing the backlog takes little of the run.
+const benchCatchUpBody = 16 << 10
+
+// replicaScenarios are the scenarios of a --replica-set run, in the order their figures
+// come: throughput and send latency of a sync-mode set, then of an async-mode set, each next
+// to one node's, then the catch-up of a restarted replica.
+func replicaScenarios(c benchConfig) []benchScenario {
+	p := c.producers
+	var out []benchScenario
+	for _, mode := range []string{"sync", "async"} {
+		out = append(out,
+			benchScenario{name: fmt.Sprintf("replica-%s-produce-1024-p%d", mode, p), kind: "replica-produce", size: 1024, mode: mode, producers: p},
+			benchScenario{name: fmt.Sprintf("replica-%s-send-1024", mode), kind: "replica-latency", size: 1024, mode: mode, producers: 1})
+	}
+	return append(out, benchScenario{name: "replica-catchup", kind: "replica-catchup", size: benchCatchUpBody})
+}
+
+// replicaRun is the state of one --replica-set run.
+type replicaRun struct {
+	c    benchConfig
+	log  *slog.Logger
+	text io.Writer
+	plan []benchScenario
+	out  []benchResult
+	// single holds the one-node figures by scenario kind: produce msg/s, latency p50 and p99.
+	single map[string]float64
+}
+
+// has reports whether the plan holds a scenario of kind in mode ("" any).
+func (r *replicaRun) has(kind, mode string) bool {
+	return slices.ContainsFunc(r.plan, func(sc benchScenario) bool { return sc.kind == kind && (mode == "" || sc.mode == mode) })
+}
+
+// runReplicaSet measures one node, then a sync-mode and an async-mode replica set of
+// c.replicaSet `flowd serve` children; every child is killed before it returns.
+func runReplicaSet(ctx context.Context, c benchConfig, plan []benchScenario, text io.Writer) ([]benchResult, error) {
+	if c.dataDir == "" {
+		dir, err := os.MkdirTemp("", "flowd-bench-replica-")
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		c.dataDir = dir
+	}
+	r := &replicaRun{c: c, log: discardLogger(), text: text, plan: plan, single: map[string]float64{}}
+	if r.has("replica-produce", "") || r.has("replica-latency", "") {
+		nodes, err := startBenchCluster(ctx, c, "single", 1)
+		if err != nil {
+			return nil, err
+		}
+		err = r.measure(ctx, nodes[0].namesrv, "", r.single)
+		stopBenchNodes(nodes)
+		if err != nil {
+			return nil, fmt.Errorf("bench: one node: %w", err)
+		}
+	}
+	for _, mode := range []string{"sync", "async"} {
+		catchUp := mode == "async" && r.has("replica-catchup", "")
+		if !r.has("replica-produce", mode) && !r.has("replica-latency", mode) && !catchUp {
+			continue
+		}
+		if err := r.runSet(ctx, mode, catchUp); err != nil {
+			return nil, fmt.Errorf("bench: replica set, %s mode: %w", mode, err)
+		}
+	}
+	return r.out, nil
+}
+
+// runSet starts a replica set in mode, measures it next to the one node and, if catchUp,
+// the catch-up of its last member after a restart.
+func (r *replicaRun) runSet(ctx context.Context, mode string, catchUp bool) error {
+	nodes, err := startBenchReplicaSet(ctx, r.c, mode, r.c.replicaSet)
+	if err != nil {
+		return err
+	}
+	defer stopBenchNodes(nodes)
+	master := nodes[0]
+	got := map[string]float64{}
+	if err := r.measure(ctx, master.namesrv, mode, got); err != nil {
+		return err
+	}
+	p := r.c.producers
+	r.emit(fmt.Sprintf("replica-%s-produce-1024-p%d", mode, p), "msg/s", got["produce"], r.single["produce"], mode, p)
+	for _, q := range []string{"p50", "p99"} {
+		r.emit(fmt.Sprintf("replica-%s-send-1024-%s", mode, q), "ns", got[q], r.single[q], mode, 1)
+	}
+	if !catchUp {
+		return nil
+	}
+	rate, d, err := r.catchUp(ctx, master, nodes[len(nodes)-1])
+	if err != nil {
+		return fmt.Errorf("replica-catchup: %w", err)
+	}
+	r.emit("replica-catchup", "MB/s", rate, 0, mode, 0)
+	r.emit("replica-catchup-time", "ns", float64(d), 0, mode, 0)
+	return nil
+}
+
+// measure fills got with the figures of the broker behind namesrv that the plan asks of
+// mode ("" for the one node: every mode's): "produce" (msg/s of c.producers async
+// producers) and "p50"/"p99" (ns, one producer's sync sends).
+func (r *replicaRun) measure(ctx context.Context, namesrv, mode string, got map[string]float64) error {
+	c := r.c
+	c.namesrv = namesrv
+	if r.has("replica-produce", mode) {
+		_, v, err := flowdProduce(ctx, c, namesrv, "async", 1024, c.producers, r.log, nil)
+		if err != nil {
+			return err
+		}
+		got["produce"] = v
+	}
+	if r.has("replica-latency", mode) {
+		ds, err := sendLatencies(ctx, c, namesrv, r.log)
+		if err != nil {
+			return err
+		}
+		got["p50"], got["p99"] = float64(quantileOf(ds, 0.50)), float64(quantileOf(ds, 0.99))
+	}
+	return nil
+}
+
+// emit adds a result, next to the one node's figure when single is positive, and prints it.
+func (r *replicaRun) emit(name, unit string, v, single float64, mode string, producers int) {
+	base := ""
+	if single > 0 {
+		base = "1-node"
+	}
+	res := newResult(name, unit, v, base, single)
+	res.Nodes, res.Replication, res.Producers = r.c.replicaSet, mode, producers
+	res.Size, res.Durability = 1024, durAsync
+	if strings.HasPrefix(name, "replica-catchup") {
+		res.Size, res.Durability = benchCatchUpBody, ""
+	}
+	if unit == "msg/s" {
+		res.InFlight = r.c.inflight
+	}
+	r.out = append(r.out, res)
+	fmt.Fprintln(r.text, formatResult(res))
+}
+
+// sendLatencies sends c.samples 1 KiB bodies one at a time with one producer to a new
+// topic and returns each send's time to its answer, sorted.
+func sendLatencies(ctx context.Context, c benchConfig, namesrv string, log *slog.Logger) ([]time.Duration, error) {
+	p, err := startBenchProducer(ctx, c, namesrv, "flowd-bench-latency", log)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close(context.Background())
+	topic := fmt.Sprintf("flowd-bench-latency-%d", time.Now().UnixNano())
+	body := make([]byte, 1024)
+	if _, err := p.Send(ctx, &producer.Message{Topic: topic, Body: body}); err != nil { // the route, outside the clock
+		return nil, fmt.Errorf("bench: first send: %w", err)
+	}
+	ds := make([]time.Duration, 0, c.samples)
+	for range c.samples {
+		t0 := time.Now()
+		if _, err := p.Send(ctx, &producer.Message{Topic: topic, Body: body}); err != nil {
+			return nil, fmt.Errorf("bench: send %d: %w", len(ds), err)
+		}
+		ds = append(ds, time.Since(t0))
+	}
+	slices.Sort(ds)
+	return ds, nil
+}
+
+// catchUp kills the replica, leaves it c.catchUpMB behind with 16 KiB sends to the master,
+// restarts it and times, from its connection to the master (the first time the master
+// reports its lag) until its lag is 0, the rate it copied the backlog at (MB/s); d is the
+// time from the restart until it caught up, the process's start and its dial included.
+func (r *replicaRun) catchUp(ctx context.Context, master, rep *benchNode) (rate float64, d time.Duration, err error) {
+	rep.kill()
+	c := r.c
+	c.messages = max(1, c.catchUpMB<<20/benchCatchUpBody)
+	c.namesrv = master.namesrv
+	if _, _, err := flowdProduce(ctx, c, master.namesrv, "async", benchCatchUpBody, 1, r.log, nil); err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	if err := rep.start(); err != nil {
+		return 0, 0, err
+	}
+	node := benchReplicaBroker + "-" + strconv.Itoa(r.c.replicaSet)
+	var seen time.Time
+	var behind float64
+	err = pollFor(ctx, benchNodeWait, 2*time.Millisecond, func() (bool, error) {
+		lag, ok, err := replicaLag(ctx, master, node)
+		if err != nil || !ok {
+			return false, err
+		}
+		if seen.IsZero() {
+			seen, behind = time.Now(), lag
+		}
+		return lag == 0, nil
+	}, "replica "+node+" caught up")
+	if err != nil {
+		return 0, 0, err
+	}
+	end := time.Now()
+	if behind == 0 {
+		return 0, end.Sub(start), fmt.Errorf("bench: replica %s was not behind when first seen connected", node)
+	}
+	return behind / 1e6 / max(end.Sub(seen).Seconds(), 1e-3), end.Sub(start), nil
+}
+
+// replicaLag reads the master's metrics for how far replica node's acknowledged log is
+// behind its end; ok is false while node is not connected.
+func replicaLag(ctx context.Context, master *benchNode, node string) (lag float64, ok bool, err error) {
+	page, err := scrapeMetrics(ctx, master.http)
+	if err != nil {
+		return 0, false, err
+	}
+	prefix := `flowd_replication_replica_lag_bytes{replica="` + node + `"} `
+	for _, line := range strings.Split(page, "\n") {
+		if v, found := strings.CutPrefix(line, prefix); found {
+			lag, err = strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return lag, err == nil, err
+		}
+	}
+	return 0, false, nil
+}
+
+// scrapeMetrics fetches a node's /metrics page.
+func scrapeMetrics(ctx context.Context, addr string) (string, error) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return "", fmt.Errorf("bench: metrics of %s: %w", addr, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("bench: metrics of %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("bench: metrics of %s: %w", addr, err)
+	}
+	return string(b), nil
+}
+
+// benchHTTP is the child's HTTP address in its "flowd serving" line.
+var benchHTTP = regexp.MustCompile(`msg="flowd serving".* http=(\S+)`)
+
+// startBenchReplicaSet starts n members of one replica set in mode (broker ids 1..n, one
+// broker name, joined by NATS routes, the lease in their JetStream) and waits until member
+// 1, the first master, has every other member in sync.
+func startBenchReplicaSet(ctx context.Context, c benchConfig, mode string, n int) ([]*benchNode, error) {
+	ports, err := benchPorts(n)
+	if err != nil {
+		return nil, err
+	}
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	var nodes []*benchNode
+	fail := func(err error) ([]*benchNode, error) {
+		stopBenchNodes(nodes)
+		return nil, err
+	}
+	for i := range n {
+		name := fmt.Sprintf("%s-%s-%d", mode, benchReplicaBroker, i+1)
+		nd := &benchNode{name: name, bin: c.flowdBin, args: []string{"serve",
+			"--data-dir", filepath.Join(c.dataDir, name), "--cluster", benchClusterName, "--broker-name", benchReplicaBroker,
+			"--listen", "127.0.0.1:0", "--namesrv-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0",
+			"--http-listen", "127.0.0.1:0", "--grpc-listen", "off", "--ha-listen", "127.0.0.1:0",
+			"--replication", mode, "--broker-id", strconv.Itoa(i + 1),
+			"--nats-cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--nats-routes", strings.Join(routes, ",")}}
+		if err := nd.start(); err != nil {
+			return fail(err)
+		}
+		nodes = append(nodes, nd)
+	}
+	for _, nd := range nodes {
+		if err := nd.awaitServing(ctx); err != nil {
+			return fail(err)
+		}
+		m, err := nd.awaitLine(ctx, benchHTTP)
+		if err != nil {
+			return fail(err)
+		}
+		nd.http = m[1]
+	}
+	want := fmt.Sprintf("flowd_replication_in_sync_replicas %d\n", n-1)
+	err = pollFor(ctx, benchNodeWait, 20*time.Millisecond, func() (bool, error) {
+		page, err := scrapeMetrics(ctx, nodes[0].http)
+		return err == nil && strings.Contains(page, "flowd_replication_master 1\n") && strings.Contains(page, want), nil
+	}, fmt.Sprintf("member 1 of the replica set is master with %d replicas in sync", n-1))
+	if err != nil {
+		return fail(err)
+	}
+	return nodes, nil
+}
+
+// runReplicaSet is "flowd bench --replica-set N": the replica-set scenarios, printed as text
+// or as the --json document.
+func (f *benchFlags) runReplicaSet(ctx context.Context, c benchConfig, plan []benchScenario, stdout io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if c.flowdBin == "" {
+		bin, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench: the flowd executable: %w", err)
+		}
+		c.flowdBin = bin
+	}
+	text := stdout
+	if c.json {
+		text = io.Discard
+	}
+	fmt.Fprintf(text, "flowd bench --replica-set %d: `flowd serve` members of one replica set on loopback (store.flush async), sync then async mode, next to one node; %d messages of 1024 B by %d producers, %d in flight each; %d sync sends by one producer; catch-up of %d MiB\n",
+		c.replicaSet, c.messages, c.producers, c.inflight, c.samples, c.catchUpMB)
+	results, err := runReplicaSet(ctx, c, plan, text)
+	if err != nil {
+		return err
+	}
+	if !c.json {
+		return nil
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(benchReport{Messages: c.messages, Size: 1024, Sizes: []int{1024}, InFlight: c.inflight,
+		Queues: c.queues, Producers: c.producers, Rate: c.rate, ReplicaSet: c.replicaSet, Results: results}); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	return nil
+}
