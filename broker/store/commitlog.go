@@ -345,6 +345,7 @@ func (s *Store) SyncFlush() bool { return s.opts.FlushMode == FlushSync }
 // dispatcher reads [dispatched, written) assuming no holes. Encoding (the expensive part)
 // happened before the lock, so concurrent appenders overlap their encoding with this write.
 func (s *Store) append(ms []*protocol.MessageExt, b []byte, res []PutResult, w *flushWaiter) (int64, error) {
+	defer s.appended() // deferred first, so it runs once s.mu is released
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

@@ -122,8 +122,12 @@ type benchResult struct {
 	// waits out.
 	Nodes int   `json:"nodes,omitempty"`
 	TTL   int64 `json:"ttl,omitempty"`
-	// Replication is, for the replica-set scenarios, the set's mode: "sync" or "async".
-	Replication string `json:"replication,omitempty"`
+	// Replication is, for the replica-set scenarios, the set's mode: "sync" or "async";
+	// ReplicaCPU (µs) the mean CPU time per message of its replicas' processes during a
+	// throughput scenario, whose BrokerCPU is the master's (and BaselineServerCPU the one
+	// node's).
+	Replication string  `json:"replication,omitempty"`
+	ReplicaCPU  float64 `json:"replica_cpu_us,omitempty"`
 	// In a run with --deploy separate, each process's cost per message of a throughput
 	// scenario's timed section: ClientCPU (µs) and ClientCtxSwitches of this process, where
 	// flowd's clients run; BrokerCPU and BrokerCtxSwitches of the `flowd serve` child; the
@@ -565,7 +569,9 @@ func formatResult(r benchResult) string {
 		value = fmt.Sprintf("%12v %-5s", time.Duration(r.Flowd).Round(time.Microsecond), "")
 	}
 	line := fmt.Sprintf("  %-30s %s", r.Scenario, value)
-	if r.Ratio != nil {
+	if r.Ratio != nil && r.Unit == "ns" {
+		line += fmt.Sprintf("  %s %v  ratio %.2f×", r.BaselineName, time.Duration(*r.Baseline).Round(time.Microsecond), *r.Ratio)
+	} else if r.Ratio != nil {
 		line += fmt.Sprintf("  %s %.0f  ratio %.2f×", r.BaselineName, *r.Baseline, *r.Ratio)
 	}
 	if r.MessagesPerFsync > 0 {
@@ -584,10 +590,13 @@ func formatResult(r benchResult) string {
 	if r.BrokerCPU > 0 {
 		line += fmt.Sprintf("\n  %-30s per msg: cpu client %.1f µs + broker %.1f µs; ctx switches %.2f, %.2f; read/write syscalls %.2f, %.2f", "",
 			r.ClientCPU, r.BrokerCPU, r.ClientCtxSwitches, r.BrokerCtxSwitches, r.ClientSyscalls, r.BrokerSyscalls)
+		if r.ReplicaCPU > 0 {
+			line += fmt.Sprintf("; cpu of each replica %.1f µs", r.ReplicaCPU)
+		}
 		if r.BaselineServerCPU > 0 {
-			line += fmt.Sprintf("\n  %-30s jetstream:    cpu client %.1f µs + server %.1f µs; ctx switches %.2f, %.2f; read/write syscalls %.2f, %.2f; flowd/jetstream cpu %.2f", "",
-				r.BaselineClientCPU, r.BaselineServerCPU, r.BaselineClientCtxSwitches, r.BaselineServerCtxSwitches,
-				r.BaselineClientSyscalls, r.BaselineServerSyscalls, r.CPURatio)
+			line += fmt.Sprintf("\n  %-30s %-13s cpu client %.1f µs + server %.1f µs; ctx switches %.2f, %.2f; read/write syscalls %.2f, %.2f; flowd/%s cpu %.2f", "",
+				r.BaselineName+":", r.BaselineClientCPU, r.BaselineServerCPU, r.BaselineClientCtxSwitches, r.BaselineServerCtxSwitches,
+				r.BaselineClientSyscalls, r.BaselineServerSyscalls, r.BaselineName, r.CPURatio)
 		}
 	}
 	if r.ProcessCPU > 0 {

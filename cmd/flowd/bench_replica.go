@@ -43,13 +43,20 @@ func replicaScenarios(c benchConfig) []benchScenario {
 
 // replicaRun is the state of one --replica-set run.
 type replicaRun struct {
-	c    benchConfig
-	log  *slog.Logger
-	text io.Writer
-	plan []benchScenario
-	out  []benchResult
-	// single holds the one-node figures by scenario kind: produce msg/s, latency p50 and p99.
-	single map[string]float64
+	c      benchConfig
+	log    *slog.Logger
+	text   io.Writer
+	plan   []benchScenario
+	out    []benchResult
+	single replicaFigures // the one node's
+}
+
+// replicaFigures are what one broker (a single node or a replica set's master) measured.
+type replicaFigures struct {
+	produce    float64 // msg/s of c.producers async producers
+	p50, p99   float64 // ns, one producer's sync sends
+	w          *window // this process and the master over the produce's timed section
+	replicaCPU float64 // µs per message, the mean of the replicas' processes
 }
 
 // has reports whether the plan holds a scenario of kind in mode ("" any).
@@ -68,13 +75,13 @@ func runReplicaSet(ctx context.Context, c benchConfig, plan []benchScenario, tex
 		defer os.RemoveAll(dir)
 		c.dataDir = dir
 	}
-	r := &replicaRun{c: c, log: discardLogger(), text: text, plan: plan, single: map[string]float64{}}
+	r := &replicaRun{c: c, log: discardLogger(), text: text, plan: plan}
 	if r.has("replica-produce", "") || r.has("replica-latency", "") {
 		nodes, err := startBenchCluster(ctx, c, "single", 1)
 		if err != nil {
 			return nil, err
 		}
-		err = r.measure(ctx, nodes[0].namesrv, "", r.single)
+		r.single, err = r.measure(ctx, nodes[0], nil, "")
 		stopBenchNodes(nodes)
 		if err != nil {
 			return nil, fmt.Errorf("bench: one node: %w", err)
@@ -101,14 +108,23 @@ func (r *replicaRun) runSet(ctx context.Context, mode string, catchUp bool) erro
 	}
 	defer stopBenchNodes(nodes)
 	master := nodes[0]
-	got := map[string]float64{}
-	if err := r.measure(ctx, master.namesrv, mode, got); err != nil {
+	got, err := r.measure(ctx, master, nodes[1:], mode)
+	if err != nil {
 		return err
 	}
-	p := r.c.producers
-	r.emit(fmt.Sprintf("replica-%s-produce-1024-p%d", mode, p), "msg/s", got["produce"], r.single["produce"], mode, p)
-	for _, q := range []string{"p50", "p99"} {
-		r.emit(fmt.Sprintf("replica-%s-send-1024-%s", mode, q), "ns", got[q], r.single[q], mode, 1)
+	if r.has("replica-produce", mode) {
+		p := r.c.producers
+		res := r.result(fmt.Sprintf("replica-%s-produce-1024-p%d", mode, p), "msg/s", got.produce, r.single.produce, mode, p)
+		res.addCosts(got.w, r.single.w, r.c.messages)
+		res.ReplicaCPU = got.replicaCPU
+		if base := res.BaselineClientCPU + res.BaselineServerCPU; base > 0 {
+			res.CPURatio = (res.ClientCPU + res.BrokerCPU + float64(len(nodes)-1)*res.ReplicaCPU) / base
+		}
+		r.emit(res)
+	}
+	if r.has("replica-latency", mode) {
+		r.emit(r.result(fmt.Sprintf("replica-%s-send-1024-p50", mode), "ns", got.p50, r.single.p50, mode, 1))
+		r.emit(r.result(fmt.Sprintf("replica-%s-send-1024-p99", mode), "ns", got.p99, r.single.p99, mode, 1))
 	}
 	if !catchUp {
 		return nil
@@ -117,36 +133,60 @@ func (r *replicaRun) runSet(ctx context.Context, mode string, catchUp bool) erro
 	if err != nil {
 		return fmt.Errorf("replica-catchup: %w", err)
 	}
-	r.emit("replica-catchup", "MB/s", rate, 0, mode, 0)
-	r.emit("replica-catchup-time", "ns", float64(d), 0, mode, 0)
+	r.emit(r.result("replica-catchup", "MB/s", rate, 0, mode, 0))
+	r.emit(r.result("replica-catchup-time", "ns", float64(d), 0, mode, 0))
 	return nil
 }
 
-// measure fills got with the figures of the broker behind namesrv that the plan asks of
-// mode ("" for the one node: every mode's): "produce" (msg/s of c.producers async
-// producers) and "p50"/"p99" (ns, one producer's sync sends).
-func (r *replicaRun) measure(ctx context.Context, namesrv, mode string, got map[string]float64) error {
+// measure takes the figures the plan asks of mode ("" for the one node: every mode's)
+// from broker b, whose replicas are reps: the produce throughput with each process's CPU
+// and the sync sends' latency.
+func (r *replicaRun) measure(ctx context.Context, b *benchNode, reps []*benchNode, mode string) (replicaFigures, error) {
+	var got replicaFigures
 	c := r.c
-	c.namesrv = namesrv
+	c.namesrv = b.namesrv
 	if r.has("replica-produce", mode) {
-		_, v, err := flowdProduce(ctx, c, namesrv, "async", 1024, c.producers, r.log, nil)
+		before, err := sampleNodes(reps)
 		if err != nil {
-			return err
+			return got, err
 		}
-		got["produce"] = v
+		got.w = newWindow(b.cmd.Process.Pid)
+		if _, got.produce, err = flowdProduce(ctx, c, b.namesrv, "async", 1024, c.producers, r.log, got.w); err != nil {
+			return got, err
+		}
+		after, err := sampleNodes(reps)
+		if err != nil {
+			return got, err
+		}
+		for i := range reps {
+			got.replicaCPU += float64(after[i].sub(before[i]).cpu.Nanoseconds()) / 1e3 / float64(c.messages) / float64(len(reps))
+		}
 	}
 	if r.has("replica-latency", mode) {
-		ds, err := sendLatencies(ctx, c, namesrv, r.log)
+		ds, err := sendLatencies(ctx, c, b.namesrv, r.log)
 		if err != nil {
-			return err
+			return got, err
 		}
-		got["p50"], got["p99"] = float64(quantileOf(ds, 0.50)), float64(quantileOf(ds, 0.99))
+		got.p50, got.p99 = float64(quantileOf(ds, 0.50)), float64(quantileOf(ds, 0.99))
 	}
-	return nil
+	return got, nil
 }
 
-// emit adds a result, next to the one node's figure when single is positive, and prints it.
-func (r *replicaRun) emit(name, unit string, v, single float64, mode string, producers int) {
+// sampleNodes reads each node's process counters.
+func sampleNodes(nodes []*benchNode) ([]procSample, error) {
+	out := make([]procSample, len(nodes))
+	for i, nd := range nodes {
+		s, err := readProc(nd.cmd.Process.Pid)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+// result is a result of the run, next to the one node's figure when single is positive.
+func (r *replicaRun) result(name, unit string, v, single float64, mode string, producers int) benchResult {
 	base := ""
 	if single > 0 {
 		base = "1-node"
@@ -160,6 +200,11 @@ func (r *replicaRun) emit(name, unit string, v, single float64, mode string, pro
 	if unit == "msg/s" {
 		res.InFlight = r.c.inflight
 	}
+	return res
+}
+
+// emit adds a result and prints it.
+func (r *replicaRun) emit(res benchResult) {
 	r.out = append(r.out, res)
 	fmt.Fprintln(r.text, formatResult(res))
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,6 +37,12 @@ type MasterConfig struct {
 	ChunkBytes int
 	// Heartbeat is how often an idle stream sends an empty data frame. Default 500 ms.
 	Heartbeat time.Duration
+	// AsyncPace is, in async mode, the least time between two looks of a stream that
+	// reached the log's end, so that a trickle of sends costs each replica one frame (and
+	// one acknowledgement) per AsyncPace rather than one per send, on cores the master's
+	// own sends need; it bounds what async mode adds to a replica's lag. Sync mode sends
+	// at once, every send waiting for it. Default 1 ms.
+	AsyncPace time.Duration
 	// Snapshots, if set, is called every SnapshotInterval (default 1 s) and each named
 	// snapshot it returns is sent to every replica.
 	Snapshots        func() map[string][]byte
@@ -61,6 +68,9 @@ func (c *MasterConfig) defaults() {
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = 500 * time.Millisecond
+	}
+	if c.AsyncPace == 0 {
+		c.AsyncPace = time.Millisecond
 	}
 	if c.SnapshotInterval == 0 {
 		c.SnapshotInterval = time.Second
@@ -133,6 +143,9 @@ func StartMaster(ln net.Listener, cfg MasterConfig) (*Master, error) {
 		}
 	}
 	m := &Master{cfg: cfg, ln: ln, notifyCh: make(chan struct{}), reps: map[*peer]struct{}{}, stop: make(chan struct{})}
+	// Every append wakes an idle stream, in either mode: an async-mode replica too is
+	// behind by the stream's latency, not by its heartbeat.
+	cfg.Store.SetAppendHook(m.Notify)
 	m.wg.Add(2)
 	go m.acceptLoop()
 	go m.sweepLoop()
@@ -153,6 +166,7 @@ func (m *Master) Close() error {
 		return nil
 	}
 	m.closed = true
+	m.cfg.Store.SetAppendHook(nil)
 	for p := range m.reps {
 		p.conn.Close()
 	}
@@ -168,8 +182,8 @@ func (m *Master) Close() error {
 	return err
 }
 
-// Notify tells the streams that the log grew. The broker calls it after an append; a
-// stream also looks every Heartbeat on its own.
+// Notify tells the streams that the log grew. The store calls it after every append (the
+// hook StartMaster sets); a stream also looks every Heartbeat on its own.
 func (m *Master) Notify() {
 	if m.idle.Load() == 0 {
 		return // every stream is reading, and reads on to the end before it waits
@@ -195,7 +209,6 @@ func (m *Master) Await(end int64, deadline time.Time, done func(error)) {
 		done(nil)
 		return
 	}
-	m.Notify()
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -243,7 +256,7 @@ func (m *Master) quorumLocked() int64 {
 		end, _ := m.cfg.Store.Positions()
 		return end
 	}
-	var acks []int64
+	acks := make([]int64, 0, 8) // on the stack: this runs on every acknowledgement
 	for p := range m.reps {
 		if slices.Contains(m.inSync, p.node) {
 			acks = append(acks, m.held(p))
@@ -312,7 +325,7 @@ func (m *Master) Replicas() []ReplicaStatus {
 // evaluateLocked recomputes the in-sync set; changed reports whether it moved.
 func (m *Master) evaluateLocked(now time.Time) (changed bool) {
 	end, _ := m.cfg.Store.Positions()
-	var set []string
+	set := make([]string, 0, 8) // on the stack: this runs on every acknowledgement
 	for p := range m.reps {
 		if end-p.written <= m.cfg.MaxLagBytes {
 			p.caughtUp = now
@@ -325,7 +338,7 @@ func (m *Master) evaluateLocked(now time.Time) (changed bool) {
 	if slices.Equal(set, m.inSync) {
 		return false
 	}
-	m.inSync = set
+	m.inSync = slices.Clip(slices.Clone(set))
 	return true
 }
 
@@ -433,7 +446,7 @@ func (m *Master) serve(c net.Conn) error {
 
 	sendErr := make(chan error, 1)
 	go func() {
-		sendErr <- m.stream(w, h.End)
+		sendErr <- m.stream(c, w, h.End)
 		c.Close()
 	}()
 	err := m.readAcks(r, p) // ends with the connection, closed by either side
@@ -491,7 +504,10 @@ func (m *Master) readAcks(r *bufio.Reader, p *peer) error {
 		p.written, p.flushed = max(p.written, written), max(p.flushed, flushed)
 		changed := m.evaluateLocked(time.Now())
 		done := m.completeLocked()
-		set := slices.Clone(m.inSync)
+		var set []string
+		if changed {
+			set = slices.Clone(m.inSync)
+		}
 		m.mu.Unlock()
 		for _, w := range done {
 			w.done(nil)
@@ -504,7 +520,7 @@ func (m *Master) readAcks(r *bufio.Reader, p *peer) error {
 
 // stream sends the log from pos, chunk by chunk (never across an epoch's start), waiting
 // for appends when it is at the end, and snapshots every SnapshotInterval.
-func (m *Master) stream(w *bufio.Writer, pos int64) error {
+func (m *Master) stream(c net.Conn, w *bufio.Writer, pos int64) error {
 	hb := time.NewTicker(m.cfg.Heartbeat)
 	defer hb.Stop()
 	snapEvery := time.NewTicker(m.cfg.SnapshotInterval)
@@ -512,7 +528,15 @@ func (m *Master) stream(w *bufio.Writer, pos int64) error {
 	if err := m.sendSnapshots(w); err != nil {
 		return err
 	}
+	var looked time.Time // an async stream's last look after a wake
+	woke := false
 	for {
+		if woke {
+			if err := m.pace(looked); err != nil {
+				return err
+			}
+			looked, woke = time.Now(), false
+		}
 		ch := m.notified()
 		eps := m.cfg.Epochs.Epochs()
 		e, epEnd, _ := EpochAt(eps, pos)
@@ -526,7 +550,7 @@ func (m *Master) stream(w *bufio.Writer, pos int64) error {
 		}
 		if len(b) > 0 {
 			h := dataHeader{Epoch: e.Epoch, EpochStart: e.Start, Offset: pos, MasterEnd: next, MasterTime: time.Now().UnixMilli()}
-			if err := writeFrame(w, frameData, h.encode(), b); err != nil {
+			if err := writeData(c, w, h, b); err != nil {
 				return err
 			}
 			pos = next
@@ -544,6 +568,7 @@ func (m *Master) stream(w *bufio.Writer, pos int64) error {
 		}
 		select {
 		case <-ch:
+			woke = !m.cfg.Sync
 		case <-hb.C:
 			h := dataHeader{Epoch: e.Epoch, EpochStart: e.Start, Offset: pos, MasterEnd: pos, MasterTime: time.Now().UnixMilli()}
 			if err := writeFrame(w, frameData, h.encode()); err != nil {
@@ -558,6 +583,44 @@ func (m *Master) stream(w *bufio.Writer, pos int64) error {
 			return ErrClosed
 		}
 		m.idle.Add(-1)
+	}
+}
+
+// directData is the size from which a data frame's records go to the connection as they
+// are (one writev with the frame's header) rather than copied into the buffered writer.
+const directData = 32 << 10
+
+// writeData writes one data frame: a large one straight to c, after what w holds.
+func writeData(c net.Conn, w *bufio.Writer, h dataHeader, recs []byte) error {
+	if len(recs) < directData {
+		return writeFrame(w, frameData, h.encode(), recs)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	head := make([]byte, 5, 5+dataHeaderLen)
+	binary.BigEndian.PutUint32(head, uint32(1+dataHeaderLen+len(recs)))
+	head[4] = frameData
+	bufs := net.Buffers{append(head, h.encode()...), recs}
+	_, err := bufs.WriteTo(c)
+	return err
+}
+
+// pace waits, in async mode, until AsyncPace has passed since looked, the stream's last look
+// after a wake at the log's end: the appends meanwhile go in one frame. A wake after a
+// quiet spell looks at once.
+func (m *Master) pace(looked time.Time) error {
+	d := m.cfg.AsyncPace - time.Since(looked)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-m.stop:
+		return ErrClosed
 	}
 }
 
