@@ -40,8 +40,8 @@ type MasterConfig struct {
 	// AsyncPace is, in async mode, the least time between two looks of a stream that
 	// reached the log's end, so that a trickle of sends costs each replica one frame (and
 	// one acknowledgement) per AsyncPace rather than one per send, on cores the master's
-	// own sends need; it bounds what async mode adds to a replica's lag. Sync mode sends
-	// at once, every send waiting for it. Default 1 ms.
+	// own sends need; it bounds what async mode adds to a replica's lag. 0: none, every
+	// append is sent at once, as in sync mode, where every send waits for it.
 	AsyncPace time.Duration
 	// Snapshots, if set, is called every SnapshotInterval (default 1 s) and each named
 	// snapshot it returns is sent to every replica.
@@ -68,9 +68,6 @@ func (c *MasterConfig) defaults() {
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = 500 * time.Millisecond
-	}
-	if c.AsyncPace == 0 {
-		c.AsyncPace = time.Millisecond
 	}
 	if c.SnapshotInterval == 0 {
 		c.SnapshotInterval = time.Second
@@ -528,18 +525,24 @@ func (m *Master) stream(c net.Conn, w *bufio.Writer, pos int64) error {
 	if err := m.sendSnapshots(w); err != nil {
 		return err
 	}
+	var e Epoch
+	beat := func() error { // an empty data frame: the master is alive, its log ends at pos
+		h := dataHeader{Epoch: e.Epoch, EpochStart: e.Start, Offset: pos, MasterEnd: pos, MasterTime: time.Now().UnixMilli()}
+		return writeFrame(w, frameData, h.encode())
+	}
 	var looked time.Time // an async stream's last look after a wake
 	woke := false
 	for {
 		if woke {
-			if err := m.pace(looked); err != nil {
+			if err := m.pace(looked, w, hb.C, snapEvery.C, beat); err != nil {
 				return err
 			}
 			looked, woke = time.Now(), false
 		}
 		ch := m.notified()
 		eps := m.cfg.Epochs.Epochs()
-		e, epEnd, _ := EpochAt(eps, pos)
+		var epEnd int64
+		e, epEnd, _ = EpochAt(eps, pos)
 		limit := m.cfg.ChunkBytes
 		if epEnd > pos {
 			limit = int(min(int64(limit), epEnd-pos))
@@ -568,10 +571,9 @@ func (m *Master) stream(c net.Conn, w *bufio.Writer, pos int64) error {
 		}
 		select {
 		case <-ch:
-			woke = !m.cfg.Sync
+			woke = !m.cfg.Sync && m.cfg.AsyncPace > 0
 		case <-hb.C:
-			h := dataHeader{Epoch: e.Epoch, EpochStart: e.Start, Offset: pos, MasterEnd: pos, MasterTime: time.Now().UnixMilli()}
-			if err := writeFrame(w, frameData, h.encode()); err != nil {
+			if err := beat(); err != nil {
 				return err
 			}
 		case <-snapEvery.C:
@@ -608,19 +610,32 @@ func writeData(c net.Conn, w *bufio.Writer, h dataHeader, recs []byte) error {
 
 // pace waits, in async mode, until AsyncPace has passed since looked, the stream's last look
 // after a wake at the log's end: the appends meanwhile go in one frame. A wake after a
-// quiet spell looks at once.
-func (m *Master) pace(looked time.Time) error {
+// quiet spell looks at once. Heartbeats and snapshots go on meanwhile.
+func (m *Master) pace(looked time.Time, w *bufio.Writer, hb, snap <-chan time.Time, beat func() error) error {
 	d := m.cfg.AsyncPace - time.Since(looked)
 	if d <= 0 {
 		return nil
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-m.stop:
-		return ErrClosed
+	for {
+		select {
+		case <-t.C:
+			return nil
+		case <-hb:
+			if err := beat(); err != nil {
+				return err
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		case <-snap:
+			if err := m.sendSnapshots(w); err != nil {
+				return err
+			}
+		case <-m.stop:
+			return ErrClosed
+		}
 	}
 }
 
