@@ -234,11 +234,24 @@ func sendLatencies(ctx context.Context, c benchConfig, namesrv string, log *slog
 	return ds, nil
 }
 
-// catchUp kills the replica, leaves it c.catchUpMB behind with 16 KiB sends to the master,
-// restarts it and times, from its connection to the master (the first time the master
-// reports its lag) until its lag is 0, the rate it copied the backlog at (MB/s); d is the
-// time from the restart until it caught up, the process's start and its dial included.
+// catchUp waits until the replica holds the master's log, kills it, leaves it c.catchUpMB
+// behind with 16 KiB sends to the master, restarts it and times, from its connection to
+// the master (the first time the master's metrics list it) until it holds the master's
+// end, the rate it copied the backlog at (MB/s); d is the time from the restart until it
+// caught up, the process's start, its NATS and lease reads and its dial included. A backlog
+// copied before the master was first seen listing the replica is timed from the restart.
 func (r *replicaRun) catchUp(ctx context.Context, master, rep *benchNode) (rate float64, d time.Duration, err error) {
+	node := benchReplicaBroker + "-" + strconv.Itoa(r.c.replicaSet)
+	if err := pollFor(ctx, benchNodeWait, 5*time.Millisecond, func() (bool, error) {
+		lag, ok, err := replicaLag(ctx, master, node)
+		return ok && lag == 0, err
+	}, "replica "+node+" holds the master's log"); err != nil {
+		return 0, 0, err
+	}
+	from, err := commitLogEnd(ctx, master)
+	if err != nil {
+		return 0, 0, err
+	}
 	rep.kill()
 	c := r.c
 	c.messages = max(1, c.catchUpMB<<20/benchCatchUpBody)
@@ -246,20 +259,25 @@ func (r *replicaRun) catchUp(ctx context.Context, master, rep *benchNode) (rate 
 	if _, _, err := flowdProduce(ctx, c, master.namesrv, "async", benchCatchUpBody, 1, r.log, nil); err != nil {
 		return 0, 0, err
 	}
+	to, err := commitLogEnd(ctx, master)
+	if err != nil {
+		return 0, 0, err
+	}
 	start := time.Now()
 	if err := rep.start(); err != nil {
 		return 0, 0, err
 	}
-	node := benchReplicaBroker + "-" + strconv.Itoa(r.c.replicaSet)
 	var seen time.Time
-	var behind float64
 	err = pollFor(ctx, benchNodeWait, 2*time.Millisecond, func() (bool, error) {
 		lag, ok, err := replicaLag(ctx, master, node)
 		if err != nil || !ok {
 			return false, err
 		}
 		if seen.IsZero() {
-			seen, behind = time.Now(), lag
+			seen = time.Now()
+			if lag == 0 {
+				seen = start
+			}
 		}
 		return lag == 0, nil
 	}, "replica "+node+" caught up")
@@ -267,24 +285,38 @@ func (r *replicaRun) catchUp(ctx context.Context, master, rep *benchNode) (rate 
 		return 0, 0, err
 	}
 	end := time.Now()
-	if behind == 0 {
-		return 0, end.Sub(start), fmt.Errorf("bench: replica %s was not behind when first seen connected", node)
+	return float64(to-from) / 1e6 / max(end.Sub(seen).Seconds(), 1e-3), end.Sub(start), nil
+}
+
+// commitLogEnd reads the master's metrics for its commit log's written end.
+func commitLogEnd(ctx context.Context, master *benchNode) (int64, error) {
+	v, ok, err := metricValue(ctx, master, `flowd_store_commit_log_offset_bytes{position="max"} `)
+	if err == nil && !ok {
+		err = fmt.Errorf("bench: node %s reports no commit log end", master.name)
 	}
-	return behind / 1e6 / max(end.Sub(seen).Seconds(), 1e-3), end.Sub(start), nil
+	return int64(v), err
 }
 
 // replicaLag reads the master's metrics for how far replica node's acknowledged log is
 // behind its end; ok is false while node is not connected.
 func replicaLag(ctx context.Context, master *benchNode, node string) (lag float64, ok bool, err error) {
-	page, err := scrapeMetrics(ctx, master.http)
+	return metricValue(ctx, master, `flowd_replication_replica_lag_bytes{replica="`+node+`"} `)
+}
+
+// metricValue is the value of the node's metric line that starts with prefix; ok is false
+// when there is none.
+func metricValue(ctx context.Context, nd *benchNode, prefix string) (v float64, ok bool, err error) {
+	page, err := scrapeMetrics(ctx, nd.http)
 	if err != nil {
 		return 0, false, err
 	}
-	prefix := `flowd_replication_replica_lag_bytes{replica="` + node + `"} `
 	for _, line := range strings.Split(page, "\n") {
-		if v, found := strings.CutPrefix(line, prefix); found {
-			lag, err = strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return lag, err == nil, err
+		if val, found := strings.CutPrefix(line, prefix); found {
+			v, err = strconv.ParseFloat(strings.TrimSpace(val), 64)
+			if err != nil {
+				return 0, false, fmt.Errorf("bench: metric %s of %s: %w", prefix, nd.name, err)
+			}
+			return v, true, nil
 		}
 	}
 	return 0, false, nil
