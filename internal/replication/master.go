@@ -99,6 +99,11 @@ type Master struct {
 	notifyCh chan struct{} // closed and replaced when the log grows
 	idle     atomic.Int32  // streams waiting on notifyCh: Notify costs nothing while none is
 
+	// chunk is the last chunk of the log a stream read: the other streams, woken by the
+	// same append, send it too rather than read and copy it again.
+	chunkMu sync.Mutex
+	chunk   chunk
+
 	mu      sync.Mutex
 	reps    map[*peer]struct{}
 	waiters []waiter // by end offset, ascending
@@ -115,6 +120,30 @@ type peer struct {
 	// guarded by Master.mu
 	written, flushed int64
 	caughtUp         time.Time
+}
+
+type chunk struct {
+	pos, next int64
+	limit     int
+	b         []byte
+}
+
+// readChunk is Store.ReadRaw(pos, limit), or the chunk another stream read there. The
+// bytes are shared and never written to.
+func (m *Master) readChunk(pos int64, limit int) ([]byte, int64, error) {
+	m.chunkMu.Lock()
+	c := m.chunk
+	m.chunkMu.Unlock()
+	if c.b != nil && c.pos == pos && c.limit == limit {
+		return c.b, c.next, nil
+	}
+	b, next, err := m.cfg.Store.ReadRaw(pos, limit)
+	if err == nil && len(b) > 0 {
+		m.chunkMu.Lock()
+		m.chunk = chunk{pos: pos, next: next, limit: limit, b: b}
+		m.chunkMu.Unlock()
+	}
+	return b, next, err
 }
 
 type waiter struct {
@@ -547,7 +576,7 @@ func (m *Master) stream(c net.Conn, w *bufio.Writer, pos int64) error {
 		if epEnd > pos {
 			limit = int(min(int64(limit), epEnd-pos))
 		}
-		b, next, err := m.cfg.Store.ReadRaw(pos, limit)
+		b, next, err := m.readChunk(pos, limit)
 		if err != nil {
 			return fmt.Errorf("stream from %d: %w", pos, err)
 		}
