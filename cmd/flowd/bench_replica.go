@@ -268,11 +268,13 @@ func (r *replicaRun) catchUp(ctx context.Context, master, rep *benchNode) (rate 
 		return 0, 0, err
 	}
 	var seen time.Time
+	last := "never listed"
 	err = pollFor(ctx, benchNodeWait, 2*time.Millisecond, func() (bool, error) {
 		lag, ok, err := replicaLag(ctx, master, node)
 		if err != nil || !ok {
 			return false, err
 		}
+		last = fmt.Sprintf("%.0f bytes behind", lag)
 		if seen.IsZero() {
 			seen = time.Now()
 			if lag == 0 {
@@ -282,10 +284,16 @@ func (r *replicaRun) catchUp(ctx context.Context, master, rep *benchNode) (rate 
 		return lag == 0, nil
 	}, "replica "+node+" caught up")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("%w (the master's metrics: %s; the replica's log ends %q)", err, last, logTail(rep.logs.String(), 3))
 	}
 	end := time.Now()
 	return float64(to-from) / 1e6 / max(end.Sub(seen).Seconds(), 1e-3), end.Sub(start), nil
+}
+
+// logTail is the last n lines of a child's output.
+func logTail(logs string, n int) string {
+	lines := strings.Split(strings.TrimRight(logs, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // commitLogEnd reads the master's metrics for its commit log's written end.
