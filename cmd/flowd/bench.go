@@ -92,6 +92,9 @@ type benchResult struct {
 	// MessagesPerFsync is, for the sync-flush scenario, how many acknowledged messages an
 	// fsync covered on average: group commit at work.
 	MessagesPerFsync float64 `json:"messages_per_fsync,omitempty"`
+	// For the replica-set scenarios, BaselineBefore and BaselineAfter are the one node's
+	// figure measured before and after the replica sets, and Baseline their mean.
+	//
 	// BaselineBefore and BaselineAfter are, for the sync-flush scenario, the disk's
 	// fsync-per-write rate measured just before and just after it; Baseline is their harmonic
 	// mean (the rate of the mean fsync time). A shared disk's fsync rate moves from one
@@ -577,8 +580,11 @@ func formatResult(r benchResult) string {
 	if r.MessagesPerFsync > 0 {
 		line += fmt.Sprintf("  (%.1f messages per fsync)", r.MessagesPerFsync)
 	}
-	if r.BaselineBefore > 0 {
-		line += fmt.Sprintf("  (disk-fsync %.0f before, %.0f after)", r.BaselineBefore, r.BaselineAfter)
+	if r.BaselineBefore > 0 && r.Unit == "ns" {
+		line += fmt.Sprintf("  (%s %v before, %v after)", r.BaselineName, time.Duration(r.BaselineBefore).Round(time.Microsecond),
+			time.Duration(r.BaselineAfter).Round(time.Microsecond))
+	} else if r.BaselineBefore > 0 {
+		line += fmt.Sprintf("  (%s %.0f before, %.0f after)", r.BaselineName, r.BaselineBefore, r.BaselineAfter)
 	}
 	if r.FromSchedule > 0 {
 		line += fmt.Sprintf("  (from schedule %v)", time.Duration(r.FromSchedule).Round(time.Microsecond))
