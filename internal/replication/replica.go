@@ -29,8 +29,9 @@ type ReplicaConfig struct {
 	OnSnapshot func(name string, data []byte)
 	// RetryInterval is the wait between connection attempts. Default 200 ms.
 	RetryInterval time.Duration
-	// AckInterval bounds how long a written or fsynced offset waits to be acknowledged
-	// when no record arrives. Default 2 ms.
+	// AckInterval bounds how long a written or fsynced offset waits to be acknowledged:
+	// a backstop, since a replica acknowledges after each write and each fsync the store
+	// reports. Default 20 ms.
 	AckInterval time.Duration
 	// SilenceTimeout: a master that sent nothing (not even its heartbeat, every 500 ms by
 	// default) for this long is taken for gone, and the replica dials the master the lease
@@ -54,7 +55,7 @@ func NewFollower(cfg ReplicaConfig) *Follower {
 		cfg.RetryInterval = 200 * time.Millisecond
 	}
 	if cfg.AckInterval == 0 {
-		cfg.AckInterval = 2 * time.Millisecond
+		cfg.AckInterval = 20 * time.Millisecond
 	}
 	if cfg.SilenceTimeout == 0 {
 		cfg.SilenceTimeout = 2 * time.Second
