@@ -14,6 +14,7 @@ type Replication struct {
 	MinInSync  int           `yaml:"min_in_sync" env:"FLOWD_MIN_IN_SYNC" flag:"min-in-sync" doc:"sync mode: members (the master included) that must hold a send before it is acknowledged; fewer in sync and sends are refused"`
 	MaxLag     Size          `yaml:"max_lag" env:"FLOWD_REPLICATION_MAX_LAG" flag:"replication-max-lag" doc:"a replica further behind the master's commit log than this (bytes) for longer than max_lag_time is out of the in-sync set"`
 	MaxLagTime time.Duration `yaml:"max_lag_time" env:"FLOWD_REPLICATION_MAX_LAG_TIME" flag:"replication-max-lag-time" doc:"how long a replica may stay more than max_lag behind before it leaves the in-sync set"`
+	AsyncPace  time.Duration `yaml:"async_pace" env:"FLOWD_REPLICATION_ASYNC_PACE" flag:"replication-async-pace" doc:"async mode: the least time between two sends of new records to a caught-up replica, so that a trickle of sends costs a frame per pace rather than one per send; an async replica lags up to this more (what a failover can lose); 0 sends every append at once"`
 	LeaseTTL   time.Duration `yaml:"lease_ttl" env:"FLOWD_REPLICATION_LEASE_TTL" flag:"replication-lease-ttl" doc:"the master's lease in JetStream KV: a master that could not renew it for two thirds of this stops taking sends, and an in-sync replica takes over once it lapsed; it bounds promotion time"`
 }
 
@@ -48,6 +49,9 @@ func (c Config) replicationProblems() []Problem {
 	}
 	if r.MaxLagTime <= 0 {
 		bad("replication.max_lag_time", "must be positive")
+	}
+	if r.AsyncPace < 0 || r.AsyncPace > time.Minute {
+		bad("replication.async_pace", "must be within 0..1m, not %s", r.AsyncPace)
 	}
 	if r.LeaseTTL < 300*time.Millisecond {
 		bad("replication.lease_ttl", "must be 300ms or more, not %s", r.LeaseTTL)

@@ -39,7 +39,7 @@ type replNode struct {
 	args []string
 }
 
-func startReplicaSet(t *testing.T, mode string) []*replNode {
+func startReplicaSet(t *testing.T, mode string, extra ...string) []*replNode {
 	t.Helper()
 	ports := freePorts(t, 3)
 	var routes []string
@@ -52,6 +52,7 @@ func startReplicaSet(t *testing.T, mode string) []*replNode {
 			"--broker-name", "rs", "--replication", mode, "--broker-id", strconv.Itoa(i + 1), "--ha-listen", "127.0.0.1:0",
 			"--nats-cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--nats-routes", strings.Join(routes, ","),
 		}}
+		n.args = append(n.args, extra...)
 		n.daemon = launch(t, fmt.Sprintf("rs-%d", i+1), t.TempDir(), "", n.args...)
 		nodes[i] = n
 	}
@@ -409,8 +410,12 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 // (paused) never received, then dies; a replica takes over without them. Restarted, the old
 // master is told its log diverged, cuts that tail, restarts in place and follows: the
 // members end with one history and one log, the lost sends on none of them.
+//
+// A master streams each append at once, into the paused replicas' socket buffers too, so
+// that they would read it once resumed: a long replication.async_pace keeps the sends after
+// the first on the master until it dies (the first goes at once, nothing being sent before).
 func TestReplicaSetDeposedMasterCutsItsUnreplicatedTail(t *testing.T) {
-	nodes := startReplicaSet(t, "async")
+	nodes := startReplicaSet(t, "async", "--replication-async-pace", "20s")
 	allInSync(t, nodes)
 	m := nodeAt(nodes, masterAddr(nodes))
 	require.NotNil(t, m)

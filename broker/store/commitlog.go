@@ -367,6 +367,7 @@ func (s *Store) append(ms []*protocol.MessageExt, b []byte, res []PutResult, w *
 	if crossed {
 		signal(s.prefaultReq)
 	}
+	s.appended()
 	return end, nil
 }
 

@@ -59,6 +59,9 @@ func (s *Store) flushCommitLog() error {
 	if s.opts.FlushMode == FlushSync {
 		signal(s.commitReq)
 	}
+	if fn := s.onFlush.Load(); fn != nil {
+		(*fn)()
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/flowd-io/flowd/broker/store/vfs"
 	"github.com/flowd-io/flowd/protocol"
@@ -253,6 +254,32 @@ func zeroFrom(fs vfs.FS, path string, rel, size int64) error {
 // SegmentSize is Options.SegmentSize: a replica's must equal its master's, since records
 // sit at the same offsets in both logs and never cross a segment's end.
 func (s *Store) SegmentSize() int64 { return s.opts.SegmentSize }
+
+// SetAppendHook sets what a replica set's master is told after every append of a Put (on
+// the appending goroutine, once the store's lock is released), so that its stream sends the
+// new records at once rather than look for them; nil clears it. fn must be quick and must
+// not block.
+func (s *Store) SetAppendHook(fn func()) { setHook(&s.onAppend, fn) }
+
+// SetFlushHook sets what a replica is told after every fsync of the commit log moved its
+// flushed end (on the flusher's goroutine), so that under store.flush sync it acknowledges
+// what became durable at once; nil clears it. fn must be quick and must not block.
+func (s *Store) SetFlushHook(fn func()) { setHook(&s.onFlush, fn) }
+
+func setHook(p *atomic.Pointer[func()], fn func()) {
+	if fn == nil {
+		p.Store(nil)
+		return
+	}
+	p.Store(&fn)
+}
+
+// appended calls the append hook, if one is set.
+func (s *Store) appended() {
+	if fn := s.onAppend.Load(); fn != nil {
+		(*fn)()
+	}
+}
 
 // Positions is the commit log's written end and the end an fsync covers, without the
 // rest of Stats (which walks the segment and queue lists): a replica reads them on every

@@ -91,6 +91,9 @@ type Store struct {
 	// that the tests can tell a hold from a quick dispatch without timing it.
 	dispatchHolds atomic.Int64
 	failure       atomic.Pointer[error]
+	// onAppend and onFlush are a replica set's hooks (SetAppendHook, SetFlushHook): called
+	// after the commit log grew, and after an fsync moved the flushed end.
+	onAppend, onFlush atomic.Pointer[func()]
 
 	activeSeg atomic.Pointer[segment] // the active segment, for the prefaulter and AppendReady
 	// zeroFrom is the commit-log offset from which the prefaulter is writing zeros into the

@@ -51,6 +51,10 @@ type benchConfig struct {
 	clusterTopics int    // topics created for the route-convergence figures
 	clusterKills  int    // kill -9 rounds of the failure-detection figures
 	flowdBin      string // the executable the children run; empty: this one
+	// replicaSet is, for a --replica-set run, how many `flowd serve` members the replica
+	// set has; 0: no such run. catchUpMB is how far (MiB) its restarted replica is behind.
+	replicaSet int
+	catchUpMB  int
 	// deploy is where the brokers run: deploySeparate (child processes: `flowd serve`, and
 	// JetStream in a `flowd bench-jetstream-server`) or deployInProcess (goroutines of
 	// this process, as the clients).
@@ -89,6 +93,9 @@ type benchResult struct {
 	// MessagesPerFsync is, for the sync-flush scenario, how many acknowledged messages an
 	// fsync covered on average: group commit at work.
 	MessagesPerFsync float64 `json:"messages_per_fsync,omitempty"`
+	// For the replica-set scenarios, BaselineBefore and BaselineAfter are the one node's
+	// figure measured before and after the replica sets, and Baseline their mean.
+	//
 	// BaselineBefore and BaselineAfter are, for the sync-flush scenario, the disk's
 	// fsync-per-write rate measured just before and just after it; Baseline is their harmonic
 	// mean (the rate of the mean fsync time). A shared disk's fsync rate moves from one
@@ -119,6 +126,12 @@ type benchResult struct {
 	// waits out.
 	Nodes int   `json:"nodes,omitempty"`
 	TTL   int64 `json:"ttl,omitempty"`
+	// Replication is, for the replica-set scenarios, the set's mode: "sync" or "async";
+	// ReplicaCPU (µs) the mean CPU time per message of its replicas' processes during a
+	// throughput scenario, whose BrokerCPU is the master's (and BaselineServerCPU the one
+	// node's).
+	Replication string  `json:"replication,omitempty"`
+	ReplicaCPU  float64 `json:"replica_cpu_us,omitempty"`
 	// In a run with --deploy separate, each process's cost per message of a throughput
 	// scenario's timed section: ClientCPU (µs) and ClientCtxSwitches of this process, where
 	// flowd's clients run; BrokerCPU and BrokerCtxSwitches of the `flowd serve` child; the
@@ -156,6 +169,8 @@ type benchReport struct {
 	Producers int   `json:"producers"`
 	Rate      int   `json:"rate"`
 	Cluster   int   `json:"cluster,omitempty"` // --cluster: the nodes of a cluster run
+	// ReplicaSet is, for a --replica-set run, the members of the replica set.
+	ReplicaSet int `json:"replica_set,omitempty"`
 	// Deploy is where the brokers ran: "separate" (`flowd serve` and JetStream child
 	// processes, the clients in the bench's) or "in-process" (all in the bench's process).
 	Deploy  string        `json:"deploy,omitempty"`
@@ -194,6 +209,9 @@ type benchScenario struct {
 func benchScenarios(c benchConfig) []benchScenario {
 	if c.cluster > 0 {
 		return clusterScenarios()
+	}
+	if c.replicaSet > 0 {
+		return replicaScenarios(c)
 	}
 	var out []benchScenario
 	for _, s := range c.sizes {
@@ -288,7 +306,9 @@ throughput figure comes with each process's CPU time, context switches and read/
 calls per message. --deploy in-process runs them all in this process. --list prints the
 scenarios a configuration runs. --cluster N runs the cluster scenarios instead: N "flowd
 serve" child processes joined by NATS routes, next to one node, for route convergence,
-failure detection and produce/consume throughput.`,
+failure detection and produce/consume throughput. --replica-set N runs the replica-set
+scenarios instead: N "flowd serve" members of one replica set, in sync then async mode, next
+to one node, for produce throughput, sync send latency and a restarted replica's catch-up.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -314,6 +334,8 @@ failure detection and produce/consume throughput.`,
 	fs.IntVar(&c.cluster, "cluster", 0, "run the cluster scenarios instead: start this many `flowd serve` nodes (2..9) as child processes on loopback, joined by NATS routes, and a one-node run next to them")
 	fs.IntVar(&c.clusterTopics, "cluster-topics", 50, "topics created one after another for the route-convergence figures (--cluster)")
 	fs.IntVar(&c.clusterKills, "cluster-kills", 3, "kill -9 and restart rounds of the failure-detection figures (--cluster)")
+	fs.IntVar(&c.replicaSet, "replica-set", 0, "run the replica-set scenarios instead: start this many `flowd serve` members (2..5) of one replica set as child processes on loopback, in sync then async mode, next to one node: produce throughput of --producers async producers, sync send latency (--latency-samples sends), a restarted replica's catch-up")
+	fs.IntVar(&c.catchUpMB, "catchup-mb", 64, "MiB of 16 KiB messages a stopped replica is left behind by before it restarts (--replica-set)")
 	fs.StringVar(&c.flowdBin, "flowd-binary", "", "the flowd executable the --cluster nodes and the --deploy separate children run (default: this one)")
 	fs.StringVar(&c.deploy, "deploy", deploySeparate, `where the brokers run: "separate" (a flowd serve child on free loopback ports and a temporary data directory, and JetStream in a child of its own, the clients in this process, each process's CPU, context switches and read/write syscalls per message reported: as deployed) or "in-process" (brokers and clients in this one process)`)
 	fs.BoolVar(&f.list, "list", false, "print the scenarios this configuration and --scenarios would run, and exit")
@@ -363,6 +385,10 @@ func (f *benchFlags) plan() (benchConfig, []benchScenario, error) {
 		return c, nil, fmt.Errorf("bench: --cluster %d must be within 2..9", c.cluster)
 	case c.cluster != 0 && c.namesrv != "":
 		return c, nil, errors.New("bench: --cluster starts its own nodes: it takes no --namesrv")
+	case c.replicaSet != 0 && (c.replicaSet < 2 || c.replicaSet > 5 || c.cluster != 0 || c.namesrv != ""):
+		return c, nil, fmt.Errorf("bench: --replica-set %d must be within 2..5, without --cluster or --namesrv", c.replicaSet)
+	case c.catchUpMB < 1:
+		return c, nil, fmt.Errorf("bench: --catchup-mb %d must be positive", c.catchUpMB)
 	case c.deploy != deploySeparate && c.deploy != deployInProcess:
 		return c, nil, fmt.Errorf(`bench: --deploy %q must be "separate" or "in-process"`, c.deploy)
 	case c.clusterTopics < 1 || c.clusterKills < 1:
@@ -403,6 +429,9 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	if c.cluster > 0 {
 		return f.runCluster(ctx, c, plan, stdout)
+	}
+	if c.replicaSet > 0 {
+		return f.runReplicaSet(ctx, c, plan, stdout)
 	}
 	c.progress = !c.json && isTerminal(stderr)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -544,14 +573,19 @@ func formatResult(r benchResult) string {
 		value = fmt.Sprintf("%12v %-5s", time.Duration(r.Flowd).Round(time.Microsecond), "")
 	}
 	line := fmt.Sprintf("  %-30s %s", r.Scenario, value)
-	if r.Ratio != nil {
+	if r.Ratio != nil && r.Unit == "ns" {
+		line += fmt.Sprintf("  %s %v  ratio %.2f×", r.BaselineName, time.Duration(*r.Baseline).Round(time.Microsecond), *r.Ratio)
+	} else if r.Ratio != nil {
 		line += fmt.Sprintf("  %s %.0f  ratio %.2f×", r.BaselineName, *r.Baseline, *r.Ratio)
 	}
 	if r.MessagesPerFsync > 0 {
 		line += fmt.Sprintf("  (%.1f messages per fsync)", r.MessagesPerFsync)
 	}
-	if r.BaselineBefore > 0 {
-		line += fmt.Sprintf("  (disk-fsync %.0f before, %.0f after)", r.BaselineBefore, r.BaselineAfter)
+	if r.BaselineBefore > 0 && r.Unit == "ns" {
+		line += fmt.Sprintf("  (%s %v before, %v after)", r.BaselineName, time.Duration(r.BaselineBefore).Round(time.Microsecond),
+			time.Duration(r.BaselineAfter).Round(time.Microsecond))
+	} else if r.BaselineBefore > 0 {
+		line += fmt.Sprintf("  (%s %.0f before, %.0f after)", r.BaselineName, r.BaselineBefore, r.BaselineAfter)
 	}
 	if r.FromSchedule > 0 {
 		line += fmt.Sprintf("  (from schedule %v)", time.Duration(r.FromSchedule).Round(time.Microsecond))
@@ -563,10 +597,13 @@ func formatResult(r benchResult) string {
 	if r.BrokerCPU > 0 {
 		line += fmt.Sprintf("\n  %-30s per msg: cpu client %.1f µs + broker %.1f µs; ctx switches %.2f, %.2f; read/write syscalls %.2f, %.2f", "",
 			r.ClientCPU, r.BrokerCPU, r.ClientCtxSwitches, r.BrokerCtxSwitches, r.ClientSyscalls, r.BrokerSyscalls)
+		if r.ReplicaCPU > 0 {
+			line += fmt.Sprintf("; cpu of each replica %.1f µs", r.ReplicaCPU)
+		}
 		if r.BaselineServerCPU > 0 {
-			line += fmt.Sprintf("\n  %-30s jetstream:    cpu client %.1f µs + server %.1f µs; ctx switches %.2f, %.2f; read/write syscalls %.2f, %.2f; flowd/jetstream cpu %.2f", "",
-				r.BaselineClientCPU, r.BaselineServerCPU, r.BaselineClientCtxSwitches, r.BaselineServerCtxSwitches,
-				r.BaselineClientSyscalls, r.BaselineServerSyscalls, r.CPURatio)
+			line += fmt.Sprintf("\n  %-30s %-13s cpu client %.1f µs + server %.1f µs; ctx switches %.2f, %.2f; read/write syscalls %.2f, %.2f; flowd/%s cpu %.2f", "",
+				r.BaselineName+":", r.BaselineClientCPU, r.BaselineServerCPU, r.BaselineClientCtxSwitches, r.BaselineServerCtxSwitches,
+				r.BaselineClientSyscalls, r.BaselineServerSyscalls, r.BaselineName, r.CPURatio)
 		}
 	}
 	if r.ProcessCPU > 0 {

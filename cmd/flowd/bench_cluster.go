@@ -38,6 +38,10 @@ func (c benchConfig) resultNames(sc benchScenario) []string {
 		return []string{sc.name + "-p50", sc.name + "-p99", sc.name + "-p999"}
 	case "cluster-convergence":
 		return []string{sc.name + "-p50", sc.name + "-p99", sc.name + "-max"}
+	case "replica-latency":
+		return []string{sc.name + "-p50", sc.name + "-p99"}
+	case "replica-catchup":
+		return []string{sc.name + "-time"}
 	case "cluster-failure":
 		var out []string
 		for i := range c.clusterKills {

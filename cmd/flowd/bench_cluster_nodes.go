@@ -58,6 +58,7 @@ type benchNode struct {
 	exited chan struct{}
 
 	broker, namesrv, nats string
+	http                  string // its HTTP listener, when it has one (a replica-set member)
 }
 
 // benchServing is the child's "flowd serving" log line with the addresses it bound.

@@ -262,7 +262,7 @@ func (r *replicaSet) promoteLocked(epoch int64) {
 	}
 	m, err := replication.StartMaster(keepOpen{r.ln.(*net.TCPListener)}, replication.MasterConfig{
 		Store: r.b.Store(), Epochs: r.epochs, Epoch: epoch, Cluster: r.c.Cluster, BrokerName: r.c.BrokerName,
-		Sync: r.Sync(), MinInSync: rc.MinInSync, MaxLagBytes: int64(rc.MaxLag), MaxLagTime: rc.MaxLagTime,
+		Sync: r.Sync(), MinInSync: rc.MinInSync, MaxLagBytes: int64(rc.MaxLag), MaxLagTime: rc.MaxLagTime, AsyncPace: rc.AsyncPace,
 		Snapshots: r.snapshots, Logger: r.log,
 		OnInSyncChange: func(nodes []string) {
 			r.lease.SetInSync(nodes)

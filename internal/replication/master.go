@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,6 +37,12 @@ type MasterConfig struct {
 	ChunkBytes int
 	// Heartbeat is how often an idle stream sends an empty data frame. Default 500 ms.
 	Heartbeat time.Duration
+	// AsyncPace is, in async mode, the least time between two looks of a stream that
+	// reached the log's end, so that a trickle of sends costs each replica one frame (and
+	// one acknowledgement) per AsyncPace rather than one per send, on cores the master's
+	// own sends need; it bounds what async mode adds to a replica's lag. 0: none, every
+	// append is sent at once, as in sync mode, where every send waits for it.
+	AsyncPace time.Duration
 	// Snapshots, if set, is called every SnapshotInterval (default 1 s) and each named
 	// snapshot it returns is sent to every replica.
 	Snapshots        func() map[string][]byte
@@ -92,6 +99,11 @@ type Master struct {
 	notifyCh chan struct{} // closed and replaced when the log grows
 	idle     atomic.Int32  // streams waiting on notifyCh: Notify costs nothing while none is
 
+	// chunk is the last chunk of the log a stream read: the other streams, woken by the
+	// same append, send it too rather than read and copy it again.
+	chunkMu sync.Mutex
+	chunk   chunk
+
 	mu      sync.Mutex
 	reps    map[*peer]struct{}
 	waiters []waiter // by end offset, ascending
@@ -108,6 +120,30 @@ type peer struct {
 	// guarded by Master.mu
 	written, flushed int64
 	caughtUp         time.Time
+}
+
+type chunk struct {
+	pos, next int64
+	limit     int
+	b         []byte
+}
+
+// readChunk is Store.ReadRaw(pos, limit), or the chunk another stream read there. The
+// bytes are shared and never written to.
+func (m *Master) readChunk(pos int64, limit int) ([]byte, int64, error) {
+	m.chunkMu.Lock()
+	c := m.chunk
+	m.chunkMu.Unlock()
+	if c.b != nil && c.pos == pos && c.limit == limit {
+		return c.b, c.next, nil
+	}
+	b, next, err := m.cfg.Store.ReadRaw(pos, limit)
+	if err == nil && len(b) > 0 {
+		m.chunkMu.Lock()
+		m.chunk = chunk{pos: pos, next: next, limit: limit, b: b}
+		m.chunkMu.Unlock()
+	}
+	return b, next, err
 }
 
 type waiter struct {
@@ -133,6 +169,9 @@ func StartMaster(ln net.Listener, cfg MasterConfig) (*Master, error) {
 		}
 	}
 	m := &Master{cfg: cfg, ln: ln, notifyCh: make(chan struct{}), reps: map[*peer]struct{}{}, stop: make(chan struct{})}
+	// Every append wakes an idle stream, in either mode: an async-mode replica too is
+	// behind by the stream's latency, not by its heartbeat.
+	cfg.Store.SetAppendHook(m.Notify)
 	m.wg.Add(2)
 	go m.acceptLoop()
 	go m.sweepLoop()
@@ -153,6 +192,7 @@ func (m *Master) Close() error {
 		return nil
 	}
 	m.closed = true
+	m.cfg.Store.SetAppendHook(nil)
 	for p := range m.reps {
 		p.conn.Close()
 	}
@@ -168,8 +208,8 @@ func (m *Master) Close() error {
 	return err
 }
 
-// Notify tells the streams that the log grew. The broker calls it after an append; a
-// stream also looks every Heartbeat on its own.
+// Notify tells the streams that the log grew. The store calls it after every append (the
+// hook StartMaster sets); a stream also looks every Heartbeat on its own.
 func (m *Master) Notify() {
 	if m.idle.Load() == 0 {
 		return // every stream is reading, and reads on to the end before it waits
@@ -195,7 +235,6 @@ func (m *Master) Await(end int64, deadline time.Time, done func(error)) {
 		done(nil)
 		return
 	}
-	m.Notify()
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -243,7 +282,7 @@ func (m *Master) quorumLocked() int64 {
 		end, _ := m.cfg.Store.Positions()
 		return end
 	}
-	var acks []int64
+	acks := make([]int64, 0, 8) // on the stack: this runs on every acknowledgement
 	for p := range m.reps {
 		if slices.Contains(m.inSync, p.node) {
 			acks = append(acks, m.held(p))
@@ -312,7 +351,7 @@ func (m *Master) Replicas() []ReplicaStatus {
 // evaluateLocked recomputes the in-sync set; changed reports whether it moved.
 func (m *Master) evaluateLocked(now time.Time) (changed bool) {
 	end, _ := m.cfg.Store.Positions()
-	var set []string
+	set := make([]string, 0, 8) // on the stack: this runs on every acknowledgement
 	for p := range m.reps {
 		if end-p.written <= m.cfg.MaxLagBytes {
 			p.caughtUp = now
@@ -325,7 +364,7 @@ func (m *Master) evaluateLocked(now time.Time) (changed bool) {
 	if slices.Equal(set, m.inSync) {
 		return false
 	}
-	m.inSync = set
+	m.inSync = slices.Clip(slices.Clone(set))
 	return true
 }
 
@@ -433,7 +472,7 @@ func (m *Master) serve(c net.Conn) error {
 
 	sendErr := make(chan error, 1)
 	go func() {
-		sendErr <- m.stream(w, h.End)
+		sendErr <- m.stream(c, w, h.End)
 		c.Close()
 	}()
 	err := m.readAcks(r, p) // ends with the connection, closed by either side
@@ -491,7 +530,10 @@ func (m *Master) readAcks(r *bufio.Reader, p *peer) error {
 		p.written, p.flushed = max(p.written, written), max(p.flushed, flushed)
 		changed := m.evaluateLocked(time.Now())
 		done := m.completeLocked()
-		set := slices.Clone(m.inSync)
+		var set []string
+		if changed {
+			set = slices.Clone(m.inSync)
+		}
 		m.mu.Unlock()
 		for _, w := range done {
 			w.done(nil)
@@ -504,7 +546,7 @@ func (m *Master) readAcks(r *bufio.Reader, p *peer) error {
 
 // stream sends the log from pos, chunk by chunk (never across an epoch's start), waiting
 // for appends when it is at the end, and snapshots every SnapshotInterval.
-func (m *Master) stream(w *bufio.Writer, pos int64) error {
+func (m *Master) stream(c net.Conn, w *bufio.Writer, pos int64) error {
 	hb := time.NewTicker(m.cfg.Heartbeat)
 	defer hb.Stop()
 	snapEvery := time.NewTicker(m.cfg.SnapshotInterval)
@@ -512,21 +554,35 @@ func (m *Master) stream(w *bufio.Writer, pos int64) error {
 	if err := m.sendSnapshots(w); err != nil {
 		return err
 	}
+	var e Epoch
+	beat := func() error { // an empty data frame: the master is alive, its log ends at pos
+		h := dataHeader{Epoch: e.Epoch, EpochStart: e.Start, Offset: pos, MasterEnd: pos, MasterTime: time.Now().UnixMilli()}
+		return writeFrame(w, frameData, h.encode())
+	}
+	var looked time.Time // an async stream's last look after a wake
+	woke := false
 	for {
+		if woke {
+			if err := m.pace(looked, w, hb.C, snapEvery.C, beat); err != nil {
+				return err
+			}
+			looked, woke = time.Now(), false
+		}
 		ch := m.notified()
 		eps := m.cfg.Epochs.Epochs()
-		e, epEnd, _ := EpochAt(eps, pos)
+		var epEnd int64
+		e, epEnd, _ = EpochAt(eps, pos)
 		limit := m.cfg.ChunkBytes
 		if epEnd > pos {
 			limit = int(min(int64(limit), epEnd-pos))
 		}
-		b, next, err := m.cfg.Store.ReadRaw(pos, limit)
+		b, next, err := m.readChunk(pos, limit)
 		if err != nil {
 			return fmt.Errorf("stream from %d: %w", pos, err)
 		}
 		if len(b) > 0 {
 			h := dataHeader{Epoch: e.Epoch, EpochStart: e.Start, Offset: pos, MasterEnd: next, MasterTime: time.Now().UnixMilli()}
-			if err := writeFrame(w, frameData, h.encode(), b); err != nil {
+			if err := writeData(c, w, h, b); err != nil {
 				return err
 			}
 			pos = next
@@ -544,9 +600,9 @@ func (m *Master) stream(w *bufio.Writer, pos int64) error {
 		}
 		select {
 		case <-ch:
+			woke = !m.cfg.Sync && m.cfg.AsyncPace > 0
 		case <-hb.C:
-			h := dataHeader{Epoch: e.Epoch, EpochStart: e.Start, Offset: pos, MasterEnd: pos, MasterTime: time.Now().UnixMilli()}
-			if err := writeFrame(w, frameData, h.encode()); err != nil {
+			if err := beat(); err != nil {
 				return err
 			}
 		case <-snapEvery.C:
@@ -558,6 +614,57 @@ func (m *Master) stream(w *bufio.Writer, pos int64) error {
 			return ErrClosed
 		}
 		m.idle.Add(-1)
+	}
+}
+
+// directData is the size from which a data frame's records go to the connection as they
+// are (one writev with the frame's header) rather than copied into the buffered writer.
+const directData = 32 << 10
+
+// writeData writes one data frame: a large one straight to c, after what w holds.
+func writeData(c net.Conn, w *bufio.Writer, h dataHeader, recs []byte) error {
+	if len(recs) < directData {
+		return writeFrame(w, frameData, h.encode(), recs)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	head := make([]byte, 5, 5+dataHeaderLen)
+	binary.BigEndian.PutUint32(head, uint32(1+dataHeaderLen+len(recs)))
+	head[4] = frameData
+	bufs := net.Buffers{append(head, h.encode()...), recs}
+	_, err := bufs.WriteTo(c)
+	return err
+}
+
+// pace waits, in async mode, until AsyncPace has passed since looked, the stream's last look
+// after a wake at the log's end: the appends meanwhile go in one frame. A wake after a
+// quiet spell looks at once. Heartbeats and snapshots go on meanwhile.
+func (m *Master) pace(looked time.Time, w *bufio.Writer, hb, snap <-chan time.Time, beat func() error) error {
+	d := m.cfg.AsyncPace - time.Since(looked)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return nil
+		case <-hb:
+			if err := beat(); err != nil {
+				return err
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		case <-snap:
+			if err := m.sendSnapshots(w); err != nil {
+				return err
+			}
+		case <-m.stop:
+			return ErrClosed
+		}
 	}
 }
 

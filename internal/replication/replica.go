@@ -29,8 +29,9 @@ type ReplicaConfig struct {
 	OnSnapshot func(name string, data []byte)
 	// RetryInterval is the wait between connection attempts. Default 200 ms.
 	RetryInterval time.Duration
-	// AckInterval bounds how long a written or fsynced offset waits to be acknowledged
-	// when no record arrives. Default 2 ms.
+	// AckInterval bounds how long a written or fsynced offset waits to be acknowledged:
+	// a backstop, since a replica acknowledges after each write and each fsync the store
+	// reports. Default 20 ms.
 	AckInterval time.Duration
 	// SilenceTimeout: a master that sent nothing (not even its heartbeat, every 500 ms by
 	// default) for this long is taken for gone, and the replica dials the master the lease
@@ -54,7 +55,7 @@ func NewFollower(cfg ReplicaConfig) *Follower {
 		cfg.RetryInterval = 200 * time.Millisecond
 	}
 	if cfg.AckInterval == 0 {
-		cfg.AckInterval = 2 * time.Millisecond
+		cfg.AckInterval = 20 * time.Millisecond
 	}
 	if cfg.SilenceTimeout == 0 {
 		cfg.SilenceTimeout = 2 * time.Second
@@ -144,18 +145,29 @@ func (f *Follower) once(ctx context.Context) error {
 	return f.follow(ctx, c, r, w)
 }
 
-// follow appends the master's records and acknowledges them: acks go from a goroutine of
-// their own, woken by every append and every AckInterval while an fsync is pending, so that
-// reading the next frame never waits for an ack to be written.
+// follow appends the master's records and acknowledges them. The reader acknowledges what
+// it wrote itself once it has read all the master sent (no hand-off on the path of a sync
+// send); while more is buffered it leaves the acknowledgement to the ack loop, woken by the
+// append, by every fsync the store reports and every AckInterval, so that reading the next
+// frame never waits for an ack to be written and a burst is acknowledged in few frames.
 func (f *Follower) follow(ctx context.Context, c net.Conn, r *bufio.Reader, w *bufio.Writer) error {
 	kick := make(chan struct{}, 1)
+	wake := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	a := &acker{w: w, st: f.cfg.Store, sentW: -1, sentF: -1}
+	f.cfg.Store.SetFlushHook(wake)
+	defer f.cfg.Store.SetFlushHook(nil)
 	ackErr := make(chan error, 1)
 	done := make(chan struct{}) // the read side ended: the ack loop ends too
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		ackErr <- f.ackLoop(ctx, w, kick, done)
+		ackErr <- f.ackLoop(ctx, a, kick, done)
 		c.Close()
 	}()
 	defer wg.Wait()
@@ -182,9 +194,10 @@ func (f *Follower) follow(ctx context.Context, c net.Conn, r *bufio.Reader, w *b
 			if err := f.apply(b); err != nil {
 				return err
 			}
-			select {
-			case kick <- struct{}{}:
-			default:
+			if r.Buffered() > 0 {
+				wake()
+			} else if err := a.ack(); err != nil {
+				return err
 			}
 		case frameSnapshot:
 			name, data, err := decodeSnapshot(b)
@@ -198,6 +211,29 @@ func (f *Follower) follow(ctx context.Context, c net.Conn, r *bufio.Reader, w *b
 			return fmt.Errorf("frame type %d from master: %w", typ, ErrProtocol)
 		}
 	}
+}
+
+// acker writes a replica's acknowledgements, from the reader or the ack loop.
+type acker struct {
+	mu           sync.Mutex
+	w            *bufio.Writer
+	st           *store.Store
+	sentW, sentF int64
+}
+
+// ack sends the store's written and flushed ends unless the master has them already.
+func (a *acker) ack() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	written, flushed := a.st.Positions()
+	if written == a.sentW && flushed == a.sentF {
+		return nil
+	}
+	a.sentW, a.sentF = written, flushed
+	if err := writeFrame(a.w, frameAck, encodeAck(written, flushed)); err != nil {
+		return err
+	}
+	return a.w.Flush()
 }
 
 // apply appends one data frame, recording its epoch first if it is new.
@@ -230,10 +266,9 @@ func (f *Follower) apply(b []byte) error {
 	return nil
 }
 
-func (f *Follower) ackLoop(ctx context.Context, w *bufio.Writer, kick, done chan struct{}) error {
+func (f *Follower) ackLoop(ctx context.Context, a *acker, kick, done chan struct{}) error {
 	t := time.NewTicker(f.cfg.AckInterval)
 	defer t.Stop()
-	var sentW, sentF int64 = -1, -1
 	for {
 		select {
 		case <-ctx.Done():
@@ -243,15 +278,7 @@ func (f *Follower) ackLoop(ctx context.Context, w *bufio.Writer, kick, done chan
 		case <-kick:
 		case <-t.C:
 		}
-		written, flushed := f.cfg.Store.Positions()
-		if written == sentW && flushed == sentF {
-			continue
-		}
-		sentW, sentF = written, flushed
-		if err := writeFrame(w, frameAck, encodeAck(sentW, sentF)); err != nil {
-			return err
-		}
-		if err := w.Flush(); err != nil {
+		if err := a.ack(); err != nil {
 			return err
 		}
 	}
