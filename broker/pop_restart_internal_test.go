@@ -38,14 +38,18 @@ func copyDir(t *testing.T, from string) string {
 
 // popRestartScenario receives 10 messages of 2 queues, acknowledges the even ones and
 // leaves the odd ones in flight; it returns the handles of each.
+//
+// Its invisibility is long (restartInvisible): the scenario's handles must outlive a copy of
+// the data directory and a second broker's start on a loaded machine; the check moves the
+// pop clock past it.
 func popRestartScenario(t *testing.T, b *Broker) (acked, unacked []PoppedMessage) {
 	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 2, WriteQueueNums: 2, Perm: 6}))
 	popSendN(t, b, "T", 0, 5, nil)
 	popSendN(t, b, "T", 1, 5, nil)
 	ctx := context.Background()
-	got, err := b.Pop(ctx, popReq("G", "T", 32))
+	got, err := b.Pop(ctx, restartPopReq())
 	require.NoError(t, err)
-	more, err := b.Pop(ctx, popReq("G", "T", 32))
+	more, err := b.Pop(ctx, restartPopReq())
 	require.NoError(t, err)
 	got = append(got, more...)
 	require.Len(t, got, 10)
@@ -60,6 +64,15 @@ func popRestartScenario(t *testing.T, b *Broker) (acked, unacked []PoppedMessage
 	return acked, unacked
 }
 
+// restartInvisible is the invisibility of popRestartScenario's receives.
+const restartInvisible = 2 * time.Minute
+
+func restartPopReq() PopRequest {
+	r := popReq("G", "T", 32)
+	r.Invisible = restartInvisible
+	return r
+}
+
 // popCheckAfterRestart: nothing acknowledged comes back, everything unacknowledged does
 // once its invisibility passes, with its attempt counted on; old handles still work until
 // then.
@@ -72,7 +85,7 @@ func popCheckAfterRestart(t *testing.T, b *Broker, acked, unacked []PoppedMessag
 	// A handle from before the restart still acknowledges (the MAC key is persisted).
 	require.NoError(t, b.PopAck(ctx, "G", "T", unacked[0].Handle))
 
-	advance(b, 11*time.Second)
+	advance(b, restartInvisible+time.Second)
 	var back []PoppedMessage
 	for range 4 {
 		got, err := b.Pop(ctx, popReq("G", "T", 32))
