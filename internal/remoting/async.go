@@ -283,7 +283,9 @@ func (c *Conn) InvokeAsync(ctx context.Context, req *protocol.Command, timeout t
 // header fields of a response with a binary (ROCKETMQ) header come in RawExt, ExtFields nil
 // (read them with protocol.Command.Ext or a typed decoder such as
 // protocol.DecodeSendResponse). A caller making one call per message saves the map and the
-// closure of each.
+// closure of each. The response is the receiver's only until InvokeDone returns: the
+// connection decodes the next response into the same Command. What InvokeDone read from it
+// stays valid (its strings are the receiver's, and a body is its own copy).
 func (c *Conn) InvokeAsyncRaw(ctx context.Context, req *protocol.Command, timeout time.Duration, r AsyncReceiver) error {
 	_, err := c.invokeAsync(ctx, req, timeout, r, true)
 	return err
