@@ -243,11 +243,10 @@ func (l *LitePull) pullAnswer(resp *protocol.Command, mq MessageQueue, sub *subs
 // verify, a body that does not match its stored CRC fails the whole pull.
 func decodePull(body []byte, mq MessageQueue, sub *subscription, offset int64, verify bool, maxBody int) (msgs []*Message, bytes int64, err error) {
 	// The messages of a pull are handed out together, so they share allocations: one
-	// Message slab, and one string for all their property blocks and offset message ids
+	// slab of Messages and their properties, and one string for all their property blocks and offset message ids
 	// (formerly a string of each per message, the largest part of the consumer's garbage).
 	n := countStored(body)
-	slab := make([]Message, n)
-	propSlab := make([]lazyProperties, n)
+	slab := make([]pulledMessage, n)
 	msgs = make([]*Message, 0, n)
 	spans := make([]textSpan, 0, n)
 	// The property blocks and offset message ids, one after another: on the stack for a
@@ -273,7 +272,7 @@ func decodePull(body []byte, mq MessageQueue, sub *subscription, offset int64, v
 		var m *Message
 		var props *lazyProperties
 		if i < len(slab) {
-			m, props = &slab[i], &propSlab[i]
+			m, props = &slab[i].m, &slab[i].props
 		} else {
 			m, props = new(Message), new(lazyProperties) // a message countStored did not count
 		}
@@ -296,6 +295,13 @@ func decodePull(body []byte, mq MessageQueue, sub *subscription, offset int64, v
 		setWellKnown(m, all[sp.id:sp.end])
 	}
 	return msgs, bytes, nil
+}
+
+// pulledMessage is a Message and its properties, allocated together with the others of
+// its pull.
+type pulledMessage struct {
+	m     Message
+	props lazyProperties
 }
 
 // textSpan locates one message's property block (props to id) and offset message id (id to
