@@ -3,7 +3,6 @@ package consumer
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -271,13 +270,8 @@ func (s *subscription) data() protocol.SubscriptionData {
 	return d
 }
 
-// match re-checks a message's tag against the subscription: the broker matched hash codes
-// only, and two tags can share one.
-func (s *subscription) match(tags string) bool {
-	return s == nil || s.tags == nil || slices.Contains(s.tags, tags)
-}
-
-// matchBytes is match of tags read from a property block as bytes.
+// matchBytes re-checks a message's tag, read from its property block as bytes, against the
+// subscription: the broker matched hash codes only, and two tags can share one.
 func (s *subscription) matchBytes(tags []byte) bool {
 	if s == nil || s.tags == nil {
 		return true
