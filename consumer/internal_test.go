@@ -2,9 +2,11 @@ package consumer
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -295,4 +297,60 @@ func TestLazyPropertiesReadAsDecoded(t *testing.T) {
 	var none Message
 	assert.Nil(t, none.Properties())
 	assert.Empty(t, none.Property("x"))
+}
+
+// TestDecodePullSharesOneStringPerPull: the messages of a pull get their property blocks and
+// offset message ids from one string, each its own part of it, whatever the tag re-check
+// leaves out; a pull of 32 costs a few allocations, not some per message.
+func TestDecodePullSharesOneStringPerPull(t *testing.T) {
+	mq := MessageQueue{Topic: "t", BrokerName: "b", QueueID: 0}
+	store := netip.MustParseAddrPort("10.0.0.7:10911")
+	var enc []byte
+	const n = 32
+	for i := range n {
+		props := map[string]string{protocol.PropertyTags: "keep", protocol.PropertyUniqueKey: fmt.Sprintf("id-%d", i)}
+		switch {
+		case i%5 == 0:
+			props[protocol.PropertyTags] = "drop"
+		case i%7 == 0:
+			delete(props, protocol.PropertyUniqueKey) // MsgID is then the offset message id
+		}
+		var err error
+		enc, err = protocol.AppendStored(enc, &protocol.MessageExt{
+			Message:     protocol.Message{Topic: mq.Topic, Body: []byte(fmt.Sprint("body-", i)), Properties: props},
+			QueueOffset: int64(i), CommitLogOffset: int64(1000 * i), StoreHost: store,
+		})
+		require.NoError(t, err)
+	}
+	sub := newSubscription(mq.Topic, TagSelector("keep"))
+	msgs, _, err := decodePull(enc, mq, sub, 0, false, protocol.MaxFrameSize)
+	require.NoError(t, err)
+	var want []int
+	for i := range n {
+		if i%5 != 0 {
+			want = append(want, i)
+		}
+	}
+	require.Len(t, msgs, len(want))
+	for k, i := range want {
+		m := msgs[k]
+		assert.Equal(t, fmt.Sprint("body-", i), string(m.Body))
+		assert.EqualValues(t, i, m.QueueOffset)
+		assert.Equal(t, "keep", m.Tags)
+		assert.Equal(t, protocol.OffsetMsgID(store, int64(1000*i)), m.OffsetMsgID)
+		wantID := fmt.Sprintf("id-%d", i)
+		if i%7 == 0 {
+			wantID = m.OffsetMsgID
+		}
+		assert.Equal(t, wantID, m.MsgID, i)
+		assert.Equal(t, wantID == m.OffsetMsgID, m.Property(protocol.PropertyUniqueKey) == "", i)
+	}
+
+	allocs := testing.AllocsPerRun(20, func() {
+		if _, _, err := decodePull(enc, mq, nil, 0, false, protocol.MaxFrameSize); err != nil {
+			panic(err)
+		}
+	})
+	t.Logf("allocations per pull of %d: %.0f", n, allocs)
+	assert.LessOrEqual(t, allocs, 8.0, "allocations per message")
 }

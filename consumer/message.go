@@ -3,7 +3,6 @@ package consumer
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -91,8 +90,9 @@ type converter struct {
 	hostText string
 }
 
-// convert fills m from a decoded stored message, inflating a compressed body. props.raw holds
-// its property block (protocol.DecodeOptions.RawProperties) as a string.
+// convert fills m from a decoded stored message, inflating a compressed body; what comes
+// from its property block and its offset message id is set afterwards (setWellKnown), from
+// text shared with the other messages of its pull.
 func (cv *converter) convert(m *Message, mq MessageQueue, ext *protocol.MessageExt, props *lazyProperties, limit int) error {
 	body := ext.Body
 	if ext.SysFlag&protocol.MsgFlagCompressed != 0 {
@@ -104,15 +104,11 @@ func (cv *converter) convert(m *Message, mq MessageQueue, ext *protocol.MessageE
 	if cv.hostText == "" || ext.BornHost != cv.host {
 		cv.host, cv.hostText = ext.BornHost, ext.BornHost.String()
 	}
-	wk := readWellKnown(props.raw)
 	*m = Message{
 		Topic:           ext.Topic,
 		Queue:           mq,
 		QueueOffset:     ext.QueueOffset,
 		CommitLogOffset: ext.CommitLogOffset,
-		OffsetMsgID:     protocol.OffsetMsgID(ext.StoreHost, ext.CommitLogOffset),
-		Tags:            wk.tags,
-		Keys:            strings.Fields(wk.keys),
 		props:           props,
 		Body:            body,
 		Flag:            ext.Flag,
@@ -121,7 +117,17 @@ func (cv *converter) convert(m *Message, mq MessageQueue, ext *protocol.MessageE
 		BornHost:        cv.hostText,
 		ReconsumeTimes:  ext.ReconsumeTimes,
 	}
-	if isRetryTopic(ext.Topic) && wk.retryTopic != "" {
+	return nil
+}
+
+// setWellKnown sets m's OffsetMsgID to offsetID and the fields read from its property block
+// (m.props.raw, set): Tags, Keys, MsgID, and the topic of a message sent back.
+func setWellKnown(m *Message, offsetID string) {
+	wk := readWellKnown(m.props.raw)
+	m.OffsetMsgID = offsetID
+	m.Tags = wk.tags
+	m.Keys = strings.Fields(wk.keys)
+	if isRetryTopic(m.Topic) && wk.retryTopic != "" {
 		// A message sent back: the application sees the topic it was first sent to.
 		m.Topic = wk.retryTopic
 	}
@@ -129,30 +135,31 @@ func (cv *converter) convert(m *Message, mq MessageQueue, ext *protocol.MessageE
 	if m.MsgID == "" {
 		m.MsgID = m.OffsetMsgID
 	}
-	return nil
 }
 
 // wellKnown are the properties a Message has as fields.
-type wellKnown struct {
-	tags, keys, uniqKey, retryTopic string
+type wellKnown[S ~string | ~[]byte] struct {
+	tags, keys, uniqKey, retryTopic S
 }
 
 // readWellKnown reads the well-known properties from a property block in one pass, as a
-// decoded map would hold them: the last of duplicate keys wins.
-func readWellKnown(raw string) wellKnown {
-	var wk wellKnown
+// decoded map would hold them: the last of duplicate keys wins. It reads a block as bytes
+// too, so that a pull's tag check makes no string of it.
+func readWellKnown[S ~string | ~[]byte](raw S) wellKnown[S] {
+	var wk wellKnown[S]
 	for len(raw) > 0 {
 		pair := raw
-		if i := strings.IndexByte(raw, protocol.PropertySeparator); i >= 0 {
+		if i := indexByte(raw, protocol.PropertySeparator); i >= 0 {
 			pair, raw = raw[:i], raw[i+1:]
 		} else {
-			raw = ""
+			raw = raw[len(raw):]
 		}
-		k, v, ok := strings.Cut(pair, string(protocol.NameValueSeparator))
-		if !ok {
+		i := indexByte(pair, protocol.NameValueSeparator)
+		if i < 0 {
 			continue
 		}
-		switch k {
+		k, v := pair[:i], pair[i+1:]
+		switch string(k) { // no allocation: the conversion is only compared
 		case protocol.PropertyTags:
 			wk.tags = v
 		case protocol.PropertyKeys:
@@ -164,6 +171,15 @@ func readWellKnown(raw string) wellKnown {
 		}
 	}
 	return wk
+}
+
+func indexByte[S ~string | ~[]byte](s S, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
 }
 
 // Selector chooses which messages of a topic a subscription takes. The broker filters by it;
@@ -254,8 +270,16 @@ func (s *subscription) data() protocol.SubscriptionData {
 	return d
 }
 
-// match re-checks a message's tag against the subscription: the broker matched hash codes
-// only, and two tags can share one.
-func (s *subscription) match(tags string) bool {
-	return s == nil || s.tags == nil || slices.Contains(s.tags, tags)
+// matchBytes re-checks a message's tag, read from its property block as bytes, against the
+// subscription: the broker matched hash codes only, and two tags can share one.
+func (s *subscription) matchBytes(tags []byte) bool {
+	if s == nil || s.tags == nil {
+		return true
+	}
+	for _, t := range s.tags {
+		if string(tags) == t {
+			return true
+		}
+	}
+	return false
 }

@@ -24,8 +24,15 @@ func (l *LitePull) Poll(ctx context.Context) ([]*Message, error) {
 	if err := l.checkRunning(); err != nil {
 		return nil, err
 	}
-	timer := time.NewTimer(l.cfg.pollTimeout)
-	defer timer.Stop()
+	// The timer is made only when Poll has to wait: a consumer that keeps up finds a pull's
+	// messages cached, and a timer made and stopped per Poll was an allocation and two
+	// changes to the runtime's timer heap per batch.
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		l.mu.Lock()
 		if l.closing {
@@ -45,6 +52,9 @@ func (l *LitePull) Poll(ctx context.Context) ([]*Message, error) {
 		if msgs != nil {
 			q.signal() // its pull task may be waiting for room
 			return msgs, nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(l.cfg.pollTimeout)
 		}
 		select {
 		case <-ch:

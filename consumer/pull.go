@@ -242,15 +242,21 @@ func (l *LitePull) pullAnswer(resp *protocol.Command, mq MessageQueue, sub *subs
 // before offset and those sub's tags do not match; bytes is the sum of their bodies. With
 // verify, a body that does not match its stored CRC fails the whole pull.
 func decodePull(body []byte, mq MessageQueue, sub *subscription, offset int64, verify bool, maxBody int) (msgs []*Message, bytes int64, err error) {
-	// The messages of a pull are handed out together, so they share one allocation: a
-	// pull of 32 costs one Message slab instead of 32 Messages.
+	// The messages of a pull are handed out together, so they share allocations: one
+	// slab of Messages and their properties, and one string for all their property blocks and offset message ids
+	// (formerly a string of each per message, the largest part of the consumer's garbage).
 	n := countStored(body)
-	slab := make([]Message, n)
-	propSlab := make([]lazyProperties, n)
+	slab := make([]pulledMessage, n)
 	msgs = make([]*Message, 0, n)
+	spans := make([]textSpan, 0, n)
+	// The property blocks and offset message ids, one after another: on the stack for a
+	// pull of 32 small messages, copied once into the string the messages share.
+	var stack [8 << 10]byte
+	text := stack[:0]
 	var cv converter
 	var ext protocol.MessageExt // decoded into, message after message: convert copies it out
 	opts := protocol.DecodeOptions{VerifyCRC: verify, RawProperties: true, Topic: mq.Topic}
+	filter := sub != nil && sub.tags != nil
 	for b, i := body, 0; len(b) > 0; i++ {
 		size, err := protocol.DecodeStoredTo(&ext, b, opts)
 		if err != nil {
@@ -260,26 +266,47 @@ func decodePull(body []byte, mq MessageQueue, sub *subscription, offset int64, v
 		if ext.QueueOffset < offset {
 			continue
 		}
-		raw := string(ext.RawProperties)
-		if sub != nil && sub.tags != nil && !sub.match(readWellKnown(raw).tags) {
+		if filter && !sub.matchBytes(readWellKnown(ext.RawProperties).tags) {
 			continue
 		}
 		var m *Message
 		var props *lazyProperties
 		if i < len(slab) {
-			m, props = &slab[i], &propSlab[i]
+			m, props = &slab[i].m, &slab[i].props
 		} else {
 			m, props = new(Message), new(lazyProperties) // a message countStored did not count
 		}
-		props.raw = raw
 		if err := cv.convert(m, mq, &ext, props, maxBody); err != nil {
 			return nil, 0, err
 		}
+		sp := textSpan{props: len(text)}
+		text = append(text, ext.RawProperties...)
+		sp.id = len(text)
+		text = protocol.AppendOffsetMsgID(text, ext.StoreHost, ext.CommitLogOffset)
+		sp.end = len(text)
+		spans = append(spans, sp)
 		msgs = append(msgs, m)
 		bytes += int64(len(m.Body))
 	}
+	all := string(text)
+	for i, m := range msgs {
+		sp := spans[i]
+		m.props.raw = all[sp.props:sp.id]
+		setWellKnown(m, all[sp.id:sp.end])
+	}
 	return msgs, bytes, nil
 }
+
+// pulledMessage is a Message and its properties, allocated together with the others of
+// its pull.
+type pulledMessage struct {
+	m     Message
+	props lazyProperties
+}
+
+// textSpan locates one message's property block (props to id) and offset message id (id to
+// end) in the string decodePull makes for a pull.
+type textSpan struct{ props, id, end int }
 
 // countStored counts the stored messages of a pull body from their TOTALSIZE fields, without
 // decoding them. A damaged body may count wrong: decoding it then fails anyway.

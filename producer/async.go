@@ -29,6 +29,10 @@ type asyncSend struct {
 	mq     MessageQueue
 	addr   string
 	start  time.Time
+	// refs counts who still uses the send: its SendAsync until InvokeAsyncRaw returned (a
+	// deadline may end the call while the request is still being encoded), and its outcome
+	// until handed on. The last one pools it (release).
+	refs atomic.Int32
 	// pmv and req are the message and the first attempt's request, in the same allocation.
 	pmv prepared
 	req sendRequest
@@ -47,13 +51,21 @@ func (p *Producer) sendAsyncDirect(ctx context.Context, pmv *prepared, done func
 	if !ok {
 		return false
 	}
-	a := &asyncSend{p: p, ctx: ctx, pmv: *pmv, done: done, queues: r.PublishQueues, mq: mq, addr: addr, start: time.Now()}
+	a, _ := p.sends.Get().(*asyncSend)
+	if a == nil {
+		a = new(asyncSend)
+	}
+	*a = asyncSend{p: p, ctx: ctx, pmv: *pmv, done: done, queues: r.PublishQueues, mq: mq, addr: addr, start: time.Now()}
+	a.refs.Store(2)
 	a.pm = &a.pmv
 	a.req.init(p.sendHeader(mq, a.pm, a.start))
 	a.req.cmd.Body = a.pm.body
 	if err := p.cl.InvokeAsyncRaw(ctx, addr, &a.req.cmd, p.cfg.sendTimeout, a); err != nil {
+		a.refs.Store(1) // InvokeDone is not called: this goroutine is the only user
 		a.failed(fmt.Errorf("send to %s at %s: %w", mq, addr, err), false)
+		return true
 	}
+	a.release()
 	return true
 }
 
@@ -69,7 +81,23 @@ func (a *asyncSend) InvokeDone(resp *protocol.Command, err error) {
 		a.failed(err, stored)
 		return
 	}
-	a.p.completeAsync(a.done, res, nil)
+	p, done := a.p, a.done
+	a.release()
+	p.completeAsync(done, res, nil)
+}
+
+// release ends one use of the send (refs) and hands it back to its producer's pool after the
+// last: the send (its message, its request and the request's header, some 600 bytes) was the
+// producer's largest allocation per message. Its result holds none of it (the message id is
+// in the properties' string, the offset message id in the answer's). A send retried on a
+// goroutine of its own is never released, only collected.
+func (a *asyncSend) release() {
+	if a.refs.Add(-1) != 0 {
+		return
+	}
+	p := a.p
+	*a = asyncSend{}
+	p.sends.Put(a)
 }
 
 // failed ends the send with err, or, when another attempt may succeed, makes the further
@@ -79,7 +107,9 @@ func (a *asyncSend) failed(err error, stored bool) {
 	p := a.p
 	deadline := a.start.Add(p.cfg.sendTimeout)
 	if stored || !retriable(err) || a.ctx.Err() != nil || p.cfg.retries == 0 || !time.Now().Before(deadline) {
-		p.completeAsync(a.done, SendResult{}, fmt.Errorf("send to topic %q (1 attempts): %w", a.pm.msg.Topic, err))
+		done, err := a.done, fmt.Errorf("send to topic %q (1 attempts): %w", a.pm.msg.Topic, err)
+		a.release()
+		p.completeAsync(done, SendResult{}, err)
 		return
 	}
 	p.log.Debug("send failed, retrying", "queue", a.mq.String(), "attempt", 1, "err", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowd-io/flowd/producer"
+	"github.com/flowd-io/flowd/protocol"
 )
 
 // An asynchronous send whose first attempt fails retriably is retried on another queue, as
@@ -240,4 +241,66 @@ type doneProbe struct {
 func (c *doneProbe) Done() <-chan struct{} {
 	c.once.Do(func() { close(c.asked) })
 	return c.Context.Done()
+}
+
+// Unbatched asynchronous sends, their state reused from send to send, each report their own
+// message's id, queue and offsets: many sends from several goroutines, few slots, so that
+// every send's state has served several before it.
+func TestSendAsyncResultsPerMessageUnbatched(t *testing.T) {
+	b := startBroker(t, nil)
+	mqs := createTopic(t, b, "unbatched", 2)
+	p := newProducer(t, b, producer.WithMaxInFlightAsync(8))
+
+	const senders, each = 4, 150
+	msgs := make([]*producer.Message, senders*each)
+	for i := range msgs {
+		msgs[i] = &producer.Message{Topic: "unbatched", Body: fmt.Appendf(nil, "m-%04d", i)}
+	}
+	out := make([]asyncOutcome, len(msgs))
+	var wg sync.WaitGroup
+	var sendersWG sync.WaitGroup
+	for s := range senders {
+		sendersWG.Go(func() {
+			for i := s * each; i < (s+1)*each; i++ {
+				wg.Add(1)
+				p.SendAsync(context.Background(), msgs[i], func(res producer.SendResult, err error) {
+					out[i] = asyncOutcome{res, err}
+					wg.Done()
+				})
+			}
+		})
+	}
+	sendersWG.Wait()
+	wg.Wait()
+
+	byQueue := map[int]map[int64]int{} // queue id -> queue offset -> index in msgs
+	ids := map[string]bool{}
+	for i, o := range out {
+		require.NoError(t, o.err, "message %d", i)
+		assert.False(t, ids[o.res.MsgID], "message id %s given twice", o.res.MsgID)
+		ids[o.res.MsgID] = true
+		q := byQueue[o.res.Queue.QueueID]
+		if q == nil {
+			q = map[int64]int{}
+			byQueue[o.res.Queue.QueueID] = q
+		}
+		_, dup := q[o.res.QueueOffset]
+		assert.False(t, dup, "two results name offset %d of queue %d", o.res.QueueOffset, o.res.Queue.QueueID)
+		q[o.res.QueueOffset] = i
+	}
+	for _, mq := range mqs {
+		q := byQueue[mq.QueueID]
+		stored := rawPull(t, b, mq, 0, len(q))
+		require.Len(t, stored, len(q))
+		for k, m := range stored {
+			i, ok := q[int64(k)]
+			require.True(t, ok, "no result names offset %d of queue %d", k, mq.QueueID)
+			r := out[i].res
+			assert.Equal(t, string(msgs[i].Body), string(m.Body), "message %d's result names its own stored message", i)
+			assert.Equal(t, r.MsgID, m.Properties[protocol.PropertyUniqueKey], "message %d", i)
+			_, clOffset, err := protocol.ParseOffsetMsgID(r.OffsetMsgID)
+			require.NoError(t, err)
+			assert.Equal(t, m.CommitLogOffset, clOffset, "message %d", i)
+		}
+	}
 }

@@ -40,6 +40,7 @@ type Producer struct {
 	closing    chan struct{} // closed by Close: wakes SendAsync calls waiting for a slot
 	batcher    *asyncBatcher // nil unless WithAsyncBatching
 	callbacks  callbacks     // runs the callbacks of SendAsync calls, batched or not
+	sends      sync.Pool     // *asyncSend of unbatched SendAsync calls that ended, for reuse
 
 	mu    sync.RWMutex
 	state int // stateNew, stateRunning, stateClosed

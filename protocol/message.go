@@ -271,9 +271,9 @@ func DecodeStoredTo(m *MessageExt, b []byte, o DecodeOptions) (int, error) {
 	m.CommitLogOffset = d.i64("PHYSICALOFFSET")
 	m.SysFlag = d.i32("SYSFLAG")
 	m.BornTimestamp = d.i64("BORNTIMESTAMP")
-	m.BornHost = d.host(m.SysFlag&MsgFlagBornHostV6 != 0, "BORNHOST")
+	m.BornHost = d.host(m.SysFlag&MsgFlagBornHostV6 != 0, "BORNHOST", "BORNHOST port")
 	m.StoreTimestamp = d.i64("STORETIMESTAMP")
-	m.StoreHost = d.host(m.SysFlag&MsgFlagStoreHostV6 != 0, "STOREHOST")
+	m.StoreHost = d.host(m.SysFlag&MsgFlagStoreHostV6 != 0, "STOREHOST", "STOREHOST port")
 	m.ReconsumeTimes = d.i32("RECONSUMETIMES")
 	m.PreparedTransactionOffset = d.i64("PREPARED_TX_OFFSET")
 	bodyLen := d.i32("BODYLEN")
@@ -570,7 +570,9 @@ func (d *decoder) bytes(n int, what string) []byte {
 	return v
 }
 
-func (d *decoder) host(v6 bool, what string) netip.AddrPort {
+// host decodes an address and port; what and whatPort name them in errors (two constants:
+// a name made here, what + " port", was two allocations per decoded message).
+func (d *decoder) host(v6 bool, what, whatPort string) netip.AddrPort {
 	var a netip.Addr
 	if v6 {
 		b := d.bytes(16, what)
@@ -585,9 +587,9 @@ func (d *decoder) host(v6 bool, what string) netip.AddrPort {
 		}
 		a = netip.AddrFrom4([4]byte(b))
 	}
-	port := d.u32(what + " port")
+	port := d.u32(whatPort)
 	if port > 0xFFFF && d.err == nil {
-		d.err = fmt.Errorf("%w: %s port %d is out of range", ErrMalformedMessage, what, port)
+		d.err = fmt.Errorf("%w: %s %d is out of range", ErrMalformedMessage, whatPort, port)
 	}
 	return netip.AddrPortFrom(a, uint16(port))
 }

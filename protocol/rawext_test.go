@@ -344,3 +344,49 @@ func BenchmarkReadSendAnswer(b *testing.B) {
 		})
 	}
 }
+
+// A frame read Into a Command overwrites it and costs only its strings: the header decoded
+// from it before stays valid, the Command's fields are the new frame's alone.
+func TestReadFrameIntoReusesTheCommand(t *testing.T) {
+	first := NewResponseWith(&Command{Serialize: RocketMQ}, Success, "", &SendMessageResponseHeader{MsgID: "first", QueueID: 1, QueueOffset: 10})
+	first.Opaque = 7
+	second := NewResponseWith(&Command{Serialize: RocketMQ}, SystemBusy, "busy", nil)
+	second.Opaque = 8
+	var frames []byte
+	for _, c := range []*Command{first, second} {
+		var err error
+		frames, err = c.AppendFrame(frames)
+		require.NoError(t, err)
+	}
+	br := bufio.NewReader(bytes.NewReader(frames))
+	into := &Command{Body: []byte("stale"), Remark: "stale"}
+	got, _, err := ReadFrameWith(br, ReadOptions{RawResponses: true, Into: into})
+	require.NoError(t, err)
+	require.Same(t, into, got)
+	var h SendMessageResponseHeader
+	require.NoError(t, DecodeSendResponse(got, &h))
+	assert.Equal(t, int32(7), got.Opaque)
+	assert.Nil(t, got.Body, "nothing left of what the Command held")
+	assert.Empty(t, got.Remark)
+
+	got, _, err = ReadFrameWith(br, ReadOptions{RawResponses: true, Into: into})
+	require.NoError(t, err)
+	require.Same(t, into, got)
+	assert.Equal(t, SystemBusy, got.ResponseCode())
+	assert.Equal(t, int32(8), got.Opaque)
+	assert.Equal(t, "busy", got.Remark)
+	assert.Empty(t, got.RawExt, "the first frame's fields are gone")
+	assert.Equal(t, SendMessageResponseHeader{MsgID: "first", QueueID: 1, QueueOffset: 10}, h, "what was read from the first frame stays")
+
+	frame := sendAnswerFrame(t, RocketMQ)
+	r := bytes.NewReader(frame)
+	br = bufio.NewReaderSize(r, 16<<10)
+	n := testing.AllocsPerRun(200, func() {
+		r.Reset(frame)
+		br.Reset(r)
+		if _, _, err := ReadFrameWith(br, ReadOptions{RawResponses: true, Into: into}); err != nil {
+			panic(err)
+		}
+	})
+	assert.Equal(t, 1.0, n, "the header's one string")
+}

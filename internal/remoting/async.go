@@ -56,6 +56,26 @@ type asyncCall struct {
 	// watch's calls. Guarded by pmu; cleared when the call leaves the pending table.
 	watch        *ctxWatch
 	wprev, wnext *asyncCall
+	// gen counts the call's uses: a finished call goes back to its connection's pool (see
+	// release) while a lane may still hold it, and the lane tells its entry from the call's
+	// next use by gen. Written under pmu only.
+	gen uint64
+	// pooled: the call may be reused once finished; not when a timer of its own may still
+	// call expire.
+	pooled bool
+}
+
+// newCallLocked returns a call of the connection for receiver r, reused from its pool when
+// one is free; pmu must be held, so that a lane or a caller still holding the call's previous
+// use, which read it under pmu, see it change only under the lock.
+func (c *Conn) newCallLocked(code protocol.RequestCode, r AsyncReceiver, raw bool) *asyncCall {
+	a, _ := c.calls.Get().(*asyncCall)
+	if a == nil {
+		a = new(asyncCall)
+	}
+	gen := a.gen + 1
+	*a = asyncCall{c: c, code: code, recv: r, raw: raw, gen: gen, pooled: true}
+	return a
 }
 
 // finish stops the call's clocks and calls its receiver.
@@ -68,6 +88,11 @@ func (a *asyncCall) finish(resp *protocol.Command, err error) {
 	// not keep what the receiver refers to. Only the finisher reads recv and timer.
 	a.recv, a.timer = nil, nil
 	r.InvokeDone(resp, err)
+	if a.pooled {
+		// Nothing refers to the call now but lane entries, which check gen. One allocation
+		// per call was a fifth of a producer's garbage.
+		a.c.calls.Put(a)
+	}
 }
 
 // takeLocked removes the call from the pending table if it is still there and reports
@@ -117,11 +142,21 @@ const maxDeadlineLanes = 4
 type deadlineLane struct {
 	c       *Conn
 	timeout time.Duration
-	q       []*asyncCall // guarded by pmu: FIFO from head, by deadline
-	head    int          // guarded by pmu
-	timer   *time.Timer  // created on first use
-	armed   bool         // guarded by pmu: the timer will fire
+	q       []laneEntry // guarded by pmu: FIFO from head, by deadline
+	head    int         // guarded by pmu
+	timer   *time.Timer // created on first use
+	armed   bool        // guarded by pmu: the timer will fire
 }
+
+// laneEntry is a call in a lane, and which use of it (asyncCall.gen): a call that finished
+// may be in use again, for another deadline, while its old entry waits to be popped.
+type laneEntry struct {
+	a   *asyncCall
+	gen uint64
+}
+
+// goneLocked reports whether the entry's call has left the pending table; pmu must be held.
+func (e laneEntry) goneLocked() bool { return e.a.gen != e.gen || e.a.gone }
 
 // laneLocked returns the connection's lane for timeout, making one if there are fewer than
 // maxDeadlineLanes, or nil; pmu must be held.
@@ -142,7 +177,7 @@ func (c *Conn) laneLocked(timeout time.Duration) *deadlineLane {
 // addLocked queues a, whose deadline is now + the lane's timeout; pmu must be held.
 func (l *deadlineLane) addLocked(a *asyncCall, now time.Time) {
 	a.lane, a.deadline = l, now.Add(l.timeout)
-	l.q = append(l.q, a)
+	l.q = append(l.q, laneEntry{a: a, gen: a.gen})
 	if l.armed {
 		return // for an earlier deadline: it fires, then arms for the next
 	}
@@ -157,8 +192,8 @@ func (l *deadlineLane) addLocked(a *asyncCall, now time.Time) {
 // trimLocked pops the calls that have left the pending table from the head; pmu must be
 // held.
 func (l *deadlineLane) trimLocked() {
-	for l.head < len(l.q) && l.q[l.head].gone {
-		l.q[l.head] = nil
+	for l.head < len(l.q) && l.q[l.head].goneLocked() {
+		l.q[l.head] = laneEntry{}
 		l.head++
 	}
 	l.compactLocked()
@@ -189,8 +224,9 @@ func (l *deadlineLane) expire() {
 	}
 	now := time.Now()
 	for l.head < len(l.q) {
-		a := l.q[l.head]
-		if !a.gone {
+		e := l.q[l.head]
+		if !e.goneLocked() {
+			a := e.a
 			if a.deadline.After(now) {
 				break
 			}
@@ -198,13 +234,13 @@ func (l *deadlineLane) expire() {
 				expired = append(expired, a)
 			}
 		}
-		l.q[l.head] = nil
+		l.q[l.head] = laneEntry{}
 		l.head++
 	}
 	l.compactLocked()
 	if l.head < len(l.q) {
 		l.armed = true
-		l.timer.Reset(l.q[l.head].deadline.Sub(now))
+		l.timer.Reset(l.q[l.head].a.deadline.Sub(now))
 	}
 	c.pmu.Unlock()
 	for _, a := range expired {
@@ -247,7 +283,9 @@ func (c *Conn) InvokeAsync(ctx context.Context, req *protocol.Command, timeout t
 // header fields of a response with a binary (ROCKETMQ) header come in RawExt, ExtFields nil
 // (read them with protocol.Command.Ext or a typed decoder such as
 // protocol.DecodeSendResponse). A caller making one call per message saves the map and the
-// closure of each.
+// closure of each. The response is the receiver's only until InvokeDone returns: the
+// connection decodes the next response into the same Command. What InvokeDone read from it
+// stays valid (its strings are the receiver's, and a body is its own copy).
 func (c *Conn) InvokeAsyncRaw(ctx context.Context, req *protocol.Command, timeout time.Duration, r AsyncReceiver) error {
 	_, err := c.invokeAsync(ctx, req, timeout, r, true)
 	return err
@@ -257,39 +295,43 @@ func (c *Conn) invokeAsync(ctx context.Context, req *protocol.Command, timeout t
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("invoke %s on %s: %w", req.RequestCode(), c.raddr, err)
 	}
-	a := &asyncCall{c: c, code: req.RequestCode(), recv: r, raw: raw}
 	c.pmu.Lock()
 	if c.pending == nil {
 		c.pmu.Unlock()
 		return false, fmt.Errorf("invoke %s: %w", req.RequestCode(), c.err) // set before pending was cleared
 	}
-	a.opaque = c.nextOpaqueLocked()
-	c.pending[a.opaque] = pendingCall{async: a}
+	a := c.newCallLocked(req.RequestCode(), r, raw)
+	opaque, gen := c.nextOpaqueLocked(), a.gen
+	a.opaque = opaque
+	c.pending[opaque] = pendingCall{async: a}
 	if timeout > 0 {
 		if l := c.laneLocked(timeout); l != nil {
 			l.addLocked(a, time.Now())
 		} else {
-			a.timer = time.AfterFunc(timeout, a.expire)
+			a.timer, a.pooled = time.AfterFunc(timeout, a.expire), false
 		}
 	}
 	if ctx.Done() != nil {
 		c.watchLocked(ctx, a)
 	}
 	c.pmu.Unlock()
+	// From here a may be finished and reused by another call at any time (its deadline,
+	// its context, the close): it is read again only under pmu, for this use (gen).
 
-	req.Opaque = a.opaque
+	req.Opaque = opaque
 	req.Flag &^= protocol.FlagResponse | protocol.FlagOneway
 	req.Serialize = protocol.SerializeType(c.serialize.Load())
 	if err := c.queueCommand(req); err != nil {
 		c.pmu.Lock()
-		mine := a.takeLocked()
+		mine := a.gen == gen && a.takeLocked()
+		timer := a.timer
 		c.pmu.Unlock()
 		if !mine {
 			// Its deadline, its context or the close took it first and calls done.
 			return true, nil
 		}
-		if a.timer != nil {
-			a.timer.Stop()
+		if timer != nil {
+			timer.Stop()
 		}
 		return false, fmt.Errorf("invoke %s: %w", req.RequestCode(), err)
 	}

@@ -120,10 +120,18 @@ func TestInvokeAsyncFromCallback(t *testing.T) {
 	require.NoError(t, recv(t, finished, "the chain of calls"))
 }
 
-// rawReceiver is an AsyncReceiver that passes the outcome on.
+// rawReceiver is an AsyncReceiver that passes the outcome on: a copy of the response, which
+// is the receiver's only until InvokeDone returns (the connection decodes the next one into
+// it).
 type rawReceiver chan asyncResult
 
-func (r rawReceiver) InvokeDone(resp *protocol.Command, err error) { r <- asyncResult{resp, err} }
+func (r rawReceiver) InvokeDone(resp *protocol.Command, err error) {
+	if resp != nil {
+		c := *resp
+		resp = &c
+	}
+	r <- asyncResult{resp, err}
+}
 
 // InvokeAsyncRaw hands over the fields of a binary answer as they came, without the map, and
 // those of a JSON answer in its map; Invoke and InvokeAsync on the same connection get the
@@ -136,6 +144,7 @@ func TestInvokeAsyncRawLeavesBinaryFieldsRaw(t *testing.T) {
 		r := make(rawReceiver, 2)
 		require.NoError(t, c.InvokeAsyncRaw(context.Background(), echoRequest("raw"), 10*time.Second, r))
 		got := recv(t, r, "the answer")
+		first := got
 		require.NoError(t, got.err)
 		assert.Equal(t, "raw", got.resp.Ext("k"), st)
 		assert.Equal(t, st.String(), got.resp.Ext("serialize"))
@@ -159,6 +168,16 @@ func TestInvokeAsyncRawLeavesBinaryFieldsRaw(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "sync", resp.ExtFields["k"], st)
 		assert.Empty(t, r, "receiver called twice")
+
+		// The next raw answer may be decoded into the Command the first one came in: what
+		// the receiver kept of the first (its strings, its body) is unchanged.
+		require.NoError(t, c.InvokeAsyncRaw(context.Background(), echoRequest("raw2"), 10*time.Second, r))
+		second := recv(t, r, "the second answer")
+		require.NoError(t, second.err)
+		assert.Equal(t, "raw2", second.resp.Ext("k"), st)
+		assert.Equal(t, []byte("raw2"), second.resp.Body)
+		assert.Equal(t, "raw", first.resp.Ext("k"), st)
+		assert.Equal(t, []byte("raw"), first.resp.Body)
 	}
 }
 

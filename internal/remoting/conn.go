@@ -169,6 +169,7 @@ type Conn struct {
 	watches    map[<-chan struct{}]*ctxWatch
 	nextOpaque int32           // guarded by pmu
 	lanes      []*deadlineLane // guarded by pmu: InvokeAsync deadlines, by timeout
+	calls      sync.Pool       // finished InvokeAsync calls (*asyncCall), for reuse
 
 	// Deferred requests waiting for their answer (see Defer), so that a close can drop them.
 	dmu     sync.Mutex

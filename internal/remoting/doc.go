@@ -72,7 +72,11 @@
 //     gets a timer. Likewise the calls pending with one context share one context.AfterFunc
 //     (ctxWatch), stopped when the last of them ends. InvokeAsyncRaw hands the outcome to an AsyncReceiver (no closure per
 //     call) and a binary response without its ExtFields map: responses are read with their
-//     fields raw, and the map is built only for the callers that read it. A caller sending
+//     fields raw, and the map is built only for the callers that read it. Such a receiver
+//     keeps nothing of the response's Command, so the read goroutine decodes the next frame
+//     into it (protocol.ReadOptions.Into); finished calls go back to a pool of the
+//     connection, and a deadline queue tells its entry of a call from the call's later use
+//     by a generation number. A caller sending
 //     many requests in a row thus only encodes and queues them, and they leave in few writes
 //     while the kernel takes the previous one. A writer that finds only such frames queued
 //     behind its own hands them to the flusher; one that finds a caller waiting hands them

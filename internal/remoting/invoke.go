@@ -121,8 +121,9 @@ func (c *Conn) forget(opaque int32, ch chan *protocol.Command) {
 }
 
 // deliver hands a response to the call waiting for it: an Invoke's channel, or an
-// InvokeAsync's callback, which runs here, on the read goroutine.
-func (c *Conn) deliver(resp *protocol.Command) {
+// InvokeAsync's callback, which runs here, on the read goroutine. It reports whether nobody
+// keeps resp, which the read goroutine may then decode the next frame into.
+func (c *Conn) deliver(resp *protocol.Command) (reusable bool) {
 	c.pmu.Lock()
 	pc, ok := c.pending[resp.Opaque]
 	if ok {
@@ -140,14 +141,16 @@ func (c *Conn) deliver(resp *protocol.Command) {
 		// The caller gave up (its context ended) or the peer is confused; either way nobody
 		// is waiting.
 		c.log.Debug("dropping response nobody waits for", "opaque", resp.Opaque, "code", resp.ResponseCode())
-		return
+		return true
 	}
 	if pc.async == nil || !pc.async.raw {
 		resp.BuildExtFields() // read raw (see readLoop): this caller reads the map
 	}
-	if pc.async != nil {
-		pc.async.finish(resp, nil)
-		return
+	if a := pc.async; a != nil {
+		raw := a.raw // read before finish: the call may be reused once finished
+		a.finish(resp, nil)
+		return raw // a raw receiver keeps nothing of resp (see InvokeAsyncRaw)
 	}
 	pc.ch <- resp // buffered, and each channel gets one response
+	return false
 }

@@ -23,6 +23,10 @@ import (
 // readLoop reads and hands on frames until a read fails, and returns why: run closes the
 // connection with it.
 func (c *Conn) readLoop() error {
+	// spare is decoded into: a response handed to an InvokeAsyncRaw receiver is done with
+	// when InvokeDone returns, so the next frame reuses it (one Command per answered send
+	// less); any other frame is kept by whoever it went to, and the next gets a new one.
+	var spare *protocol.Command
 	for {
 		// Wait for a frame's first byte with no clock running: between frames, only the idle
 		// timeout applies.
@@ -38,9 +42,15 @@ func (c *Conn) readLoop() error {
 		var err error
 		// Responses are read with their fields raw: deliver builds the map for the callers
 		// that read it, and those of InvokeAsyncRaw skip it.
+		if spare == nil {
+			spare = new(protocol.Command)
+		}
 		cmd, lent, err = protocol.ReadFrameWith(c.br, protocol.ReadOptions{
-			Max: c.cfg.maxFrame, RawExt: c.cfg.rawExt, RawResponses: true, Lend: c.cfg.lend,
+			Max: c.cfg.maxFrame, RawExt: c.cfg.rawExt, RawResponses: true, Lend: c.cfg.lend, Into: spare,
 		})
+		if cmd == spare {
+			spare = nil
+		}
 		if started {
 			c.frameStart.Store(0)
 		}
@@ -59,7 +69,9 @@ func (c *Conn) readLoop() error {
 			if lent {
 				cmd.Body = bytes.Clone(cmd.Body)
 			}
-			c.deliver(cmd)
+			if c.deliver(cmd) {
+				spare = cmd
+			}
 			continue
 		}
 		c.dispatch(cmd, lent)
