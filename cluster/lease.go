@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -65,6 +66,13 @@ type LeaseOptions struct {
 	// member's holding changes.
 	OnChange func(LeaseState)
 	Logger   *slog.Logger
+	// Conn and ServerName, if set, let the master keep the bucket's stream leader off its
+	// own NATS server (ServerName): when it leads, the master asks JetStream to move the
+	// leadership. A master whose process dies or pauses would otherwise take the lease's
+	// Raft leader with it, and the next master could write the lease only after the Raft
+	// group elected again (4 to 9 s in nats-server), on top of the TTL.
+	Conn       *nats.Conn
+	ServerName string
 }
 
 // LeaseState is what OnChange reports.
@@ -91,6 +99,7 @@ type Lease struct {
 	elections   int64
 	fenced      int64
 	warnedRev   uint64        // the lapsed revision an ineligible member warned of
+	leaderCheck time.Time     // when the master last checked who leads the bucket's stream
 	kick        chan struct{} // cap 1: SetInSync asks for a renewal now
 }
 
@@ -225,6 +234,13 @@ func (l *Lease) step(ctx context.Context) {
 		return
 	}
 	l.mu.Lock()
+	if e.Revision() < l.rev {
+		// A stale read: KV reads are direct gets any stream replica answers, and one that
+		// has not caught up (a server that was paused or cut off) serves an older record.
+		// Revisions only grow, so it is ignored rather than taken for a change of master.
+		l.mu.Unlock()
+		return
+	}
 	if e.Revision() != l.rev {
 		l.rev, l.revSeen = e.Revision(), now
 	}
@@ -253,6 +269,7 @@ func (l *Lease) step(ctx context.Context) {
 	switch {
 	case mine && renewDue:
 		l.renew(rctx, rec, rev, now)
+		l.moveStreamLeader(rctx, now)
 	case !mine && lapsed && eligible:
 		l.take(rctx, rev, max(rec.Epoch, l.o.LastEpoch))
 	}
@@ -314,4 +331,43 @@ func (l *Lease) renew(ctx context.Context, cur LeaderRecord, rev uint64, start t
 		l.o.Logger.Info("replica-set in-sync set published", "broker", l.o.BrokerName, "epoch", rec.Epoch, "in_sync", rec.InSync)
 	}
 	l.rec, l.rev, l.revSeen, l.renewedFrom = rec, nrev, start, start
+}
+
+// leaderCheckInterval is how often a master checks that its own NATS server does not lead
+// the bucket's stream.
+const leaderCheckInterval = 5 * time.Second
+
+// moveStreamLeader asks JetStream to move the bucket stream's leadership away when the
+// master's own NATS server holds it (LeaseOptions.Conn), at most every leaderCheckInterval.
+func (l *Lease) moveStreamLeader(ctx context.Context, now time.Time) {
+	if l.o.Conn == nil || l.o.ServerName == "" || now.Sub(l.leaderCheck) < leaderCheckInterval {
+		return
+	}
+	l.leaderCheck = now
+	st, err := l.o.KV.Status(ctx)
+	if err != nil {
+		l.o.Logger.Debug("replica-set lease: bucket status", "err", err)
+		return
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo().Cluster == nil || bs.StreamInfo().Cluster.Leader != l.o.ServerName || len(bs.StreamInfo().Cluster.Replicas) == 0 {
+		return
+	}
+	stream := bs.StreamInfo().Config.Name
+	resp, err := l.o.Conn.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil)
+	if err != nil {
+		l.o.Logger.Debug("replica-set lease: stream leader step-down", "stream", stream, "err", err)
+		return
+	}
+	var r struct {
+		Success bool `json:"success"`
+		Error   *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(resp.Data, &r) != nil || !r.Success {
+		l.o.Logger.Debug("replica-set lease: stream leader step-down refused", "stream", stream, "reply", string(resp.Data))
+		return
+	}
+	l.o.Logger.Info("replica-set lease: moved the lease stream's leader off the master's NATS server", "stream", stream, "server", l.o.ServerName)
 }
