@@ -120,9 +120,12 @@ func (r *replicaSet) applyTruncation(sopts store.Options) error {
 	return nil
 }
 
-// haAddr is the address replicas dial: the listener's, with the broker's host when it is
-// bound to every interface.
+// haAddr is the address replicas dial: replication.ha_advertise, else the listener's, with
+// the broker's host when it is bound to every interface.
 func (r *replicaSet) haAddr() string {
+	if a := r.c.Replication.HAAdvertise; a != "" {
+		return a
+	}
 	a := r.ln.Addr().(*net.TCPAddr)
 	if !a.IP.IsUnspecified() {
 		return a.String()
