@@ -182,10 +182,18 @@ func (l *Lease) Run(ctx context.Context) {
 	for {
 		l.step(ctx)
 		l.mu.Lock()
-		held := l.heldLocked(time.Now())
+		now := time.Now()
+		held := l.heldLocked(now)
 		if wasHeld && !held {
 			l.fenced++
-			l.o.Logger.Warn("replica-set lease not renewed in time: fenced, taking no writes", "broker", l.o.BrokerName, "epoch", l.rec.Epoch)
+			// since: when Held turned false, which is when writes stopped; this line may
+			// come up to a round later, after a KV call that timed out.
+			since := l.renewedFrom.Add(l.o.TTL - l.o.FenceMargin)
+			if since.After(now) {
+				since = now // the lease was taken by another member before it expired
+			}
+			l.o.Logger.Warn("replica-set lease not renewed in time: fenced, taking no writes", "broker", l.o.BrokerName, "epoch", l.rec.Epoch,
+				"since", since.UTC().Format(time.RFC3339Nano))
 		}
 		wasHeld = held
 		st := LeaseState{Leader: l.rec, Known: l.known, Self: held}

@@ -168,15 +168,19 @@ func logSince(logs, msg string, since time.Time) bool {
 	return false
 }
 
+// fencedLine is the lease's fencing line with the instant writes stopped.
+var fencedLine = regexp.MustCompile(`msg="replica-set lease not renewed in time: fenced, taking no writes".* since=(\S+)`)
+
 // fencedBeforeTakeover: the cut-off master stopped taking writes (its lease not renewed for
-// 2/3 TTL) before the new master took the lease (at least a TTL after its last renewal): one
-// clock, the machine's, so the order of the two log lines is the order of the events.
+// 2/3 TTL) before the new master took the lease (at least a TTL after the last renewal it
+// saw): one clock, the machine's, so the order of the two instants is the order of the
+// events.
 func fencedBeforeTakeover(t *testing.T, old, cur *replNode, since time.Time) {
 	t.Helper()
 	var fenced, taken time.Time
 	require.Eventually(t, func() bool {
-		for _, at := range logTimes(old.logs.String(), "fenced, taking no writes") {
-			if !at.Before(since.Truncate(time.Millisecond)) {
+		for _, m := range fencedLine.FindAllStringSubmatch(old.logs.String(), -1) {
+			if at, err := time.Parse(time.RFC3339Nano, m[1]); err == nil && !at.Before(since.Truncate(time.Millisecond)) {
 				fenced = at
 				break
 			}
