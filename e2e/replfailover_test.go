@@ -51,7 +51,8 @@ func (l *txListener) checks(body string) int {
 // and delivered once committed; a consumer group's offsets committed more than the
 // snapshot interval (1 s) before the failover are the next master's exactly, and one
 // committed just before it is either kept or lost, never moved elsewhere: the group reads
-// again at most what it committed in that last second.
+// again at most what it committed in that last second. Then a member of another
+// store.segment_size tries to join the set, and is refused.
 func TestReplicaSetFailoverKeepsTransactionsAndConsumerOffsets(t *testing.T) {
 	nodes := startReplicaSetNet(t, "sync", nil, "--txn-first-check", "6s", "--txn-check-interval", "500ms")
 	allInSync(t, nodes)
@@ -168,5 +169,8 @@ func TestReplicaSetFailoverKeepsTransactionsAndConsumerOffsets(t *testing.T) {
 	require.Equal(t, int64(2), query(0), "an offset committed before the snapshot interval survives the failover")
 	q1 := query(1)
 	require.Contains(t, []int64{-1, 2}, q1, "an offset committed just before the failover is kept or lost, nothing else")
+
+	// Bad input on the same set: a fourth member of another segment size.
+	oddMemberIsRefused(t, nodes[0], nodeAt(nodes, cur))
 	t.Logf("offsets on the new master: queue 0 at 2 (committed 1.5 s before the kill), queue 1 at %d (committed just before it); check-backs: %v", q1, l.checked)
 }
