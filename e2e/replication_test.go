@@ -24,13 +24,11 @@ import (
 	"github.com/flowd-io/flowd/protocol"
 )
 
-// A replica set of three flowd processes in sync mode (one broker name, broker ids 1-3,
-// the lease in the cluster's JetStream R3), a producer sending synchronously throughout,
-// and faults: kill -9 of the master (which restarts and follows) and SIGSTOP/SIGCONT of the
-// master (it fences itself and comes back a replica). After every fault: every
-// acknowledged message is on the current master exactly once, no message twice, and the
-// members' epoch histories agree (no two masters wrote in one epoch). FLOWD_FAULTS=N runs
-// N faults (default 2: one of each).
+// The replica-set harness: three flowd processes of one broker name (broker ids 1-3, the
+// lease in the cluster's JetStream R3), optionally linked through faultNet's proxies; a
+// sender sending synchronously to whichever member the routes name master; the checks
+// made after a fault (replfaults_test.go): every acknowledged message on the master exactly
+// once, one epoch history.
 
 const replTopic = "repl-orders"
 
