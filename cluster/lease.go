@@ -237,20 +237,27 @@ func (l *Lease) step(ctx context.Context) {
 		return
 	}
 	var rec LeaderRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		l.o.Logger.Error("replica-set lease record unreadable", "broker", l.o.BrokerName, "err", err)
-		return
-	}
+	rev := e.Revision()
 	l.mu.Lock()
-	if e.Revision() < l.rev {
+	stale := rev < l.rev
+	if stale {
 		// A stale read: KV reads are direct gets any stream replica answers, and one that
 		// has not caught up (a server that was paused or cut off) serves an older record.
-		// Revisions only grow, so it is ignored rather than taken for a change of master.
-		l.mu.Unlock()
-		return
+		// Revisions only grow: this member goes on with the newer record it knows, rather
+		// than take the old one for a change of master (or renew on its revision, fail,
+		// and step down).
+		rec, rev = l.rec, l.rev
 	}
-	if e.Revision() != l.rev {
-		l.rev, l.revSeen = e.Revision(), now
+	l.mu.Unlock()
+	if !stale {
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			l.o.Logger.Error("replica-set lease record unreadable", "broker", l.o.BrokerName, "err", err)
+			return
+		}
+	}
+	l.mu.Lock()
+	if rev != l.rev {
+		l.rev, l.revSeen = rev, now
 	}
 	if l.self && (rec.Node != l.o.Node || rec.Epoch != l.rec.Epoch) {
 		l.self = false // another member took over
@@ -261,7 +268,6 @@ func (l *Lease) step(ctx context.Context) {
 	lapsed := now.Sub(l.revSeen) >= l.o.TTL
 	renewDue := now.Sub(l.renewedFrom) >= l.o.RenewInterval || !slices.Equal(rec.InSync, l.inSync)
 	eligible := rec.Node == l.o.Node || slices.Contains(rec.InSync, l.o.Node)
-	rev := e.Revision()
 	warnIneligible := !mine && lapsed && !eligible && l.warnedRev != rev
 	if warnIneligible {
 		l.warnedRev = rev
