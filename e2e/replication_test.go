@@ -178,6 +178,22 @@ func (n *replNode) restart(t *testing.T) {
 	n.publish()
 }
 
+// refresh takes the member's addresses from its last "flowd serving" line, if it serves
+// (it is not between a cut of its log and running again).
+func (n *replNode) refresh() {
+	logs := n.logs.String()
+	if i := strings.LastIndex(logs, "the commit log was cut back"); i >= 0 && !servingLine.MatchString(logs[i:]) {
+		return
+	}
+	all := servingLine.FindAllStringSubmatch(logs, -1)
+	if len(all) == 0 {
+		return
+	}
+	last := all[len(all)-1]
+	n.broker, n.namesrv, n.nats, n.http, n.grpc = last[1], last[2], last[3], last[4], last[5]
+	n.publish()
+}
+
 // serving waits until the member serves, and takes its addresses from its last "flowd
 // serving" line: a member that cut its diverged log ran again in place, on new ports.
 func (n *replNode) serving(t *testing.T) {
