@@ -70,7 +70,8 @@ type LeaseOptions struct {
 	// own NATS server (ServerName): when it leads, the master asks JetStream to move the
 	// leadership. A master whose process dies or pauses would otherwise take the lease's
 	// Raft leader with it, and the next master could write the lease only after the Raft
-	// group elected again (4 to 9 s in nats-server), on top of the TTL.
+	// group elected again (4 to 9 s in nats-server), on top of the TTL. The leadership
+	// goes to the server of an in-sync member (the server names are the member names).
 	Conn       *nats.Conn
 	ServerName string
 }
@@ -367,8 +368,29 @@ func (l *Lease) moveStreamLeader(ctx context.Context, now time.Time) {
 	if !ok || bs.StreamInfo().Cluster == nil || bs.StreamInfo().Cluster.Leader != l.o.ServerName || len(bs.StreamInfo().Cluster.Replicas) == 0 {
 		return
 	}
+	// The leadership goes to a peer that is current and whose member is in the in-sync set:
+	// one that is following, not a deposed master about to cut its log and run again
+	// (which would cost the stream the election this move is to avoid). None yet: later.
+	l.mu.Lock()
+	inSync := slices.Clone(l.inSync)
+	l.mu.Unlock()
+	preferred := ""
+	for _, p := range bs.StreamInfo().Cluster.Replicas {
+		if p.Current && !p.Offline && slices.Contains(inSync, p.Name) {
+			preferred = p.Name
+			break
+		}
+	}
+	if preferred == "" {
+		l.leaderCheck = time.Time{} // look again at the next renewal
+		return
+	}
 	stream := bs.StreamInfo().Config.Name
-	resp, err := l.o.Conn.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil)
+	req, err := json.Marshal(map[string]any{"placement": map[string]string{"preferred": preferred}})
+	if err != nil {
+		return
+	}
+	resp, err := l.o.Conn.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, req)
 	if err != nil {
 		l.o.Logger.Debug("replica-set lease: stream leader step-down", "stream", stream, "err", err)
 		return
@@ -383,5 +405,5 @@ func (l *Lease) moveStreamLeader(ctx context.Context, now time.Time) {
 		l.o.Logger.Debug("replica-set lease: stream leader step-down refused", "stream", stream, "reply", string(resp.Data))
 		return
 	}
-	l.o.Logger.Info("replica-set lease: moved the lease stream's leader off the master's NATS server", "stream", stream, "server", l.o.ServerName)
+	l.o.Logger.Info("replica-set lease: moved the lease stream's leader off the master's NATS server", "stream", stream, "server", l.o.ServerName, "to", preferred)
 }
