@@ -97,7 +97,10 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 			fnet.heal()
 			m.followsAgain(t, healed)
 		case faultKinds[3]:
-			r := nodes[(m.id)%len(nodes)] // the member after the master
+			r := nodes[m.id%len(nodes)] // the member after the master, or the other one every other round
+			if (f/len(faultKinds))%2 == 1 {
+				r = nodes[(m.id+1)%len(nodes)]
+			}
 			fnet.isolate(r.id)
 			replicaCuts++
 			// The master goes on without r, dropping it from its in-sync set; unless r's
