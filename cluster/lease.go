@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -65,6 +66,14 @@ type LeaseOptions struct {
 	// member's holding changes.
 	OnChange func(LeaseState)
 	Logger   *slog.Logger
+	// Conn and ServerName, if set, let the master keep the bucket's stream leader off its
+	// own NATS server (ServerName): when it leads, the master asks JetStream to move the
+	// leadership. A master whose process dies or pauses would otherwise take the lease's
+	// Raft leader with it, and the next master could write the lease only after the Raft
+	// group elected again (4 to 9 s in nats-server), on top of the TTL. The leadership
+	// goes to the server of an in-sync member (the server names are the member names).
+	Conn       *nats.Conn
+	ServerName string
 }
 
 // LeaseState is what OnChange reports.
@@ -91,6 +100,7 @@ type Lease struct {
 	elections   int64
 	fenced      int64
 	warnedRev   uint64        // the lapsed revision an ineligible member warned of
+	leaderCheck time.Time     // when the master last checked who leads the bucket's stream
 	kick        chan struct{} // cap 1: SetInSync asks for a renewal now
 }
 
@@ -173,10 +183,18 @@ func (l *Lease) Run(ctx context.Context) {
 	for {
 		l.step(ctx)
 		l.mu.Lock()
-		held := l.heldLocked(time.Now())
+		now := time.Now()
+		held := l.heldLocked(now)
 		if wasHeld && !held {
 			l.fenced++
-			l.o.Logger.Warn("replica-set lease not renewed in time: fenced, taking no writes", "broker", l.o.BrokerName, "epoch", l.rec.Epoch)
+			// since: when Held turned false, which is when writes stopped; this line may
+			// come up to a round later, after a KV call that timed out.
+			since := l.renewedFrom.Add(l.o.TTL - l.o.FenceMargin)
+			if since.After(now) {
+				since = now // the lease was taken by another member before it expired
+			}
+			l.o.Logger.Warn("replica-set lease not renewed in time: fenced, taking no writes", "broker", l.o.BrokerName, "epoch", l.rec.Epoch,
+				"since", since.UTC().Format(time.RFC3339Nano))
 		}
 		wasHeld = held
 		st := LeaseState{Leader: l.rec, Known: l.known, Self: held}
@@ -220,13 +238,27 @@ func (l *Lease) step(ctx context.Context) {
 		return
 	}
 	var rec LeaderRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		l.o.Logger.Error("replica-set lease record unreadable", "broker", l.o.BrokerName, "err", err)
-		return
+	rev := e.Revision()
+	l.mu.Lock()
+	stale := rev < l.rev
+	if stale {
+		// A stale read: KV reads are direct gets any stream replica answers, and one that
+		// has not caught up (a server that was paused or cut off) serves an older record.
+		// Revisions only grow: this member goes on with the newer record it knows, rather
+		// than take the old one for a change of master (or renew on its revision, fail,
+		// and step down).
+		rec, rev = l.rec, l.rev
+	}
+	l.mu.Unlock()
+	if !stale {
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			l.o.Logger.Error("replica-set lease record unreadable", "broker", l.o.BrokerName, "err", err)
+			return
+		}
 	}
 	l.mu.Lock()
-	if e.Revision() != l.rev {
-		l.rev, l.revSeen = e.Revision(), now
+	if rev != l.rev {
+		l.rev, l.revSeen = rev, now
 	}
 	if l.self && (rec.Node != l.o.Node || rec.Epoch != l.rec.Epoch) {
 		l.self = false // another member took over
@@ -237,7 +269,6 @@ func (l *Lease) step(ctx context.Context) {
 	lapsed := now.Sub(l.revSeen) >= l.o.TTL
 	renewDue := now.Sub(l.renewedFrom) >= l.o.RenewInterval || !slices.Equal(rec.InSync, l.inSync)
 	eligible := rec.Node == l.o.Node || slices.Contains(rec.InSync, l.o.Node)
-	rev := e.Revision()
 	warnIneligible := !mine && lapsed && !eligible && l.warnedRev != rev
 	if warnIneligible {
 		l.warnedRev = rev
@@ -253,6 +284,7 @@ func (l *Lease) step(ctx context.Context) {
 	switch {
 	case mine && renewDue:
 		l.renew(rctx, rec, rev, now)
+		l.moveStreamLeader(rctx, now)
 	case !mine && lapsed && eligible:
 		l.take(rctx, rev, max(rec.Epoch, l.o.LastEpoch))
 	}
@@ -314,4 +346,64 @@ func (l *Lease) renew(ctx context.Context, cur LeaderRecord, rev uint64, start t
 		l.o.Logger.Info("replica-set in-sync set published", "broker", l.o.BrokerName, "epoch", rec.Epoch, "in_sync", rec.InSync)
 	}
 	l.rec, l.rev, l.revSeen, l.renewedFrom = rec, nrev, start, start
+}
+
+// leaderCheckInterval is how often a master checks that its own NATS server does not lead
+// the bucket's stream.
+const leaderCheckInterval = 5 * time.Second
+
+// moveStreamLeader asks JetStream to move the bucket stream's leadership away when the
+// master's own NATS server holds it (LeaseOptions.Conn), at most every leaderCheckInterval.
+func (l *Lease) moveStreamLeader(ctx context.Context, now time.Time) {
+	if l.o.Conn == nil || l.o.ServerName == "" || now.Sub(l.leaderCheck) < leaderCheckInterval {
+		return
+	}
+	l.leaderCheck = now
+	st, err := l.o.KV.Status(ctx)
+	if err != nil {
+		l.o.Logger.Debug("replica-set lease: bucket status", "err", err)
+		return
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo().Cluster == nil || bs.StreamInfo().Cluster.Leader != l.o.ServerName || len(bs.StreamInfo().Cluster.Replicas) == 0 {
+		return
+	}
+	// The leadership goes to a peer that is current and whose member is in the in-sync set:
+	// one that is following, not a deposed master about to cut its log and run again
+	// (which would cost the stream the election this move is to avoid). None yet: later.
+	l.mu.Lock()
+	inSync := slices.Clone(l.inSync)
+	l.mu.Unlock()
+	preferred := ""
+	for _, p := range bs.StreamInfo().Cluster.Replicas {
+		if p.Current && !p.Offline && slices.Contains(inSync, p.Name) {
+			preferred = p.Name
+			break
+		}
+	}
+	if preferred == "" {
+		l.leaderCheck = time.Time{} // look again at the next renewal
+		return
+	}
+	stream := bs.StreamInfo().Config.Name
+	req, err := json.Marshal(map[string]any{"placement": map[string]string{"preferred": preferred}})
+	if err != nil {
+		return
+	}
+	resp, err := l.o.Conn.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, req)
+	if err != nil {
+		l.o.Logger.Debug("replica-set lease: stream leader step-down", "stream", stream, "err", err)
+		return
+	}
+	var r struct {
+		Success bool `json:"success"`
+		Error   *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(resp.Data, &r) != nil || !r.Success {
+		l.o.Logger.Debug("replica-set lease: stream leader step-down refused", "stream", stream, "reply", string(resp.Data))
+		return
+	}
+	l.o.Logger.Info("replica-set lease: moved the lease stream's leader off the master's NATS server", "stream", stream, "server", l.o.ServerName, "to", preferred)
 }

@@ -104,3 +104,55 @@ func TestLeaseFencesWhenJetStreamIsLost(t *testing.T) {
 	_, fenced := a.Counts()
 	require.Equal(t, int64(1), fenced)
 }
+
+// staleKV answers Get with an entry it was given (a stream replica that has not caught up,
+// as a direct get may be served by) while stale is set; the rest is the real bucket.
+type staleKV struct {
+	jetstream.KeyValue
+	mu    sync.Mutex
+	stale jetstream.KeyValueEntry
+}
+
+func (s *staleKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	s.mu.Lock()
+	e := s.stale
+	s.mu.Unlock()
+	if e != nil {
+		return e, nil
+	}
+	return s.KeyValue.Get(ctx, key)
+}
+
+// TestLeaseIgnoresAStaleRead: a read older than the revision the master last wrote is
+// not taken for the record: the master keeps its lease, rather than renewing on the old
+// revision, failing, and stepping down.
+func TestLeaseIgnoresAStaleRead(t *testing.T) {
+	s := startNATS(t, false)
+	js, err := jetstream.New(connect(t, s))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	real, err := cluster.OpenReplicaSets(ctx, js, 1)
+	require.NoError(t, err)
+	kv := &staleKV{KeyValue: real}
+	l := cluster.NewLease(cluster.LeaseOptions{KV: kv, BrokerName: "b", Node: "a", MayBootstrap: true, TTL: leaseTTL, Logger: quiet})
+	rctx, rcancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { l.Run(rctx) })
+	defer wg.Wait()
+	defer rcancel()
+	eventuallyTrue(t, "a is master", l.Held)
+	first, err := real.Get(ctx, "leader.b")
+	require.NoError(t, err)
+	eventuallyTrue(t, "a renewed", func() bool {
+		e, err := real.Get(ctx, "leader.b")
+		return err == nil && e.Revision() > first.Revision()
+	})
+	kv.mu.Lock()
+	kv.stale = first
+	kv.mu.Unlock()
+	time.Sleep(3 * leaseTTL) // several rounds of stale reads
+	require.True(t, l.Held(), "a stale read cost the master its lease")
+	_, fenced := l.Counts()
+	require.Zero(t, fenced)
+}

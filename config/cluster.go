@@ -17,6 +17,9 @@ type NATSCluster struct {
 	Routes   []string `yaml:"routes" env:"FLOWD_NATS_ROUTES" flag:"nats-routes" doc:"route URLs of the cluster's nodes, nats-route://host:port, this node's own may be listed (env and flag: comma-separated); none: the others route to this node"`
 	User     string   `yaml:"user" env:"FLOWD_NATS_CLUSTER_USER" flag:"nats-cluster-user" doc:"user that routes authenticate with; the route listener requires it"`
 	Password string   `yaml:"password" env:"FLOWD_NATS_CLUSTER_PASSWORD" flag:"nats-cluster-password" doc:"password of the route user"`
+	// Advertise is NATS's cluster advertise: the address other servers learn this one by
+	// when NATS gossips the cluster's routes (behind NAT, a proxy, a container port map).
+	Advertise string `yaml:"advertise" env:"FLOWD_NATS_CLUSTER_ADVERTISE" flag:"nats-cluster-advertise" doc:"route address (host:port) the other servers are told to reach this one at; empty: the route listener's"`
 }
 
 // natsClusterProblems checks the cluster settings here, the same way the control plane
@@ -42,6 +45,11 @@ func (c Config) natsClusterProblems() []Problem {
 		bad("nats.cluster.user", "must be set with nats.cluster.password")
 	case nc.User != "" && nc.Password == "":
 		bad("nats.cluster.password", "must be set with nats.cluster.user")
+	}
+	if nc.Advertise != "" {
+		if err := checkListen(nc.Advertise); err != nil {
+			bad("nats.cluster.advertise", "%q %v", nc.Advertise, err)
+		}
 	}
 	for i, r := range nc.Routes {
 		if err := checkRoute(r); err != nil {

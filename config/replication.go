@@ -15,7 +15,10 @@ type Replication struct {
 	MaxLag     Size          `yaml:"max_lag" env:"FLOWD_REPLICATION_MAX_LAG" flag:"replication-max-lag" doc:"a replica further behind the master's commit log than this (bytes) for longer than max_lag_time is out of the in-sync set"`
 	MaxLagTime time.Duration `yaml:"max_lag_time" env:"FLOWD_REPLICATION_MAX_LAG_TIME" flag:"replication-max-lag-time" doc:"how long a replica may stay more than max_lag behind before it leaves the in-sync set"`
 	AsyncPace  time.Duration `yaml:"async_pace" env:"FLOWD_REPLICATION_ASYNC_PACE" flag:"replication-async-pace" doc:"async mode: the least time between two sends of new records to a caught-up replica, so that a trickle of sends costs a frame per pace rather than one per send; an async replica lags up to this more (what a failover can lose); 0 sends every append at once"`
-	LeaseTTL   time.Duration `yaml:"lease_ttl" env:"FLOWD_REPLICATION_LEASE_TTL" flag:"replication-lease-ttl" doc:"the master's lease in JetStream KV: a master that could not renew it for two thirds of this stops taking sends, and an in-sync replica takes over once it lapsed; it bounds promotion time"`
+	// HAAdvertise is the stream address the lease publishes when replicas reach the
+	// master through another address than listen.ha (NAT, a proxy).
+	HAAdvertise string        `yaml:"ha_advertise" env:"FLOWD_HA_ADVERTISE" flag:"ha-advertise" doc:"replica-set stream address (host:port) the lease publishes for replicas to dial; empty: the listen.ha address"`
+	LeaseTTL    time.Duration `yaml:"lease_ttl" env:"FLOWD_REPLICATION_LEASE_TTL" flag:"replication-lease-ttl" doc:"the master's lease in JetStream KV: a master that could not renew it for two thirds of this stops taking sends, and an in-sync replica takes over once it lapsed; it bounds promotion time"`
 }
 
 // Enabled reports whether the node is a replica-set member.
@@ -58,6 +61,11 @@ func (c Config) replicationProblems() []Problem {
 	}
 	if err := checkListen(c.Listen.HA); err != nil {
 		bad("listen.ha", "%q %v", c.Listen.HA, err)
+	}
+	if a := r.HAAdvertise; a != "" {
+		if err := checkListen(a); err != nil {
+			bad("replication.ha_advertise", "%q %v", a, err)
+		}
 	}
 	return probs
 }

@@ -40,6 +40,9 @@ type NATSClusterConfig struct {
 	// User and Password authenticate routes: the route listener requires them, and routes
 	// that carry no user of their own present them. Both or neither.
 	User, Password string
+	// Advertise, if set, is the route address (host:port) NATS gossips for this server
+	// instead of the listener's: where the other servers reach it (NAT, a proxy).
+	Advertise string
 	// ProbeTimeout bounds the check Open makes of each route before the server starts: an
 	// answer within it says whether the route leads to a NATS server of the same cluster.
 	// Default 2 s.
@@ -108,7 +111,7 @@ func (n *NATS) clusterOptions(opts *server.Options) error {
 		return fmt.Errorf("nats: cluster listen %s: %w: set a route user and password (--nats-cluster-user, --nats-cluster-password; "+
 			"NATSConfig.Cluster.User, Password), or listen on 127.0.0.1", c.Listen, ErrInsecureListener)
 	}
-	opts.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port, Username: c.User, Password: c.Password}
+	opts.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port, Username: c.User, Password: c.Password, Advertise: c.Advertise}
 	if len(c.Routes) == 0 {
 		// JetStream in a cluster needs a route; a seed that the others route to routes to
 		// itself, which NATS recognises and skips.

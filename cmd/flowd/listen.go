@@ -41,7 +41,7 @@ func natsClusterAddr(c config.Config) addrSetting {
 // replica-set member, broker name and id, with replication on), unless set.
 func natsCluster(c config.Config) (serverName string, cl control.NATSClusterConfig) {
 	nc := c.NATS.Cluster
-	cl = control.NATSClusterConfig{Name: nc.Name, Listen: nc.Listen, Routes: nc.Routes, User: nc.User, Password: nc.Password}
+	cl = control.NATSClusterConfig{Name: nc.Name, Listen: nc.Listen, Routes: nc.Routes, User: nc.User, Password: nc.Password, Advertise: nc.Advertise}
 	if cl.Name == "" {
 		cl.Name = c.Cluster
 	}

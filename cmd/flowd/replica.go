@@ -120,9 +120,12 @@ func (r *replicaSet) applyTruncation(sopts store.Options) error {
 	return nil
 }
 
-// haAddr is the address replicas dial: the listener's, with the broker's host when it is
-// bound to every interface.
+// haAddr is the address replicas dial: replication.ha_advertise, else the listener's, with
+// the broker's host when it is bound to every interface.
 func (r *replicaSet) haAddr() string {
+	if a := r.c.Replication.HAAdvertise; a != "" {
+		return a
+	}
 	a := r.ln.Addr().(*net.TCPAddr)
 	if !a.IP.IsUnspecified() {
 		return a.String()
@@ -148,11 +151,17 @@ func (r *replicaSet) start(ctx context.Context, b *broker.Broker, nc *nats.Conn,
 		return fmt.Errorf("serve: replication: %w", err)
 	}
 	rc := r.c.Replication
+	// With the NATS server embedded, the master's death takes that server with it: the
+	// lease keeps the bucket's Raft leader elsewhere (LeaseOptions.ServerName).
+	serverName := ""
+	if r.c.NATS.Cluster.Listen != "" {
+		serverName, _ = natsCluster(r.c)
+	}
 	r.lease = cluster.NewLease(cluster.LeaseOptions{
 		KV: kv, BrokerName: r.c.BrokerName, Node: r.node, HAAddr: r.haAddr(), Addr: b.Addr(),
 		MayBootstrap: rc.BrokerID == 1, LastEpoch: r.epochs.Last().Epoch, TTL: rc.LeaseTTL,
 		Healthy:  func() bool { return b.StoreStats().WriteFailure == nil },
-		OnChange: r.onLease, Logger: r.log,
+		OnChange: r.onLease, Logger: r.log, Conn: nc, ServerName: serverName,
 	})
 	r.runWG.Go(func() { r.lease.Run(r.ctx) })
 	r.log.Info("replica set: member started", "broker", r.c.BrokerName, "node", r.node, "mode", rc.Mode, "ha", r.haAddr())

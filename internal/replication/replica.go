@@ -119,7 +119,14 @@ func (f *Follower) once(ctx context.Context) error {
 	defer c.Close()
 	r, w := bufio.NewReaderSize(c, 256<<10), bufio.NewWriterSize(c, 4<<10)
 	end := f.cfg.Store.Stats().CommitLogMaxOffset
+	// A paused master accepts the connection (its kernel does) and never answers: the
+	// handshake's deadline bounds that, and watchMaster ends it as soon as the lease names
+	// another master.
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if f.cfg.Master != nil {
+		moved := f.watchMaster(ctx, addr, c)
+		defer moved()
+	}
 	if err := writeJSON(w, frameHello, hello{
 		Cluster: f.cfg.Cluster, BrokerName: f.cfg.BrokerName, Node: f.cfg.Node,
 		SegmentSize: f.cfg.Store.SegmentSize(), End: end, Epochs: f.cfg.Epochs.Epochs(),
@@ -143,6 +150,32 @@ func (f *Follower) once(ctx context.Context) error {
 	defer f.connected.Store(false)
 	f.cfg.Logger.Info("following master", "master", addr, "epoch", wl.Epoch, "from", end)
 	return f.follow(ctx, c, r, w)
+}
+
+// watchMaster closes c once the lease names a master other than addr (a new one, never
+// "none"), so that a replica following a master that was deposed without closing its
+// stream (paused, cut off) dials the new one at once rather than after its silence.
+func (f *Follower) watchMaster(ctx context.Context, addr string, c net.Conn) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(f.cfg.RetryInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			case <-t.C:
+				if m := f.cfg.Master(); m != "" && m != addr {
+					f.cfg.Logger.Info("the lease names another master: leaving this one", "master", addr, "next", m)
+					c.Close()
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // follow appends the master's records and acknowledges them. The reader acknowledges what

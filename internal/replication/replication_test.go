@@ -1,9 +1,11 @@
 package replication
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -359,4 +361,51 @@ func TestIdleReplicaFollowsTheNextMaster(t *testing.T) {
 	mn.put(t, "orders", 2)
 	eventually(t, "following the next master", func() bool { return r.end() == mn.end() })
 	require.Equal(t, []Epoch{{1, 0}, {2, first}}, r.epochs.Epochs())
+}
+
+// A master that welcomed the replica and then went silent (a paused process: its kernel
+// keeps the connection open) is left as soon as the lease names another master, not after
+// the replica's silence timeout (an hour here, so that only the lease can end it).
+func TestReplicaLeavesASilentMasterOnceTheLeaseNamesAnother(t *testing.T) {
+	mn, r := newNode(t, "m"), newNode(t, "r")
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer silent.Close()
+	welcomed := make(chan struct{}, 1)
+	go func() {
+		c, err := silent.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br, bw := bufio.NewReader(c), bufio.NewWriter(c)
+		var h hello
+		if readJSON(br, frameHello, &h) != nil || writeJSON(bw, frameWelcome, welcome{Epoch: 1, TruncateTo: -1}) != nil {
+			return
+		}
+		welcomed <- struct{}{}
+		_, _ = io.Copy(io.Discard, br) // reads the acks, sends nothing, until the replica leaves
+	}()
+	var mu sync.Mutex
+	addr := silent.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := NewFollower(ReplicaConfig{Store: r.st, Epochs: r.epochs, Cluster: "c", BrokerName: "b", Node: "r",
+		Master:        func() string { mu.Lock(); defer mu.Unlock(); return addr },
+		RetryInterval: 20 * time.Millisecond, SilenceTimeout: time.Hour, Logger: quietLogger()})
+	var wg sync.WaitGroup
+	wg.Go(func() { f.Run(ctx) })
+	defer wg.Wait()
+	defer cancel()
+	select {
+	case <-welcomed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the replica never reached the silent master")
+	}
+	m := startMaster(t, mn, 2, false, 2)
+	mn.put(t, "orders", 1)
+	mu.Lock()
+	addr = m.Addr().String()
+	mu.Unlock()
+	eventually(t, "following the master the lease names", func() bool { return r.end() == mn.end() })
 }
