@@ -56,6 +56,9 @@ type benchConfig struct {
 	deploy string
 	// brokerPID is, in a separate run, the pid of the `flowd serve` child measured.
 	brokerPID int
+	// grpcAddr is the RocketMQ 5 gRPC endpoint of the bench's own broker; empty with
+	// --namesrv.
+	grpcAddr string
 }
 
 // Where the brokers of a run go (--deploy).
@@ -223,7 +226,7 @@ func benchScenarios(c benchConfig) []benchScenario {
 	}
 	out = append(out, benchScenario{name: fmt.Sprintf("produce-1024-syncflush-p%d", c.syncProducers), kind: "syncflush", size: 1024, mode: "sync", producers: c.syncProducers})
 	out = append(out, benchScenario{name: "e2e-delay", kind: "e2e", size: c.sizes[0], producers: 1})
-	return out
+	return append(out, grpcScenarios()...)
 }
 
 // selected reports whether a scenario is one --scenarios asked for. A pattern matches a
@@ -469,11 +472,17 @@ func (c *benchConfig) setUp(ctx context.Context, log *slog.Logger) (undo func(),
 		return removeDir, nil
 	}
 	if c.deploy == deploySeparate {
-		nodes, err := startBenchCluster(ctx, *c, "broker", 1)
+		grpcAddr, err := benchGRPCPort()
 		if err != nil {
 			removeDir()
 			return nil, err
 		}
+		nodes, err := startBenchCluster(ctx, *c, "broker", 1, "--grpc-listen", grpcAddr)
+		if err != nil {
+			removeDir()
+			return nil, err
+		}
+		c.grpcAddr = grpcAddr
 		c.namesrv, c.embedded, c.brokerPID = nodes[0].namesrv, true, nodes[0].cmd.Process.Pid
 		return func() {
 			stopBenchNodes(nodes)
@@ -485,8 +494,14 @@ func (c *benchConfig) setUp(ctx context.Context, log *slog.Logger) (undo func(),
 		removeDir()
 		return nil, err
 	}
-	c.namesrv, c.embedded = b.NamesrvAddr(), true
+	grpcAddr, stopGRPC, err := startBenchGRPC(b, log)
+	if err != nil {
+		removeDir()
+		return nil, errors.Join(err, b.Shutdown(context.Background()))
+	}
+	c.namesrv, c.embedded, c.grpcAddr = b.NamesrvAddr(), true, grpcAddr
 	return func() {
+		stopGRPC()
 		_ = b.Shutdown(context.Background())
 		removeDir()
 	}, nil
@@ -563,15 +578,15 @@ func formatResult(r benchResult) string {
 		line += fmt.Sprintf("\n  %-30s per msg: cpu client %.1f µs + broker %.1f µs; ctx switches %.2f, %.2f; read/write syscalls %.2f, %.2f", "",
 			r.ClientCPU, r.BrokerCPU, r.ClientCtxSwitches, r.BrokerCtxSwitches, r.ClientSyscalls, r.BrokerSyscalls)
 		if r.BaselineServerCPU > 0 {
-			line += fmt.Sprintf("\n  %-30s jetstream:    cpu client %.1f µs + server %.1f µs; ctx switches %.2f, %.2f; read/write syscalls %.2f, %.2f; flowd/jetstream cpu %.2f", "",
+			line += fmt.Sprintf("\n  %-30s %-13s cpu client %.1f µs + server %.1f µs; ctx switches %.2f, %.2f; read/write syscalls %.2f, %.2f; flowd/%s cpu %.2f", "", r.BaselineName+":",
 				r.BaselineClientCPU, r.BaselineServerCPU, r.BaselineClientCtxSwitches, r.BaselineServerCtxSwitches,
-				r.BaselineClientSyscalls, r.BaselineServerSyscalls, r.CPURatio)
+				r.BaselineClientSyscalls, r.BaselineServerSyscalls, r.BaselineName, r.CPURatio)
 		}
 	}
 	if r.ProcessCPU > 0 {
 		line += fmt.Sprintf("\n  %-30s per msg: cpu of the one process %.1f µs", "", r.ProcessCPU)
 		if r.BaselineProcessCPU > 0 {
-			line += fmt.Sprintf("; jetstream's run %.1f µs; flowd/jetstream cpu %.2f", r.BaselineProcessCPU, r.CPURatio)
+			line += fmt.Sprintf("; %s's run %.1f µs; flowd/%s cpu %.2f", r.BaselineName, r.BaselineProcessCPU, r.BaselineName, r.CPURatio)
 		}
 	}
 	if r.MaxSendLateness > 0 {
