@@ -59,34 +59,64 @@ func (r *benchRun) grpcPop(ctx context.Context, sc benchScenario) ([]benchResult
 	return []benchResult{res}, nil
 }
 
-// popAll receives messages of topic for group until n came, acknowledging each batch with
-// one AckMessage, and returns messages per second; w measures the processes meanwhile.
+// popAll receives messages of topic for group until n came and returns messages per second;
+// w measures the processes meanwhile. Each batch is acknowledged with one AckMessage sent
+// while the next receive is under way, as a client acknowledging asynchronously does (and
+// as JetStream's Ack, a publish that waits for no answer); the clock stops once every
+// acknowledgement is answered.
 func (g *grpcClient) popAll(ctx context.Context, group, topic string, n int, w *window) (float64, error) {
+	acks := make(chan *pb.AckMessageRequest, 2)
+	ackErr := make(chan error, 1)
+	go func() { ackErr <- g.ackAll(ctx, acks) }()
 	w.begin()
 	start := time.Now()
 	got := 0
-	for got < n {
-		ack, err := g.receive(ctx, group, topic)
-		if err != nil {
-			return 0, fmt.Errorf("bench: receive after %d messages: %w", got, err)
+	err := func() error {
+		defer close(acks)
+		for got < n {
+			ack, err := g.receive(ctx, group, topic)
+			if err != nil {
+				return fmt.Errorf("bench: receive after %d messages: %w", got, err)
+			}
+			if len(ack.Entries) == 0 {
+				return fmt.Errorf("bench: receive after %d messages: none within the long poll", got)
+			}
+			select {
+			case acks <- ack:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			got += len(ack.Entries)
 		}
-		if len(ack.Entries) == 0 {
-			return 0, fmt.Errorf("bench: receive after %d messages: none within the long poll", got)
-		}
-		cctx, cancel := g.call(ctx)
-		resp, err := g.api.AckMessage(cctx, ack)
-		cancel()
-		if err != nil {
-			return 0, fmt.Errorf("bench: ack: %w", err)
-		}
-		if resp.GetStatus().GetCode() != pb.Code_OK {
-			return 0, fmt.Errorf("bench: ack: %v %s", resp.GetStatus().GetCode(), resp.GetStatus().GetMessage())
-		}
-		got += len(ack.Entries)
+		return nil
+	}()
+	if err := errors.Join(err, <-ackErr); err != nil {
+		return 0, err
 	}
 	elapsed := time.Since(start)
 	w.end()
 	return float64(got) / elapsed.Seconds(), nil
+}
+
+// ackAll sends each request of acks until it is closed; after a failure it drains acks and
+// returns the failure.
+func (g *grpcClient) ackAll(ctx context.Context, acks <-chan *pb.AckMessageRequest) error {
+	var first error
+	for ack := range acks {
+		if first != nil {
+			continue
+		}
+		cctx, cancel := g.call(ctx)
+		resp, err := g.api.AckMessage(cctx, ack)
+		cancel()
+		switch {
+		case err != nil:
+			first = fmt.Errorf("bench: ack: %w", err)
+		case resp.GetStatus().GetCode() != pb.Code_OK:
+			first = fmt.Errorf("bench: ack: %v %s", resp.GetStatus().GetCode(), resp.GetStatus().GetMessage())
+		}
+	}
+	return first
 }
 
 // receive makes one ReceiveMessage call of up to 32 messages and returns the AckMessage
