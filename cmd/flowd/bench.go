@@ -226,7 +226,10 @@ func benchScenarios(c benchConfig) []benchScenario {
 	}
 	out = append(out, benchScenario{name: fmt.Sprintf("produce-1024-syncflush-p%d", c.syncProducers), kind: "syncflush", size: 1024, mode: "sync", producers: c.syncProducers})
 	out = append(out, benchScenario{name: "e2e-delay", kind: "e2e", size: c.sizes[0], producers: 1})
-	return append(out, grpcScenarios()...)
+	if c.namesrv == "" { // the gRPC endpoint is the bench's own broker's
+		out = append(out, grpcScenarios()...)
+	}
+	return out
 }
 
 // selected reports whether a scenario is one --scenarios asked for. A pattern matches a

@@ -77,3 +77,12 @@ func TestBenchGRPCScenariosListed(t *testing.T) {
 	require.NoError(t, bench(context.Background(), []string{"--list", "--scenarios", "grpc-send-1024-p99"}, &out, &errs))
 	assert.Equal(t, "grpc-send-1024\n", out.String(), "a result's name selects its scenario")
 }
+
+// Against a broker named by --namesrv the bench knows no gRPC endpoint: no gRPC scenario.
+func TestBenchGRPCScenariosNeedTheBenchsBroker(t *testing.T) {
+	var out, errs bytes.Buffer
+	require.NoError(t, bench(context.Background(), []string{"--list", "--namesrv", "127.0.0.1:9"}, &out, &errs))
+	assert.NotContains(t, out.String(), "grpc-send")
+	assert.NotContains(t, out.String(), "pop-1024")
+	assert.Contains(t, out.String(), "e2e-delay")
+}
