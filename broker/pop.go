@@ -524,29 +524,75 @@ func (b *Broker) PopAck(ctx context.Context, group, topic, handle string) error 
 	return b.popFinish(q, e, false)
 }
 
-// popFinish makes e done (acknowledged, or dead-lettered with dlq) and journals it; q.mu is
-// held.
-func (b *Broker) popFinish(q *popQueue, e *popEntry, dlq bool) error {
+// PopAckBatch acknowledges handles of group and topic together, as one AckMessage of a
+// batch does: each queue's lock is taken once per run of its handles and the records go to
+// the journal in one write, not one per message. errs[i] is handles[i]'s outcome, with
+// PopAck's meaning: nil once the acknowledgement is journaled.
+func (b *Broker) PopAckBatch(ctx context.Context, group, topic string, handles []string) []error {
+	errs := make([]error, len(handles))
+	if err := ctx.Err(); err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("pop ack: %w", err)
+		}
+		return errs
+	}
+	b.pop.mu.RLock()
+	defer b.pop.mu.RUnlock()
+	recs := make([]popRecord, 0, len(handles))
+	done := make([]int, 0, len(handles)) // the indexes of handles whose record is in recs
+	var woken []string
+	for i, h := range handles {
+		q, e, err := b.popEntryOf(group, topic, h)
+		if err != nil {
+			errs[i] = fmt.Errorf("pop ack: %w", err)
+			continue
+		}
+		rec, released := b.popDone(q, e, false)
+		q.mu.Unlock()
+		recs = append(recs, rec)
+		done = append(done, i)
+		if released && !slices.Contains(woken, q.key.topic) {
+			woken = append(woken, q.key.topic)
+		}
+	}
+	if err := b.pop.jnl.append(recs); err != nil {
+		for _, i := range done {
+			errs[i] = fmt.Errorf("pop ack: journal %s: %w", topic, err)
+		}
+	}
+	for _, t := range woken {
+		b.pop.waiters.wake(t)
+	}
+	return errs
+}
+
+// popDone makes e done (acknowledged, or dead-lettered with dlq) in memory and returns the
+// record to journal; q.mu is held.
+func (b *Broker) popDone(q *popQueue, e *popEntry, dlq bool) (rec popRecord, released bool) {
 	b.pop.timers.cancel(e)
-	off := e.offset
+	kind := recDone
 	if dlq {
+		kind = recDLQ
 		q.dlq++
 		b.pop.deadLettered.Add(1)
 	} else {
 		q.acked++
 		b.pop.acked.Add(1)
 	}
-	released := q.done(e)
-	kind := recDone
-	if dlq {
-		kind = recDLQ
-	}
-	err := b.pop.jnl.append([]popRecord{{kind: kind, q: q, offset: off}})
+	rec = popRecord{kind: kind, q: q, offset: e.offset}
+	return rec, q.done(e)
+}
+
+// popFinish makes e done (acknowledged, or dead-lettered with dlq) and journals it; q.mu is
+// held.
+func (b *Broker) popFinish(q *popQueue, e *popEntry, dlq bool) error {
+	rec, released := b.popDone(q, e, dlq)
+	err := b.pop.jnl.append([]popRecord{rec})
 	if released {
 		b.pop.waiters.wake(q.key.topic)
 	}
 	if err != nil {
-		return fmt.Errorf("pop: journal %s/%d offset %d: %w", q.key.topic, q.key.queueID, off, err)
+		return fmt.Errorf("pop: journal %s/%d offset %d: %w", q.key.topic, q.key.queueID, rec.offset, err)
 	}
 	return nil
 }

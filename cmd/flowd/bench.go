@@ -61,6 +61,9 @@ type benchConfig struct {
 	deploy string
 	// brokerPID is, in a separate run, the pid of the `flowd serve` child measured.
 	brokerPID int
+	// grpcAddr is the RocketMQ 5 gRPC endpoint of the bench's own broker; empty with
+	// --namesrv.
+	grpcAddr string
 }
 
 // Where the brokers of a run go (--deploy).
@@ -242,6 +245,9 @@ func benchScenarios(c benchConfig) []benchScenario {
 	}
 	out = append(out, benchScenario{name: fmt.Sprintf("produce-1024-syncflush-p%d", c.syncProducers), kind: "syncflush", size: 1024, mode: "sync", producers: c.syncProducers})
 	out = append(out, benchScenario{name: "e2e-delay", kind: "e2e", size: c.sizes[0], producers: 1})
+	if c.namesrv == "" { // the gRPC endpoint is the bench's own broker's
+		out = append(out, grpcScenarios()...)
+	}
 	return out
 }
 
@@ -499,11 +505,17 @@ func (c *benchConfig) setUp(ctx context.Context, log *slog.Logger) (undo func(),
 		return removeDir, nil
 	}
 	if c.deploy == deploySeparate {
-		nodes, err := startBenchCluster(ctx, *c, "broker", 1)
+		grpcAddr, err := benchGRPCPort()
 		if err != nil {
 			removeDir()
 			return nil, err
 		}
+		nodes, err := startBenchCluster(ctx, *c, "broker", 1, "--grpc-listen", grpcAddr)
+		if err != nil {
+			removeDir()
+			return nil, err
+		}
+		c.grpcAddr = grpcAddr
 		c.namesrv, c.embedded, c.brokerPID = nodes[0].namesrv, true, nodes[0].cmd.Process.Pid
 		return func() {
 			stopBenchNodes(nodes)
@@ -515,8 +527,14 @@ func (c *benchConfig) setUp(ctx context.Context, log *slog.Logger) (undo func(),
 		removeDir()
 		return nil, err
 	}
-	c.namesrv, c.embedded = b.NamesrvAddr(), true
+	grpcAddr, stopGRPC, err := startBenchGRPC(b, log)
+	if err != nil {
+		removeDir()
+		return nil, errors.Join(err, b.Shutdown(context.Background()))
+	}
+	c.namesrv, c.embedded, c.grpcAddr = b.NamesrvAddr(), true, grpcAddr
 	return func() {
+		stopGRPC()
 		_ = b.Shutdown(context.Background())
 		removeDir()
 	}, nil
@@ -609,7 +627,7 @@ func formatResult(r benchResult) string {
 	if r.ProcessCPU > 0 {
 		line += fmt.Sprintf("\n  %-30s per msg: cpu of the one process %.1f µs", "", r.ProcessCPU)
 		if r.BaselineProcessCPU > 0 {
-			line += fmt.Sprintf("; jetstream's run %.1f µs; flowd/jetstream cpu %.2f", r.BaselineProcessCPU, r.CPURatio)
+			line += fmt.Sprintf("; %s's run %.1f µs; flowd/%s cpu %.2f", r.BaselineName, r.BaselineProcessCPU, r.BaselineName, r.CPURatio)
 		}
 	}
 	if r.MaxSendLateness > 0 {

@@ -48,6 +48,8 @@ func (c benchConfig) resultNames(sc benchScenario) []string {
 			out = append(out, fmt.Sprintf("%s-%d", sc.name, i+1))
 		}
 		return append(out, sc.name+"-mean")
+	case "grpc-send":
+		return grpcResultNames(sc)
 	}
 	return nil
 }

@@ -67,6 +67,10 @@ func (r *benchRun) run(ctx context.Context, sc benchScenario) ([]benchResult, er
 		return r.syncFlush(ctx, sc)
 	case "e2e":
 		return r.e2e(ctx, sc)
+	case "grpc-send":
+		return r.grpcSend(ctx, sc)
+	case "pop":
+		return r.grpcPop(ctx, sc)
 	}
 	return nil, fmt.Errorf("bench: unknown scenario kind %q", sc.kind)
 }

@@ -112,12 +112,21 @@ func (s *Server) AckMessage(ctx context.Context, req *pb.AckMessageRequest) (*pb
 	if len(req.GetEntries()) == 0 {
 		return &pb.AckMessageResponse{Status: status(pb.Code_BAD_REQUEST, "the request holds no entry")}, nil
 	}
-	resp := &pb.AckMessageResponse{}
-	for _, e := range req.GetEntries() {
-		err := s.b.PopAck(ctx, group, topic, e.GetReceiptHandle())
-		resp.Entries = append(resp.Entries, &pb.AckMessageResultEntry{
-			MessageId: e.GetMessageId(), ReceiptHandle: e.GetReceiptHandle(), Status: statusOf(err, pb.Code_NOT_FOUND),
-		})
+	entries := req.GetEntries()
+	handles := make([]string, len(entries))
+	for i, e := range entries {
+		handles[i] = e.GetReceiptHandle()
+	}
+	// One pass over the batch: one journal write for all of it, not one per entry.
+	errs := s.b.PopAckBatch(ctx, group, topic, handles)
+	resp := &pb.AckMessageResponse{Entries: make([]*pb.AckMessageResultEntry, len(entries))}
+	okStatus := ok()
+	for i, e := range entries {
+		st := okStatus
+		if errs[i] != nil {
+			st = statusOf(errs[i], pb.Code_NOT_FOUND)
+		}
+		resp.Entries[i] = &pb.AckMessageResultEntry{MessageId: e.GetMessageId(), ReceiptHandle: e.GetReceiptHandle(), Status: st}
 	}
 	resp.Status = overall(resp.Entries, func(e *pb.AckMessageResultEntry) *pb.Status { return e.Status })
 	return resp, nil

@@ -257,3 +257,26 @@ func TestForwardToDeadLetterQueue(t *testing.T) {
 	_, st := e.receive(t, recv{group: "g", topic: "orders", wait: 200 * time.Millisecond})
 	require.Equal(t, pb.Code_MESSAGE_NOT_FOUND, st.Code)
 }
+
+// One AckMessage of a batch answers each entry on its own: a stale handle among good ones
+// is refused alone, and the good ones are done.
+func TestAckOfABatchAnswersEachEntry(t *testing.T) {
+	e := start(t, nil)
+	e.topic(t, "orders", 2)
+	sendN(t, e, "orders", 4, nil)
+	msgs := e.receiveN(t, recv{group: "g", topic: "orders", wait: 3 * time.Second}, 4)
+	require.Equal(t, pb.Code_OK, e.ack(t, "g", "orders", msgs[1]).Status.Code)
+	resp := e.ack(t, "g", "orders", msgs...)
+	require.Equal(t, pb.Code_MULTIPLE_RESULTS, resp.Status.Code, resp.Status.Message)
+	require.Len(t, resp.Entries, 4)
+	for i, en := range resp.Entries {
+		require.Equal(t, msgs[i].SystemProperties.MessageId, en.MessageId)
+		want := pb.Code_OK
+		if i == 1 {
+			want = pb.Code_INVALID_RECEIPT_HANDLE
+		}
+		require.Equal(t, want, en.Status.Code, "entry %d: %s", i, en.Status.Message)
+	}
+	_, st := e.receive(t, recv{group: "g", topic: "orders", wait: 200 * time.Millisecond})
+	require.Equal(t, pb.Code_MESSAGE_NOT_FOUND, st.Code, "every message is acknowledged")
+}
