@@ -160,7 +160,7 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 	if err := d.b.Start(); err != nil {
 		return nil, err
 	}
-	if err := d.serveGRPC(c, grpcLn, cl, m, log); err != nil {
+	if err := d.serveGRPC(c, grpcLn, ps, cl, m, log); err != nil {
 		return nil, err
 	}
 	switch {
