@@ -183,3 +183,66 @@ func dedup(s []string) []string {
 	slices.Sort(s)
 	return slices.Compact(s)
 }
+
+// In a replica set every member's gRPC route names the set's queues under broker id 0 with
+// the master's gRPC endpoint, replicas' included, so that a 5.x client pointed at a replica
+// sends (and receives) at the master; a send there is stored.
+func TestReplicaSetGRPCRoutesNameTheMaster(t *testing.T) {
+	nodes := startReplicaSet(t, "async")
+	allInSync(t, nodes)
+	m := nodeAt(nodes, masterAddr(nodes))
+	require.NotNil(t, m)
+	// Created on the master by a remoting send (a control-plane command lands on any member);
+	// the replicas get it with the master's snapshots.
+	const topic = "grpc-rs"
+	produceIDs(t, m.namesrv, topic, "seed")
+	var want []routeQueue
+	require.Eventually(t, func() bool { want = grpcRoute(t, grpcClient(t, m.grpc), topic); return len(want) > 0 }, wait, 50*time.Millisecond)
+	for _, q := range want {
+		require.Equal(t, routeQueue{"rs", m.grpc, q.id}, q, "the master names itself")
+	}
+	for _, n := range nodes {
+		c := grpcClient(t, n.grpc)
+		var got []routeQueue
+		require.Eventually(t, func() bool {
+			got = grpcRoute(t, c, topic)
+			return slices.Equal(got, want)
+		}, wait, 50*time.Millisecond, "rs-%d's gRPC route names the master rs-%d: last %v", n.id, m.id, got)
+		if n != m {
+			// What a client that asked this replica does: send to the endpoint its route names.
+			msg := &pb.Message{Topic: &pb.Resource{Name: topic}, Body: []byte(fmt.Sprintf("via-rs-%d", n.id)), SystemProperties: &pb.SystemProperties{
+				MessageId: fmt.Sprintf("01E2ERS%05d", n.id), MessageType: pb.MessageType_NORMAL, BodyEncoding: pb.Encoding_IDENTITY,
+			}}
+			resp, err := grpcClient(t, got[0].addr).SendMessage(grpcCtx(t), &pb.SendMessageRequest{Messages: []*pb.Message{msg}})
+			require.NoError(t, err)
+			require.Equal(t, pb.Code_OK, resp.Status.Code, resp.Status.Message)
+		}
+	}
+	// The replicas' own endpoints refuse sends: the route is what sends them to the master.
+	for _, n := range nodes {
+		if n == m {
+			continue
+		}
+		msg := &pb.Message{Topic: &pb.Resource{Name: topic}, Body: []byte("direct"), SystemProperties: &pb.SystemProperties{
+			MessageId: "01E2ERSDIRECT", MessageType: pb.MessageType_NORMAL, BodyEncoding: pb.Encoding_IDENTITY,
+		}}
+		resp, err := grpcClient(t, n.grpc).SendMessage(grpcCtx(t), &pb.SendMessageRequest{Messages: []*pb.Message{msg}})
+		require.NoError(t, err)
+		assert.Equal(t, pb.Code_HA_NOT_AVAILABLE, resp.Status.Code, "a send at replica rs-%d", n.id)
+		break
+	}
+	others := otherIDs(nodes, m)
+	assert.Equal(t, []string{"seed", "via-rs-" + strconv.Itoa(others[0]), "via-rs-" + strconv.Itoa(others[1])},
+		receiveAll(t, grpcClient(t, m.grpc), topic, "g-rs"), "the sends through both replicas' routes stored on the master")
+}
+
+// otherIDs are the broker ids of the members other than m, in order.
+func otherIDs(nodes []*replNode, m *replNode) []int {
+	var out []int
+	for _, n := range nodes {
+		if n != m {
+			out = append(out, n.id)
+		}
+	}
+	return out
+}

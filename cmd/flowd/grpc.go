@@ -44,6 +44,9 @@ func (d *built) serveGRPC(c config.Config, ln net.Listener, ps *peers, cl *close
 	if ps != nil {
 		cfg.Peers = ps // not a nil *peers in the interface
 	}
+	if d.rs != nil {
+		cfg.ReplicaSet = d.rs
+	}
 	if c.GRPC.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(c.GRPC.TLSCert, c.GRPC.TLSKey)
 		if err != nil {

@@ -29,6 +29,28 @@ type Peers interface {
 	TopicPeers(topic string) []Peer
 }
 
+// ReplicaSet is a replica set's view for gRPC routes (cmd/flowd implements it over the
+// set's lease).
+type ReplicaSet interface {
+	// GRPCMaster is the gRPC address of the set's master when this broker is a replica and
+	// the master serves gRPC; false on the master, and while no master is known.
+	GRPCMaster() (addr string, ok bool)
+}
+
+// self is this broker as routes name it: id 0 with this node's endpoint, or, on a replica of
+// a replica set, the master's. A 5.x client sends and receives at id 0 only (RocketMQ's
+// proxy names no other), and a pop's in-flight and acknowledged state is the node's own, not
+// replicated, so receives go to the master too.
+func (s *Server) self() *pb.Broker {
+	ep := s.advertised()
+	if s.cfg.ReplicaSet != nil {
+		if addr, ok := s.cfg.ReplicaSet.GRPCMaster(); ok {
+			ep = endpointsOf(addr)
+		}
+	}
+	return &pb.Broker{Name: s.b.Status().BrokerName, Id: 0, Endpoints: ep}
+}
+
 // QueryRoute answers a topic's queues on every broker of the cluster that serves gRPC: this
 // node's first, then each peer's, each queue with its permission and its broker's gRPC
 // endpoint. A client sends to the endpoint of the queue it picked, so its sends spread over
@@ -42,7 +64,7 @@ func (s *Server) QueryRoute(ctx context.Context, req *pb.QueryRouteRequest) (*pb
 	if !found {
 		return &pb.QueryRouteResponse{Status: status(pb.Code_TOPIC_NOT_FOUND, "topic "+name+" does not exist")}, nil
 	}
-	qs := topicQueues(req.Topic, tc, &pb.Broker{Name: s.b.Status().BrokerName, Id: 0, Endpoints: s.advertised()})
+	qs := topicQueues(req.Topic, tc, s.self())
 	for _, p := range s.peers(name) {
 		qs = append(qs, topicQueues(req.Topic, p.Topic, &pb.Broker{Name: p.Broker, Id: 0, Endpoints: endpointsOf(p.Addr)})...)
 	}
@@ -107,7 +129,7 @@ func (s *Server) QueryAssignment(ctx context.Context, req *pb.QueryAssignmentReq
 			as = append(as, &pb.Assignment{MessageQueue: q})
 		}
 	}
-	assign(tc, &pb.Broker{Name: s.b.Status().BrokerName, Id: 0, Endpoints: s.advertised()})
+	assign(tc, s.self())
 	for _, p := range s.peers(name) {
 		assign(p.Topic, &pb.Broker{Name: p.Broker, Id: 0, Endpoints: endpointsOf(p.Addr)})
 	}

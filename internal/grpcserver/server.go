@@ -35,6 +35,9 @@ type Config struct {
 	// assignments that list every node's queues (docs/grpc.md, "Clusters"). Default nil:
 	// routes name this broker only.
 	Peers Peers
+	// ReplicaSet, when set, is this broker's replica set: on a replica, routes name the
+	// master's gRPC endpoint for the set's queues. Default nil: no replica set.
+	ReplicaSet ReplicaSet
 	// TLS, when set, makes the endpoint speak TLS only.
 	TLS *tls.Config
 	// Logger; default slog.Default().
