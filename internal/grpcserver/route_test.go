@@ -3,6 +3,7 @@ package grpcserver_test
 import (
 	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -90,4 +91,35 @@ func TestQueryRouteListsEveryNodesQueuesWithItsEndpoint(t *testing.T) {
 		{"b", "127.0.0.2:9001", 0, pb.Permission_READ_WRITE},
 		{"d", "[::1]:9002", 0, pb.Permission_READ},
 	}, routeQueues(assigned))
+}
+
+// masterAt is a replica set whose lease names a master serving gRPC at addr ("": this
+// broker is the master, or none is known).
+type masterAt struct{ addr atomic.Pointer[string] }
+
+func (m *masterAt) GRPCMaster() (string, bool) {
+	a := *m.addr.Load()
+	return a, a != ""
+}
+
+func TestReplicaRoutesNameTheMastersEndpoint(t *testing.T) {
+	var rs masterAt
+	master, self := "127.0.0.9:7001", ""
+	rs.addr.Store(&master)
+	e := startGRPC(t, func(c *broker.Config) { c.BrokerName = "rs" }, func(c *grpcserver.Config) { c.ReplicaSet = &rs })
+	e.topic(t, "orders", 2)
+	ctx := callCtx(t, "c-replica")
+	resp, err := e.client.QueryRoute(ctx, &pb.QueryRouteRequest{Topic: res("orders")})
+	require.NoError(t, err)
+	require.Equal(t, []routeQueue{{"rs", "127.0.0.9:7001", 0, pb.Permission_READ_WRITE}, {"rs", "127.0.0.9:7001", 1, pb.Permission_READ_WRITE}},
+		routeQueues(resp.MessageQueues), "a replica's route sends everything to the master")
+	as, err := e.client.QueryAssignment(ctx, &pb.QueryAssignmentRequest{Topic: res("orders"), Group: res("g")})
+	require.NoError(t, err)
+	require.Len(t, as.Assignments, 1)
+	require.Equal(t, []routeQueue{{"rs", "127.0.0.9:7001", 0, pb.Permission_READ_WRITE}}, routeQueues([]*pb.MessageQueue{as.Assignments[0].MessageQueue}))
+
+	rs.addr.Store(&self) // promoted: this node is the master
+	resp, err = e.client.QueryRoute(ctx, &pb.QueryRouteRequest{Topic: res("orders")})
+	require.NoError(t, err)
+	require.Equal(t, []routeQueue{{"rs", e.addr, 0, pb.Permission_READ_WRITE}, {"rs", e.addr, 1, pb.Permission_READ_WRITE}}, routeQueues(resp.MessageQueues))
 }
