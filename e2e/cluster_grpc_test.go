@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/flowd-io/flowd/control"
 	pb "github.com/flowd-io/flowd/internal/rocketmqv2"
 )
 
@@ -108,6 +109,14 @@ func TestClusterGRPCRoutesNameEveryNode(t *testing.T) {
 	a, b := nodes[0], nodes[1]
 	awaitJoined(t, nodes, "broker-1", "broker-2", "broker-3")
 	require.Equal(t, "off", nodes[2].grpc)
+	// cluster.status shows each broker's gRPC address from the registry.
+	var st control.ClusterStatusReply
+	require.NoError(t, b.ctlJSON(&st, "cluster", "status"))
+	grpcOf := map[string]string{}
+	for _, br := range st.Brokers {
+		grpcOf[br.Name] = br.GRPC
+	}
+	assert.Equal(t, map[string]string{"broker-1": a.grpc, "broker-2": b.grpc, "broker-3": ""}, grpcOf)
 	const topic = "grpc-orders"
 	a.ctl("topic", "create", topic, "--queues", "2")
 

@@ -92,7 +92,7 @@ func (p *peers) ClusterMembership() control.ClusterMembership {
 	for _, bi := range m.Registry() {
 		hb := bi.Heartbeat.UTC()
 		out.Brokers = append(out.Brokers, control.ClusterBroker{
-			Name: bi.Name, Cluster: bi.Cluster, Node: bi.Node, Addr: bi.Addr, Namesrv: bi.NamesrvAddr,
+			Name: bi.Name, Cluster: bi.Cluster, Node: bi.Node, Addr: bi.Addr, Namesrv: bi.NamesrvAddr, GRPC: bi.GRPCAddr,
 			Version: bi.Version, Started: bi.Started.UTC(), Heartbeat: &hb,
 			Load: control.ClusterLoad{Topics: bi.Load.Topics, Clients: bi.Load.Clients, Members: bi.Load.Members, WaitingPulls: bi.Load.WaitingPulls},
 		})
