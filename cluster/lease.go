@@ -28,13 +28,16 @@ var ErrLeaseLost = errors.New("replica-set lease lost")
 // stream and broker listen, and the in-sync set it published last (only those members may
 // take over when it lapses).
 type LeaderRecord struct {
-	BrokerName string    `json:"broker_name"`
-	Node       string    `json:"node"`
-	Epoch      int64     `json:"epoch"`
-	HAAddr     string    `json:"ha_addr"`
-	Addr       string    `json:"addr"`
-	InSync     []string  `json:"in_sync"`
-	Renewed    time.Time `json:"renewed"` // informational: the writer's clock
+	BrokerName string `json:"broker_name"`
+	Node       string `json:"node"`
+	Epoch      int64  `json:"epoch"`
+	HAAddr     string `json:"ha_addr"`
+	Addr       string `json:"addr"`
+	// GRPCAddr is the master's RocketMQ 5 gRPC address, for the set's gRPC routes ("" when
+	// its endpoint is off, and in the leases of flowd versions before it was kept).
+	GRPCAddr string    `json:"grpc_addr,omitempty"`
+	InSync   []string  `json:"in_sync"`
+	Renewed  time.Time `json:"renewed"` // informational: the writer's clock
 }
 
 // LeaseOptions configures a member's lease of its replica set.
@@ -44,6 +47,8 @@ type LeaseOptions struct {
 	Node       string
 	HAAddr     string
 	Addr       string
+	// GRPCAddr is this member's gRPC address, published while it is the master ("": off).
+	GRPCAddr string
 	// MayBootstrap lets this member take a lease nobody holds yet (a new replica set):
 	// the configured first master (broker id 0), so that a member with an empty log never
 	// becomes the first master over one with data.
@@ -293,7 +298,7 @@ func (l *Lease) step(ctx context.Context) {
 func (l *Lease) record(epoch int64) LeaderRecord {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return LeaderRecord{BrokerName: l.o.BrokerName, Node: l.o.Node, Epoch: epoch, HAAddr: l.o.HAAddr, Addr: l.o.Addr, InSync: slices.Clone(l.inSync), Renewed: time.Now()}
+	return LeaderRecord{BrokerName: l.o.BrokerName, Node: l.o.Node, Epoch: epoch, HAAddr: l.o.HAAddr, Addr: l.o.Addr, GRPCAddr: l.o.GRPCAddr, InSync: slices.Clone(l.inSync), Renewed: time.Now()}
 }
 
 // take claims the lease with the epoch after last: Create when there is no record (rev 0),

@@ -30,11 +30,14 @@ type BrokerInfo struct {
 	Name    string `json:"name"`
 	Cluster string `json:"cluster"`
 	// Addr is the broker's remoting address; NamesrvAddr its name service's ("" when off).
-	Addr        string    `json:"addr"`
-	NamesrvAddr string    `json:"namesrvAddr,omitempty"`
-	Node        string    `json:"node"`
-	Version     string    `json:"version"`
-	Started     time.Time `json:"started"`
+	Addr        string `json:"addr"`
+	NamesrvAddr string `json:"namesrvAddr,omitempty"`
+	// GRPCAddr is the broker's RocketMQ 5 gRPC address as its routes name it ("" when its
+	// endpoint is off, and in the entries of flowd versions before it was kept).
+	GRPCAddr string    `json:"grpcAddr,omitempty"`
+	Node     string    `json:"node"`
+	Version  string    `json:"version"`
+	Started  time.Time `json:"started"`
 	// Heartbeat is when the entry was last written.
 	Heartbeat time.Time `json:"heartbeat"`
 	Load      Load      `json:"load"`
@@ -317,6 +320,31 @@ func (m *Member) Topics() []string {
 	for name := range m.topics.recs {
 		out = append(out, name)
 	}
+	return out
+}
+
+// TopicPeer is a topic's share on another live broker: the broker's entry and the topic's
+// configuration in the cluster's topic table, which every broker of the cluster serves.
+type TopicPeer struct {
+	Broker BrokerInfo
+	Topic  broker.TopicConfig
+}
+
+// TopicPeers is the topic's share on every other live broker, by broker name; none when
+// the cluster's topic table does not hold the topic.
+func (m *Member) TopicPeers(topic string) []TopicPeer {
+	m.mu.RLock()
+	rec, ok := m.topics.recs[topic]
+	var out []TopicPeer
+	if ok {
+		for name, bi := range m.brokers {
+			if name != m.name {
+				out = append(out, TopicPeer{Broker: bi, Topic: rec.Config})
+			}
+		}
+	}
+	m.mu.RUnlock()
+	slices.SortFunc(out, func(x, y TopicPeer) int { return cmp.Compare(x.Broker.Name, y.Broker.Name) })
 	return out
 }
 

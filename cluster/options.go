@@ -20,6 +20,11 @@ type Options struct {
 	// Default: the broker's name.
 	Node string
 
+	// GRPCAddr is the broker's RocketMQ 5 gRPC address ("host:port", its grpc.advertise or
+	// the bound listener's) that the registry publishes for the other brokers' gRPC routes.
+	// Default "": the broker serves no gRPC endpoint, and no gRPC route names it.
+	GRPCAddr string
+
 	// Version is the flowd version the node reports in the registry. Default "dev".
 	Version string
 

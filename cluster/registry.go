@@ -16,7 +16,7 @@ import (
 func (m *Member) selfInfo() BrokerInfo {
 	st := m.b.Status()
 	return BrokerInfo{
-		Name: st.BrokerName, Cluster: st.Cluster, Addr: st.Addr, NamesrvAddr: st.NamesrvAddr,
+		Name: st.BrokerName, Cluster: st.Cluster, Addr: st.Addr, NamesrvAddr: st.NamesrvAddr, GRPCAddr: m.opts.GRPCAddr,
 		Node: m.opts.Node, Version: m.opts.Version, Started: st.Started, Heartbeat: time.Now(),
 		Load: Load{Topics: st.Topics, Clients: st.Clients, Members: st.Members, WaitingPulls: st.WaitingPulls},
 	}

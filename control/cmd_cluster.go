@@ -30,8 +30,10 @@ type ClusterBroker struct {
 	Cluster string `json:"cluster,omitempty"`
 	Node    string `json:"node"`
 	// Addr is the broker's remoting address; Namesrv its name service's (absent when off).
-	Addr    string    `json:"addr"`
-	Namesrv string    `json:"namesrv,omitempty"`
+	Addr    string `json:"addr"`
+	Namesrv string `json:"namesrv,omitempty"`
+	// GRPC is the broker's RocketMQ 5 gRPC address as routes name it (absent when off).
+	GRPC    string    `json:"grpc,omitempty"`
 	Version string    `json:"version,omitempty"`
 	Started time.Time `json:"started"`
 	// Heartbeat is when the broker last wrote its entry; absent for a broker outside any

@@ -64,6 +64,12 @@ type node struct {
 // all at once as an operator would, and waits until each serves.
 func startCluster(t *testing.T, names ...string) []*node {
 	t.Helper()
+	return startClusterWith(t, nil, names...)
+}
+
+// startClusterWith is startCluster with the flags extra[name] added to that node's.
+func startClusterWith(t *testing.T, extra map[string][]string, names ...string) []*node {
+	t.Helper()
 	ports := freePorts(t, len(names))
 	var routes []string
 	for _, p := range ports {
@@ -76,6 +82,7 @@ func startCluster(t *testing.T, names ...string) []*node {
 			"--nats-cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[i]),
 			"--nats-routes", strings.Join(routes, ","),
 		}}
+		n.args = append(n.args, extra[name]...)
 		n.daemon = launch(t, name, t.TempDir(), "", n.args...)
 		nodes[i] = n
 	}

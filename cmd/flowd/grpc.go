@@ -34,12 +34,19 @@ func listenGRPC(ctx context.Context, c config.Config, cl *closers) (net.Listener
 }
 
 // serveGRPC starts the RocketMQ 5 endpoint on ln over the started broker: it stops before
-// the broker, so that no receive is served by a closed store.
-func (d *built) serveGRPC(c config.Config, ln net.Listener, cl *closers, m *metrics.Metrics, log *slog.Logger) error {
+// the broker, so that no receive is served by a closed store. In a cluster (ps set) its
+// routes name the other brokers' queues too.
+func (d *built) serveGRPC(c config.Config, ln net.Listener, ps *peers, cl *closers, m *metrics.Metrics, log *slog.Logger) error {
 	if ln == nil {
 		return nil
 	}
 	cfg := grpcserver.Config{Broker: d.b, Advertise: c.GRPC.Advertise, Logger: log}
+	if ps != nil {
+		cfg.Peers = ps // not a nil *peers in the interface
+	}
+	if d.rs != nil {
+		cfg.ReplicaSet = d.rs
+	}
 	if c.GRPC.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(c.GRPC.TLSCert, c.GRPC.TLSKey)
 		if err != nil {
@@ -59,6 +66,15 @@ func (d *built) serveGRPC(c config.Config, ln net.Listener, cl *closers, m *metr
 	cl.push("gRPC server", srv.Shutdown)
 	log.Info("RocketMQ 5 gRPC endpoint serving", "addr", ln.Addr().String(), "tls", cfg.TLS != nil)
 	return nil
+}
+
+// grpcAdvertise is the gRPC address the cluster's registry publishes for this node, empty
+// when the endpoint is off.
+func (d *built) grpcAdvertise() string {
+	if d.grpc == nil {
+		return ""
+	}
+	return d.grpc.Advertise()
 }
 
 // grpcAddr is the gRPC endpoint's bound address for the serving line, "off" without one.

@@ -11,6 +11,7 @@ import (
 	"github.com/flowd-io/flowd/cluster"
 	"github.com/flowd-io/flowd/config"
 	"github.com/flowd-io/flowd/control"
+	"github.com/flowd-io/flowd/internal/grpcserver"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -36,6 +37,22 @@ func (p *peers) TopicRoute(topic string) ([]protocol.QueueData, []protocol.Broke
 		return m.TopicRoute(topic)
 	}
 	return nil, nil
+}
+
+var _ grpcserver.Peers = (*peers)(nil)
+
+// TopicPeers is the topic's share on the cluster's other live brokers, for gRPC routes.
+func (p *peers) TopicPeers(topic string) []grpcserver.Peer {
+	m := p.m.Load()
+	if m == nil {
+		return nil
+	}
+	tps := m.TopicPeers(topic)
+	out := make([]grpcserver.Peer, 0, len(tps))
+	for _, tp := range tps {
+		out = append(out, grpcserver.Peer{Broker: tp.Broker.Name, Addr: tp.Broker.GRPCAddr, Topic: tp.Topic})
+	}
+	return out
 }
 
 // joined reports whether the member exists and has joined the cluster; false for a node
@@ -75,7 +92,7 @@ func (p *peers) ClusterMembership() control.ClusterMembership {
 	for _, bi := range m.Registry() {
 		hb := bi.Heartbeat.UTC()
 		out.Brokers = append(out.Brokers, control.ClusterBroker{
-			Name: bi.Name, Cluster: bi.Cluster, Node: bi.Node, Addr: bi.Addr, Namesrv: bi.NamesrvAddr,
+			Name: bi.Name, Cluster: bi.Cluster, Node: bi.Node, Addr: bi.Addr, Namesrv: bi.NamesrvAddr, GRPC: bi.GRPCAddr,
 			Version: bi.Version, Started: bi.Started.UTC(), Heartbeat: &hb,
 			Load: control.ClusterLoad{Topics: bi.Load.Topics, Clients: bi.Load.Clients, Members: bi.Load.Members, WaitingPulls: bi.Load.WaitingPulls},
 		})
@@ -114,6 +131,7 @@ func (d *built) joinCluster(ctx context.Context, c config.Config, p *peers, cl *
 		Conn:     d.cp.n.Conn(),
 		Node:     c.BrokerName,
 		Version:  version,
+		GRPCAddr: d.grpcAdvertise(),
 		Replicas: routedReplicas(c),
 		Logger:   log, // the member logs every registry change
 		// The publisher never blocks on NATS, so the member's registry goroutine is not held.

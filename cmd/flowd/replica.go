@@ -23,6 +23,7 @@ import (
 	"github.com/flowd-io/flowd/cluster"
 	"github.com/flowd-io/flowd/config"
 	"github.com/flowd-io/flowd/control"
+	"github.com/flowd-io/flowd/internal/grpcserver"
 	"github.com/flowd-io/flowd/internal/replication"
 	"github.com/flowd-io/flowd/metrics"
 )
@@ -43,8 +44,10 @@ type replicaSet struct {
 	epochs *replication.EpochFile
 	ln     net.Listener // the HA listener, kept for the process's life
 
-	b        *broker.Broker
-	lease    *cluster.Lease
+	b     *broker.Broker
+	lease *cluster.Lease
+	// leased is lease once start set it, for the gRPC routes, which are served before.
+	leased   atomic.Pointer[cluster.Lease]
 	master   atomic.Pointer[replication.Master]
 	follower atomic.Pointer[replication.Follower] // the replica's stream, for its lag
 
@@ -138,7 +141,7 @@ func (r *replicaSet) haAddr() string {
 }
 
 // start runs the lease over the cluster's JetStream once the broker serves.
-func (r *replicaSet) start(ctx context.Context, b *broker.Broker, nc *nats.Conn, replicas int, events func(control.ClusterEvent)) error {
+func (r *replicaSet) start(ctx context.Context, b *broker.Broker, nc *nats.Conn, replicas int, grpcAddr string, events func(control.ClusterEvent)) error {
 	r.b, r.events = b, events
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -158,11 +161,12 @@ func (r *replicaSet) start(ctx context.Context, b *broker.Broker, nc *nats.Conn,
 		serverName, _ = natsCluster(r.c)
 	}
 	r.lease = cluster.NewLease(cluster.LeaseOptions{
-		KV: kv, BrokerName: r.c.BrokerName, Node: r.node, HAAddr: r.haAddr(), Addr: b.Addr(),
+		KV: kv, BrokerName: r.c.BrokerName, Node: r.node, HAAddr: r.haAddr(), Addr: b.Addr(), GRPCAddr: grpcAddr,
 		MayBootstrap: rc.BrokerID == 1, LastEpoch: r.epochs.Last().Epoch, TTL: rc.LeaseTTL,
 		Healthy:  func() bool { return b.StoreStats().WriteFailure == nil },
 		OnChange: r.onLease, Logger: r.log, Conn: nc, ServerName: serverName,
 	})
+	r.leased.Store(r.lease)
 	r.runWG.Go(func() { r.lease.Run(r.ctx) })
 	r.log.Info("replica set: member started", "broker", r.c.BrokerName, "node", r.node, "mode", rc.Mode, "ha", r.haAddr())
 	return nil
@@ -237,6 +241,21 @@ func (r *replicaSet) BrokerAddrs(self string) map[int64]string {
 		}
 	}
 	return out
+}
+
+var _ grpcserver.ReplicaSet = (*replicaSet)(nil)
+
+// GRPCMaster implements grpcserver.ReplicaSet: on a replica, the gRPC address of the master
+// the lease names, so that 5.x clients send and receive there.
+func (r *replicaSet) GRPCMaster() (string, bool) {
+	l := r.leased.Load()
+	if l == nil || r.master.Load() != nil {
+		return "", false
+	}
+	if rec, ok := l.Leader(); ok && rec.Node != r.node && rec.GRPCAddr != "" {
+		return rec.GRPCAddr, true
+	}
+	return "", false
 }
 
 // onLease moves the node between master and replica as the lease says. It runs on the

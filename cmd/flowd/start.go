@@ -173,14 +173,14 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 	if err := d.b.Start(); err != nil {
 		return nil, err
 	}
-	if err := d.serveGRPC(c, grpcLn, cl, m, log); err != nil {
+	if err := d.serveGRPC(c, grpcLn, ps, cl, m, log); err != nil {
 		return nil, err
 	}
 	switch {
 	case d.rs != nil:
 		// A replica set's members share one broker name, which the cluster's registry holds
 		// once: the set runs without it (docs/cluster.md, "Replica sets").
-		if err := d.rs.start(ctx, d.b, d.cp.n.Conn(), routedReplicas(c), d.cp.pub.Cluster); err != nil {
+		if err := d.rs.start(ctx, d.b, d.cp.n.Conn(), routedReplicas(c), d.grpcAdvertise(), d.cp.pub.Cluster); err != nil {
 			return nil, err
 		}
 		m.WatchReplicaSet(d.rs.stats)

@@ -31,6 +31,12 @@ type env struct {
 
 func start(t testing.TB, mod func(*broker.Config)) *env {
 	t.Helper()
+	return startGRPC(t, mod, nil)
+}
+
+// startGRPC is start with gmod applied to the gRPC server's configuration.
+func startGRPC(t testing.TB, mod func(*broker.Config), gmod func(*grpcserver.Config)) *env {
+	t.Helper()
 	cfg := broker.Config{
 		DataDir:                  t.TempDir(),
 		Listen:                   "127.0.0.1:0",
@@ -47,7 +53,11 @@ func start(t testing.TB, mod func(*broker.Config)) *env {
 	b, err := broker.New(cfg)
 	require.NoError(t, err)
 	require.NoError(t, b.Start())
-	srv, err := grpcserver.New(grpcserver.Config{Broker: b, Logger: cfg.Logger})
+	gcfg := grpcserver.Config{Broker: b, Logger: cfg.Logger}
+	if gmod != nil {
+		gmod(&gcfg)
+	}
+	srv, err := grpcserver.New(gcfg)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

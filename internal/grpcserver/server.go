@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -32,6 +31,13 @@ type Config struct {
 	// Advertise is the gRPC address ("host:port") that routes and assignments name: a client
 	// sends everything to the endpoints of its routes. Default: the listener's address.
 	Advertise string
+	// Peers, when set, names the cluster's other brokers that host a topic, for routes and
+	// assignments that list every node's queues (docs/grpc.md, "Clusters"). Default nil:
+	// routes name this broker only.
+	Peers Peers
+	// ReplicaSet, when set, is this broker's replica set: on a replica, routes name the
+	// master's gRPC endpoint for the set's queues. Default nil: no replica set.
+	ReplicaSet ReplicaSet
 	// TLS, when set, makes the endpoint speak TLS only.
 	TLS *tls.Config
 	// Logger; default slog.Default().
@@ -118,6 +124,14 @@ func (s *Server) Addr() string {
 	return s.ln.Addr().String()
 }
 
+// Advertise is the address routes name for this broker (Config.Advertise or the bound
+// one), empty before Serve.
+func (s *Server) Advertise() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.advertise
+}
+
 // Clients is how many gRPC clients hold a Telemetry session or sent a heartbeat recently.
 func (s *Server) Clients() int { return s.clients.len() }
 
@@ -147,19 +161,7 @@ func (s *Server) advertised() *pb.Endpoints {
 	s.mu.Lock()
 	addr := s.advertise
 	s.mu.Unlock()
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return &pb.Endpoints{Scheme: pb.AddressScheme_DOMAIN_NAME, Addresses: []*pb.Address{{Host: addr}}}
-	}
-	p, _ := strconv.Atoi(port)
-	scheme := pb.AddressScheme_DOMAIN_NAME
-	if ip := net.ParseIP(host); ip != nil {
-		scheme = pb.AddressScheme_IPv4
-		if ip.To4() == nil {
-			scheme = pb.AddressScheme_IPv6
-		}
-	}
-	return &pb.Endpoints{Scheme: scheme, Addresses: []*pb.Address{{Host: host, Port: int32(p)}}}
+	return endpointsOf(addr)
 }
 
 // clientID is the x-mq-client-id header every RocketMQ 5 client sends.
