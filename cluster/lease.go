@@ -55,6 +55,14 @@ type LeaseOptions struct {
 	MayBootstrap bool
 	// LastEpoch is the newest epoch this member's log knows: a new term is above it.
 	LastEpoch int64
+	// Position, if set, says where this member's log stands when it stands for a lapsed
+	// lease: of the members that may take it, the one whose log goes furthest does (see
+	// campaign). Nil: the first eligible member to see the lease lapse takes it.
+	Position func() LogPosition
+	// CandidacyWindow is how long a member that stands for a lapsed lease waits for the
+	// others to publish their positions before it compares them. Default RenewInterval/2
+	// (one round); it adds to promotion time.
+	CandidacyWindow time.Duration
 	// TTL is how long a lease whose revision does not change stays valid. Default 3 s.
 	// It bounds promotion time: a master's death is noticed TTL after its last renewal.
 	TTL time.Duration
@@ -107,6 +115,7 @@ type Lease struct {
 	warnedRev   uint64        // the lapsed revision an ineligible member warned of
 	leaderCheck time.Time     // when the master last checked who leads the bucket's stream
 	kick        chan struct{} // cap 1: SetInSync asks for a renewal now
+	stand       standing      // this member's campaign for a lapsed lease
 }
 
 // OpenReplicaSets creates or binds the ReplicaSetsBucket with replicas copies.
@@ -132,6 +141,9 @@ func NewLease(o LeaseOptions) *Lease {
 	}
 	if o.FenceMargin == 0 {
 		o.FenceMargin = o.TTL / 3
+	}
+	if o.CandidacyWindow == 0 {
+		o.CandidacyWindow = o.RenewInterval / 2
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -291,7 +303,7 @@ func (l *Lease) step(ctx context.Context) {
 		l.renew(rctx, rec, rev, now)
 		l.moveStreamLeader(rctx, now)
 	case !mine && lapsed && eligible:
-		l.take(rctx, rev, max(rec.Epoch, l.o.LastEpoch))
+		l.campaign(rctx, rev, rec, now)
 	}
 }
 

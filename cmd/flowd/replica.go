@@ -163,6 +163,10 @@ func (r *replicaSet) start(ctx context.Context, b *broker.Broker, nc *nats.Conn,
 	r.lease = cluster.NewLease(cluster.LeaseOptions{
 		KV: kv, BrokerName: r.c.BrokerName, Node: r.node, HAAddr: r.haAddr(), Addr: b.Addr(), GRPCAddr: grpcAddr,
 		MayBootstrap: rc.BrokerID == 1, LastEpoch: r.epochs.Last().Epoch, TTL: rc.LeaseTTL,
+		Position: func() cluster.LogPosition {
+			end, _ := b.Store().Positions() // written: what a sync send's acknowledgement counts
+			return cluster.LogPosition{Epoch: r.epochs.Last().Epoch, End: end}
+		},
 		Healthy:  func() bool { return b.StoreStats().WriteFailure == nil },
 		OnChange: r.onLease, Logger: r.log, Conn: nc, ServerName: serverName,
 	})

@@ -1,0 +1,142 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// LogPosition is where a member's log stands: the newest epoch it holds and the end of its
+// commit log. Of the members that may take a lapsed lease, the one whose log goes furthest
+// takes it (RocketMQ's controller elects the replica with the largest offset the same way).
+type LogPosition struct {
+	Epoch int64 `json:"epoch"`
+	End   int64 `json:"end"`
+}
+
+// candidacy is a member's stand for a lapsed lease, the key candidate.<broker>.<node>:
+// which revision of the lease it saw lapse and how far its log goes.
+type candidacy struct {
+	Node     string      `json:"node"`
+	Lapsed   uint64      `json:"lapsed"`
+	Position LogPosition `json:"position"`
+}
+
+// ahead reports whether a should take the lease before b: its log has a newer epoch or,
+// in the same epoch, goes further; of two equal logs the lower node name goes first, so
+// that the candidates agree on one.
+func ahead(a, b candidacy) bool {
+	if a.Position.Epoch != b.Position.Epoch {
+		return a.Position.Epoch > b.Position.Epoch
+	}
+	if a.Position.End != b.Position.End {
+		return a.Position.End > b.Position.End
+	}
+	return a.Node < b.Node
+}
+
+// standing is this member's campaign for one lapsed revision of the lease.
+type standing struct {
+	rev   uint64    // the lapsed revision stood for
+	since time.Time // when this member first stood for it
+	// seen is, per other candidate, its entry's revision and when that was first seen
+	// (local clock): an entry that stops changing for TTL is a candidate gone.
+	seen map[string]seenEntry
+}
+
+type seenEntry struct {
+	rev uint64
+	at  time.Time
+}
+
+func (l *Lease) candidateKey(node string) string {
+	return "candidate." + encodeKey(l.o.BrokerName) + "." + encodeKey(node)
+}
+
+// campaign stands for the lapsed lease of revision rev. Without LeaseOptions.Position it
+// takes the lease at once. With it, the member publishes its log's position, waits
+// CandidacyWindow for the other eligible members to publish theirs, and takes the lease
+// only when none that is still standing is ahead of it: in sync mode a send acknowledged
+// by min_in_sync members is on the longest log of the in-sync set, which a replica that
+// merely won the race could lack. It runs again every round while the lease stays lapsed.
+//
+// # Notes
+//
+// A candidate ahead of this one that stops standing (it died, or lost JetStream) is waited
+// for until its entry has not changed for TTL, by this member's clock; no clocks are
+// compared.
+func (l *Lease) campaign(ctx context.Context, rev uint64, rec LeaderRecord, now time.Time) {
+	last := max(rec.Epoch, l.o.LastEpoch)
+	if l.o.Position == nil {
+		l.take(ctx, rev, last)
+		return
+	}
+	me := candidacy{Node: l.o.Node, Lapsed: rev, Position: l.o.Position()}
+	data, err := json.Marshal(me)
+	if err != nil {
+		return
+	}
+	if _, err := l.o.KV.Put(ctx, l.candidateKey(l.o.Node), data); err != nil {
+		l.o.Logger.Debug("replica-set candidacy not published", "broker", l.o.BrokerName, "err", err)
+		return
+	}
+	l.mu.Lock()
+	if l.stand.rev != rev || l.stand.seen == nil {
+		l.stand = standing{rev: rev, since: now, seen: map[string]seenEntry{}}
+		l.o.Logger.Info("replica-set lease lapsed: standing for it", "broker", l.o.BrokerName, "node", l.o.Node,
+			"epoch", me.Position.Epoch, "end", me.Position.End)
+	}
+	waited := now.Sub(l.stand.since) >= l.o.CandidacyWindow
+	l.mu.Unlock()
+	if !waited {
+		return
+	}
+	if other, ok := l.aheadOfMe(ctx, me, rec, now); ok {
+		l.o.Logger.Debug("replica-set lease left to a member whose log goes further", "broker", l.o.BrokerName,
+			"node", other.Node, "epoch", other.Position.Epoch, "end", other.Position.End)
+		return
+	}
+	l.take(ctx, rev, last)
+}
+
+// aheadOfMe returns a candidate for the same lapsed revision, still standing, whose log
+// goes further than me's, among the members that may take the lease.
+func (l *Lease) aheadOfMe(ctx context.Context, me candidacy, rec LeaderRecord, now time.Time) (candidacy, bool) {
+	members := append(slices.Clone(rec.InSync), rec.Node)
+	slices.Sort(members)
+	for _, m := range slices.Compact(members) {
+		if m == l.o.Node {
+			continue
+		}
+		e, err := l.o.KV.Get(ctx, l.candidateKey(m))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			// Unreadable: this member cannot tell, so it does not take the lease this round.
+			return candidacy{Node: m}, true
+		}
+		var c candidacy
+		if json.Unmarshal(e.Value(), &c) != nil || c.Lapsed != me.Lapsed || c.Node != m {
+			continue
+		}
+		l.mu.Lock()
+		s, ok := l.stand.seen[m]
+		if !ok || s.rev != e.Revision() {
+			s = seenEntry{rev: e.Revision(), at: now}
+			l.stand.seen[m] = s
+		}
+		l.mu.Unlock()
+		if now.Sub(s.at) >= l.o.TTL {
+			continue // it stopped standing
+		}
+		if ahead(c, me) {
+			return c, true
+		}
+	}
+	return candidacy{}, false
+}
