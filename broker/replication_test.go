@@ -61,7 +61,8 @@ func (r *role) become(t *testing.T, b *testBroker, epoch int64) *replication.Mas
 		Snapshots: func() map[string][]byte {
 			offs, _ := b.OffsetsSnapshot()
 			topics, _ := b.TopicsSnapshot()
-			return map[string][]byte{"offsets": offs, "topics": topics}
+			groups, _ := b.GroupsSnapshot()
+			return map[string][]byte{"offsets": offs, "topics": topics, "groups": groups}
 		},
 	})
 	require.NoError(t, err)
@@ -95,6 +96,8 @@ func followBroker(t *testing.T, b *testBroker, addr string) (stop func()) {
 				require.NoError(t, b.MergeOffsets(data))
 			case "topics":
 				require.NoError(t, b.MergeTopics(data))
+			case "groups":
+				require.NoError(t, b.MergeGroups(data))
 			}
 		},
 	})

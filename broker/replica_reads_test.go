@@ -1,0 +1,119 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowd-io/flowd/broker"
+	"github.com/flowd-io/flowd/protocol"
+)
+
+// readRole is a role that steers pulls (broker.ReplicaReads): the member's broker id and,
+// on a master, the replica it suggests while that replica is in sync.
+type readRole struct {
+	*role
+	id      int64
+	replica int64
+}
+
+func (r *readRole) BrokerID() int64 { return r.id }
+
+func (r *readRole) ReadReplica() (int64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.master == nil || len(r.master.InSync()) == 0 {
+		return 0, false
+	}
+	return r.replica, true
+}
+
+// pullAt pulls queue 0 of topic at offset from addr, committing commit (when ≥ 0) for group g.
+func pullAt(t *testing.T, addr, topic string, offset, commit int64) (*protocol.PullMessageResponseHeader, []*protocol.MessageExt) {
+	t.Helper()
+	h := pullHeader(topic, offset, 0, "*")
+	h.ConsumerGroup = "g"
+	if commit >= 0 {
+		h.SysFlag |= protocol.PullFlagCommitOffset
+		h.CommitOffset = commit
+	}
+	resp, err := newTransport(t).Invoke(context.Background(), addr, protocol.NewRequestWith(protocol.PullMessage, h, nil))
+	require.NoError(t, err)
+	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	var rh protocol.PullMessageResponseHeader
+	require.NoError(t, resp.DecodeHeader(&rh))
+	msgs, err := protocol.DecodeStoredAll(resp.Body)
+	require.NoError(t, err)
+	return &rh, msgs
+}
+
+// TestReplicaServesPullsAndTheMasterSuggestsItForOldMessages: a replica answers pulls from
+// its own store; the master suggests the in-sync replica (suggestWhichBrokerId) for a pull
+// of messages beyond its memory budget and itself (0) near the end; the replica suggests
+// itself for old messages and the master once the consumer is near the end; a group's
+// settings and an offset committed on the replica survive the master's snapshots.
+func TestReplicaServesPullsAndTheMasterSuggestsItForOldMessages(t *testing.T) {
+	const topic = "repl-reads"
+	budget := func(c *broker.Config) { c.Store.MemoryBudget = 16 << 10 }
+	mRole := &readRole{role: &role{}, id: 1, replica: 2}
+	rRole := &readRole{role: &role{}, id: 2}
+	m := startBroker(t, func(c *broker.Config) { budget(c); c.Replication = mRole })
+	r := startBroker(t, func(c *broker.Config) { budget(c); c.Replication = rRole })
+	hm := mRole.become(t, m, 1)
+	followBroker(t, r, hm.Addr().String())
+	waitFor(t, "the replica in sync", func() bool { return len(hm.InSync()) == 1 })
+
+	_, err := m.PutGroup(broker.GroupConfig{Name: "g", ConsumeEnable: true, RetryQueueNums: 1, RetryMaxTimes: 3, ConsumeOrderly: true})
+	require.NoError(t, err)
+	cl := newTransport(t)
+	body := strings.Repeat("x", 1<<10)
+	const n = 100 // 100 KiB: the first ones are beyond the 16 KiB budget
+	for i := range n {
+		resp, err := cl.Invoke(context.Background(), m.Addr(), syncSendRequest(topic, []byte(fmt.Sprintf("%03d%s", i, body))))
+		require.NoError(t, err)
+		require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	}
+	waitFor(t, "the replica dispatched", func() bool { return r.StoreMax(topic, 0) == n })
+
+	h, msgs := pullAt(t, m.Addr(), topic, 0, -1)
+	require.NotEmpty(t, msgs)
+	require.Equal(t, int64(2), h.SuggestWhichBrokerID, "the master keeps a pull of old messages")
+	h, _ = pullAt(t, m.Addr(), topic, n-2, -1)
+	require.Equal(t, int64(0), h.SuggestWhichBrokerID, "the master sends a caught-up pull away")
+
+	// The replica serves from its own store, and commits there.
+	h, msgs = pullAt(t, r.Addr(), topic, 0, -1)
+	require.NotEmpty(t, msgs)
+	require.Equal(t, "000", string(msgs[0].Body[:3]))
+	require.Equal(t, int64(2), h.SuggestWhichBrokerID, "the replica keeps the pull of old messages")
+	h, msgs = pullAt(t, r.Addr(), topic, n-2, n-2)
+	require.Len(t, msgs, 2)
+	require.Equal(t, int64(0), h.SuggestWhichBrokerID, "the replica sends a caught-up consumer to the master")
+
+	waitFor(t, "the group's settings reached the replica", func() bool {
+		g, ok := r.Group("g")
+		return ok && g.RetryMaxTimes == 3 && g.ConsumeOrderly
+	})
+	// The master knows no offset of g (or a lower one): the replica keeps its own.
+	_, err = m.ResetOffsetsTo(context.Background(), "g", topic, map[int32]int64{0: 10})
+	require.NoError(t, err)
+	_, err = m.ResetOffsetsTo(context.Background(), "g2", topic, map[int32]int64{0: 5})
+	require.NoError(t, err)
+	waitFor(t, "a snapshot after the reset", func() bool {
+		off, ok := r.CommittedOffset("g2", topic, 0)
+		return ok && off == 5
+	})
+	off, ok := r.CommittedOffset("g", topic, 0)
+	require.True(t, ok)
+	require.Equal(t, int64(n-2), off, "the master's snapshot moved a replica's commit back")
+
+	// With its replica gone, the master serves old messages itself.
+	mRole.demote()
+	mRole.become(t, m, 2)
+	h, msgs = pullAt(t, m.Addr(), topic, 0, -1)
+	require.NotEmpty(t, msgs)
+	require.Equal(t, int64(0), h.SuggestWhichBrokerID)
+}
