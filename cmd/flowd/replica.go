@@ -60,6 +60,10 @@ type replicaSet struct {
 	restartOnce sync.Once
 	// events publishes the set's changes as cluster events (nil: NATS publishes none).
 	events func(control.ClusterEvent)
+	// sets is every replica set of the cluster as last read (watchSets); readReplica the
+	// broker id the master suggests for reads (0: none).
+	sets        atomic.Pointer[[]cluster.ReplicaSetState]
+	readReplica atomic.Int64
 }
 
 // event publishes one of the replica set's cluster events about this node.
@@ -152,9 +156,10 @@ func (r *replicaSet) start(ctx context.Context, b *broker.Broker, nc *nats.Conn,
 		KV: kv, BrokerName: r.c.BrokerName, Node: r.node, HAAddr: r.haAddr(), Addr: b.Addr(),
 		MayBootstrap: rc.BrokerID == 1, LastEpoch: r.epochs.Last().Epoch, TTL: rc.LeaseTTL,
 		Healthy:  func() bool { return b.StoreStats().WriteFailure == nil },
-		OnChange: r.onLease, Logger: r.log,
+		OnChange: r.onLease, Replicas: r.replicaLags, Logger: r.log,
 	})
 	r.runWG.Go(func() { r.lease.Run(r.ctx) })
+	r.runWG.Go(func() { r.watchSets(r.ctx, kv) })
 	r.log.Info("replica set: member started", "broker", r.c.BrokerName, "node", r.node, "mode", rc.Mode, "ha", r.haAddr())
 	return nil
 }
@@ -213,21 +218,6 @@ func (r *replicaSet) Await(end int64, deadline time.Time, done func(error)) {
 		return
 	}
 	m.Await(end, deadline, done)
-}
-
-// BrokerAddrs implements broker.ReplicaAddrs: the master as broker id 0, this node by its
-// id when it is a replica.
-func (r *replicaSet) BrokerAddrs(self string) map[int64]string {
-	if r.master.Load() != nil {
-		return map[int64]string{0: self}
-	}
-	out := map[int64]string{r.c.Replication.BrokerID: self}
-	if r.lease != nil {
-		if rec, ok := r.lease.Leader(); ok && rec.Node != r.node && rec.Addr != "" {
-			out[0] = rec.Addr
-		}
-	}
-	return out
 }
 
 // onLease moves the node between master and replica as the lease says. It runs on the
@@ -289,6 +279,9 @@ func (r *replicaSet) snapshots() map[string][]byte {
 	if b, err := r.b.TopicsSnapshot(); err == nil {
 		out["topics"] = b
 	}
+	if b, err := r.b.GroupsSnapshot(); err == nil {
+		out["groups"] = b
+	}
 	return out
 }
 
@@ -310,6 +303,8 @@ func (r *replicaSet) startFollowLocked() {
 				err = r.b.MergeOffsets(data)
 			case "topics":
 				err = r.b.MergeTopics(data)
+			case "groups":
+				err = r.b.MergeGroups(data)
 			}
 			if err != nil {
 				r.log.Warn("replica set: snapshot not applied", "name", name, "err", err)

@@ -129,6 +129,9 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 			return nil, err
 		}
 		cfg.Replication = d.rs
+		if ps != nil {
+			ps.rs = d.rs
+		}
 	}
 	if d.b, err = broker.New(cfg); err != nil {
 		if d.rs != nil {
@@ -171,6 +174,9 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 			return nil, err
 		}
 		m.WatchReplicaSet(d.rs.stats)
+		if ps != nil {
+			d.cp.cfg.Membership = ps // cluster.status shows the replica sets
+		}
 	case ps != nil:
 		if err := d.joinCluster(ctx, c, ps, cl, log); err != nil {
 			return nil, err
