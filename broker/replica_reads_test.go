@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -116,4 +117,49 @@ func TestReplicaServesPullsAndTheMasterSuggestsItForOldMessages(t *testing.T) {
 	h, msgs = pullAt(t, m.Addr(), topic, 0, -1)
 	require.NotEmpty(t, msgs)
 	require.Equal(t, int64(0), h.SuggestWhichBrokerID)
+}
+
+// TestPromotedReplicaResumesPopWhereTheMasterWas: a pop group's consumed offset reaches the
+// replica, so after a promotion a receive resumes there: what was acknowledged below it is
+// not handed out again; what was in flight, or acknowledged above it, is (at least once).
+func TestPromotedReplicaResumesPopWhereTheMasterWas(t *testing.T) {
+	const topic = "repl-pop"
+	mRole, rRole := &role{}, &role{}
+	m := startBroker(t, func(c *broker.Config) { c.Replication = mRole })
+	r := startBroker(t, func(c *broker.Config) { c.Replication = rRole })
+	hm := mRole.become(t, m, 1)
+	followBroker(t, r, hm.Addr().String())
+	waitFor(t, "the replica in sync", func() bool { return len(hm.InSync()) == 1 })
+	tc := broker.TopicConfig{Name: topic, ReadQueueNums: 1, WriteQueueNums: 1, Perm: protocol.PermRead | protocol.PermWrite}
+	require.NoError(t, m.CreateTopic(tc))
+	ctx := context.Background()
+	for i := range 10 {
+		_, err := m.Send(ctx, protocol.Message{Topic: topic, Body: fmt.Appendf(nil, "p-%d", i)}, 0)
+		require.NoError(t, err)
+	}
+	waitFor(t, "dispatched on both", func() bool { return m.StoreMax(topic, 0) == 10 && r.StoreMax(topic, 0) == 10 })
+	pop := func(b *testBroker, n int) []broker.PoppedMessage {
+		got, err := b.Pop(ctx, broker.PopRequest{Group: "pg", Topic: topic, QueueID: 0, MaxMessages: n, Invisible: time.Minute})
+		require.NoError(t, err)
+		return got
+	}
+	got := pop(m, 6)
+	require.Len(t, got, 6)
+	for _, pm := range got[:4] { // 0-3 acknowledged: consumed offset 4; 4 and 5 in flight
+		require.NoError(t, m.PopAck(ctx, "pg", topic, pm.Handle))
+	}
+	waitFor(t, "the pop progress reached the replica", func() bool {
+		off, ok := r.CommittedOffset("pg", topic, 0)
+		return ok && off == 4
+	})
+
+	mRole.demote()
+	rRole.become(t, r, 2)
+	require.NoError(t, r.Promoted(ctx))
+	got = pop(r, 32)
+	var offs []int64
+	for _, pm := range got {
+		offs = append(offs, pm.Message.QueueOffset)
+	}
+	require.Equal(t, []int64{4, 5, 6, 7, 8, 9}, offs, "the promoted replica resumes at the consumed offset")
 }

@@ -338,3 +338,34 @@ func (b *Broker) MergeGroups(data []byte) error {
 	}
 	return nil
 }
+
+// PopSnapshot is the pop groups' consumed offsets (below each, every message was
+// acknowledged or dead-lettered) as a replica receives them, in OffsetsSnapshot's form.
+// A replica merges them into its consumer-offset table (MergeOffsets), where a promoted
+// replica's first receive of a queue starts (popStart): it hands out again only what
+// was in flight, acknowledged out of order above the consumed offset, or consumed within
+// the last snapshot interval (docs/cluster.md, "Replica sets").
+func (b *Broker) PopSnapshot() ([]byte, error) {
+	b.pop.qmu.Lock()
+	qs := make([]*popQueue, 0, len(b.pop.queues))
+	for _, q := range b.pop.queues {
+		qs = append(qs, q)
+	}
+	b.pop.qmu.Unlock()
+	out := map[string]map[int32]int64{}
+	for _, q := range qs {
+		q.mu.Lock()
+		start := q.start
+		q.mu.Unlock()
+		k := offsetKey{group: q.key.group, topic: q.key.topic}.String()
+		if out[k] == nil {
+			out[k] = map[int32]int64{}
+		}
+		out[k][q.key.queueID] = start
+	}
+	data, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("encode pop snapshot: %w", err)
+	}
+	return data, nil
+}

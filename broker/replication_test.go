@@ -62,7 +62,8 @@ func (r *role) become(t *testing.T, b *testBroker, epoch int64) *replication.Mas
 			offs, _ := b.OffsetsSnapshot()
 			topics, _ := b.TopicsSnapshot()
 			groups, _ := b.GroupsSnapshot()
-			return map[string][]byte{"offsets": offs, "topics": topics, "groups": groups}
+			pop, _ := b.PopSnapshot()
+			return map[string][]byte{"offsets": offs, "topics": topics, "groups": groups, "pop": pop}
 		},
 	})
 	require.NoError(t, err)
@@ -92,7 +93,7 @@ func followBroker(t *testing.T, b *testBroker, addr string) (stop func()) {
 		Master: func() string { return addr }, Logger: b.cfg.Logger, RetryInterval: 20 * time.Millisecond,
 		OnSnapshot: func(name string, data []byte) {
 			switch name {
-			case "offsets":
+			case "offsets", "pop":
 				require.NoError(t, b.MergeOffsets(data))
 			case "topics":
 				require.NoError(t, b.MergeTopics(data))

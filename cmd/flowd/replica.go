@@ -282,6 +282,9 @@ func (r *replicaSet) snapshots() map[string][]byte {
 	if b, err := r.b.GroupsSnapshot(); err == nil {
 		out["groups"] = b
 	}
+	if b, err := r.b.PopSnapshot(); err == nil {
+		out["pop"] = b
+	}
 	return out
 }
 
@@ -299,7 +302,7 @@ func (r *replicaSet) startFollowLocked() {
 		OnSnapshot: func(name string, data []byte) {
 			var err error
 			switch name {
-			case "offsets":
+			case "offsets", "pop": // pop progress lands in the offset table: see PopSnapshot
 				err = r.b.MergeOffsets(data)
 			case "topics":
 				err = r.b.MergeTopics(data)
