@@ -1,11 +1,13 @@
 package broker
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sync"
 	"time"
 
@@ -148,6 +150,18 @@ func (t *groupTable) activity() map[string]time.Time {
 	for g, at := range t.active {
 		out[g] = at
 	}
+	return out
+}
+
+// list is every group's settings, by name.
+func (t *groupTable) list() []GroupConfig {
+	t.mu.RLock()
+	out := make([]GroupConfig, 0, len(t.groups))
+	for _, g := range t.groups {
+		out = append(out, g)
+	}
+	t.mu.RUnlock()
+	slices.SortFunc(out, func(a, b GroupConfig) int { return cmp.Compare(a.Name, b.Name) })
 	return out
 }
 

@@ -185,7 +185,11 @@ func (b *Broker) answerPull(ctx context.Context, req *protocol.Command, topic st
 	b.poll.supersede(topic, queueID, owner) // this pull replaces any the owner parked
 	n, size := res.Count, res.TotalBytes
 	// pullResponse releases res or hands it to the transport, whatever follows.
-	resp := b.pullResponse(ctx, req, code, res, remoting.Deferred{})
+	var suggest int64
+	if code == protocol.Success {
+		suggest = b.suggestBroker(topic, queueID, res.NextBeginOffset)
+	}
+	resp := b.pullResponse(ctx, req, code, res, remoting.Deferred{}, suggest)
 	if o := b.cfg.Observer; o != nil {
 		if n > 0 {
 			o.MessagesOut(topic, n, size)
@@ -248,7 +252,7 @@ func (b *Broker) serveParked(w *pollWaiter) {
 			b.poll.unpark(w)
 			n, size := res.Count, res.TotalBytes
 			// pullResponse releases res or hands it to the transport, whatever follows.
-			if resp := b.pullResponse(ctx, w.request(), code, res, w.d); resp != nil {
+			if resp := b.pullResponse(ctx, w.request(), code, res, w.d, 0); resp != nil {
 				w.d.Respond(resp)
 			}
 			if o := b.cfg.Observer; o != nil {
@@ -272,18 +276,20 @@ func (w *pollWaiter) request() *protocol.Command {
 	return &protocol.Command{Code: int16(protocol.PullMessage)}
 }
 
-// pullResponse answers a pull with what res holds. Regions go to the transport, which sends
+// pullResponse answers a pull with what res holds, suggesting broker id suggest for the
+// next pull (suggestBroker; a parked pull was caught up, so 0). Regions go to the transport, which sends
 // them from the files and releases res once they are written; everything else is copied
 // into the body and res released here.
 //
 // A parked pull's answer (d not zero) with regions goes through d.RespondFiles, and
 // pullResponse then returns nil; any other answer is returned for the caller to send.
-func (b *Broker) pullResponse(ctx context.Context, req *protocol.Command, code protocol.ResponseCode, res *store.GetResult, d remoting.Deferred) *protocol.Command {
+func (b *Broker) pullResponse(ctx context.Context, req *protocol.Command, code protocol.ResponseCode, res *store.GetResult, d remoting.Deferred, suggest int64) *protocol.Command {
 	resp := protocol.NewResponse(req, code, res.Status.String())
 	(&protocol.PullMessageResponseHeader{
-		NextBeginOffset: res.NextBeginOffset,
-		MinOffset:       res.MinOffset,
-		MaxOffset:       res.MaxOffset,
+		NextBeginOffset:      res.NextBeginOffset,
+		MinOffset:            res.MinOffset,
+		MaxOffset:            res.MaxOffset,
+		SuggestWhichBrokerID: suggest,
 	}).EncodeTo(resp.ExtFields)
 	if code != protocol.Success || res.TotalBytes == 0 {
 		res.Release()

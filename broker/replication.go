@@ -39,6 +39,37 @@ type ReplicaAddrs interface {
 	BrokerAddrs(self string) map[int64]string
 }
 
+// ReplicaReads is implemented by a Replication that knows its set's members' broker ids:
+// pulls are then steered between master and replicas by the answer's suggestWhichBrokerId,
+// as RocketMQ's slave reads do. On the master, a pull of a message the store counts on disk
+// (more than store.Options.MemoryBudget behind the commit log's end: RocketMQ's
+// accessMessageInMemoryMaxRatio rule) is answered with ReadReplica's id, so that a
+// consumer far behind reads its history from a replica; a replica suggests itself for such
+// a pull and the master (0) otherwise, so that a consumer that caught up goes back.
+type ReplicaReads interface {
+	// ReadReplica is the broker id of an in-sync replica that a route lists (ok false:
+	// none; the master keeps the pull). It is called on pulls: it must answer from memory.
+	ReadReplica() (brokerID int64, ok bool)
+	// BrokerID is this member's broker id.
+	BrokerID() int64
+}
+
+// suggestBroker is the broker id a pull's answer suggests for the next pull of (topic,
+// queueID) from offset: 0 (the master) unless ReplicaReads says otherwise.
+func (b *Broker) suggestBroker(topic string, queueID int32, offset int64) int64 {
+	rr, ok := b.cfg.Replication.(ReplicaReads)
+	if !ok || !b.store.InDisk(topic, queueID, offset) {
+		return 0
+	}
+	if b.isReplica() {
+		return rr.BrokerID()
+	}
+	if id, ok := rr.ReadReplica(); ok {
+		return id
+	}
+	return 0
+}
+
 // Errors of Replication.Writable, which the send path answers.
 var (
 	// ErrNotMaster: this broker is a replica (or a fenced master): it takes no sends.
@@ -278,4 +309,63 @@ func (b *Broker) MergeTopics(data []byte) error {
 		}
 	}
 	return nil
+}
+
+// GroupsSnapshot is the subscription-group table as a replica receives it (a JSON list of
+// GroupConfig), so that a group's settings made on the master (retry max times, orderly
+// consumption) hold on a promoted replica, not only the defaults a heartbeat would create.
+func (b *Broker) GroupsSnapshot() ([]byte, error) {
+	data, err := json.Marshal(b.groups.list())
+	if err != nil {
+		return nil, fmt.Errorf("encode groups snapshot: %w", err)
+	}
+	return data, nil
+}
+
+// MergeGroups applies a master's GroupsSnapshot on a replica: every group it lists is
+// created or updated to the master's settings. A group the master deleted stays on the
+// replica (as topics do), where the idle-group sweeper forgets it.
+func (b *Broker) MergeGroups(data []byte) error {
+	var gcs []GroupConfig
+	if err := json.Unmarshal(data, &gcs); err != nil {
+		return fmt.Errorf("decode groups snapshot: %w", err)
+	}
+	now := time.Now()
+	for _, g := range gcs {
+		if _, err := b.groups.put(g, now, b.events); err != nil {
+			return fmt.Errorf("merge group %q: %w", g.Name, err)
+		}
+	}
+	return nil
+}
+
+// PopSnapshot is the pop groups' consumed offsets (below each, every message was
+// acknowledged or dead-lettered) as a replica receives them, in OffsetsSnapshot's form.
+// A replica merges them into its consumer-offset table (MergeOffsets), where a promoted
+// replica's first receive of a queue starts (popStart): it hands out again only what
+// was in flight, acknowledged out of order above the consumed offset, or consumed within
+// the last snapshot interval (docs/cluster.md, "Replica sets").
+func (b *Broker) PopSnapshot() ([]byte, error) {
+	b.pop.qmu.Lock()
+	qs := make([]*popQueue, 0, len(b.pop.queues))
+	for _, q := range b.pop.queues {
+		qs = append(qs, q)
+	}
+	b.pop.qmu.Unlock()
+	out := map[string]map[int32]int64{}
+	for _, q := range qs {
+		q.mu.Lock()
+		start := q.start
+		q.mu.Unlock()
+		k := offsetKey{group: q.key.group, topic: q.key.topic}.String()
+		if out[k] == nil {
+			out[k] = map[int32]int64{}
+		}
+		out[k][q.key.queueID] = start
+	}
+	data, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("encode pop snapshot: %w", err)
+	}
+	return data, nil
 }

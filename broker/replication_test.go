@@ -61,7 +61,9 @@ func (r *role) become(t *testing.T, b *testBroker, epoch int64) *replication.Mas
 		Snapshots: func() map[string][]byte {
 			offs, _ := b.OffsetsSnapshot()
 			topics, _ := b.TopicsSnapshot()
-			return map[string][]byte{"offsets": offs, "topics": topics}
+			groups, _ := b.GroupsSnapshot()
+			pop, _ := b.PopSnapshot()
+			return map[string][]byte{"offsets": offs, "topics": topics, "groups": groups, "pop": pop}
 		},
 	})
 	require.NoError(t, err)
@@ -91,10 +93,12 @@ func followBroker(t *testing.T, b *testBroker, addr string) (stop func()) {
 		Master: func() string { return addr }, Logger: b.cfg.Logger, RetryInterval: 20 * time.Millisecond,
 		OnSnapshot: func(name string, data []byte) {
 			switch name {
-			case "offsets":
+			case "offsets", "pop":
 				require.NoError(t, b.MergeOffsets(data))
 			case "topics":
 				require.NoError(t, b.MergeTopics(data))
+			case "groups":
+				require.NoError(t, b.MergeGroups(data))
 			}
 		},
 	})

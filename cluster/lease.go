@@ -38,6 +38,9 @@ type LeaderRecord struct {
 	GRPCAddr string    `json:"grpc_addr,omitempty"`
 	InSync   []string  `json:"in_sync"`
 	Renewed  time.Time `json:"renewed"` // informational: the writer's clock
+	// Replicas is the master's view of the replicas connected to it when it last renewed
+	// (LeaseOptions.Replicas), for cluster.status.
+	Replicas []ReplicaLag `json:"replicas,omitempty"`
 }
 
 // LeaseOptions configures a member's lease of its replica set.
@@ -78,6 +81,8 @@ type LeaseOptions struct {
 	// OnChange is called (on the lease's goroutine) when the leader record or this
 	// member's holding changes.
 	OnChange func(LeaseState)
+	// Replicas, if set, is the master's view of its replicas, published with each renewal.
+	Replicas func() []ReplicaLag
 	Logger   *slog.Logger
 	// Conn and ServerName, if set, let the master keep the bucket's stream leader off its
 	// own NATS server (ServerName): when it leads, the master asks JetStream to move the
@@ -308,9 +313,13 @@ func (l *Lease) step(ctx context.Context) {
 }
 
 func (l *Lease) record(epoch int64) LeaderRecord {
+	var reps []ReplicaLag
+	if l.o.Replicas != nil {
+		reps = l.o.Replicas() // outside l.mu: it reads the master's state
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return LeaderRecord{BrokerName: l.o.BrokerName, Node: l.o.Node, Epoch: epoch, HAAddr: l.o.HAAddr, Addr: l.o.Addr, GRPCAddr: l.o.GRPCAddr, InSync: slices.Clone(l.inSync), Renewed: time.Now()}
+	return LeaderRecord{BrokerName: l.o.BrokerName, Node: l.o.Node, Epoch: epoch, HAAddr: l.o.HAAddr, Addr: l.o.Addr, GRPCAddr: l.o.GRPCAddr, InSync: slices.Clone(l.inSync), Renewed: time.Now(), Replicas: reps}
 }
 
 // take claims the lease with the epoch after last: Create when there is no record (rev 0),

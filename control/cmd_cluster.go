@@ -22,6 +22,40 @@ type ClusterMembership struct {
 	Joined bool
 	// Brokers are the live brokers, this one included once joined.
 	Brokers []ClusterBroker
+	// ReplicaSets are the cluster's replica sets, when this node is a member of one.
+	ReplicaSets []ClusterReplicaSet
+}
+
+// ClusterReplicaSet is one replica set in cluster.status: its master and epoch (from its
+// lease), the in-sync set the master published, and every member that ever started.
+type ClusterReplicaSet struct {
+	BrokerName string `json:"broker_name"`
+	// Master is the lease holder's node; empty before any master was elected.
+	Master string `json:"master,omitempty"`
+	Epoch  int64  `json:"epoch"`
+	// InSync are the replicas the master counts in sync.
+	InSync []string `json:"in_sync,omitempty"`
+	// Renewed is when the master last renewed its lease, by its clock: members' lag is as
+	// of then.
+	Renewed *time.Time             `json:"renewed,omitempty"`
+	Members []ClusterReplicaMember `json:"members"`
+}
+
+// ClusterReplicaMember is one member of a replica set.
+type ClusterReplicaMember struct {
+	Node     string `json:"node"`
+	BrokerID int64  `json:"broker_id"`
+	// Role is "master" or "replica".
+	Role   string `json:"role"`
+	Addr   string `json:"addr"`
+	HAAddr string `json:"ha_addr,omitempty"`
+	// InSync is true for the master and for a replica in the master's in-sync set.
+	InSync bool `json:"in_sync"`
+	// Connected: the replica was connected to the master when it last renewed; LagBytes
+	// and LagMillis (how long since it was last within max_lag) are then the master's view.
+	Connected bool  `json:"connected,omitempty"`
+	LagBytes  int64 `json:"lag_bytes,omitempty"`
+	LagMillis int64 `json:"lag_ms,omitempty"`
 }
 
 // ClusterBroker is one live broker of the registry.
@@ -82,6 +116,8 @@ type ClusterStatusReply struct {
 	// Joined is true once the node's broker is registered in the cluster.
 	Joined  bool            `json:"joined"`
 	Brokers []ClusterBroker `json:"brokers"`
+	// ReplicaSets are the cluster's replica sets (absent without replication).
+	ReplicaSets []ClusterReplicaSet `json:"replica_sets,omitempty"`
 	// NATS is the embedded NATS server's view of its cluster; absent when the node
 	// connects to an existing NATS (nats.urls) or the service has no ServiceConfig.NATS.
 	NATS *NATSClusterView `json:"nats,omitempty"`
@@ -142,6 +178,7 @@ func (s *Service) localClusterStatus() ClusterStatusReply {
 		m := s.cfg.Membership.ClusterMembership()
 		out.Clustered, out.Joined = true, m.Joined
 		out.Brokers = slices.Clone(m.Brokers)
+		out.ReplicaSets = m.ReplicaSets
 	}
 	self := slices.IndexFunc(out.Brokers, func(b ClusterBroker) bool { return b.Name == st.BrokerName })
 	if self < 0 {

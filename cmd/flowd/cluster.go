@@ -53,6 +53,7 @@ func printClusterStatus(w io.Writer, r *control.ClusterStatusReply, now time.Tim
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", name, b.Node, b.Addr, orDash(b.Namesrv), orDash(b.Version),
 			b.Started.Format(time.RFC3339), hb, b.Load.Topics, b.Load.Clients, b.Load.WaitingPulls)
 	}
+	printReplicaSets(w, r.ReplicaSets)
 	defer printClusterNodes(w, r.Nodes)
 	n := r.NATS
 	if n == nil {
@@ -70,6 +71,22 @@ func printClusterStatus(w io.Writer, r *control.ClusterStatusReply, now time.Tim
 		fmt.Fprintln(w, "\nPEER\tCURRENT\tOFFLINE")
 		for _, p := range n.Peers {
 			fmt.Fprintf(w, "%s\t%t\t%t\n", p.Name, p.Current, p.Offline)
+		}
+	}
+}
+
+// printReplicaSets lists each replica set's members: role, broker id, in-sync flag and
+// the lag the master last published.
+func printReplicaSets(w io.Writer, sets []control.ClusterReplicaSet) {
+	for _, s := range sets {
+		fmt.Fprintf(w, "\nreplica set\t%s\nmaster\t%s\nepoch\t%d\n", s.BrokerName, orDash(s.Master), s.Epoch)
+		fmt.Fprintln(w, "MEMBER\tBROKER ID\tROLE\tADDRESS\tIN SYNC\tLAG BYTES\tLAG TIME")
+		for _, m := range s.Members {
+			lagB, lagT := "-", "-"
+			if m.Connected {
+				lagB, lagT = fmt.Sprint(m.LagBytes), (time.Duration(m.LagMillis) * time.Millisecond).String()
+			}
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%t\t%s\t%s\n", m.Node, m.BrokerID, m.Role, m.Addr, m.InSync, lagB, lagT)
 		}
 	}
 }

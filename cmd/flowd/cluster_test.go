@@ -65,3 +65,28 @@ func TestPrintClusterStatus(t *testing.T) {
 	assert.Regexp(t, `(?m)^PEER\s+CURRENT\s+OFFLINE$`, out)
 	assert.Regexp(t, `(?m)^broker-1\s+true\s+false$`, out)
 }
+
+// The table lists each replica set: its master and epoch, and every member with its broker
+// id, role, in-sync flag and, for a connected replica, its lag.
+func TestPrintClusterStatusReplicaSets(t *testing.T) {
+	r := &control.ClusterStatusReply{
+		Origin: control.Origin{Node: "rs", Cluster: "local"}, Clustered: true,
+		ReplicaSets: []control.ClusterReplicaSet{{BrokerName: "rs", Master: "rs-2", Epoch: 3, InSync: []string{"rs-1"},
+			Members: []control.ClusterReplicaMember{
+				{Node: "rs-1", BrokerID: 1, Role: "replica", Addr: "10.0.0.1:10911", InSync: true, Connected: true, LagBytes: 4096, LagMillis: 250},
+				{Node: "rs-2", BrokerID: 2, Role: "master", Addr: "10.0.0.2:10911", InSync: true},
+				{Node: "rs-3", BrokerID: 3, Role: "replica", Addr: "10.0.0.3:10911"},
+			}}},
+	}
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)
+	printClusterStatus(tw, r, time.Now())
+	require.NoError(t, tw.Flush())
+	out := buf.String()
+	assert.Regexp(t, `(?m)^replica set\s+rs$`, out)
+	assert.Regexp(t, `(?m)^master\s+rs-2$`, out)
+	assert.Regexp(t, `(?m)^epoch\s+3$`, out)
+	assert.Regexp(t, `(?m)^rs-1\s+1\s+replica\s+10\.0\.0\.1:10911\s+true\s+4096\s+250ms$`, out)
+	assert.Regexp(t, `(?m)^rs-2\s+2\s+master\s+10\.0\.0\.2:10911\s+true\s+-\s+-$`, out)
+	assert.Regexp(t, `(?m)^rs-3\s+3\s+replica\s+10\.0\.0\.3:10911\s+false\s+-\s+-$`, out)
+}

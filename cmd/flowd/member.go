@@ -28,6 +28,7 @@ func clustered(c config.Config) bool {
 type peers struct {
 	m       atomic.Pointer[cluster.Member]
 	plugins *cluster.PluginStore // the cluster's plugin store, for the per-node reports
+	rs      *replicaSet          // nil: replication is off
 }
 
 var _ broker.Peers = (*peers)(nil)
@@ -84,11 +85,15 @@ var _ control.ClusterInfo = (*peers)(nil)
 // ClusterMembership is what cluster.status reports of the member: its registry copy, or
 // nothing while the member does not exist yet.
 func (p *peers) ClusterMembership() control.ClusterMembership {
+	var out control.ClusterMembership
+	if p.rs != nil {
+		out.ReplicaSets = p.rs.replicaSetsView()
+	}
 	m := p.m.Load()
 	if m == nil {
-		return control.ClusterMembership{}
+		return out
 	}
-	out := control.ClusterMembership{Joined: m.Joined()}
+	out.Joined = m.Joined()
 	for _, bi := range m.Registry() {
 		hb := bi.Heartbeat.UTC()
 		out.Brokers = append(out.Brokers, control.ClusterBroker{

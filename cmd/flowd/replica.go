@@ -63,6 +63,10 @@ type replicaSet struct {
 	restartOnce sync.Once
 	// events publishes the set's changes as cluster events (nil: NATS publishes none).
 	events func(control.ClusterEvent)
+	// sets is every replica set of the cluster as last read (watchSets); readReplica the
+	// broker id the master suggests for reads (0: none).
+	sets        atomic.Pointer[[]cluster.ReplicaSetState]
+	readReplica atomic.Int64
 }
 
 // event publishes one of the replica set's cluster events about this node.
@@ -168,10 +172,11 @@ func (r *replicaSet) start(ctx context.Context, b *broker.Broker, nc *nats.Conn,
 			return cluster.LogPosition{Epoch: r.epochs.Last().Epoch, End: end}
 		},
 		Healthy:  func() bool { return b.StoreStats().WriteFailure == nil },
-		OnChange: r.onLease, Logger: r.log, Conn: nc, ServerName: serverName,
+		OnChange: r.onLease, Replicas: r.replicaLags, Logger: r.log, Conn: nc, ServerName: serverName,
 	})
 	r.leased.Store(r.lease)
 	r.runWG.Go(func() { r.lease.Run(r.ctx) })
+	r.runWG.Go(func() { r.watchSets(r.ctx, kv) })
 	r.log.Info("replica set: member started", "broker", r.c.BrokerName, "node", r.node, "mode", rc.Mode, "ha", r.haAddr())
 	return nil
 }
@@ -230,21 +235,6 @@ func (r *replicaSet) Await(end int64, deadline time.Time, done func(error)) {
 		return
 	}
 	m.Await(end, deadline, done)
-}
-
-// BrokerAddrs implements broker.ReplicaAddrs: the master as broker id 0, this node by its
-// id when it is a replica.
-func (r *replicaSet) BrokerAddrs(self string) map[int64]string {
-	if r.master.Load() != nil {
-		return map[int64]string{0: self}
-	}
-	out := map[int64]string{r.c.Replication.BrokerID: self}
-	if r.lease != nil {
-		if rec, ok := r.lease.Leader(); ok && rec.Node != r.node && rec.Addr != "" {
-			out[0] = rec.Addr
-		}
-	}
-	return out
 }
 
 var _ grpcserver.ReplicaSet = (*replicaSet)(nil)
@@ -321,6 +311,12 @@ func (r *replicaSet) snapshots() map[string][]byte {
 	if b, err := r.b.TopicsSnapshot(); err == nil {
 		out["topics"] = b
 	}
+	if b, err := r.b.GroupsSnapshot(); err == nil {
+		out["groups"] = b
+	}
+	if b, err := r.b.PopSnapshot(); err == nil {
+		out["pop"] = b
+	}
 	return out
 }
 
@@ -338,10 +334,12 @@ func (r *replicaSet) startFollowLocked() {
 		OnSnapshot: func(name string, data []byte) {
 			var err error
 			switch name {
-			case "offsets":
+			case "offsets", "pop": // pop progress lands in the offset table: see PopSnapshot
 				err = r.b.MergeOffsets(data)
 			case "topics":
 				err = r.b.MergeTopics(data)
+			case "groups":
+				err = r.b.MergeGroups(data)
 			}
 			if err != nil {
 				r.log.Warn("replica set: snapshot not applied", "name", name, "err", err)

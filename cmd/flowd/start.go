@@ -142,6 +142,9 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 			return nil, err
 		}
 		cfg.Replication = d.rs
+		if ps != nil {
+			ps.rs = d.rs
+		}
 	}
 	if d.b, err = broker.New(cfg); err != nil {
 		if d.rs != nil {
@@ -176,18 +179,8 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 	if err := d.serveGRPC(c, grpcLn, ps, cl, m, log); err != nil {
 		return nil, err
 	}
-	switch {
-	case d.rs != nil:
-		// A replica set's members share one broker name, which the cluster's registry holds
-		// once: the set runs without it (docs/cluster.md, "Replica sets").
-		if err := d.rs.start(ctx, d.b, d.cp.n.Conn(), routedReplicas(c), d.grpcAdvertise(), d.cp.pub.Cluster); err != nil {
-			return nil, err
-		}
-		m.WatchReplicaSet(d.rs.stats)
-	case ps != nil:
-		if err := d.joinCluster(ctx, c, ps, cl, log); err != nil {
-			return nil, err
-		}
+	if err := d.startMembership(ctx, c, ps, cl, m, log); err != nil {
+		return nil, err
 	}
 	if err := d.startPipelines(ctx, c, cl, log); err != nil {
 		return nil, err
@@ -269,4 +262,24 @@ func closeListener(ln net.Listener) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// startMembership starts the node's part of the cluster: its replica set's lease, or its
+// entry in the cluster's registry.
+func (d *built) startMembership(ctx context.Context, c config.Config, ps *peers, cl *closers, m *metrics.Metrics, log *slog.Logger) error {
+	switch {
+	case d.rs != nil:
+		// A replica set's members share one broker name, which the cluster's registry holds
+		// once: the set runs without it (docs/cluster.md, "Replica sets").
+		if err := d.rs.start(ctx, d.b, d.cp.n.Conn(), routedReplicas(c), d.grpcAdvertise(), d.cp.pub.Cluster); err != nil {
+			return err
+		}
+		m.WatchReplicaSet(d.rs.stats)
+		if ps != nil {
+			d.cp.cfg.Membership = ps // cluster.status shows the replica sets
+		}
+	case ps != nil:
+		return d.joinCluster(ctx, c, ps, cl, log)
+	}
+	return nil
 }

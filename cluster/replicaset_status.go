@@ -1,0 +1,107 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ReplicaMember is a replica-set member's entry in ReplicaSetsBucket, key
+// member.<broker name>.<broker id>: where its broker listens, so that routes can name a
+// replica by its id and cluster.status can list the set. Each member writes its own at start.
+type ReplicaMember struct {
+	BrokerName string    `json:"broker_name"`
+	Node       string    `json:"node"`
+	BrokerID   int64     `json:"broker_id"`
+	Addr       string    `json:"addr"`
+	HAAddr     string    `json:"ha_addr"`
+	Started    time.Time `json:"started"`
+}
+
+// ReplicaLag is what the master publishes in its lease of one replica connected to it.
+type ReplicaLag struct {
+	Node     string `json:"node"`
+	InSync   bool   `json:"in_sync"`
+	LagBytes int64  `json:"lag_bytes"`
+	// LagMillis is how long ago the replica was last within max_lag of the master's end.
+	LagMillis int64 `json:"lag_ms"`
+}
+
+// ReplicaSetState is one replica set as ReplicaSetsBucket holds it: its lease (absent
+// before a master was ever elected) and its members' entries, by broker id.
+type ReplicaSetState struct {
+	BrokerName string
+	Leader     *LeaderRecord
+	Members    []ReplicaMember
+}
+
+func memberKey(brokerName string, id int64) string {
+	return fmt.Sprintf("member.%s.%d", brokerName, id)
+}
+
+// PutReplicaMember writes (or replaces) a member's entry.
+func PutReplicaMember(ctx context.Context, kv jetstream.KeyValue, m ReplicaMember) error {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("cluster: encode replica member %s: %w", m.Node, err)
+	}
+	if _, err := kv.Put(ctx, memberKey(m.BrokerName, m.BrokerID), data); err != nil {
+		return fmt.Errorf("cluster: write replica member %s: %w", m.Node, err)
+	}
+	return nil
+}
+
+// ReadReplicaSets reads every replica set of the bucket, sorted by broker name, members by id.
+func ReadReplicaSets(ctx context.Context, kv jetstream.KeyValue) ([]ReplicaSetState, error) {
+	keys, err := kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster: list replica sets: %w", err)
+	}
+	defer func() { _ = keys.Stop() }()
+	sets := map[string]*ReplicaSetState{}
+	set := func(name string) *ReplicaSetState {
+		if sets[name] == nil {
+			sets[name] = &ReplicaSetState{BrokerName: name}
+		}
+		return sets[name]
+	}
+	for key := range keys.Keys() {
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cluster: read %q: %w", key, err)
+		}
+		switch {
+		case strings.HasPrefix(key, "leader."):
+			var rec LeaderRecord
+			if json.Unmarshal(e.Value(), &rec) == nil {
+				set(rec.BrokerName).Leader = &rec
+			}
+		case strings.HasPrefix(key, "member."):
+			var m ReplicaMember
+			if json.Unmarshal(e.Value(), &m) == nil {
+				s := set(m.BrokerName)
+				s.Members = append(s.Members, m)
+			}
+		}
+	}
+	out := make([]ReplicaSetState, 0, len(sets))
+	for _, s := range sets {
+		slices.SortFunc(s.Members, func(a, b ReplicaMember) int { return cmp.Compare(a.BrokerID, b.BrokerID) })
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b ReplicaSetState) int { return cmp.Compare(a.BrokerName, b.BrokerName) })
+	return out, nil
+}
