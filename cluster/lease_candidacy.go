@@ -66,9 +66,11 @@ func (l *Lease) candidateKey(node string) string {
 //
 // # Notes
 //
-// A candidate ahead of this one that stops standing (it died, or lost JetStream) is waited
-// for until its entry has not changed for TTL, by this member's clock; no clocks are
-// compared.
+// An in-sync member that has not stood yet is waited for up to TTL from when this one
+// stood, and a candidate ahead of this one that stops standing (it died, or lost
+// JetStream) until its entry has not changed for TTL, both by this member's clock; no
+// clocks are compared. With every other in-sync member gone, the lease is taken TTL later
+// than without positions.
 func (l *Lease) campaign(ctx context.Context, rev uint64, rec LeaderRecord, now time.Time) {
 	last := max(rec.Epoch, l.o.LastEpoch)
 	if l.o.Position == nil {
@@ -108,12 +110,22 @@ func (l *Lease) campaign(ctx context.Context, rev uint64, rec LeaderRecord, now 
 func (l *Lease) aheadOfMe(ctx context.Context, me candidacy, rec LeaderRecord, now time.Time) (candidacy, bool) {
 	members := append(slices.Clone(rec.InSync), rec.Node)
 	slices.Sort(members)
+	l.mu.Lock()
+	stoodFor := now.Sub(l.stand.since)
+	l.mu.Unlock()
 	for _, m := range slices.Compact(members) {
 		if m == l.o.Node {
 			continue
 		}
+		// An in-sync replica that has not stood yet sees the lapse a round later or less
+		// (each member times the lapse by its own clock): it is waited for up to TTL. The
+		// master whose lease lapsed is presumed gone unless it stands.
+		notYet := m != rec.Node && stoodFor < l.o.TTL
 		e, err := l.o.KV.Get(ctx, l.candidateKey(m))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			if notYet {
+				return candidacy{Node: m}, true
+			}
 			continue
 		}
 		if err != nil {
@@ -121,7 +133,13 @@ func (l *Lease) aheadOfMe(ctx context.Context, me candidacy, rec LeaderRecord, n
 			return candidacy{Node: m}, true
 		}
 		var c candidacy
-		if json.Unmarshal(e.Value(), &c) != nil || c.Lapsed != me.Lapsed || c.Node != m {
+		if json.Unmarshal(e.Value(), &c) != nil || c.Node != m {
+			continue
+		}
+		if c.Lapsed != me.Lapsed {
+			if notYet {
+				return candidacy{Node: m}, true
+			}
 			continue
 		}
 		l.mu.Lock()

@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"testing"
+	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,25 +14,21 @@ import (
 	"github.com/flowd-io/flowd/cluster"
 )
 
+// candidacyTTL is the lease TTL of these tests: longer than leaseTTL, so that a member
+// slowed down by a loaded machine still stands within the TTL its peers wait for it.
+const candidacyTTL = 1500 * time.Millisecond
+
 // runLeaseAt is runLease for a member whose log stands at pos.
-func runLeaseAt(t *testing.T, s *natsserver.Server, node string, bootstrap bool, pos cluster.LogPosition) *cluster.Lease {
+func runLeaseAt(t *testing.T, s *natsserver.Server, node string, pos cluster.LogPosition) *cluster.Lease {
 	t.Helper()
-	js, err := jetstream.New(connect(t, s))
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	kv, err := cluster.OpenReplicaSets(ctx, js, 1)
-	cancel()
-	require.NoError(t, err)
-	l := cluster.NewLease(cluster.LeaseOptions{
-		KV: kv, BrokerName: "b", Node: node, HAAddr: node + ":ha", Addr: node + ":broker",
-		MayBootstrap: bootstrap, TTL: leaseTTL, Logger: quiet,
-		Position: func() cluster.LogPosition { return pos },
-	})
-	rctx, rcancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { l.Run(rctx) })
-	t.Cleanup(func() { rcancel(); wg.Wait() })
+	l, _ := runLeaseWith(t, s, cluster.LeaseOptions{Node: node, TTL: candidacyTTL, Position: func() cluster.LogPosition { return pos }})
 	return l
+}
+
+// runMaster is the set's first master, with the tests' TTL.
+func runMaster(t *testing.T, s *natsserver.Server) (*cluster.Lease, func()) {
+	t.Helper()
+	return runLeaseWith(t, s, cluster.LeaseOptions{Node: "a", MayBootstrap: true, TTL: candidacyTTL})
 }
 
 // Of two in-sync replicas, the one whose log goes further takes a lapsed lease, whichever
@@ -43,12 +39,12 @@ func TestLeaseGoesToTheInSyncMemberWithTheLongestLog(t *testing.T) {
 	for round, ahead := range []string{"c", "b", "c"} {
 		t.Run(fmt.Sprintf("round %d, %s ahead", round, ahead), func(t *testing.T) {
 			s := startNATS(t, false)
-			a, stopA := runLease(t, s, "a", true)
+			a, stopA := runMaster(t, s)
 			eventuallyTrue(t, "a is master", a.Held)
 			end := map[string]int64{"b": 100, "c": 100}
 			end[ahead] = 200
-			b := runLeaseAt(t, s, "b", false, cluster.LogPosition{Epoch: 1, End: end["b"]})
-			c := runLeaseAt(t, s, "c", false, cluster.LogPosition{Epoch: 1, End: end["c"]})
+			b := runLeaseAt(t, s, "b", cluster.LogPosition{Epoch: 1, End: end["b"]})
+			c := runLeaseAt(t, s, "c", cluster.LogPosition{Epoch: 1, End: end["c"]})
 			a.SetInSync([]string{"b", "c"})
 			eventuallyTrue(t, "the in-sync set is published", func() bool {
 				rb, okb := b.Leader()
@@ -75,9 +71,9 @@ func TestLeaseGoesToTheInSyncMemberWithTheLongestLog(t *testing.T) {
 // TTL, not for ever: the member behind it then takes the lease.
 func TestLeaseCandidateGoneIsWaitedOutForOneTTL(t *testing.T) {
 	s := startNATS(t, false)
-	a, stopA := runLease(t, s, "a", true)
+	a, stopA := runMaster(t, s)
 	eventuallyTrue(t, "a is master", a.Held)
-	b := runLeaseAt(t, s, "b", false, cluster.LogPosition{Epoch: 1, End: 100})
+	b := runLeaseAt(t, s, "b", cluster.LogPosition{Epoch: 1, End: 100})
 	a.SetInSync([]string{"b", "c"}) // c never runs: only its candidacy, written below
 	eventuallyTrue(t, "the in-sync set is published", func() bool {
 		rec, ok := b.Leader()

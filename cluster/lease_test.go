@@ -18,16 +18,24 @@ const leaseTTL = 600 * time.Millisecond
 // runLease runs a member's lease on its own NATS connection until the returned stop.
 func runLease(t *testing.T, s *natsserver.Server, node string, bootstrap bool) (*cluster.Lease, func()) {
 	t.Helper()
+	return runLeaseWith(t, s, cluster.LeaseOptions{Node: node, MayBootstrap: bootstrap})
+}
+
+// runLeaseWith is runLease with o's other settings (its KV, broker name, addresses, TTL and
+// logger are the test's).
+func runLeaseWith(t *testing.T, s *natsserver.Server, o cluster.LeaseOptions) (*cluster.Lease, func()) {
+	t.Helper()
 	js, err := jetstream.New(connect(t, s))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	kv, err := cluster.OpenReplicaSets(ctx, js, 1)
 	cancel()
 	require.NoError(t, err)
-	l := cluster.NewLease(cluster.LeaseOptions{
-		KV: kv, BrokerName: "b", Node: node, HAAddr: node + ":ha", Addr: node + ":broker",
-		MayBootstrap: bootstrap, TTL: leaseTTL, Logger: quiet,
-	})
+	o.KV, o.BrokerName, o.HAAddr, o.Addr, o.Logger = kv, "b", o.Node+":ha", o.Node+":broker", quiet
+	if o.TTL == 0 {
+		o.TTL = leaseTTL
+	}
+	l := cluster.NewLease(o)
 	rctx, rcancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { l.Run(rctx) })
