@@ -11,8 +11,9 @@ import (
 )
 
 // LogPosition is where a member's log stands: the newest epoch it holds and the end of its
-// commit log. Of the members that may take a lapsed lease, the one whose log goes furthest
-// takes it (RocketMQ's controller elects the replica with the largest offset the same way).
+// commit log. With LeaseOptions.Position, of the members that may take a lapsed lease, the
+// one whose log goes furthest takes it (RocketMQ's controller elects the replica with the
+// largest offset the same way).
 type LogPosition struct {
 	Epoch int64 `json:"epoch"`
 	End   int64 `json:"end"`
@@ -66,11 +67,11 @@ func (l *Lease) candidateKey(node string) string {
 //
 // # Notes
 //
-// An in-sync member that has not stood yet is waited for up to TTL from when this one
-// stood, and a candidate ahead of this one that stops standing (it died, or lost
+// An in-sync member that has not stood yet is waited for up to three windows from when
+// this one stood, and a candidate ahead of this one that stops standing (it died, or lost
 // JetStream) until its entry has not changed for TTL, both by this member's clock; no
-// clocks are compared. With every other in-sync member gone, the lease is taken TTL later
-// than without positions.
+// clocks are compared. With every other in-sync member gone, the lease is taken three
+// windows later than without positions.
 func (l *Lease) campaign(ctx context.Context, rev uint64, rec LeaderRecord, now time.Time) {
 	last := max(rec.Epoch, l.o.LastEpoch)
 	if l.o.Position == nil {
@@ -118,9 +119,9 @@ func (l *Lease) aheadOfMe(ctx context.Context, me candidacy, rec LeaderRecord, n
 			continue
 		}
 		// An in-sync replica that has not stood yet sees the lapse a round later or less
-		// (each member times the lapse by its own clock): it is waited for up to TTL. The
-		// master whose lease lapsed is presumed gone unless it stands.
-		notYet := m != rec.Node && stoodFor < l.o.TTL
+		// (each member times the lapse by its own clock): it is waited for up to two more
+		// windows. The master whose lease lapsed is presumed gone unless it stands.
+		notYet := m != rec.Node && stoodFor < 3*l.o.CandidacyWindow
 		e, err := l.o.KV.Get(ctx, l.candidateKey(m))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			if notYet {
@@ -136,7 +137,10 @@ func (l *Lease) aheadOfMe(ctx context.Context, me candidacy, rec LeaderRecord, n
 		if json.Unmarshal(e.Value(), &c) != nil || c.Node != m {
 			continue
 		}
-		if c.Lapsed != me.Lapsed {
+		if c.Lapsed > me.Lapsed {
+			return c, true // this member's read is older than c's: its compare-and-set would fail
+		}
+		if c.Lapsed < me.Lapsed {
 			if notYet {
 				return candidacy{Node: m}, true
 			}

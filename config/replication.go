@@ -17,8 +17,12 @@ type Replication struct {
 	AsyncPace  time.Duration `yaml:"async_pace" env:"FLOWD_REPLICATION_ASYNC_PACE" flag:"replication-async-pace" doc:"async mode: the least time between two sends of new records to a caught-up replica, so that a trickle of sends costs a frame per pace rather than one per send; an async replica lags up to this more (what a failover can lose); 0 sends every append at once"`
 	// HAAdvertise is the stream address the lease publishes when replicas reach the
 	// master through another address than listen.ha (NAT, a proxy).
-	HAAdvertise string        `yaml:"ha_advertise" env:"FLOWD_HA_ADVERTISE" flag:"ha-advertise" doc:"replica-set stream address (host:port) the lease publishes for replicas to dial; empty: the listen.ha address"`
-	LeaseTTL    time.Duration `yaml:"lease_ttl" env:"FLOWD_REPLICATION_LEASE_TTL" flag:"replication-lease-ttl" doc:"the master's lease in JetStream KV: a master that could not renew it for two thirds of this stops taking sends, and an in-sync replica takes over once it lapsed; it bounds promotion time"`
+	HAAdvertise string `yaml:"ha_advertise" env:"FLOWD_HA_ADVERTISE" flag:"ha-advertise" doc:"replica-set stream address (host:port) the lease publishes for replicas to dial; empty: the listen.ha address"`
+	// ElectLongestLog has the members that may take a lapsed lease compare their logs first
+	// (docs/cluster.md, "Election"): it closes the window in which a replica lacking a send
+	// acknowledged by min_in_sync members wins the race, and makes promotion slower.
+	ElectLongestLog bool          `yaml:"elect_longest_log" env:"FLOWD_REPLICATION_ELECT_LONGEST_LOG" flag:"replication-elect-longest-log" doc:"of the in-sync members that may take a lapsed lease, the one whose log goes furthest takes it, after the candidates compare their logs (one to three rounds of lease_ttl/6 more before promotion); off: the first to see the lapse takes it"`
+	LeaseTTL        time.Duration `yaml:"lease_ttl" env:"FLOWD_REPLICATION_LEASE_TTL" flag:"replication-lease-ttl" doc:"the master's lease in JetStream KV: a master that could not renew it for two thirds of this stops taking sends, and an in-sync replica takes over once it lapsed; it bounds promotion time"`
 }
 
 // Enabled reports whether the node is a replica-set member.

@@ -164,13 +164,16 @@ func (r *replicaSet) start(ctx context.Context, b *broker.Broker, nc *nats.Conn,
 	if r.c.NATS.Cluster.Listen != "" {
 		serverName, _ = natsCluster(r.c)
 	}
-	r.lease = cluster.NewLease(cluster.LeaseOptions{
-		KV: kv, BrokerName: r.c.BrokerName, Node: r.node, HAAddr: r.haAddr(), Addr: b.Addr(), GRPCAddr: grpcAddr,
-		MayBootstrap: rc.BrokerID == 1, LastEpoch: r.epochs.Last().Epoch, TTL: rc.LeaseTTL,
-		Position: func() cluster.LogPosition {
+	var position func() cluster.LogPosition // nil: the first eligible member takes a lapsed lease
+	if rc.ElectLongestLog {
+		position = func() cluster.LogPosition {
 			end, _ := b.Store().Positions() // written: what a sync send's acknowledgement counts
 			return cluster.LogPosition{Epoch: r.epochs.Last().Epoch, End: end}
-		},
+		}
+	}
+	r.lease = cluster.NewLease(cluster.LeaseOptions{
+		KV: kv, BrokerName: r.c.BrokerName, Node: r.node, HAAddr: r.haAddr(), Addr: b.Addr(), GRPCAddr: grpcAddr,
+		MayBootstrap: rc.BrokerID == 1, LastEpoch: r.epochs.Last().Epoch, TTL: rc.LeaseTTL, Position: position,
 		Healthy:  func() bool { return b.StoreStats().WriteFailure == nil },
 		OnChange: r.onLease, Replicas: r.replicaLags, Logger: r.log, Conn: nc, ServerName: serverName,
 	})
