@@ -446,12 +446,8 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		var stop context.CancelFunc
 		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		if c.flowdBin == "" {
-			bin, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("bench: the flowd executable: %w", err)
-			}
-			c.flowdBin = bin
+		if err := c.defaultFlowdBin(); err != nil {
+			return err
 		}
 	}
 	undo, err := c.setUp(ctx, quiet)
@@ -479,13 +475,8 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if !c.json {
 		return nil
 	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(benchReport{Messages: c.messages, Size: c.sizes[0], Sizes: c.sizes, InFlight: c.inflight,
-		Queues: c.queues, Producers: c.producers, Rate: c.rate, Deploy: c.deploy, Results: results}); err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	return nil
+	return writeReport(stdout, benchReport{Messages: c.messages, Size: c.sizes[0], Sizes: c.sizes, InFlight: c.inflight,
+		Queues: c.queues, Producers: c.producers, Rate: c.rate, Deploy: c.deploy, Results: results})
 }
 
 // setUp gives the run a data directory (a temporary one unless --data-dir named one) and,
@@ -687,4 +678,28 @@ func startProfile(file, scenario string) (stop func(), err error) {
 			g.Close()
 		}
 	}, nil
+}
+
+// defaultFlowdBin makes this executable the flowd the child processes run, unless
+// --flowd-binary named one.
+func (c *benchConfig) defaultFlowdBin() error {
+	if c.flowdBin != "" {
+		return nil
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench: the flowd executable: %w", err)
+	}
+	c.flowdBin = bin
+	return nil
+}
+
+// writeReport writes the --json document.
+func writeReport(w io.Writer, r benchReport) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	return nil
 }

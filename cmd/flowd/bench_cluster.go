@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -281,12 +280,8 @@ func (f *benchFlags) runCluster(ctx context.Context, c benchConfig, plan []bench
 	// rather than leave them serving.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if c.flowdBin == "" {
-		bin, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("bench: the flowd executable: %w", err)
-		}
-		c.flowdBin = bin
+	if err := c.defaultFlowdBin(); err != nil {
+		return err
 	}
 	text := stdout
 	if c.json {
@@ -301,11 +296,6 @@ func (f *benchFlags) runCluster(ctx context.Context, c benchConfig, plan []bench
 	if !c.json {
 		return nil
 	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(benchReport{Messages: c.messages, Size: 1024, Sizes: []int{1024}, InFlight: c.inflight,
-		Queues: c.queues, Producers: 1, Rate: c.rate, Cluster: c.cluster, Results: results}); err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	return nil
+	return writeReport(stdout, benchReport{Messages: c.messages, Size: 1024, Sizes: []int{1024}, InFlight: c.inflight,
+		Queues: c.queues, Producers: 1, Rate: c.rate, Cluster: c.cluster, Results: results})
 }

@@ -50,13 +50,7 @@ func (r *benchRun) grpcPop(ctx context.Context, sc benchScenario) ([]benchResult
 	if err != nil {
 		return nil, err
 	}
-	if err := windowErr(fw, jw); err != nil {
-		return nil, err
-	}
-	res := newResult(sc.name, "msg/s", rate, "jetstream", jsRate)
-	res.Size = sc.size
-	res.addCosts(fw, jw, c.messages)
-	return []benchResult{res}, nil
+	return consumeResult(sc, rate, jsRate, fw, jw, c.messages)
 }
 
 // popAll receives messages of topic for group until n came and returns messages per second;

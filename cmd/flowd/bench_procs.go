@@ -212,3 +212,15 @@ func windowErr(ws ...*window) error {
 	}
 	return errors.Join(errs...)
 }
+
+// consumeResult is a consuming scenario's result: flowd's rate next to JetStream's, with
+// the costs its processes' windows measured over n messages.
+func consumeResult(sc benchScenario, rate, jsRate float64, fw, jw *window, n int) ([]benchResult, error) {
+	if err := windowErr(fw, jw); err != nil {
+		return nil, err
+	}
+	res := newResult(sc.name, "msg/s", rate, "jetstream", jsRate)
+	res.Size = sc.size
+	res.addCosts(fw, jw, n)
+	return []benchResult{res}, nil
+}

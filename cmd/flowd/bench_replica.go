@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -468,12 +467,8 @@ func startBenchReplicaSet(ctx context.Context, c benchConfig, mode string, n int
 func (f *benchFlags) runReplicaSet(ctx context.Context, c benchConfig, plan []benchScenario, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if c.flowdBin == "" {
-		bin, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("bench: the flowd executable: %w", err)
-		}
-		c.flowdBin = bin
+	if err := c.defaultFlowdBin(); err != nil {
+		return err
 	}
 	text := stdout
 	if c.json {
@@ -488,11 +483,6 @@ func (f *benchFlags) runReplicaSet(ctx context.Context, c benchConfig, plan []be
 	if !c.json {
 		return nil
 	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(benchReport{Messages: c.messages, Size: 1024, Sizes: []int{1024}, InFlight: c.inflight,
-		Queues: c.queues, Producers: c.producers, Rate: c.rate, ReplicaSet: c.replicaSet, Results: results}); err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	return nil
+	return writeReport(stdout, benchReport{Messages: c.messages, Size: 1024, Sizes: []int{1024}, InFlight: c.inflight,
+		Queues: c.queues, Producers: c.producers, Rate: c.rate, ReplicaSet: c.replicaSet, Results: results})
 }
