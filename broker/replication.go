@@ -58,16 +58,20 @@ type ReplicaReads interface {
 // queueID) from offset: 0 (the master) unless ReplicaReads says otherwise.
 func (b *Broker) suggestBroker(topic string, queueID int32, offset int64) int64 {
 	rr, ok := b.cfg.Replication.(ReplicaReads)
-	if !ok || !b.store.InDisk(topic, queueID, offset) {
+	if !ok {
 		return 0
 	}
-	if b.isReplica() {
-		return rr.BrokerID()
+	// Which id to suggest first (atomic loads), the store's unit read only when there is one.
+	id := rr.BrokerID()
+	if !b.isReplica() {
+		if id, ok = rr.ReadReplica(); !ok {
+			return 0
+		}
 	}
-	if id, ok := rr.ReadReplica(); ok {
-		return id
+	if !b.store.InDisk(topic, queueID, offset) {
+		return 0
 	}
-	return 0
+	return id
 }
 
 // Errors of Replication.Writable, which the send path answers.
