@@ -35,7 +35,7 @@ func BenchmarkPullSuggest(b *testing.B) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Replication: suggestingMaster{}}
 	cfg.Store.SegmentSize = 64 << 20
 	cfg.Store.MemoryBudget = 64 << 10
-	enableReplicaReads(&cfg)
+	cfg.ReplicaReads = true
 	br, err := New(cfg)
 	require.NoError(b, err)
 	require.NoError(b, br.Start())
