@@ -89,6 +89,12 @@
 //     drop can be handed out again. The zero-duplicate hand-over holds for rebalances, not
 //     for lost connections.
 //
+//   - Pulls of a replica set's queues follow the broker's suggestWhichBrokerId, per queue:
+//     to a replica for history when the broker steers reads (replication.replica_reads),
+//     back to the master once caught up, to the lowest-id replica for 5 s when the master
+//     fails (docs/cluster.md, "Reads from replicas"). Offsets and locks stay at the master.
+//     ReadStats shows which member served what.
+//
 // # Lock order
 //
 // See LitePull: startMu → commitMu → a queue's commit lock → mu, and the client core's
