@@ -88,7 +88,6 @@
 //     from the offset committed last, so what was polled and not yet committed before the
 //     drop can be handed out again. The zero-duplicate hand-over holds for rebalances, not
 //     for lost connections.
-//
 //   - Pulls of a replica set's queues follow the broker's suggestWhichBrokerId, per queue:
 //     to a replica for history when the broker steers reads (replication.replica_reads),
 //     back to the master once caught up, to the lowest-id replica for 5 s when the master
