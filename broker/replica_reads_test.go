@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +31,21 @@ func (r *readRole) ReadReplica() (int64, bool) {
 		return 0, false
 	}
 	return r.replica, true
+}
+
+// routedRole is a readRole whose routes (broker.ReplicaAddrs) name master as broker id 0,
+// while it is set.
+type routedRole struct {
+	*readRole
+	master atomic.Pointer[string]
+}
+
+func (r *routedRole) BrokerAddrs(self string) map[int64]string {
+	out := map[int64]string{r.id: self}
+	if m := r.master.Load(); m != nil {
+		out[0] = *m
+	}
+	return out
 }
 
 // pullAt pulls queue 0 of topic at offset from addr, committing commit (when ≥ 0) for group g.
@@ -190,9 +206,11 @@ func TestReplicaReadsGateAndTheReplicasCaughtUpAnswer(t *testing.T) {
 		t.Run(fmt.Sprintf("replica_reads=%v", on), func(t *testing.T) {
 			cfg := func(c *broker.Config) { c.Store.MemoryBudget = 16 << 10; c.ReplicaReads = on }
 			mRole := &readRole{role: &role{}, id: 1, replica: 2}
-			rRole := &readRole{role: &role{}, id: 2}
+			rRole := &routedRole{readRole: &readRole{role: &role{}, id: 2}}
 			m := startBroker(t, func(c *broker.Config) { cfg(c); c.Replication = mRole })
 			r := startBroker(t, func(c *broker.Config) { cfg(c); c.Replication = rRole })
+			master := m.Addr()
+			rRole.master.Store(&master)
 			hm := mRole.become(t, m, 1)
 			followBroker(t, r, hm.Addr().String())
 			waitFor(t, "the replica in sync", func() bool { return len(hm.InSync()) == 1 })
@@ -238,6 +256,15 @@ func TestReplicaReadsGateAndTheReplicasCaughtUpAnswer(t *testing.T) {
 			code, h = replicaPull(t, m.Addr(), topic, n+5, 0)
 			require.Equal(t, protocol.PullOffsetMoved, code)
 			require.Equal(t, int64(0), h.NextBeginOffset)
+
+			// While the replica's routes name no master (a lapsed lease), there is nowhere to
+			// send the consumer: it is answered as by any broker, as the member promoted next
+			// would answer it.
+			rRole.master.Store(nil)
+			code, _ = replicaPull(t, r.Addr(), topic, n, 300*time.Millisecond)
+			require.Equal(t, protocol.PullNotFound, code)
+			code, _ = replicaPull(t, r.Addr(), topic, n+5, 0)
+			require.Equal(t, protocol.PullOffsetMoved, code)
 		})
 	}
 }

@@ -92,7 +92,8 @@ func (b *Broker) suggestBroker(inDisk bool) int64 {
 // waiting on a replica that may lag, or being moved back to where this replica's queue
 // ends. A caught-up pull is turned only with Config.ReplicaReads (otherwise it waits here as
 // on any broker); an offset past the end always is: correcting it from a replica's copy
-// could send a consumer back to the queue's start. It reports whether it did.
+// could send a consumer back to the queue's start. Neither happens while the routes name no
+// other master (masterElsewhere). It reports whether it did.
 func (b *Broker) replicaCaughtUp(res *store.GetResult, code protocol.ResponseCode, requested int64) (protocol.ResponseCode, bool) {
 	switch res.Status {
 	case store.OffsetOverflowOne:
@@ -106,11 +107,24 @@ func (b *Broker) replicaCaughtUp(res *store.GetResult, code protocol.ResponseCod
 	default:
 		return code, false
 	}
-	if !b.isReplica() {
+	if !b.isReplica() || !b.masterElsewhere() {
 		return code, false
 	}
 	res.NextBeginOffset = requested
 	return protocol.PullRetryImmediately, true
+}
+
+// masterElsewhere reports whether this broker's routes name another member as the master
+// (broker id 0). While none does (the lease lapsed, a promotion under way; or this is a
+// master that fenced itself) a replica's caught-up consumer has nowhere to go: its pulls
+// are held here as usual rather than sent round to a master that is not there.
+func (b *Broker) masterElsewhere() bool {
+	ra, ok := b.cfg.Replication.(ReplicaAddrs)
+	if !ok {
+		return true // no routes to go by: the replica set's master is another member
+	}
+	m, ok := ra.BrokerAddrs(b.addr)[protocol.MasterID]
+	return ok && m != "" && m != b.addr
 }
 
 // Errors of Replication.Writable, which the send path answers.
