@@ -175,6 +175,15 @@ type Config struct {
 	// "Replica sets"): it refuses sends while it is not the master, and in sync mode answers
 	// a send only once enough members hold it. Default nil: a single node.
 	Replication Replication
+
+	// ReplicaReads lets a replica set's members steer pulls between master and replicas
+	// (RocketMQ's slaveReadEnable; docs/cluster.md, "Reads from replicas"): a master whose
+	// Replication implements ReplicaReads suggests an in-sync replica in a pull's answer
+	// (suggestWhichBrokerId) when the pull's messages lie beyond the store's memory budget,
+	// and a replica sends a consumer that caught up back to the master (PULL_RETRY_IMMEDIATELY,
+	// suggesting 0) instead of holding its pull. Default false: every answer suggests the
+	// master, as RocketMQ's default does, and a replica serves whatever pull reaches it.
+	ReplicaReads bool
 }
 
 // Observer counts traffic on the broker's hot paths (the metrics package implements it).

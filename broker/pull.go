@@ -111,6 +111,9 @@ func (b *Broker) processPull(ctx context.Context, c *remoting.Conn, req *protoco
 		return b.pullReadError(req, h.ConsumerGroup, h.Topic, h.QueueID, h.QueueOffset, err)
 	}
 	code := pullCode(res.Status, h.QueueOffset)
+	if rc, ok := b.replicaCaughtUp(res, code, h.QueueOffset); ok {
+		return b.answerPull(ctx, req, h.Topic, h.QueueID, pollOwner{c, h.ConsumerGroup}, rc, res, began)
+	}
 	// OFFSET_FOUND_NULL is not "caught up": the consume-queue file at the offset is gone and
 	// NextBeginOffset says where the next one starts, so answer at once (RocketMQ would park
 	// it for the whole suspend time before telling the consumer).
@@ -187,7 +190,7 @@ func (b *Broker) answerPull(ctx context.Context, req *protocol.Command, topic st
 	// pullResponse releases res or hands it to the transport, whatever follows.
 	var suggest int64
 	if code == protocol.Success {
-		suggest = b.suggestBroker(topic, queueID, res.NextBeginOffset)
+		suggest = b.suggestBroker(res.InDisk)
 	}
 	resp := b.pullResponse(ctx, req, code, res, remoting.Deferred{}, suggest)
 	if o := b.cfg.Observer; o != nil {

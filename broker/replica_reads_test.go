@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,21 @@ func (r *readRole) ReadReplica() (int64, bool) {
 	return r.replica, true
 }
 
+// routedRole is a readRole whose routes (broker.ReplicaAddrs) name master as broker id 0,
+// while it is set.
+type routedRole struct {
+	*readRole
+	master atomic.Pointer[string]
+}
+
+func (r *routedRole) BrokerAddrs(self string) map[int64]string {
+	out := map[int64]string{r.id: self}
+	if m := r.master.Load(); m != nil {
+		out[0] = *m
+	}
+	return out
+}
+
 // pullAt pulls queue 0 of topic at offset from addr, committing commit (when ≥ 0) for group g.
 func pullAt(t *testing.T, addr, topic string, offset, commit int64) (*protocol.PullMessageResponseHeader, []*protocol.MessageExt) {
 	t.Helper()
@@ -58,7 +74,7 @@ func pullAt(t *testing.T, addr, topic string, offset, commit int64) (*protocol.P
 // settings and an offset committed on the replica survive the master's snapshots.
 func TestReplicaServesPullsAndTheMasterSuggestsItForOldMessages(t *testing.T) {
 	const topic = "repl-reads"
-	budget := func(c *broker.Config) { c.Store.MemoryBudget = 16 << 10 }
+	budget := func(c *broker.Config) { c.Store.MemoryBudget = 16 << 10; c.ReplicaReads = true }
 	mRole := &readRole{role: &role{}, id: 1, replica: 2}
 	rRole := &readRole{role: &role{}, id: 2}
 	m := startBroker(t, func(c *broker.Config) { budget(c); c.Replication = mRole })
@@ -162,4 +178,93 @@ func TestPromotedReplicaResumesPopWhereTheMasterWas(t *testing.T) {
 		offs = append(offs, pm.Message.QueueOffset)
 	}
 	require.Equal(t, []int64{4, 5, 6, 7, 8, 9}, offs, "the promoted replica resumes at the consumed offset")
+}
+
+// replicaPull pulls queue 0 of topic at offset from addr for group g, suspending up to
+// suspend (0: no long polling), and returns the answer's code and header.
+func replicaPull(t *testing.T, addr, topic string, offset int64, suspend time.Duration) (protocol.ResponseCode, *protocol.PullMessageResponseHeader) {
+	t.Helper()
+	h := pullHeader(topic, offset, suspend, "*")
+	h.ConsumerGroup = "g"
+	resp, err := newTransport(t).Invoke(context.Background(), addr, protocol.NewRequestWith(protocol.PullMessage, h, nil))
+	require.NoError(t, err)
+	var rh protocol.PullMessageResponseHeader
+	require.NoError(t, resp.DecodeHeader(&rh))
+	return resp.ResponseCode(), &rh
+}
+
+// TestReplicaReadsGateAndTheReplicasCaughtUpAnswer: with Config.ReplicaReads off (the
+// default) the master suggests itself even for history and a replica holds a caught-up
+// pull as any broker does; with it on the replica answers a caught-up pull at once with
+// PULL_RETRY_IMMEDIATELY at the same offset, suggesting the master. Either way a pull past
+// the end of the replica's copy (an offset the master gave) is answered
+// PULL_RETRY_IMMEDIATELY at that offset, not OFFSET_MOVED back to the queue's start; the
+// master still corrects such an offset.
+func TestReplicaReadsGateAndTheReplicasCaughtUpAnswer(t *testing.T) {
+	const topic = "repl-gate"
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replica_reads=%v", on), func(t *testing.T) {
+			cfg := func(c *broker.Config) { c.Store.MemoryBudget = 16 << 10; c.ReplicaReads = on }
+			mRole := &readRole{role: &role{}, id: 1, replica: 2}
+			rRole := &routedRole{readRole: &readRole{role: &role{}, id: 2}}
+			m := startBroker(t, func(c *broker.Config) { cfg(c); c.Replication = mRole })
+			r := startBroker(t, func(c *broker.Config) { cfg(c); c.Replication = rRole })
+			master := m.Addr()
+			rRole.master.Store(&master)
+			hm := mRole.become(t, m, 1)
+			followBroker(t, r, hm.Addr().String())
+			waitFor(t, "the replica in sync", func() bool { return len(hm.InSync()) == 1 })
+			cl := newTransport(t)
+			const n = 40 // 40 KiB: the first ones beyond the 16 KiB budget
+			for i := range n {
+				resp, err := cl.Invoke(context.Background(), m.Addr(), syncSendRequest(topic, []byte(fmt.Sprintf("%03d%s", i, strings.Repeat("x", 1<<10)))))
+				require.NoError(t, err)
+				require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+			}
+			waitFor(t, "the replica dispatched and knows the topic", func() bool {
+				_, ok := r.Topic(topic)
+				return ok && r.StoreMax(topic, 0) == n
+			})
+
+			code, h := replicaPull(t, m.Addr(), topic, 0, 0)
+			require.Equal(t, protocol.Success, code)
+			want := int64(0)
+			if on {
+				want = 2
+			}
+			require.Equal(t, want, h.SuggestWhichBrokerID, "the master's suggestion for history")
+			code, h = replicaPull(t, r.Addr(), topic, 0, 0)
+			require.Equal(t, protocol.Success, code)
+			require.Equal(t, want, h.SuggestWhichBrokerID, "the replica's suggestion for history")
+
+			// Caught up at the replica, with long polling: held (gate off) until the
+			// suspend time ends, or sent back to the master at once (gate on).
+			code, h = replicaPull(t, r.Addr(), topic, n, 300*time.Millisecond)
+			if on {
+				require.Equal(t, protocol.PullRetryImmediately, code)
+			} else {
+				require.Equal(t, protocol.PullNotFound, code)
+			}
+			require.Equal(t, int64(n), h.NextBeginOffset)
+			require.Equal(t, int64(0), h.SuggestWhichBrokerID)
+
+			// Past the end of the replica's copy: the offset stands.
+			code, h = replicaPull(t, r.Addr(), topic, n+5, 0)
+			require.Equal(t, protocol.PullRetryImmediately, code)
+			require.Equal(t, int64(n+5), h.NextBeginOffset)
+			// The master corrects it (RocketMQ's rule: back to 0 while the queue has its head).
+			code, h = replicaPull(t, m.Addr(), topic, n+5, 0)
+			require.Equal(t, protocol.PullOffsetMoved, code)
+			require.Equal(t, int64(0), h.NextBeginOffset)
+
+			// While the replica's routes name no master (a lapsed lease), there is nowhere to
+			// send the consumer: it is answered as by any broker, as the member promoted next
+			// would answer it.
+			rRole.master.Store(nil)
+			code, _ = replicaPull(t, r.Addr(), topic, n, 300*time.Millisecond)
+			require.Equal(t, protocol.PullNotFound, code)
+			code, _ = replicaPull(t, r.Addr(), topic, n+5, 0)
+			require.Equal(t, protocol.PullOffsetMoved, code)
+		})
+	}
 }

@@ -40,12 +40,13 @@ type ReplicaAddrs interface {
 }
 
 // ReplicaReads is implemented by a Replication that knows its set's members' broker ids:
-// pulls are then steered between master and replicas by the answer's suggestWhichBrokerId,
-// as RocketMQ's slave reads do. On the master, a pull of a message the store counts on disk
-// (more than store.Options.MemoryBudget behind the commit log's end: RocketMQ's
-// accessMessageInMemoryMaxRatio rule) is answered with ReadReplica's id, so that a
-// consumer far behind reads its history from a replica; a replica suggests itself for such
-// a pull and the master (0) otherwise, so that a consumer that caught up goes back.
+// with Config.ReplicaReads set, pulls are then steered between master and replicas by the
+// answer's suggestWhichBrokerId, as RocketMQ's slave reads do. On the master, a pull whose
+// messages the store counts on disk (its last one more than store.Options.MemoryBudget
+// behind the commit log's end: RocketMQ's accessMessageInMemoryMaxRatio rule) is answered
+// with ReadReplica's id, so that a consumer far behind reads its history from a replica; a
+// replica suggests itself for such a pull and the master (0) otherwise, and answers a
+// consumer that caught up with PULL_RETRY_IMMEDIATELY, so that it goes back to the master.
 type ReplicaReads interface {
 	// ReadReplica is the broker id of an in-sync replica that a route lists (ok false:
 	// none; the master keeps the pull). It is called on pulls: it must answer from memory.
@@ -54,24 +55,76 @@ type ReplicaReads interface {
 	BrokerID() int64
 }
 
-// suggestBroker is the broker id a pull's answer suggests for the next pull of (topic,
-// queueID) from offset: 0 (the master) unless ReplicaReads says otherwise.
-func (b *Broker) suggestBroker(topic string, queueID int32, offset int64) int64 {
+// replicaReads reports whether this broker steers pulls (Config.ReplicaReads with a
+// Replication that implements ReplicaReads).
+func (b *Broker) replicaReads() (ReplicaReads, bool) {
+	if !b.cfg.ReplicaReads {
+		return nil, false
+	}
 	rr, ok := b.cfg.Replication.(ReplicaReads)
+	return rr, ok
+}
+
+// suggestBroker is the broker id a pull's answer suggests for the next pull of its queue,
+// inDisk telling whether the pull's messages lie beyond the memory budget (the store's
+// read says, GetResult.InDisk): 0 (the master) unless ReplicaReads says otherwise.
+func (b *Broker) suggestBroker(inDisk bool) int64 {
+	if !inDisk {
+		return 0
+	}
+	rr, ok := b.replicaReads()
 	if !ok {
 		return 0
 	}
-	// Which id to suggest first (atomic loads), the store's unit read only when there is one.
-	id := rr.BrokerID()
-	if !b.isReplica() {
-		if id, ok = rr.ReadReplica(); !ok {
-			return 0
+	if b.isReplica() {
+		return rr.BrokerID()
+	}
+	if id, ok := rr.ReadReplica(); ok {
+		return id
+	}
+	return 0
+}
+
+// replicaCaughtUp turns the answer of a replica's pull that found nothing past the end of
+// its queue (caught up, or ahead of this replica's copy: an offset the master gave) into
+// PULL_RETRY_IMMEDIATELY at the same offset: RocketMQ's slave answers so (offsetCheckInSlave
+// off), so that the client pulls at the master, which has what comes next, instead of
+// waiting on a replica that may lag, or being moved back to where this replica's queue
+// ends. A caught-up pull is turned only with Config.ReplicaReads (otherwise it waits here as
+// on any broker); an offset past the end always is: correcting it from a replica's copy
+// could send a consumer back to the queue's start. Neither happens while the routes name no
+// other master (masterElsewhere). It reports whether it did.
+func (b *Broker) replicaCaughtUp(res *store.GetResult, code protocol.ResponseCode, requested int64) (protocol.ResponseCode, bool) {
+	switch res.Status {
+	case store.OffsetOverflowOne:
+		if _, ok := b.replicaReads(); !ok {
+			return code, false
 		}
+	case store.OffsetOverflowBadly, store.NoMessageInQueue, store.NoMatchedLogicQueue:
+		if code != protocol.PullOffsetMoved {
+			return code, false
+		}
+	default:
+		return code, false
 	}
-	if !b.store.InDisk(topic, queueID, offset) {
-		return 0
+	if !b.isReplica() || !b.masterElsewhere() {
+		return code, false
 	}
-	return id
+	res.NextBeginOffset = requested
+	return protocol.PullRetryImmediately, true
+}
+
+// masterElsewhere reports whether this broker's routes name another member as the master
+// (broker id 0). While none does (the lease lapsed, a promotion under way; or this is a
+// master that fenced itself) a replica's caught-up consumer has nowhere to go: its pulls
+// are held here as usual rather than sent round to a master that is not there.
+func (b *Broker) masterElsewhere() bool {
+	ra, ok := b.cfg.Replication.(ReplicaAddrs)
+	if !ok {
+		return true // no routes to go by: the replica set's master is another member
+	}
+	m, ok := ra.BrokerAddrs(b.addr)[protocol.MasterID]
+	return ok && m != "" && m != b.addr
 }
 
 // Errors of Replication.Writable, which the send path answers.

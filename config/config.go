@@ -95,6 +95,12 @@ type Store struct {
 	OffsetFlushInterval time.Duration `yaml:"offset_flush_interval" env:"FLOWD_OFFSET_FLUSH_INTERVAL" doc:"how often changed consumer offsets are written to disk (with an fsync); commits since the last write are re-delivered after a crash"`
 	// ZeroCopy mirrors the inverse of broker.Config.DisableZeroCopy.
 	ZeroCopy bool `yaml:"zero_copy" env:"FLOWD_ZERO_COPY" doc:"answer pulls without a content filter from the commit-log files with sendfile(2); false copies every pull through memory"`
+	// MemoryBudget and AccessMessageInMemoryMaxRatio mirror store.Options.Memory and
+	// InMemoryMaxRatio: messages more than ratio % of the budget behind the commit log's
+	// end count as on disk (smaller pull batches; with replication.replica_reads, a
+	// master suggests a replica for them).
+	MemoryBudget                  Size `yaml:"memory_budget" env:"FLOWD_MEMORY_BUDGET" flag:"memory-budget" doc:"bytes of memory access_message_in_memory_max_ratio applies to; 0: the machine's memory"`
+	AccessMessageInMemoryMaxRatio int  `yaml:"access_message_in_memory_max_ratio" env:"FLOWD_ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO" doc:"percent of memory_budget behind the commit log's end within which messages count as in memory (RocketMQ's accessMessageInMemoryMaxRatio); older ones are read in smaller batches and, with replication.replica_reads, from a replica"`
 }
 
 // Limits bound what clients may use.
@@ -164,7 +170,7 @@ func Default() Config {
 		BrokerName: "broker-a",
 		Listen:     Listen{Broker: "127.0.0.1:10911", Namesrv: "127.0.0.1:9876", GRPC: "127.0.0.1:8081", HA: "127.0.0.1:10912"},
 		Store: Store{Flush: "async", Retention: 72 * time.Hour, MaxDiskUsage: 0.75, SegmentSize: 1 << 30,
-			OffsetFlushInterval: 500 * time.Millisecond, ZeroCopy: true},
+			OffsetFlushInterval: 500 * time.Millisecond, ZeroCopy: true, AccessMessageInMemoryMaxRatio: 40},
 		Limits: Limits{MaxMessageSize: 4 << 20, MaxGroups: 10000, MaxConnections: 10000,
 			MaxInFlight: 256, MaxParked: 4096},
 		NATS: NATS{
@@ -308,6 +314,12 @@ func (c Config) problems() []Problem {
 	positive("store.offset_flush_interval", int64(c.Store.OffsetFlushInterval))
 	if c.Store.MaxDiskUsage == 0 || c.Store.MaxDiskUsage > 1 {
 		bad("store.max_disk_usage", "must be in (0, 1], or negative to disable the rule, not %g", c.Store.MaxDiskUsage)
+	}
+	if c.Store.MemoryBudget < 0 {
+		bad("store.memory_budget", "must be 0 (the machine's memory) or positive, not %d", c.Store.MemoryBudget)
+	}
+	if r := c.Store.AccessMessageInMemoryMaxRatio; r < 1 || r > 100 {
+		bad("store.access_message_in_memory_max_ratio", "must be a percentage from 1 to 100, not %d", r)
 	}
 	positive("limits.max_message_size", int64(c.Limits.MaxMessageSize))
 	positive("limits.max_groups", int64(c.Limits.MaxGroups))

@@ -21,8 +21,11 @@ type Replication struct {
 	// ElectLongestLog has the members that may take a lapsed lease compare their logs first
 	// (docs/cluster.md, "Election"): it closes the window in which a replica lacking a send
 	// acknowledged by min_in_sync members wins the race, and makes promotion slower.
-	ElectLongestLog bool          `yaml:"elect_longest_log" env:"FLOWD_REPLICATION_ELECT_LONGEST_LOG" flag:"replication-elect-longest-log" doc:"of the in-sync members that may take a lapsed lease, the one whose log goes furthest takes it, after the candidates compare their logs (one to three rounds of lease_ttl/6 more before promotion); off: the first to see the lapse takes it"`
-	LeaseTTL        time.Duration `yaml:"lease_ttl" env:"FLOWD_REPLICATION_LEASE_TTL" flag:"replication-lease-ttl" doc:"the master's lease in JetStream KV: a master that could not renew it for two thirds of this stops taking sends, and an in-sync replica takes over once it lapsed; it bounds promotion time"`
+	ElectLongestLog bool `yaml:"elect_longest_log" env:"FLOWD_REPLICATION_ELECT_LONGEST_LOG" flag:"replication-elect-longest-log" doc:"of the in-sync members that may take a lapsed lease, the one whose log goes furthest takes it, after the candidates compare their logs (one to three rounds of lease_ttl/6 more before promotion); off: the first to see the lapse takes it"`
+	// ReplicaReads mirrors broker.Config.ReplicaReads (docs/cluster.md, "Reads from
+	// replicas"); RocketMQ's slaveReadEnable, off by default there too.
+	ReplicaReads bool          `yaml:"replica_reads" env:"FLOWD_REPLICA_READS" flag:"replica-reads" doc:"steer pulls between master and replicas: the master suggests an in-sync replica (suggestWhichBrokerId) for messages beyond store.access_message_in_memory_max_ratio of store.memory_budget behind its log's end, and a replica sends a caught-up consumer back to the master; off: every answer suggests the master"`
+	LeaseTTL     time.Duration `yaml:"lease_ttl" env:"FLOWD_REPLICATION_LEASE_TTL" flag:"replication-lease-ttl" doc:"the master's lease in JetStream KV: a master that could not renew it for two thirds of this stops taking sends, and an in-sync replica takes over once it lapsed; it bounds promotion time"`
 }
 
 // Enabled reports whether the node is a replica-set member.

@@ -46,3 +46,43 @@ func TestReplicationSettingsAreValidated(t *testing.T) {
 		assert.Contains(t, err.Error(), c.key, c.doc)
 	}
 }
+
+// Reads from replicas are off by default (RocketMQ's slaveReadEnable); the memory the
+// in-memory ratio applies to is the machine's unless set, the ratio RocketMQ's 40 %.
+func TestReplicaReadsAndTheMemoryBudgetDecodeAndAreValidated(t *testing.T) {
+	def := config.Default()
+	assert.False(t, def.Replication.ReplicaReads)
+	assert.Equal(t, config.Size(0), def.Store.MemoryBudget)
+	assert.Equal(t, 40, def.Store.AccessMessageInMemoryMaxRatio)
+
+	cfg, err := config.Decode([]byte("replication:\n  replica_reads: true\nstore:\n  memory_budget: 64MiB\n  access_message_in_memory_max_ratio: 25\n"))
+	require.NoError(t, err)
+	assert.True(t, cfg.Replication.ReplicaReads)
+	assert.Equal(t, config.Size(64<<20), cfg.Store.MemoryBudget)
+	assert.Equal(t, 25, cfg.Store.AccessMessageInMemoryMaxRatio)
+
+	cfg, err = config.Load("", []string{"FLOWD_REPLICA_READS=true", "FLOWD_MEMORY_BUDGET=1GiB", "FLOWD_ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO=10"})
+	require.NoError(t, err)
+	assert.True(t, cfg.Replication.ReplicaReads)
+	assert.Equal(t, config.Size(1<<30), cfg.Store.MemoryBudget)
+	assert.Equal(t, 10, cfg.Store.AccessMessageInMemoryMaxRatio)
+
+	_, err = config.Decode([]byte("replication:\n  replica_read: true\n"))
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), `replication.replica_read: unknown key; did you mean "replica_reads"?`)
+
+	for _, bad := range []struct {
+		doc, want string
+	}{
+		{"store:\n  access_message_in_memory_max_ratio: 0\n", "store.access_message_in_memory_max_ratio: must be a percentage from 1 to 100, not 0"},
+		{"store:\n  access_message_in_memory_max_ratio: 101\n", "store.access_message_in_memory_max_ratio: must be a percentage from 1 to 100, not 101"},
+		{"store:\n  memory_budget: -1\n", "store.memory_budget"},
+	} {
+		cfg, err := config.Decode([]byte(bad.doc))
+		if err == nil { // a value that decodes but cannot work
+			err = cfg.Validate()
+		}
+		require.ErrorIs(t, err, config.ErrInvalid, bad.doc)
+		assert.Contains(t, err.Error(), bad.want)
+	}
+}

@@ -88,6 +88,13 @@
 //     from the offset committed last, so what was polled and not yet committed before the
 //     drop can be handed out again. The zero-duplicate hand-over holds for rebalances, not
 //     for lost connections.
+//   - Pulls of a replica set's queues follow the broker's suggestWhichBrokerId, per queue:
+//     to a replica for history when the broker steers reads (replication.replica_reads),
+//     back to the master once caught up, to the lowest-id replica for 5 s when the master
+//     fails (docs/cluster.md, "Reads from replicas"). Offsets and locks stay at the master:
+//     with hand-over locks a lost master connection still stops the broker's queues until
+//     they are locked again, so the fallback serves consumers without them. ReadStats
+//     shows which member served what.
 //
 // # Lock order
 //

@@ -77,6 +77,13 @@ func newBroker(t testing.TB, mod func(*broker.Config)) (*broker.Broker, error) {
 // service is reached directly), so that a test can cut the clients' broker connections.
 func startBrokerBehindProxy(t testing.TB) (*broker.Broker, *tcpProxy) {
 	t.Helper()
+	return startBrokerBehindProxyWith(t, nil)
+}
+
+// startBrokerBehindProxyWith is startBrokerBehindProxy with mod applied to the broker's
+// configuration first.
+func startBrokerBehindProxyWith(t testing.TB, mod func(*broker.Config)) (*broker.Broker, *tcpProxy) {
+	t.Helper()
 	for attempt := 0; ; attempt++ {
 		// A free port for the broker, so that the proxy knows where to forward: another
 		// process may take it before the broker binds it, hence the attempts.
@@ -85,7 +92,12 @@ func startBrokerBehindProxy(t testing.TB) (*broker.Broker, *tcpProxy) {
 		listen := ln.Addr().String()
 		require.NoError(t, ln.Close())
 		px := startProxy(t, listen)
-		b, err := newBroker(t, func(c *broker.Config) { c.Listen, c.AdvertisedAddr = listen, px.addr() })
+		b, err := newBroker(t, func(c *broker.Config) {
+			if mod != nil {
+				mod(c)
+			}
+			c.Listen, c.AdvertisedAddr = listen, px.addr()
+		})
 		if err == nil {
 			return b, px
 		}

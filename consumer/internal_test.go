@@ -48,9 +48,9 @@ func TestFilteredRunsDoNotGrowTheCache(t *testing.T) {
 	l := newUnstarted(t)
 	mq := MessageQueue{Topic: "t", BrokerName: "b", QueueID: 0}
 	q := addActive(l, mq)
-	l.applyPull(q, 0, true, &pullResult{code: protocol.Success, next: 10, msgs: []*Message{{QueueOffset: 9, Body: []byte("x")}}, bytes: 1}, nil)
+	l.applyPull(q, 0, true, 0, nil, &pullResult{code: protocol.Success, next: 10, msgs: []*Message{{QueueOffset: 9, Body: []byte("x")}}, bytes: 1}, nil)
 	for i := range 1000 {
-		l.applyPull(q, 0, true, &pullResult{code: protocol.PullRetryImmediately, next: int64(11 + i)}, nil)
+		l.applyPull(q, 0, true, 0, nil, &pullResult{code: protocol.PullRetryImmediately, next: int64(11 + i)}, nil)
 	}
 	l.mu.Lock()
 	assert.Len(t, q.cache, 2, "one batch of messages, one offset-only entry")
@@ -62,8 +62,8 @@ func TestFilteredRunsDoNotGrowTheCache(t *testing.T) {
 	l.mu.Unlock()
 
 	// Offsets after a batch of messages still wait for that batch to be handed out.
-	l.applyPull(q, 0, true, &pullResult{code: protocol.Success, next: 1012, msgs: []*Message{{QueueOffset: 1011}}}, nil)
-	l.applyPull(q, 0, true, &pullResult{code: protocol.PullRetryImmediately, next: 1500}, nil)
+	l.applyPull(q, 0, true, 0, nil, &pullResult{code: protocol.Success, next: 1012, msgs: []*Message{{QueueOffset: 1011}}}, nil)
+	l.applyPull(q, 0, true, 0, nil, &pullResult{code: protocol.PullRetryImmediately, next: 1500}, nil)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	assert.EqualValues(t, 1010, q.consumeOffset)

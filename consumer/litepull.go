@@ -82,6 +82,8 @@ type LitePull struct {
 	parked         map[MessageQueue]int      // long-polling pulls in flight, by queue (see pullTask)
 	failures       map[MessageQueue]error    // refused pulls Poll has still to report (see refusal)
 	alloc          allocStatus               // the group's agreement on its allocator, as last read
+	masterDown     map[string]time.Time      // by broker name: pulls go to a replica until then (replicareads.go)
+	reads          map[readMember]*ReadStat  // pulls answered, by broker member (ReadStats)
 
 	rebalances atomic.Uint64 // rebalances done, for tests to wait on
 
@@ -125,6 +127,7 @@ type queue struct {
 	taskCancel     context.CancelFunc
 	lastPull       time.Time
 	refused        bool          // the last pull was refused for good (see refusal)
+	readFrom       int64         // the broker member the last answer suggested (replicareads.go)
 	wake           chan struct{} // Poll made room, Resume: a waiting task may pull again
 	restart        chan struct{} // Seek: stop waiting for the pull in flight
 }
@@ -214,6 +217,8 @@ func newLitePull(group string, reader bool, opts []Option) (*LitePull, error) {
 		parked:         map[MessageQueue]int{},
 		commits:        map[MessageQueue]*queueCommit{},
 		failures:       map[MessageQueue]error{},
+		masterDown:     map[string]time.Time{},
+		reads:          map[readMember]*ReadStat{},
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	var err error

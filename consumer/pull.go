@@ -13,10 +13,11 @@ import (
 
 // pullResult is what one pull brought back.
 type pullResult struct {
-	code  protocol.ResponseCode
-	next  int64
-	msgs  []*Message
-	bytes int64
+	code    protocol.ResponseCode
+	next    int64
+	suggest int64 // the member the broker suggests for the next pull (suggestWhichBrokerId)
+	msgs    []*Message
+	bytes   int64
 }
 
 // pullTask pulls one owned queue until the queue is dropped or the consumer shuts down: one
@@ -156,6 +157,7 @@ func (l *LitePull) pullDelay(q *queue) time.Duration {
 // the call ends with its answer, its timeout, or Close (l.ctx).
 func (l *LitePull) startPull(ctx context.Context, q *queue, gen uint64, sub *subscription, offset int64, suspend bool, out chan<- time.Duration) {
 	l.wg.Add(1)
+	var from int64 // the member of the broker the pull goes to (0: the master)
 	finish := func(resp *protocol.Command, err error) {
 		defer l.wg.Done()
 		var res *pullResult
@@ -172,14 +174,15 @@ func (l *LitePull) startPull(ctx context.Context, q *queue, gen uint64, sub *sub
 			}
 			l.mu.Unlock()
 		}
-		out <- l.applyPull(q, gen, suspend, res, err)
+		out <- l.applyPull(q, gen, suspend, from, resp, res, err)
 	}
 	timeout := l.cfg.suspendedTimeout
 	if !suspend {
 		timeout = l.cl.RequestTimeout()
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
-	addr, err := l.cl.FindBrokerAddr(actx, q.mq.BrokerName, q.mq.Topic)
+	addr, id, err := l.pullMember(actx, q)
+	from = id
 	cancel()
 	if err != nil {
 		finish(nil, err)
@@ -226,7 +229,7 @@ func (l *LitePull) pullAnswer(resp *protocol.Command, mq MessageQueue, sub *subs
 	if err := resp.DecodeHeader(&rh); err != nil {
 		return nil, err
 	}
-	res := &pullResult{code: code, next: rh.NextBeginOffset}
+	res := &pullResult{code: code, next: rh.NextBeginOffset, suggest: rh.SuggestWhichBrokerID}
 	if code != protocol.Success || len(resp.Body) == 0 {
 		return res, nil
 	}
@@ -324,10 +327,13 @@ func countStored(b []byte) int {
 }
 
 // applyPull caches a pull's messages and moves the pull offset, unless q was dropped or
-// seeked meanwhile. It returns how long the task should wait before its next pull.
-func (l *LitePull) applyPull(q *queue, gen uint64, suspended bool, res *pullResult, err error) time.Duration {
+// seeked meanwhile, and notes which member of the broker (from) answered it (resp, nil if
+// none did) and where the next pull goes. It returns how long the task should wait before
+// its next pull.
+func (l *LitePull) applyPull(q *queue, gen uint64, suspended bool, from int64, resp *protocol.Command, res *pullResult, err error) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.notePullLocked(q, from, resp, res, err)
 	if q.dropped || q.gen != gen || l.closing {
 		return 0
 	}

@@ -167,6 +167,11 @@ type GetResult struct {
 	Count int
 	// TotalBytes is the sum of len(Messages[i]), or of Regions[i].Length.
 	TotalBytes int
+	// InDisk reports that the batch's last message lies more than Options.MemoryBudget
+	// behind the commit log's end as the read saw it (the test that picks the on-disk batch
+	// caps): the reader is far behind, and a replica set's master suggests a replica for
+	// its next pull (RocketMQ's suggestPullingFromSlave). False when the read took nothing.
+	InDisk bool
 
 	buf  *[]byte
 	pins []*segment // the segments of Regions, kept open until Release

@@ -113,9 +113,18 @@ type Options struct {
 	StoreHost netip.AddrPort
 
 	// MemoryBudget is how far behind the commit log's end, in bytes, data still counts as
-	// "in memory" for the read batch caps and the replica suggestion. Default: 40 % of the
-	// machine's RAM (from /proc/meminfo; 8 GiB if that cannot be read).
+	// "in memory" for the read batch caps and the replica suggestion. Default:
+	// InMemoryMaxRatio percent of Memory.
 	MemoryBudget int64
+
+	// Memory is the memory, in bytes, that InMemoryMaxRatio applies to when MemoryBudget is
+	// not set. Default: the machine's RAM (from /proc/meminfo; 20 GiB if that cannot be
+	// read, so that the budget is the 8 GiB it always fell back to).
+	Memory int64
+
+	// InMemoryMaxRatio is the percentage of Memory that counts as in memory (RocketMQ's
+	// accessMessageInMemoryMaxRatio). Default: 40.
+	InMemoryMaxRatio int
 
 	// OnDispatch, if set, is called by the dispatcher after each consume-queue unit is
 	// appended and readable (long polling hangs on it). It runs on the dispatch goroutine and
@@ -149,11 +158,12 @@ type Options struct {
 }
 
 const (
-	defaultSegmentSize    = 1 << 30
-	defaultCQUnits        = 300_000
-	defaultMaxMessageSize = 4 << 20
-	defaultMemoryFallback = 8 << 30
-	pageSize              = 4096
+	defaultSegmentSize      = 1 << 30
+	defaultCQUnits          = 300_000
+	defaultMaxMessageSize   = 4 << 20
+	defaultMemoryFallback   = 20 << 30
+	defaultInMemoryMaxRatio = 40
+	pageSize                = 4096
 	// blankMin is the space every segment keeps free for the blank marker
 	// (TOTALSIZE + MAGIC) that ends it.
 	blankMin = 8
@@ -226,8 +236,17 @@ func (o Options) withDefaults() (Options, error) {
 	if int64(o.MaxMessageSize) > o.SegmentSize-blankMin {
 		return o, fmt.Errorf("store options: MaxMessageSize %d does not fit a segment of %d bytes", o.MaxMessageSize, o.SegmentSize)
 	}
+	if o.InMemoryMaxRatio <= 0 {
+		o.InMemoryMaxRatio = defaultInMemoryMaxRatio
+	}
+	if o.InMemoryMaxRatio > 100 {
+		return o, fmt.Errorf("store options: InMemoryMaxRatio %d is above 100", o.InMemoryMaxRatio)
+	}
 	if o.MemoryBudget <= 0 {
-		o.MemoryBudget = memoryBudget()
+		if o.Memory <= 0 {
+			o.Memory = machineMemory()
+		}
+		o.MemoryBudget = max(o.Memory*int64(o.InMemoryMaxRatio)/100, 1)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -238,8 +257,8 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// memoryBudget is 40 % of MemTotal, RocketMQ's accessMessageInMemoryMaxRatio.
-func memoryBudget() int64 {
+// machineMemory is MemTotal, the memory RocketMQ's accessMessageInMemoryMaxRatio applies to.
+func machineMemory() int64 {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return defaultMemoryFallback
@@ -252,7 +271,7 @@ func memoryBudget() int64 {
 			if err != nil || kb <= 0 {
 				break
 			}
-			return kb * 1024 * 4 / 10
+			return kb * 1024
 		}
 	}
 	return defaultMemoryFallback

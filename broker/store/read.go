@@ -108,7 +108,7 @@ func (it *unitIter) readBatch(r *GetResult) (*GetResult, error) {
 		at, err := rd.get(it.units, u, it.countRoom(), it.byteRoom(u.inDisk))
 		if it.settle(u, err) {
 			rd.accept(at, u.size)
-			it.take(u.size)
+			it.take(u.size, u.inDisk)
 		}
 	}
 	if err := it.end(r); err != nil {

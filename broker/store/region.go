@@ -130,7 +130,7 @@ func (it *unitIter) readRegions(r *GetResult) (*GetResult, error) {
 	rb := regionBatch{s: it.s, regions: make([]Region, 0, it.countRoom())}
 	for u, ok := it.next(); ok; u, ok = it.next() {
 		if it.settle(u, rb.add(u.off, u.size)) {
-			it.take(u.size)
+			it.take(u.size, u.inDisk)
 		}
 	}
 	if err := it.end(r); err != nil {

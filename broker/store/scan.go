@@ -34,6 +34,7 @@ type unitIter struct {
 	// the batch's bounds and what it took so far
 	maxMsgs, maxBytes int
 	count, total      int
+	inDisk            bool // the last message taken lies beyond the memory budget
 
 	status  GetStatus
 	stopped bool  // the read ends at i
@@ -111,10 +112,12 @@ func (it *unitIter) settle(u cqUnit, err error) bool {
 	return false
 }
 
-// take counts a message of size bytes into the batch.
-func (it *unitIter) take(size int) {
+// take counts a message of size bytes into the batch; inDisk is whether it lies beyond
+// the memory budget.
+func (it *unitIter) take(size int, inDisk bool) {
 	it.count++
 	it.total += size
+	it.inDisk = inDisk
 	it.status = Found
 }
 
@@ -180,6 +183,6 @@ func (it *unitIter) end(r *GetResult) error {
 		}
 	}
 	r.Status, r.NextBeginOffset = it.status, it.offset(it.i)
-	r.Count, r.TotalBytes = it.count, it.total
+	r.Count, r.TotalBytes, r.InDisk = it.count, it.total, it.inDisk
 	return nil
 }

@@ -216,6 +216,7 @@ func TestBatchCaps(t *testing.T) {
 	g = get(t, s, "T", 0, 0, 64, 0, nil)
 	assert.Len(t, g.Messages, 32, "in-memory count cap")
 	assert.Equal(t, int64(32), g.NextBeginOffset)
+	assert.False(t, g.InDisk)
 
 	g = get(t, s, "T", 0, 0, 64, 3*size+1, nil)
 	assert.Len(t, g.Messages, 3, "byte cap")
@@ -228,6 +229,11 @@ func TestBatchCaps(t *testing.T) {
 	s.opts.MemoryBudget = 1 // everything is "on disk" now
 	g = get(t, s, "T", 0, 0, 64, 0, nil)
 	assert.Len(t, g.Messages, 8, "on-disk count cap")
+	assert.True(t, g.InDisk, "the batch's messages lie beyond the budget")
+	r, err := s.GetRegions(context.Background(), "T", 0, 0, 64, 0, nil)
+	require.NoError(t, err)
+	assert.True(t, r.InDisk, "GetRegions says so too")
+	r.Release()
 	g = get(t, s, "T", 1, 0, 64, 0, nil)
 	assert.Len(t, g.Messages, 1, "64 KiB on-disk byte cap; first always taken")
 }
@@ -678,4 +684,24 @@ func TestTopicOKMemo(t *testing.T) {
 	assert.True(t, s.topicOK("T2"))
 	assert.False(t, s.topicOK(strings.Repeat("x", protocol.MaxTopicLength+1)))
 	assert.True(t, s.topicOK("T1"))
+}
+
+// The memory budget is InMemoryMaxRatio (RocketMQ's accessMessageInMemoryMaxRatio, 40 by
+// default) percent of Memory (the machine's by default), unless MemoryBudget is set.
+func TestMemoryBudgetIsTheRatioOfMemory(t *testing.T) {
+	o, err := Options{Memory: 1000}.withDefaults()
+	require.NoError(t, err)
+	assert.Equal(t, int64(400), o.MemoryBudget)
+	o, err = Options{Memory: 1000, InMemoryMaxRatio: 10}.withDefaults()
+	require.NoError(t, err)
+	assert.Equal(t, int64(100), o.MemoryBudget)
+	o, err = Options{Memory: 1000, MemoryBudget: 7}.withDefaults()
+	require.NoError(t, err)
+	assert.Equal(t, int64(7), o.MemoryBudget, "a budget set wins")
+	o, err = Options{}.withDefaults()
+	require.NoError(t, err)
+	assert.Equal(t, o.Memory*40/100, o.MemoryBudget)
+	assert.Positive(t, o.Memory)
+	_, err = Options{InMemoryMaxRatio: 101}.withDefaults()
+	require.Error(t, err)
 }

@@ -74,7 +74,7 @@ func (it *unitIter) decide(ctx context.Context, win *filterWindow, rd *batchRead
 			return true
 		}
 		rd.accept(e.at, e.size)
-		it.take(e.size)
+		it.take(e.size, e.inDisk)
 	}
 	if rejected {
 		rd.compact(win.bufStart, win.spanStart)

@@ -159,6 +159,9 @@ func brokerConfig(c config.Config, log *slog.Logger) broker.Config {
 	bc.Store.Retention = c.Store.Retention
 	bc.Store.MaxDiskUsage = c.Store.MaxDiskUsage
 	bc.Store.SegmentSize = int64(c.Store.SegmentSize)
+	bc.Store.Memory = int64(c.Store.MemoryBudget)
+	bc.Store.InMemoryMaxRatio = c.Store.AccessMessageInMemoryMaxRatio
+	bc.ReplicaReads = c.Replication.Enabled() && c.Replication.ReplicaReads
 	if c.Store.Flush == "sync" {
 		bc.Store.FlushMode = store.FlushSync
 	}

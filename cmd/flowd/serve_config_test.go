@@ -25,4 +25,18 @@ func TestBrokerConfigCarriesTheStoreSettings(t *testing.T) {
 	assert.Equal(t, 3*time.Second, bc.OffsetFlushInterval)
 	assert.True(t, bc.DisableZeroCopy)
 	assert.Equal(t, store.FlushSync, bc.Store.FlushMode)
+
+	assert.Equal(t, int64(0), bc.Store.Memory, "the machine's memory")
+	assert.Equal(t, 40, bc.Store.InMemoryMaxRatio)
+	assert.False(t, bc.ReplicaReads)
+
+	c.Store.MemoryBudget = 1 << 20
+	c.Store.AccessMessageInMemoryMaxRatio = 10
+	c.Replication.ReplicaReads = true
+	bc = brokerConfig(c, slog.Default())
+	assert.Equal(t, int64(1<<20), bc.Store.Memory)
+	assert.Equal(t, 10, bc.Store.InMemoryMaxRatio)
+	assert.False(t, bc.ReplicaReads, "a single broker has no replica to read from")
+	c.Replication.Mode = "async"
+	assert.True(t, brokerConfig(c, slog.Default()).ReplicaReads)
 }

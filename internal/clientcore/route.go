@@ -1,6 +1,7 @@
 package clientcore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -22,16 +23,32 @@ type Route struct {
 	// SubscribeQueues are the readable queues, sorted by protocol.MessageQueue.Compare.
 	SubscribeQueues []protocol.MessageQueue
 
-	masters map[string]string // broker name → master address
+	masters map[string]string   // broker name → master address
+	members map[string][]Member // broker name → every member the route lists, by id
+}
+
+// Member is one member of a broker's replica set as a route lists it: the master as
+// protocol.MasterID (0), replicas by their broker ids.
+type Member struct {
+	ID   int64
+	Addr string
 }
 
 // NewRoute derives a Route from route data.
 func NewRoute(topic string, data *protocol.TopicRouteData) *Route {
-	r := &Route{Topic: topic, Data: data, masters: map[string]string{}}
+	r := &Route{Topic: topic, Data: data, masters: map[string]string{}, members: map[string][]Member{}}
 	for _, bd := range data.BrokerDatas {
 		if addr, ok := bd.BrokerAddrs[protocol.MasterID]; ok && addr != "" {
 			r.masters[bd.BrokerName] = addr
 		}
+		for id, addr := range bd.BrokerAddrs {
+			if addr != "" && id >= 0 && !slices.ContainsFunc(r.members[bd.BrokerName], func(m Member) bool { return m.ID == id }) {
+				r.members[bd.BrokerName] = append(r.members[bd.BrokerName], Member{ID: id, Addr: addr})
+			}
+		}
+	}
+	for _, ms := range r.members {
+		slices.SortFunc(ms, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
 	}
 	for _, qd := range data.QueueDatas {
 		if qd.Perm&protocol.PermRead != 0 {
@@ -58,6 +75,21 @@ func (r *Route) BrokerAddr(brokerName string) (string, bool) {
 	return addr, ok
 }
 
+// SubscribeAddr returns the address of member brokerID (0: the master) of the named
+// broker, as this route gives it.
+func (r *Route) SubscribeAddr(brokerName string, brokerID int64) (string, bool) {
+	for _, m := range r.members[brokerName] {
+		if m.ID == brokerID {
+			return m.Addr, true
+		}
+	}
+	return "", false
+}
+
+// Members returns every member of the named broker this route lists, sorted by broker id.
+// The slice is the route's: it must not be modified.
+func (r *Route) Members(brokerName string) []Member { return r.members[brokerName] }
+
 // BrokerAddrs returns the master address of every broker in the route, sorted.
 func (r *Route) BrokerAddrs() []string {
 	out := slices.Collect(maps.Values(r.masters))
@@ -68,7 +100,8 @@ func (r *Route) BrokerAddrs() []string {
 // sameAs reports whether r and o give the same queues and brokers.
 func (r *Route) sameAs(o *Route) bool {
 	return slices.Equal(r.SubscribeQueues, o.SubscribeQueues) &&
-		slices.Equal(r.PublishQueues, o.PublishQueues) && maps.Equal(r.masters, o.masters)
+		slices.Equal(r.PublishQueues, o.PublishQueues) && maps.Equal(r.masters, o.masters) &&
+		maps.EqualFunc(r.members, o.members, slices.Equal)
 }
 
 // Route returns topic's cached route, fetching it from the name servers when it is not
@@ -232,6 +265,61 @@ func (c *Client) FindBrokerAddr(ctx context.Context, brokerName, topic string) (
 		return addr, nil
 	}
 	return "", fmt.Errorf("%w: %q (topic %q)", ErrBrokerNotFound, brokerName, topic)
+}
+
+// Members returns every member of the named broker that a cached route lists, sorted by
+// broker id (the master, 0, first); nil when no cached route names the broker. The slice
+// is a route's: it must not be modified.
+func (c *Client) Members(brokerName string) []Member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var best []Member
+	for _, r := range c.routes {
+		if ms := r.members[brokerName]; len(ms) > len(best) {
+			best = ms // the routes of one broker's topics list the same members; take the fullest
+		}
+	}
+	return best
+}
+
+// SubscribeAddr returns the address of member brokerID (0: the master) of the named broker
+// from any cached route, as RocketMQ's findBrokerAddressInSubscribe with onlyThisBroker.
+func (c *Client) SubscribeAddr(brokerName string, brokerID int64) (string, bool) {
+	for _, m := range c.Members(brokerName) {
+		if m.ID == brokerID {
+			return m.Addr, true
+		}
+	}
+	return "", false
+}
+
+// FindSubscribeAddr returns the address of a member of the named broker to pull from:
+// member brokerID when a route lists it, else the master, else the member with the lowest
+// id (a route without a master: one served by a replica while its set has none), as
+// RocketMQ's findBrokerAddressInSubscribe; id is the member's. topic's route is refreshed
+// when no cached route names the broker.
+func (c *Client) FindSubscribeAddr(ctx context.Context, brokerName, topic string, brokerID int64) (addr string, id int64, err error) {
+	ms := c.Members(brokerName)
+	if len(ms) == 0 {
+		r, err := c.UpdateRoute(ctx, topic)
+		if err != nil {
+			return "", 0, fmt.Errorf("find broker %q: %w", brokerName, err)
+		}
+		ms = r.Members(brokerName)
+	}
+	if len(ms) == 0 {
+		return "", 0, fmt.Errorf("%w: %q (topic %q)", ErrBrokerNotFound, brokerName, topic)
+	}
+	pick := ms[0]
+	for _, m := range ms {
+		if m.ID == brokerID {
+			return m.Addr, m.ID, nil
+		}
+		if m.ID == protocol.MasterID {
+			pick = m
+		}
+	}
+	return pick.Addr, pick.ID, nil
 }
 
 // BrokerAddrs returns the master address of every broker named in a cached route, sorted.
