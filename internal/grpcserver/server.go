@@ -87,7 +87,11 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxBatch = broker.PopMaxMessages
 	}
 	s := &Server{cfg: cfg, b: cfg.Broker, log: cfg.Logger.With("component", "grpc"), clients: newClientTable(), served: make(chan struct{}), stopping: make(chan struct{})}
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.UnaryInterceptor(s.countUnary), grpc.StreamInterceptor(s.countStream)}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(64 << 20), grpc.UnaryInterceptor(s.countUnary), grpc.StreamInterceptor(s.countStream),
+		// Deliveries written by hand go out as they are (wire.go).
+		grpc.ForceServerCodecV2(newServerCodec()),
+	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
