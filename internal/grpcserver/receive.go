@@ -133,13 +133,16 @@ func (s *Server) AckMessage(ctx context.Context, req *pb.AckMessageRequest) (*pb
 	// One pass over the batch: one journal write for all of it, not one per entry.
 	errs := s.b.PopAckBatch(ctx, group, topic, handles)
 	resp := &pb.AckMessageResponse{Entries: make([]*pb.AckMessageResultEntry, len(entries))}
+	// The batch's result entries in one allocation, not one each.
+	results := make([]pb.AckMessageResultEntry, len(entries))
 	okStatus := ok()
 	for i, e := range entries {
-		st := okStatus
+		r := &results[i]
+		r.MessageId, r.ReceiptHandle, r.Status = e.GetMessageId(), e.GetReceiptHandle(), okStatus
 		if errs[i] != nil {
-			st = statusOf(errs[i], pb.Code_NOT_FOUND)
+			r.Status = statusOf(errs[i], pb.Code_NOT_FOUND)
 		}
-		resp.Entries[i] = &pb.AckMessageResultEntry{MessageId: e.GetMessageId(), ReceiptHandle: e.GetReceiptHandle(), Status: st}
+		resp.Entries[i] = r
 	}
 	resp.Status = overall(resp.Entries, func(e *pb.AckMessageResultEntry) *pb.Status { return e.Status })
 	return resp, nil

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -91,6 +92,9 @@ func New(cfg Config) (*Server, error) {
 		grpc.MaxRecvMsgSize(64 << 20), grpc.UnaryInterceptor(s.countUnary), grpc.StreamInterceptor(s.countStream),
 		// Deliveries written by hand go out as they are (wire.go).
 		grpc.ForceServerCodecV2(newServerCodec()),
+		// Calls run on a pool of goroutines, one per core, instead of a new goroutine (and
+		// its stack growth) per call: a consumer makes two calls per batch.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
