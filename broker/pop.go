@@ -285,6 +285,9 @@ func (b *Broker) popOnce(ctx context.Context, tc TopicConfig, req PopRequest, f 
 			break // hand out what was taken; the next receive meets the error again
 		}
 	}
+	if len(out) == 0 {
+		return nil, nil
+	}
 	return out, nil
 }
 
@@ -364,12 +367,31 @@ func (b *Broker) popFresh(ctx context.Context, q *popQueue, req PopRequest, f *s
 		return out, recs, fmt.Errorf("pop: read %s/%d from %d: %w", q.key.topic, q.key.queueID, q.next, err)
 	}
 	defer res.Release()
-	for _, raw := range res.Messages {
-		m, _, err := protocol.DecodeStored(raw)
-		if err != nil {
-			return out, recs, fmt.Errorf("pop: decode %s/%d near %d: %w", q.key.topic, q.key.queueID, q.next, err)
+	// The batch's messages in one allocation and their bodies, copied out of the read's
+	// buffer before it goes back to the store, in one more: not two allocations a message.
+	ms := make([]protocol.MessageExt, len(res.Messages))
+	var decodeErr error
+	size := 0
+	for i, raw := range res.Messages {
+		if _, err := protocol.DecodeStoredTo(&ms[i], raw, protocol.DecodeOptions{VerifyCRC: true}); err != nil {
+			decodeErr = fmt.Errorf("pop: decode %s/%d near %d: %w", q.key.topic, q.key.queueID, q.next, err)
+			ms = ms[:i] // hand out those before it, as one by one would
+			break
 		}
-		m.Body = bytes.Clone(m.Body)
+		size += len(ms[i].Body)
+	}
+	bodies := make([]byte, 0, size)
+	if out == nil {
+		out = make([]PoppedMessage, 0, req.MaxMessages)
+	}
+	if recs == nil {
+		recs = make([]popRecord, 0, len(ms))
+	}
+	for i := range ms {
+		m := &ms[i]
+		at := len(bodies)
+		bodies = append(bodies, m.Body...)
+		m.Body = bodies[at:len(bodies):len(bodies)]
 		if m.QueueOffset < q.next {
 			continue
 		}
@@ -384,6 +406,9 @@ func (b *Broker) popFresh(ctx context.Context, q *popQueue, req PopRequest, f *s
 		}
 		out = append(out, b.handOut(q, e, m, now, req.Invisible))
 		recs = append(recs, entryRecord(recPop, q, e))
+	}
+	if decodeErr != nil {
+		return out, recs, decodeErr
 	}
 	if res.NextBeginOffset > q.next {
 		q.next = res.NextBeginOffset

@@ -41,28 +41,39 @@ type receipt struct {
 // MACs, and hmac.New costs two hashes' setup and allocations each time.
 type handleKey struct {
 	key  []byte
-	macs sync.Pool
+	macs sync.Pool // of *macState
+}
+
+// macState is a keyed HMAC with the buffers that stay with it, so that a MAC allocates
+// nothing: the input written in one piece, not as conversions that escape to the hash.
+type macState struct {
+	h   hash.Hash
+	in  []byte // group, 0, topic, 0, payload; or a handle being decoded
+	sum [sha256.Size]byte
 }
 
 func newHandleKey(key []byte) *handleKey {
 	k := &handleKey{key: key}
-	k.macs.New = func() any { return hmac.New(sha256.New, k.key) }
+	k.macs.New = func() any { return &macState{h: hmac.New(sha256.New, k.key)} }
 	return k
 }
 
+func (st *macState) mac(group, topic string, payload []byte, dst []byte) []byte {
+	st.in = append(append(append(append(append(st.in[:0], group...), 0), topic...), 0), payload...)
+	st.h.Reset()
+	st.h.Write(st.in)
+	return append(dst, st.h.Sum(st.sum[:0])[:handleMACLen]...)
+}
+
 func (k *handleKey) mac(group, topic string, payload []byte, dst []byte) []byte {
-	m := k.macs.Get().(hash.Hash)
-	m.Reset()
-	m.Write([]byte(group))
-	m.Write([]byte{0})
-	m.Write([]byte(topic))
-	m.Write([]byte{0})
-	m.Write(payload)
-	var sum [sha256.Size]byte
-	out := append(dst, m.Sum(sum[:0])[:handleMACLen]...)
-	k.macs.Put(m)
+	st := k.macs.Get().(*macState)
+	out := st.mac(group, topic, payload, dst)
+	k.macs.Put(st)
 	return out
 }
+
+// handleTextLen is a handle's length in base64url.
+const handleTextLen = (handleLen*8 + 5) / 6
 
 func encodeHandle(key *handleKey, group, topic string, r receipt) string {
 	var b [handleLen]byte
@@ -74,7 +85,9 @@ func encodeHandle(key *handleKey, group, topic string, r receipt) string {
 	binary.BigEndian.PutUint32(b[29:], uint32(r.attempt))
 	binary.BigEndian.PutUint64(b[33:], r.epoch)
 	key.mac(group, topic, b[:handlePayloadLen], b[:handlePayloadLen])
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	var text [handleTextLen]byte
+	base64.RawURLEncoding.Encode(text[:], b[:])
+	return string(text[:])
 }
 
 // decodeHandle checks a handle's form and MAC for group and topic; every failure wraps
@@ -83,15 +96,18 @@ func decodeHandle(key *handleKey, group, topic, h string) (receipt, error) {
 	if base64.RawURLEncoding.DecodedLen(len(h)) != handleLen {
 		return receipt{}, fmt.Errorf("%w: %d characters, want %d", ErrInvalidReceiptHandle, len(h), base64.RawURLEncoding.EncodedLen(handleLen))
 	}
+	st := key.macs.Get().(*macState)
+	defer key.macs.Put(st)
 	var b [handleLen]byte
-	if n, err := base64.RawURLEncoding.Decode(b[:], []byte(h)); err != nil || n != handleLen {
+	st.in = append(st.in[:0], h...) // the decoder's input, not a conversion of h per call
+	if n, err := base64.RawURLEncoding.Decode(b[:], st.in); err != nil || n != handleLen {
 		return receipt{}, fmt.Errorf("%w: not base64url", ErrInvalidReceiptHandle)
 	}
 	if b[0] != handleVersion {
 		return receipt{}, fmt.Errorf("%w: version %d", ErrInvalidReceiptHandle, b[0])
 	}
 	var want [handleMACLen]byte
-	if !hmac.Equal(b[handlePayloadLen:], key.mac(group, topic, b[:handlePayloadLen], want[:0])) {
+	if !hmac.Equal(b[handlePayloadLen:], st.mac(group, topic, b[:handlePayloadLen], want[:0])) {
 		return receipt{}, fmt.Errorf("%w: not issued by this broker for group %q and topic %q", ErrInvalidReceiptHandle, group, topic)
 	}
 	return receipt{

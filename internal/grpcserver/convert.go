@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/md5"
-	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -199,56 +198,117 @@ type delivery struct {
 	invisibleUntil time.Time
 }
 
-// toProto maps a stored message onto a 5.x message of topic (the consumer's topic, also
-// for a message read from its retry topic), with the pop delivery's receipt handle,
-// attempt and invisibility when p is not nil, and its body's MD5 (upper-case hex, as
-// RocketMQ's proxy sends: the clients check it).
-func (s *Server) toProto(m *protocol.MessageExt, topic string, p *delivery) *pb.Message {
+// outMessage is a stored message as the 5.x protocol shows it, the fields worked out once
+// for both encodings of it: toProto's generated message and the hand-written wire format of
+// a delivery (wire.go).
+type outMessage struct {
+	m         *protocol.MessageExt
+	topic     string
+	body      []byte
+	digest    [2 * md5.Size]byte // upper-case hex
+	messageID string
+	msgType   pb.MessageType
+	// tag, group and trace are set when hasTag, hasGroup, hasTrace.
+	tag, group, trace          string
+	hasTag, hasGroup, hasTrace bool
+	keys                       string // the KEYS property: the keys, space-separated
+	deliverAt                  int64  // Unix ms, when hasDeliverAt
+	hasDeliverAt               bool
+	p                          *delivery
+	invisible                  time.Duration // the delivery's, when p is not nil
+}
+
+// outOf works out m's 5.x fields for topic (the consumer's topic, also for a message read
+// from its retry topic), with the pop delivery's receipt handle, attempt and invisibility
+// when p is not nil, and its body's MD5 (upper-case hex, as RocketMQ's proxy sends: the
+// clients check it).
+func (s *Server) outOf(m *protocol.MessageExt, topic string, p *delivery) outMessage {
+	o := outMessage{m: m, topic: topic, p: p, msgType: pb.MessageType_NORMAL}
 	body, err := m.UncompressedBody(s.b.MaxMessageSize() * 4)
 	if err != nil {
 		body = m.Body // sent as stored: the client's digest check marks it corrupted
 	}
+	o.body = body
 	sum := md5.Sum(body)
+	for i, c := range sum {
+		o.digest[2*i], o.digest[2*i+1] = upperHex[c>>4], upperHex[c&0xF]
+	}
+	o.messageID = m.Properties[protocol.PropertyUniqueKey]
+	if o.messageID == "" {
+		o.messageID = protocol.OffsetMsgID(m.StoreHost, m.CommitLogOffset)
+	}
+	if t, found := m.Properties[protocol.PropertyTags]; found && t != "" {
+		o.tag, o.hasTag = t, true
+	}
+	o.keys = m.Properties[protocol.PropertyKeys]
+	if g := m.Properties[propShardingKey]; g != "" {
+		o.group, o.hasGroup = g, true
+		o.msgType = pb.MessageType_FIFO
+	}
+	if tc := m.Properties[propTraceContext]; tc != "" {
+		o.trace, o.hasTrace = tc, true
+	}
+	if v, found := m.Properties[propDeliverAt]; found {
+		if at, err := strconv.ParseInt(v, 10, 64); err == nil {
+			o.deliverAt, o.hasDeliverAt = at, true
+			o.msgType = pb.MessageType_DELAY
+		}
+	}
+	if m.Properties[protocol.PropertyTransactionPrepared] == "true" || m.SysFlag&protocol.MsgTransactionMask == protocol.MsgTransactionCommit {
+		o.msgType = pb.MessageType_TRANSACTION
+	}
+	if p != nil {
+		o.invisible = time.Until(p.invisibleUntil).Round(time.Millisecond)
+	}
+	return o
+}
+
+const upperHex = "0123456789ABCDEF"
+
+// toProto maps a stored message onto a 5.x message (outOf says which fields).
+func (s *Server) toProto(m *protocol.MessageExt, topic string, p *delivery) *pb.Message {
+	o := s.outOf(m, topic, p)
+	return o.proto()
+}
+
+// proto is o as the generated message.
+func (o *outMessage) proto() *pb.Message {
+	m := o.m
 	sp := &pb.SystemProperties{
-		MessageId:      m.Properties[protocol.PropertyUniqueKey],
-		BodyDigest:     &pb.Digest{Type: pb.DigestType_MD5, Checksum: strings.ToUpper(hex.EncodeToString(sum[:]))},
+		MessageId:      o.messageID,
+		BodyDigest:     &pb.Digest{Type: pb.DigestType_MD5, Checksum: string(o.digest[:])},
 		BodyEncoding:   pb.Encoding_IDENTITY,
-		MessageType:    pb.MessageType_NORMAL,
+		MessageType:    o.msgType,
 		BornTimestamp:  timestamppb.New(time.UnixMilli(m.BornTimestamp)),
 		BornHost:       m.BornHost.Addr().String(),
 		StoreTimestamp: timestamppb.New(time.UnixMilli(m.StoreTimestamp)),
 		StoreHost:      m.StoreHost.String(),
 		QueueId:        m.QueueID,
 	}
-	if sp.MessageId == "" {
-		sp.MessageId = protocol.OffsetMsgID(m.StoreHost, m.CommitLogOffset)
-	}
 	off := m.QueueOffset
 	sp.QueueOffset = &off
-	if t, found := m.Properties[protocol.PropertyTags]; found && t != "" {
+	if o.hasTag {
+		t := o.tag
 		sp.Tag = &t
 	}
-	sp.Keys = m.Keys()
-	if g := m.Properties[propShardingKey]; g != "" {
+	sp.Keys = strings.Fields(o.keys)
+	if o.hasGroup {
+		g := o.group
 		sp.MessageGroup = &g
-		sp.MessageType = pb.MessageType_FIFO
 	}
-	if tc := m.Properties[propTraceContext]; tc != "" {
+	if o.hasTrace {
+		tc := o.trace
 		sp.TraceContext = &tc
 	}
-	if at, err := strconv.ParseInt(m.Properties[propDeliverAt], 10, 64); err == nil {
-		sp.DeliveryTimestamp = timestamppb.New(time.UnixMilli(at))
-		sp.MessageType = pb.MessageType_DELAY
+	if o.hasDeliverAt {
+		sp.DeliveryTimestamp = timestamppb.New(time.UnixMilli(o.deliverAt))
 	}
-	if m.Properties[protocol.PropertyTransactionPrepared] == "true" || m.SysFlag&protocol.MsgTransactionMask == protocol.MsgTransactionCommit {
-		sp.MessageType = pb.MessageType_TRANSACTION
-	}
-	if p != nil {
-		h := p.handle
+	if o.p != nil {
+		h := o.p.handle
 		sp.ReceiptHandle = &h
-		attempt := int32(p.attempt)
+		attempt := int32(o.p.attempt)
 		sp.DeliveryAttempt = &attempt
-		sp.InvisibleDuration = durationpb.New(time.Until(p.invisibleUntil).Round(time.Millisecond))
+		sp.InvisibleDuration = durationpb.New(o.invisible)
 	}
 	user := make(map[string]string, len(m.Properties))
 	for k, v := range m.Properties {
@@ -256,5 +316,5 @@ func (s *Server) toProto(m *protocol.MessageExt, topic string, p *delivery) *pb.
 			user[k] = v
 		}
 	}
-	return &pb.Message{Topic: &pb.Resource{Name: topic}, UserProperties: user, SystemProperties: sp, Body: body}
+	return &pb.Message{Topic: &pb.Resource{Name: o.topic}, UserProperties: user, SystemProperties: sp, Body: o.body}
 }

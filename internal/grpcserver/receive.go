@@ -97,13 +97,26 @@ func (s *Server) ReceiveMessage(req *pb.ReceiveMessageRequest, stream pb.Messagi
 	}
 	for i := range popped {
 		p := &popped[i]
-		msg := s.toProto(p.Message, topic, &delivery{handle: p.Handle, attempt: p.Attempt, invisibleUntil: p.InvisibleUntil})
-		if err := stream.Send(&pb.ReceiveMessageResponse{Content: &pb.ReceiveMessageResponse_Message{Message: msg}}); err != nil {
+		o := s.outOf(p.Message, topic, &delivery{handle: p.Handle, attempt: p.Attempt, invisibleUntil: p.InvisibleUntil})
+		if err := s.sendDelivery(stream, &o); err != nil {
 			// The client is gone: what it did not get comes back after its invisibility.
 			return err
 		}
 	}
 	return send(ok())
+}
+
+// sendDelivery streams o, written by hand into a pooled buffer (wire.go); a message with a
+// string protobuf would refuse goes through the generated types, which refuse it.
+func (s *Server) sendDelivery(stream pb.MessagingService_ReceiveMessageServer, o *outMessage) error {
+	if o.wireSafe() {
+		enc, err := o.encodeDelivery()
+		if err != nil {
+			return err
+		}
+		return stream.SendMsg(enc)
+	}
+	return stream.Send(&pb.ReceiveMessageResponse{Content: &pb.ReceiveMessageResponse_Message{Message: o.proto()}})
 }
 
 // AckMessage acknowledges each entry's receipt handle.
@@ -120,13 +133,16 @@ func (s *Server) AckMessage(ctx context.Context, req *pb.AckMessageRequest) (*pb
 	// One pass over the batch: one journal write for all of it, not one per entry.
 	errs := s.b.PopAckBatch(ctx, group, topic, handles)
 	resp := &pb.AckMessageResponse{Entries: make([]*pb.AckMessageResultEntry, len(entries))}
+	// The batch's result entries in one allocation, not one each.
+	results := make([]pb.AckMessageResultEntry, len(entries))
 	okStatus := ok()
 	for i, e := range entries {
-		st := okStatus
+		r := &results[i]
+		r.MessageId, r.ReceiptHandle, r.Status = e.GetMessageId(), e.GetReceiptHandle(), okStatus
 		if errs[i] != nil {
-			st = statusOf(errs[i], pb.Code_NOT_FOUND)
+			r.Status = statusOf(errs[i], pb.Code_NOT_FOUND)
 		}
-		resp.Entries[i] = &pb.AckMessageResultEntry{MessageId: e.GetMessageId(), ReceiptHandle: e.GetReceiptHandle(), Status: st}
+		resp.Entries[i] = r
 	}
 	resp.Status = overall(resp.Entries, func(e *pb.AckMessageResultEntry) *pb.Status { return e.Status })
 	return resp, nil
