@@ -67,6 +67,21 @@ type replicaSet struct {
 	// broker id the master suggests for reads (0: none).
 	sets        atomic.Pointer[[]cluster.ReplicaSetState]
 	readReplica atomic.Int64
+	// refused is why the master refused this replica (nil: it was not): it takes no part,
+	// and answers /readyz not ready, until an operator acts.
+	refused atomic.Pointer[error]
+}
+
+// readyCheck is the readiness check of a member: not ready once its master refused it
+// (another replica set's log, another segment size), so that nothing routes to a member
+// that takes no part.
+func (r *replicaSet) readyCheck() metrics.Check {
+	return metrics.Check{Name: "replica set", Fn: func(context.Context) error {
+		if err := r.refused.Load(); err != nil {
+			return fmt.Errorf("%w: %w", *err, metrics.ErrNotReady)
+		}
+		return nil
+	}}
 }
 
 // event publishes one of the replica set's cluster events about this node.
@@ -358,7 +373,9 @@ func (r *replicaSet) startFollowLocked() {
 		case errors.As(err, &div):
 			r.diverged(div)
 		case errors.Is(err, replication.ErrRefused):
-			r.log.Error("replica set: the master refused this replica; it takes no part until an operator acts", "err", err)
+			r.refused.Store(&err)
+			r.log.Error("replica set: the master refused this replica; it takes no part until an operator acts", "err", err,
+				"set", r.epochs.Identity().String())
 		}
 	})
 }
