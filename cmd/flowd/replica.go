@@ -186,11 +186,15 @@ func (r *replicaSet) start(ctx context.Context, b *broker.Broker, nc *nats.Conn,
 			return cluster.LogPosition{Epoch: r.epochs.Last().Epoch, End: end}
 		}
 	}
+	var trace *slog.Logger
+	if os.Getenv("FLOWD_LEASE_TRACE") == "1" {
+		trace = slog.New(debugHandler{r.log.Handler()})
+	}
 	r.lease = cluster.NewLease(cluster.LeaseOptions{
 		KV: kv, BrokerName: r.c.BrokerName, Node: r.node, HAAddr: r.haAddr(), Addr: b.Addr(), GRPCAddr: grpcAddr,
 		MayBootstrap: rc.BrokerID == 1, LastEpoch: r.epochs.Last().Epoch, TTL: rc.LeaseTTL, Position: position,
 		Healthy:  func() bool { return b.StoreStats().WriteFailure == nil },
-		OnChange: r.onLease, Replicas: r.replicaLags, Logger: r.log, Conn: nc, ServerName: serverName,
+		OnChange: r.onLease, Replicas: r.replicaLags, Logger: r.log, Trace: trace, Conn: nc, ServerName: serverName,
 	})
 	r.leased.Store(r.lease)
 	r.runWG.Go(func() { r.lease.Run(r.ctx) })
@@ -409,6 +413,18 @@ func reexec() error {
 	}
 	return fmt.Errorf("restart %s: %w", exe, syscall.Exec(exe, os.Args, os.Environ()))
 }
+
+// debugHandler logs its records whatever the daemon's log level: the lease's trace
+// (FLOWD_LEASE_TRACE=1), debug lines asked for without the daemon's other debug lines.
+type debugHandler struct{ slog.Handler }
+
+func (debugHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h debugHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return debugHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h debugHandler) WithGroup(name string) slog.Handler { return debugHandler{h.Handler.WithGroup(name)} }
 
 // keepOpen is the HA listener as a Master sees it: its Close only wakes the Master's
 // Accept (a deadline), so that the next Master of this process accepts on the same address.
