@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +45,9 @@ func TestReplicaSetPromotionTimeWithAndWithoutElectionByLongestLog(t *testing.T)
 				at := s.ackedBy(t, old, t0, nodes)
 				took[elect] = append(took[elect], at.Sub(t0))
 				t.Logf("round %d: kill -9 of rs-%d; a send acknowledged by the new master %s later", r+1, m.id, at.Sub(t0).Round(time.Millisecond))
+				if os.Getenv("FLOWD_LEASE_TRACE") == "1" {
+					logTrace(t, nodes, m, t0, at)
+				}
 				m.restart(t)
 				require.Eventually(t, func() bool { return s.count() > before+20 }, wait, tick, "sends acknowledged after the fault")
 			}
@@ -58,5 +62,27 @@ func TestReplicaSetPromotionTimeWithAndWithoutElectionByLongestLog(t *testing.T)
 	if len(on) > 0 && len(off) > 0 {
 		t.Logf("promotion after kill -9, %d rounds each: elect_longest_log on: median %s (min %s, max %s); off: median %s (min %s, max %s); on/off %.2f",
 			len(on), median(on), minDur(on), maxDur(on), median(off), minDur(off), maxDur(off), float64(median(on))/float64(median(off)))
+	}
+}
+
+// logTrace logs the lease's steps (FLOWD_LEASE_TRACE=1) and the lease and stream lines of
+// the members other than the killed one between the kill and the first acknowledged send,
+// each with its time since the kill.
+func logTrace(t *testing.T, nodes []*replNode, killed *replNode, t0, until time.Time) {
+	t.Helper()
+	for _, n := range nodes {
+		if n == killed {
+			continue
+		}
+		for _, l := range logLine.FindAllStringSubmatch(n.logs.String(), -1) {
+			at, err := time.Parse(time.RFC3339Nano, l[1])
+			if err != nil || at.Before(t0) || at.After(until) {
+				continue
+			}
+			if strings.Contains(l[2], "lease trace: read") && !strings.Contains(l[2], "err=<nil>") ||
+				!strings.Contains(l[2], "lease trace: read") && (strings.Contains(l[2], "lease") || strings.Contains(l[2], "master") || strings.Contains(l[2], "in-sync")) {
+				t.Logf("  rs-%d +%s %s", n.id, at.Sub(t0).Round(time.Millisecond), l[2])
+			}
+		}
 	}
 }
