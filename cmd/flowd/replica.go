@@ -424,7 +424,9 @@ func (h debugHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return debugHandler{h.Handler.WithAttrs(as)}
 }
 
-func (h debugHandler) WithGroup(name string) slog.Handler { return debugHandler{h.Handler.WithGroup(name)} }
+func (h debugHandler) WithGroup(name string) slog.Handler {
+	return debugHandler{h.Handler.WithGroup(name)}
+}
 
 // keepOpen is the HA listener as a Master sees it: its Close only wakes the Master's
 // Accept (a deadline), so that the next Master of this process accepts on the same address.
