@@ -62,9 +62,9 @@ type LeaseOptions struct {
 	// lease: of the members that may take it, the one whose log goes furthest does (see
 	// campaign). Nil: the first eligible member to see the lease lapse takes it.
 	Position func() LogPosition
-	// CandidacyWindow is how long a member that stands for a lapsed lease waits for the
-	// others to publish their positions before it compares them. Default RenewInterval/2
-	// (one round); it adds to promotion time.
+	// CandidacyWindow bounds how long a member that stands for a lapsed lease waits for an
+	// in-sync member that has not stood yet: three windows from when it stood. It compares
+	// as soon as every in-sync member stood. Default RenewInterval/2.
 	CandidacyWindow time.Duration
 	// TTL is how long a lease whose revision does not change stays valid. Default 3 s.
 	// It bounds promotion time: a master's death is noticed TTL after its last renewal.
@@ -84,6 +84,10 @@ type LeaseOptions struct {
 	// Replicas, if set, is the master's view of its replicas, published with each renewal.
 	Replicas func() []ReplicaLag
 	Logger   *slog.Logger
+	// Trace, if set, receives a debug line for every step of the lease (each read, stand,
+	// comparison, take and renewal, with its outcome and how long the KV call took), to take
+	// a promotion apart. Nil: none.
+	Trace *slog.Logger
 	// Conn and ServerName, if set, let the master keep the bucket's stream leader off its
 	// own NATS server (ServerName): when it leads, the master asks JetStream to move the
 	// leadership. A master whose process dies or pauses would otherwise take the lease's
@@ -121,6 +125,13 @@ type Lease struct {
 	leaderCheck time.Time     // when the master last checked who leads the bucket's stream
 	kick        chan struct{} // cap 1: SetInSync asks for a renewal now
 	stand       standing      // this member's campaign for a lapsed lease
+	// outage is when a KV call of this member last went unanswered (a timeout, no stream
+	// leader): JetStream, not the master, may be why the lease stopped changing.
+	outage time.Time
+	// graceRev is the lapsed revision this member gave the master a grace for, once
+	// JetStream answered again after an outage, until graceUntil (see campaign).
+	graceRev   uint64
+	graceUntil time.Time
 }
 
 // OpenReplicaSets creates or binds the ReplicaSetsBucket with replicas copies.
@@ -199,7 +210,7 @@ func (l *Lease) SetInSync(nodes []string) {
 // renews it while this member holds it, and takes it over when it lapsed and this member
 // may. It never deletes the record: a stopped master's lease lapses.
 func (l *Lease) Run(ctx context.Context) {
-	t := time.NewTicker(max(l.o.RenewInterval/2, 10*time.Millisecond))
+	t := time.NewTimer(l.round(time.Now()))
 	defer t.Stop()
 	wasHeld := false
 	for {
@@ -226,6 +237,7 @@ func (l *Lease) Run(ctx context.Context) {
 		if changed && l.o.OnChange != nil {
 			l.o.OnChange(st)
 		}
+		t.Reset(l.round(time.Now()))
 		select {
 		case <-ctx.Done():
 			return
@@ -233,6 +245,79 @@ func (l *Lease) Run(ctx context.Context) {
 		case <-l.kick:
 		}
 	}
+}
+
+// fastRound is the round while a renewal is late.
+const fastRound = 100 * time.Millisecond
+
+// round is the time to the next step: RenewInterval/2, or fastRound (at most) while the
+// lease's revision has not changed for a renewal and a half: a lapse is then seen within a
+// fast round of TTL, by each member, so that the candidates stand at nearly the same time and
+// compare at once, and a master that could not renew retries soon.
+func (l *Lease) round(now time.Time) time.Duration {
+	d := max(l.o.RenewInterval/2, 10*time.Millisecond)
+	l.mu.Lock()
+	late := l.known && now.Sub(l.revSeen) >= l.o.RenewInterval+l.o.RenewInterval/2
+	l.mu.Unlock()
+	if late {
+		d = min(d, fastRound)
+	}
+	return d
+}
+
+// readTimeout bounds one attempt of a KV read: a read that an unanswering server holds is
+// tried again on a short deadline, rather than waiting out the step's.
+func (l *Lease) readTimeout() time.Duration {
+	return max(l.o.RenewInterval/4, 50*time.Millisecond)
+}
+
+// get reads key, retrying on short deadlines until ctx ends. ErrKeyNotFound is an answer.
+func (l *Lease) get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, l.readTimeout())
+		e, err := l.o.KV.Get(actx, key)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) || ctx.Err() != nil {
+			return e, err
+		}
+		l.unanswered(err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// unanswered records that JetStream did not answer a KV call (not a lost race, not a
+// missing key).
+func (l *Lease) unanswered(err error) {
+	if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) || lostRace(err) {
+		return
+	}
+	l.mu.Lock()
+	l.outage = time.Now()
+	l.mu.Unlock()
+}
+
+// lostRace reports whether err is a compare-and-set that failed because another write came
+// first: JetStream's wrong-last-sequence answer, code 10071, or 10164 from replicated
+// streams, which nats.go does not map to ErrKeyExists.
+func lostRace(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// trace logs one step of the lease on LeaseOptions.Trace.
+func (l *Lease) trace(msg string, args ...any) {
+	if l.o.Trace == nil {
+		return
+	}
+	l.o.Trace.Debug("lease trace: "+msg, append([]any{"broker", l.o.BrokerName, "node", l.o.Node}, args...)...)
 }
 
 func sameState(a, b LeaseState) bool {
@@ -245,7 +330,17 @@ func (l *Lease) step(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, l.o.FenceMargin)
 	defer cancel()
 	now := time.Now()
-	e, err := l.o.KV.Get(rctx, l.key)
+	e, err := l.get(rctx, l.key)
+	if l.o.Trace != nil {
+		var rev uint64
+		if e != nil {
+			rev = e.Revision()
+		}
+		l.mu.Lock()
+		age := now.Sub(l.revSeen)
+		l.mu.Unlock()
+		l.trace("read", "rev", rev, "age", age, "took", time.Since(now), "err", err)
+	}
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		l.mu.Lock()
@@ -288,7 +383,8 @@ func (l *Lease) step(ctx context.Context) {
 	}
 	l.rec, l.known = rec, true
 	mine := l.self
-	lapsed := now.Sub(l.revSeen) >= l.o.TTL
+	age := now.Sub(l.revSeen)
+	lapsed := age >= l.o.TTL
 	renewDue := now.Sub(l.renewedFrom) >= l.o.RenewInterval || !slices.Equal(rec.InSync, l.inSync)
 	eligible := rec.Node == l.o.Node || slices.Contains(rec.InSync, l.o.Node)
 	warnIneligible := !mine && lapsed && !eligible && l.warnedRev != rev
@@ -308,7 +404,15 @@ func (l *Lease) step(ctx context.Context) {
 		l.renew(rctx, rec, rev, now)
 		l.moveStreamLeader(rctx, now)
 	case !mine && lapsed && eligible:
-		l.campaign(rctx, rev, rec, now)
+		l.campaign(ctx, rev, rec, now)
+	case !mine && eligible && l.o.Position != nil && age >= l.o.TTL-l.o.RenewInterval/2:
+		// Each member times the lapse by its own clock, from its first read of the revision
+		// (up to a round apart): one that sees another stand for this revision stands too,
+		// so that the candidates compare at once. Its lapse is as good as this member's.
+		if c, ok := l.standing(rctx, rec, rev); ok {
+			l.trace("another member stands for the lapsed revision: standing too", "rev", rev, "other", c.Node)
+			l.campaign(ctx, rev, rec, now)
+		}
 	}
 }
 
@@ -332,13 +436,21 @@ func (l *Lease) take(ctx context.Context, rev uint64, last int64) {
 		return
 	}
 	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, l.o.FenceMargin)
+	defer cancel()
 	var nrev uint64
 	if rev == 0 {
-		nrev, err = l.o.KV.Create(ctx, l.key, data)
+		nrev, err = l.o.KV.Create(wctx, l.key, data)
 	} else {
-		nrev, err = l.o.KV.Update(ctx, l.key, data, rev)
+		nrev, err = l.o.KV.Update(wctx, l.key, data, rev)
 	}
+	l.trace("take", "rev", rev, "epoch", rec.Epoch, "took", time.Since(start), "lost_race", lostRace(err), "err", err)
 	if err != nil {
+		l.unanswered(err)
+		if lostRace(err) {
+			l.o.Logger.Debug("replica-set lease not taken: another member took it first", "broker", l.o.BrokerName, "err", err)
+			return
+		}
 		l.o.Logger.Debug("replica-set lease not taken", "broker", l.o.BrokerName, "err", err)
 		return
 	}
@@ -359,10 +471,12 @@ func (l *Lease) renew(ctx context.Context, cur LeaderRecord, rev uint64, start t
 		return
 	}
 	nrev, err := l.o.KV.Update(ctx, l.key, data, rev)
+	l.trace("renew", "rev", rev, "took", time.Since(start), "lost_race", lostRace(err), "err", err)
+	l.unanswered(err)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if lostRace(err) {
 			l.self = false
 			l.o.Logger.Warn("replica-set lease lost", "broker", l.o.BrokerName, "err", fmt.Errorf("%w: %w", ErrLeaseLost, err))
 		}
@@ -388,6 +502,7 @@ func (l *Lease) moveStreamLeader(ctx context.Context, now time.Time) {
 	st, err := l.o.KV.Status(ctx)
 	if err != nil {
 		l.o.Logger.Debug("replica-set lease: bucket status", "err", err)
+		l.leaderCheck = time.Time{} // again at the next renewal
 		return
 	}
 	bs, ok := st.(*jetstream.KeyValueBucketStatus)
@@ -417,8 +532,10 @@ func (l *Lease) moveStreamLeader(ctx context.Context, now time.Time) {
 		return
 	}
 	resp, err := l.o.Conn.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, req)
+	l.trace("stream leader step-down", "stream", stream, "to", preferred, "err", err)
 	if err != nil {
 		l.o.Logger.Debug("replica-set lease: stream leader step-down", "stream", stream, "err", err)
+		l.leaderCheck = time.Time{} // again at the next renewal
 		return
 	}
 	var r struct {
@@ -429,6 +546,7 @@ func (l *Lease) moveStreamLeader(ctx context.Context, now time.Time) {
 	}
 	if json.Unmarshal(resp.Data, &r) != nil || !r.Success {
 		l.o.Logger.Debug("replica-set lease: stream leader step-down refused", "stream", stream, "reply", string(resp.Data))
+		l.leaderCheck = time.Time{} // again at the next renewal
 		return
 	}
 	l.o.Logger.Info("replica-set lease: moved the lease stream's leader off the master's NATS server", "stream", stream, "server", l.o.ServerName, "to", preferred)

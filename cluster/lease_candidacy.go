@@ -58,63 +58,120 @@ func (l *Lease) candidateKey(node string) string {
 	return "candidate." + encodeKey(l.o.BrokerName) + "." + encodeKey(node)
 }
 
-// campaign stands for the lapsed lease of revision rev. Without LeaseOptions.Position it
-// takes the lease at once. With it, the member publishes its log's position, waits
-// CandidacyWindow for the other eligible members to publish theirs, and takes the lease
-// only when none that is still standing is ahead of it: in sync mode a send acknowledged
-// by min_in_sync members is on the longest log of the in-sync set, which a replica that
-// merely won the race could lack. It runs again every round while the lease stays lapsed.
+// campaign stands for the lapsed lease of revision rev: the member publishes its candidacy
+// (with LeaseOptions.Position, its log's position) and, without Position, takes the lease.
+// With it, it compares at once with the other eligible members' candidacies and takes the
+// lease only when none that is still standing is ahead of it: in sync mode a send
+// acknowledged by min_in_sync members is on the longest log of the in-sync set, which a
+// replica that merely won the race could lack. It runs again every round while the lease
+// stays lapsed.
 //
 // # Notes
 //
-// An in-sync member that has not stood yet is waited for up to three windows from when
-// this one stood, and a candidate ahead of this one that stops standing (it died, or lost
-// JetStream) until its entry has not changed for TTL, both by this member's clock; no
+// An in-sync member that has not stood yet is waited for up to three CandidacyWindows from
+// when this one stood, and a candidate ahead of this one that stops standing (it died, or
+// lost JetStream) until its entry has not changed for TTL, both by this member's clock; no
 // clocks are compared. With every other in-sync member gone, the lease is taken three
 // windows later than without positions.
+//
+// The candidacy is also this member's probe of JetStream: when the lease lapsed while a KV
+// call of this member went unanswered (the bucket's stream had no leader: the master could
+// not renew either), the first candidacy JetStream takes gives the master two renew
+// intervals to renew before this member takes the lease, once per lapsed revision, so that
+// losing the stream's leader does not fail the set over.
 func (l *Lease) campaign(ctx context.Context, rev uint64, rec LeaderRecord, now time.Time) {
 	last := max(rec.Epoch, l.o.LastEpoch)
-	if l.o.Position == nil {
-		l.take(ctx, rev, last)
+	l.mu.Lock()
+	until := l.graceUntil
+	inGrace := l.graceRev == rev && now.Before(until)
+	l.mu.Unlock()
+	if inGrace {
+		l.trace("grace: the master may still renew", "rev", rev, "until", until.Format(time.RFC3339Nano))
 		return
 	}
-	me := candidacy{Node: l.o.Node, Lapsed: rev, Position: l.o.Position()}
+	me := candidacy{Node: l.o.Node, Lapsed: rev}
+	if l.o.Position != nil {
+		me.Position = l.o.Position()
+	}
 	data, err := json.Marshal(me)
 	if err != nil {
 		return
 	}
-	if _, err := l.o.KV.Put(ctx, l.candidateKey(l.o.Node), data); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, l.o.FenceMargin)
+	defer cancel()
+	start := time.Now()
+	_, err = l.o.KV.Put(wctx, l.candidateKey(l.o.Node), data)
+	l.trace("stand", "rev", rev, "epoch", me.Position.Epoch, "end", me.Position.End, "took", time.Since(start), "err", err)
+	if err != nil {
+		l.unanswered(err)
 		l.o.Logger.Debug("replica-set candidacy not published", "broker", l.o.BrokerName, "err", err)
 		return
 	}
 	l.mu.Lock()
-	if l.stand.rev != rev || l.stand.seen == nil {
+	if l.graceRev != rev && l.outage.After(l.revSeen) {
+		l.graceRev, l.graceUntil = rev, time.Now().Add(2*l.o.RenewInterval)
+		l.mu.Unlock()
+		l.o.Logger.Info("replica-set lease lapsed while JetStream did not answer: the master has two renew intervals to renew it before this member takes it",
+			"broker", l.o.BrokerName, "node", l.o.Node, "master", rec.Node, "epoch", rec.Epoch)
+		return
+	}
+	fresh := l.stand.rev != rev || l.stand.seen == nil
+	if fresh {
 		l.stand = standing{rev: rev, since: now, seen: map[string]seenEntry{}}
+	}
+	l.mu.Unlock()
+	if fresh {
 		l.o.Logger.Info("replica-set lease lapsed: standing for it", "broker", l.o.BrokerName, "node", l.o.Node,
 			"epoch", me.Position.Epoch, "end", me.Position.End)
 	}
-	waited := now.Sub(l.stand.since) >= l.o.CandidacyWindow
-	l.mu.Unlock()
-	if !waited {
+	if l.o.Position == nil {
+		l.take(ctx, rev, last)
 		return
 	}
-	if other, ok := l.aheadOfMe(ctx, me, rec, now); ok {
-		l.o.Logger.Debug("replica-set lease left to a member whose log goes further", "broker", l.o.BrokerName,
+	if other, ok := l.aheadOfMe(wctx, me, rec, now); ok {
+		l.trace("waiting for or deferring to another member", "rev", rev, "other", other.Node, "epoch", other.Position.Epoch, "end", other.Position.End)
+		l.o.Logger.Debug("replica-set lease left to a member whose log goes further, or not stood yet", "broker", l.o.BrokerName,
 			"node", other.Node, "epoch", other.Position.Epoch, "end", other.Position.End)
 		return
 	}
+	l.trace("no standing member is ahead: taking the lease", "rev", rev)
 	l.take(ctx, rev, last)
+}
+
+// standing returns another eligible member's candidacy for the lapsed revision rev, if one
+// stands for it.
+func (l *Lease) standing(ctx context.Context, rec LeaderRecord, rev uint64) (candidacy, bool) {
+	for _, m := range eligibleMembers(rec) {
+		if m == l.o.Node {
+			continue
+		}
+		e, err := l.get(ctx, l.candidateKey(m))
+		if err != nil {
+			continue
+		}
+		var c candidacy
+		if json.Unmarshal(e.Value(), &c) == nil && c.Node == m && c.Lapsed == rev {
+			return c, true
+		}
+	}
+	return candidacy{}, false
+}
+
+// eligibleMembers are the members that may take rec's lease once it lapsed: its in-sync set
+// and its master, sorted.
+func eligibleMembers(rec LeaderRecord) []string {
+	members := append(slices.Clone(rec.InSync), rec.Node)
+	slices.Sort(members)
+	return slices.Compact(members)
 }
 
 // aheadOfMe returns a candidate for the same lapsed revision, still standing, whose log
 // goes further than me's, among the members that may take the lease.
 func (l *Lease) aheadOfMe(ctx context.Context, me candidacy, rec LeaderRecord, now time.Time) (candidacy, bool) {
-	members := append(slices.Clone(rec.InSync), rec.Node)
-	slices.Sort(members)
 	l.mu.Lock()
 	stoodFor := now.Sub(l.stand.since)
 	l.mu.Unlock()
-	for _, m := range slices.Compact(members) {
+	for _, m := range eligibleMembers(rec) {
 		if m == l.o.Node {
 			continue
 		}
@@ -122,7 +179,7 @@ func (l *Lease) aheadOfMe(ctx context.Context, me candidacy, rec LeaderRecord, n
 		// (each member times the lapse by its own clock): it is waited for up to two more
 		// windows. The master whose lease lapsed is presumed gone unless it stands.
 		notYet := m != rec.Node && stoodFor < 3*l.o.CandidacyWindow
-		e, err := l.o.KV.Get(ctx, l.candidateKey(m))
+		e, err := l.get(ctx, l.candidateKey(m))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			if notYet {
 				return candidacy{Node: m}, true

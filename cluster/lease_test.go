@@ -2,11 +2,14 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -25,12 +28,21 @@ func runLease(t *testing.T, s *natsserver.Server, node string, bootstrap bool) (
 // logger are the test's).
 func runLeaseWith(t *testing.T, s *natsserver.Server, o cluster.LeaseOptions) (*cluster.Lease, func()) {
 	t.Helper()
+	return runLeaseWrapped(t, s, o, nil)
+}
+
+// runLeaseWrapped is runLeaseWith on the bucket as wrap returns it (nil: as it is).
+func runLeaseWrapped(t *testing.T, s *natsserver.Server, o cluster.LeaseOptions, wrap func(jetstream.KeyValue) jetstream.KeyValue) (*cluster.Lease, func()) {
+	t.Helper()
 	js, err := jetstream.New(connect(t, s))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	kv, err := cluster.OpenReplicaSets(ctx, js, 1)
 	cancel()
 	require.NoError(t, err)
+	if wrap != nil {
+		kv = wrap(kv)
+	}
 	o.KV, o.BrokerName, o.HAAddr, o.Addr, o.Logger = kv, "b", o.Node+":ha", o.Node+":broker", quiet
 	if o.TTL == 0 {
 		o.TTL = leaseTTL
@@ -163,4 +175,82 @@ func TestLeaseIgnoresAStaleRead(t *testing.T) {
 	require.True(t, l.Held(), "a stale read cost the master its lease")
 	_, fenced := l.Counts()
 	require.Zero(t, fenced)
+}
+
+// leaderlessKV is the bucket of a stream without a leader while down is set: reads are
+// answered (direct gets, served by any replica), writes are not.
+type leaderlessKV struct {
+	jetstream.KeyValue
+	down *atomic.Bool
+}
+
+func (k leaderlessKV) Put(ctx context.Context, key string, v []byte) (uint64, error) {
+	if k.down.Load() {
+		return 0, nats.ErrNoResponders
+	}
+	return k.KeyValue.Put(ctx, key, v)
+}
+
+func (k leaderlessKV) Update(ctx context.Context, key string, v []byte, rev uint64) (uint64, error) {
+	if k.down.Load() {
+		return 0, nats.ErrNoResponders
+	}
+	return k.KeyValue.Update(ctx, key, v, rev)
+}
+
+func (k leaderlessKV) Create(ctx context.Context, key string, v []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if k.down.Load() {
+		return 0, nats.ErrNoResponders
+	}
+	return k.KeyValue.Create(ctx, key, v, opts...)
+}
+
+// The lease bucket's stream loses its leader for longer than a TTL (its Raft group
+// elects another): nobody can write, the master cannot renew and fences, and its lease
+// lapses as the replica sees it. When JetStream answers again the replica gives the master
+// two renew intervals before it takes the lease: the master, answered a little later,
+// renews, and keeps it, in the same epoch. With positions compared and without.
+func TestLeaseOutlivesAStreamWithoutLeader(t *testing.T) {
+	for _, elect := range []bool{true, false} {
+		t.Run(fmt.Sprintf("elect_longest_log=%v", elect), func(t *testing.T) {
+			s := startNATS(t, false)
+			var downA, downB atomic.Bool
+			open := func(o cluster.LeaseOptions, down *atomic.Bool) *cluster.Lease {
+				o.TTL = candidacyTTL
+				l, _ := runLeaseWrapped(t, s, o, func(kv jetstream.KeyValue) jetstream.KeyValue { return leaderlessKV{kv, down} })
+				return l
+			}
+			var pos func() cluster.LogPosition
+			if elect {
+				pos = func() cluster.LogPosition { return cluster.LogPosition{Epoch: 1, End: 100} }
+			}
+			a := open(cluster.LeaseOptions{Node: "a", MayBootstrap: true}, &downA)
+			eventuallyTrue(t, "a is master", a.Held)
+			b := open(cluster.LeaseOptions{Node: "b", Position: pos}, &downB)
+			a.SetInSync([]string{"b"})
+			eventuallyTrue(t, "the in-sync set is published", func() bool {
+				rec, ok := b.Leader()
+				return ok && len(rec.InSync) == 1
+			})
+			downA.Store(true)
+			downB.Store(true)
+			eventuallyTrue(t, "a fenced itself", func() bool { return !a.Held() })
+			time.Sleep(2 * candidacyTTL) // b sees the lease lapse, and cannot take it
+			require.False(t, b.Held())
+			// JetStream answers b first: a's renewal was waiting out a call that went
+			// unanswered.
+			downB.Store(false)
+			time.Sleep(300 * time.Millisecond)
+			downA.Store(false)
+			eventuallyTrue(t, "a renewed", a.Held)
+			time.Sleep(2 * candidacyTTL)
+			require.True(t, a.Held(), "a keeps the lease")
+			require.False(t, b.Held(), "b took the lease from a master that renewed once JetStream answered")
+			rec, _ := b.Leader()
+			require.Equal(t, "a", rec.Node)
+			require.Equal(t, int64(1), rec.Epoch)
+			el, _ := b.Counts()
+			require.Zero(t, el)
+		})
+	}
 }

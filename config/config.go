@@ -181,7 +181,7 @@ func Default() Config {
 		HTTP:        HTTP{Listen: "127.0.0.1:8080"},
 		Txn:         Txn{FirstCheck: 6 * time.Second, CheckInterval: time.Minute, MaxChecks: 15},
 		Log:         Log{Level: "info", Format: "text"},
-		Replication: Replication{Mode: "off", MinInSync: 2, MaxLag: 4 << 20, MaxLagTime: 5 * time.Second, AsyncPace: time.Millisecond, LeaseTTL: 3 * time.Second},
+		Replication: Replication{Mode: "off", MinInSync: 2, MaxLag: 4 << 20, MaxLagTime: 5 * time.Second, AsyncPace: time.Millisecond, ElectLongestLog: true, LeaseTTL: 3 * time.Second},
 
 		Pipelines: []definition.Definition{},
 	}

@@ -20,8 +20,9 @@ type Replication struct {
 	HAAdvertise string `yaml:"ha_advertise" env:"FLOWD_HA_ADVERTISE" flag:"ha-advertise" doc:"replica-set stream address (host:port) the lease publishes for replicas to dial; empty: the listen.ha address"`
 	// ElectLongestLog has the members that may take a lapsed lease compare their logs first
 	// (docs/cluster.md, "Election"): it closes the window in which a replica lacking a send
-	// acknowledged by min_in_sync members wins the race, and makes promotion slower.
-	ElectLongestLog bool `yaml:"elect_longest_log" env:"FLOWD_REPLICATION_ELECT_LONGEST_LOG" flag:"replication-elect-longest-log" doc:"of the in-sync members that may take a lapsed lease, the one whose log goes furthest takes it, after the candidates compare their logs (one to three rounds of lease_ttl/6 more before promotion); off: the first to see the lapse takes it"`
+	// acknowledged by min_in_sync members wins the race. On by default; it costs a
+	// promotion a fast round or two (100 ms each), more when an in-sync member never stands.
+	ElectLongestLog bool `yaml:"elect_longest_log" env:"FLOWD_REPLICATION_ELECT_LONGEST_LOG" flag:"replication-elect-longest-log" doc:"of the in-sync members that may take a lapsed lease, the one whose log goes furthest takes it, once every in-sync member stood with its log's position (a round or two of 100 ms more before promotion; up to lease_ttl/2 when an in-sync member is gone too); off: the first to see the lapse takes it"`
 	// ReplicaReads mirrors broker.Config.ReplicaReads (docs/cluster.md, "Reads from
 	// replicas"); RocketMQ's slaveReadEnable, off by default there too.
 	ReplicaReads bool          `yaml:"replica_reads" env:"FLOWD_REPLICA_READS" flag:"replica-reads" doc:"steer pulls between master and replicas: the master suggests an in-sync replica (suggestWhichBrokerId) for messages beyond store.access_message_in_memory_max_ratio of store.memory_budget behind its log's end, and a replica sends a caught-up consumer back to the master; off: every answer suggests the master"`

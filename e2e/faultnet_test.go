@@ -48,10 +48,15 @@ func (l *link) isCut() bool {
 	return l.cut
 }
 
+// close closes both ends; b under l.mu: serve sets it when the dial to the target returns,
+// which may be while heal closes the link.
 func (l *link) close() {
 	l.a.Close()
-	if l.b != nil {
-		l.b.Close()
+	l.mu.Lock()
+	b := l.b
+	l.mu.Unlock()
+	if b != nil {
+		b.Close()
 	}
 }
 
@@ -100,10 +105,11 @@ func (f *faultNet) proxy(to int, target string) string {
 func (f *faultNet) serve(to int, target string, c net.Conn) {
 	l := &link{from: f.member(c), to: to, a: c}
 	f.mu.Lock()
-	l.cut = f.isolated[l.from] || f.isolated[l.to]
+	cut := f.isolated[l.from] || f.isolated[l.to]
+	l.cut = cut // l is not shared yet: isolate sees it only once appended
 	f.links = append(f.links, l)
 	f.mu.Unlock()
-	if l.cut {
+	if cut { // read from the local: isolate may set l.cut from here on
 		go func() { _, _ = io.Copy(io.Discard, c) }() // held: what it sends is lost
 		return
 	}
@@ -114,7 +120,7 @@ func (f *faultNet) serve(to int, target string, c net.Conn) {
 	}
 	l.mu.Lock()
 	l.b = b
-	cut := l.cut
+	cut = l.cut
 	l.mu.Unlock()
 	if cut {
 		b.Close()

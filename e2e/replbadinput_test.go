@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,21 +120,9 @@ func (n *replNode) followsAgainOrLeads(t *testing.T, since time.Time) {
 // and it refuses sends.
 func oddMemberIsRefused(t *testing.T, like, m *replNode) {
 	t.Helper()
-	args := append([]string(nil), like.args...)
-	for i, a := range args {
-		switch a {
-		case "--broker-id":
-			args[i+1] = "4"
-		case "--nats-cluster-listen":
-			args[i+1] = fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
-		}
-	}
 	since := time.Now()
-	odd := launch(t, "rs-4", t.TempDir(), "store: {segment_size: 8MiB}\n", args...)
-	odd.awaitServing()
-	require.Eventually(t, func() bool {
-		return strings.Contains(odd.logs.String(), "the master refused this replica; it takes no part until an operator acts")
-	}, wait, tick, "the odd member says it takes no part")
+	odd := launchFourth(t, like, t.TempDir(), "store: {segment_size: 8MiB}\n")
+	refusedMember(t, odd, "")
 	require.Contains(t, m.logs.String(), "rs-4", "the master logged the refused member")
 	code, remark, err := sendTo(t, odd.broker, "to-the-odd-one")
 	require.NoError(t, err)
@@ -143,6 +133,51 @@ func oddMemberIsRefused(t *testing.T, like, m *replNode) {
 			require.NotContains(t, l[2], "rs-4", "the refused member is never in sync")
 		}
 	}
+}
+
+// launchFourth starts a fourth member (broker id 4) of like's set on dir, with extra
+// configuration.
+func launchFourth(t *testing.T, like *replNode, dir, extra string) *daemon {
+	t.Helper()
+	args := append([]string(nil), like.args...)
+	for i, a := range args {
+		switch a {
+		case "--broker-id":
+			args[i+1] = "4"
+		case "--nats-cluster-listen":
+			args[i+1] = fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
+		}
+	}
+	return launch(t, "rs-4", dir, extra, args...)
+}
+
+// refusedMember waits until d logs that its master refused it (the line holding want too),
+// and checks that it answers /readyz not ready, saying why. It takes d's addresses from its
+// serving line: d never becomes ready.
+func refusedMember(t *testing.T, d *daemon, want string) string {
+	t.Helper()
+	var line string
+	var m []string
+	require.Eventually(t, func() bool {
+		logs := d.logs.String()
+		for _, l := range strings.Split(logs, "\n") {
+			if strings.Contains(l, "the master refused this replica; it takes no part until an operator acts") {
+				line = l
+			}
+		}
+		m = servingLine.FindStringSubmatch(logs)
+		return line != "" && m != nil
+	}, wait, tick, "%s serves and says it takes no part", d.name)
+	require.Contains(t, line, want)
+	d.broker, d.namesrv, d.nats, d.http, d.grpc = m[1], m[2], m[3], m[4], m[5]
+	resp, err := http.Get("http://" + d.http + "/readyz")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "a refused member is not ready")
+	require.Contains(t, string(body), "replica set: ", "it says why")
+	require.Contains(t, string(body), want)
+	return line
 }
 
 // A master whose disk fails steps down: its data directory is on a small tmpfs the test

@@ -47,7 +47,7 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 	require.Eventually(t, func() bool { return s.count() > 50 }, wait, tick, "sends acknowledged")
 
 	took := map[string][]time.Duration{}
-	replicaCuts, replicaCutFenced := 0, 0
+	replicaCuts, replicaCutFenced, replicaCutFailedOver := 0, 0, 0
 	for f := range faults {
 		for _, n := range nodes {
 			n.refresh() // a member that cut its log after the last fault runs on new ports
@@ -122,8 +122,15 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 			if fencedToo {
 				m.followsAgainOrLeads(t, t0)
 			}
-			t.Logf("fault %d: %s (rs-%d, master rs-%d): %s", f+1, kind, r.id, m.id,
-				map[bool]string{false: "the master went on", true: "the lease's Raft leader was on it: the master fenced, the set failed over"}[fencedToo])
+			outcome := "the master went on"
+			if fencedToo {
+				outcome = "the lease's Raft leader was on it: the master fenced, and kept its lease"
+				if cur := masterAddr(nodes); cur != "" && cur != old {
+					outcome = "the lease's Raft leader was on it: the master fenced, the set failed over"
+					replicaCutFailedOver++
+				}
+			}
+			t.Logf("fault %d: %s (rs-%d, master rs-%d): %s", f+1, kind, r.id, m.id, outcome)
 		}
 		if d := took[kind]; len(d) > 0 && kind != faultKinds[3] {
 			t.Logf("fault %d: %s (rs-%d); a send acknowledged by the new master %s later", f+1, kind, m.id, d[len(d)-1].Round(time.Millisecond))
@@ -161,8 +168,8 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 			t.Logf("%s: %d times, a send acknowledged by the new master after %s (min %s, max %s)", kind, len(d), median(d), minDur(d), maxDur(d))
 		}
 	}
-	t.Logf("%d faults, %d sends acknowledged, every one on the master exactly once; %d of %d replicas cut off held the lease's Raft leader (the master fenced)",
-		faults, s.count(), replicaCutFenced, replicaCuts)
+	t.Logf("%d faults, %d sends acknowledged, every one on the master exactly once; %d of %d replicas cut off held the lease's Raft leader (the master fenced; the set failed over in %d)",
+		faults, s.count(), replicaCutFenced, replicaCuts, replicaCutFailedOver)
 }
 
 // followsAgain waits until n follows a master after since (having first cut its log and

@@ -67,6 +67,21 @@ type replicaSet struct {
 	// broker id the master suggests for reads (0: none).
 	sets        atomic.Pointer[[]cluster.ReplicaSetState]
 	readReplica atomic.Int64
+	// refused is why the master refused this replica (nil: it was not): it takes no part,
+	// and answers /readyz not ready, until an operator acts.
+	refused atomic.Pointer[error]
+}
+
+// readyCheck is the readiness check of a member: not ready once its master refused it
+// (another replica set's log, another segment size), so that nothing routes to a member
+// that takes no part.
+func (r *replicaSet) readyCheck() metrics.Check {
+	return metrics.Check{Name: "replica set", Fn: func(context.Context) error {
+		if err := r.refused.Load(); err != nil {
+			return fmt.Errorf("%w: %w", *err, metrics.ErrNotReady)
+		}
+		return nil
+	}}
 }
 
 // event publishes one of the replica set's cluster events about this node.
@@ -171,11 +186,15 @@ func (r *replicaSet) start(ctx context.Context, b *broker.Broker, nc *nats.Conn,
 			return cluster.LogPosition{Epoch: r.epochs.Last().Epoch, End: end}
 		}
 	}
+	var trace *slog.Logger
+	if os.Getenv("FLOWD_LEASE_TRACE") == "1" {
+		trace = slog.New(debugHandler{r.log.Handler()})
+	}
 	r.lease = cluster.NewLease(cluster.LeaseOptions{
 		KV: kv, BrokerName: r.c.BrokerName, Node: r.node, HAAddr: r.haAddr(), Addr: b.Addr(), GRPCAddr: grpcAddr,
 		MayBootstrap: rc.BrokerID == 1, LastEpoch: r.epochs.Last().Epoch, TTL: rc.LeaseTTL, Position: position,
 		Healthy:  func() bool { return b.StoreStats().WriteFailure == nil },
-		OnChange: r.onLease, Replicas: r.replicaLags, Logger: r.log, Conn: nc, ServerName: serverName,
+		OnChange: r.onLease, Replicas: r.replicaLags, Logger: r.log, Trace: trace, Conn: nc, ServerName: serverName,
 	})
 	r.leased.Store(r.lease)
 	r.runWG.Go(func() { r.lease.Run(r.ctx) })
@@ -358,7 +377,9 @@ func (r *replicaSet) startFollowLocked() {
 		case errors.As(err, &div):
 			r.diverged(div)
 		case errors.Is(err, replication.ErrRefused):
-			r.log.Error("replica set: the master refused this replica; it takes no part until an operator acts", "err", err)
+			r.refused.Store(&err)
+			r.log.Error("replica set: the master refused this replica; it takes no part until an operator acts", "err", err,
+				"set", r.epochs.Identity().String())
 		}
 	})
 }
@@ -391,6 +412,20 @@ func reexec() error {
 		return fmt.Errorf("restart: %w", err)
 	}
 	return fmt.Errorf("restart %s: %w", exe, syscall.Exec(exe, os.Args, os.Environ()))
+}
+
+// debugHandler logs its records whatever the daemon's log level: the lease's trace
+// (FLOWD_LEASE_TRACE=1), debug lines asked for without the daemon's other debug lines.
+type debugHandler struct{ slog.Handler }
+
+func (debugHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h debugHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return debugHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h debugHandler) WithGroup(name string) slog.Handler {
+	return debugHandler{h.Handler.WithGroup(name)}
 }
 
 // keepOpen is the HA listener as a Master sees it: its Close only wakes the Master's

@@ -188,7 +188,7 @@ func start(ctx context.Context, c config.Config, cl *closers, log *slog.Logger) 
 	stopWatch, checks := watchMetrics(m, d.b, d.ph, d.pl, d.cp)
 	checks = append(checks, d.ph.checks(ps.joined)...)
 	if d.rs != nil {
-		checks = append(checks, restartCheck(d.restartRequested()))
+		checks = append(checks, restartCheck(d.restartRequested()), d.rs.readyCheck())
 	}
 	cl.push("metrics watch", noErr(stopWatch))
 	if d.httpLn != nil {

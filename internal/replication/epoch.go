@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/flowd-io/flowd/internal/atomicfile"
@@ -16,11 +18,47 @@ import (
 const EpochFileName = "epochs.json"
 
 // Epoch is one term of a replica set's mastership: the master elected with Epoch wrote the
-// commit log from Start on, until the next epoch's Start.
+// commit log from Start on, until the next epoch's Start. Set is the replica set whose
+// history it is (zero in histories written before sets had identities).
 type Epoch struct {
 	Epoch int64 `json:"epoch"`
 	Start int64 `json:"start"`
+	Set   SetID `json:"set,omitempty"`
 }
+
+// SetID is a replica set's identity: 64 random bits the set's first master chooses, kept in
+// every record of every member's epoch history. Two sets' histories both start with epoch 1
+// at offset 0; only the identity tells a log copied from another set apart. Zero: unknown
+// (a history written before identities). Written as 16 hex digits.
+type SetID uint64
+
+// NewSetID chooses a new, non-zero identity.
+func NewSetID() SetID {
+	for {
+		if id := SetID(rand.Uint64()); id != 0 {
+			return id
+		}
+	}
+}
+
+func (id SetID) String() string { return fmt.Sprintf("%016x", uint64(id)) }
+
+// MarshalText writes the identity as 16 hex digits.
+func (id SetID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
+
+// UnmarshalText reads 16 hex digits.
+func (id *SetID) UnmarshalText(b []byte) error {
+	v, err := strconv.ParseUint(string(b), 16, 64)
+	if err != nil {
+		return fmt.Errorf("replica set identity %q: %w", b, err)
+	}
+	*id = SetID(v)
+	return nil
+}
+
+// ErrOtherSet: a history, or a log, belongs to another replica set than the one asked of
+// it (a data directory restored from another set's backup). Nothing of it is cut.
+var ErrOtherSet = errors.New("the log of another replica set")
 
 // ErrEpochOrder: an epoch added is not after the last one (a lower epoch, or a start below
 // the last start), which would make the history ambiguous.
@@ -33,6 +71,7 @@ type EpochFile struct {
 	path string
 	mu   sync.Mutex
 	eps  []Epoch
+	set  SetID // the set's identity: stamped on every record Add writes
 }
 
 // OpenEpochFile reads the history at path, or starts an empty one if there is none.
@@ -48,12 +87,52 @@ func OpenEpochFile(path string) (*EpochFile, error) {
 	if err := json.Unmarshal(b, &f.eps); err != nil {
 		return nil, fmt.Errorf("decode epoch file %s: %w", path, err)
 	}
-	for i := 1; i < len(f.eps); i++ {
-		if f.eps[i].Epoch <= f.eps[i-1].Epoch || f.eps[i].Start < f.eps[i-1].Start {
+	for i, e := range f.eps {
+		if i > 0 && (e.Epoch <= f.eps[i-1].Epoch || e.Start < f.eps[i-1].Start) {
 			return nil, fmt.Errorf("epoch file %s: entry %d: %w", path, i, ErrEpochOrder)
+		}
+		switch {
+		case e.Set == 0:
+		case f.set == 0:
+			f.set = e.Set
+		case e.Set != f.set:
+			return nil, fmt.Errorf("epoch file %s: entry %d is of replica set %s, entry 0 of %s: %w", path, i, e.Set, f.set, ErrOtherSet)
 		}
 	}
 	return f, nil
+}
+
+// Identity is the replica set the history belongs to (zero: not known yet, an empty history
+// or one written before identities).
+func (f *EpochFile) Identity() SetID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.set
+}
+
+// SetIdentity makes id the history's identity and writes it into every record: a new set's
+// first master, or a member whose history predates identities adopting its master's. A
+// history of another identity is left as it is (ErrOtherSet).
+func (f *EpochFile) SetIdentity(id SetID) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case id == 0 || id == f.set && !slices.ContainsFunc(f.eps, func(e Epoch) bool { return e.Set != id }):
+		return nil
+	case f.set != 0 && f.set != id:
+		return fmt.Errorf("this member's history is of replica set %s, not %s: %w", f.set, id, ErrOtherSet)
+	}
+	eps := slices.Clone(f.eps)
+	for i := range eps {
+		eps[i].Set = id
+	}
+	if len(eps) > 0 {
+		if err := f.writeLocked(eps); err != nil {
+			return err
+		}
+	}
+	f.set = id
+	return nil
 }
 
 // Epochs is a copy of the history, oldest first.
@@ -79,16 +158,26 @@ func (f *EpochFile) Last() Epoch {
 func (f *EpochFile) Add(e Epoch) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	switch {
+	case e.Set == 0:
+		e.Set = f.set
+	case f.set != 0 && e.Set != f.set:
+		return fmt.Errorf("add epoch %d of replica set %s to a history of %s: %w", e.Epoch, e.Set, f.set, ErrOtherSet)
+	}
 	if n := len(f.eps); n > 0 {
 		last := f.eps[n-1]
-		if last == e {
+		if last.Epoch == e.Epoch && last.Start == e.Start {
 			return nil
 		}
 		if e.Epoch <= last.Epoch || e.Start < last.Start {
 			return fmt.Errorf("add epoch %d at %d after epoch %d at %d: %w", e.Epoch, e.Start, last.Epoch, last.Start, ErrEpochOrder)
 		}
 	}
-	return f.writeLocked(append(slices.Clone(f.eps), e))
+	if err := f.writeLocked(append(slices.Clone(f.eps), e)); err != nil {
+		return err
+	}
+	f.set = e.Set
+	return nil
 }
 
 // TruncateTo forgets what the history says about offsets at and past end: epochs that start

@@ -157,6 +157,15 @@ type waiter struct {
 func StartMaster(ln net.Listener, cfg MasterConfig) (*Master, error) {
 	cfg.defaults()
 	end := cfg.Store.Stats().CommitLogMaxOffset
+	if cfg.Epochs.Identity() == 0 {
+		// A new set's first master, or a history written before identities: this master
+		// chooses the set's identity, which its replicas adopt.
+		id := NewSetID()
+		if err := cfg.Epochs.SetIdentity(id); err != nil {
+			return nil, fmt.Errorf("start master of epoch %d: %w", cfg.Epoch, err)
+		}
+		cfg.Logger.Info("replica set identity chosen", "broker", cfg.BrokerName, "set", id.String())
+	}
 	if len(cfg.Epochs.Epochs()) == 0 && end > 0 {
 		// A log written before replication was configured: call it epoch 0.
 		if err := cfg.Epochs.Add(Epoch{Epoch: 0, Start: 0}); err != nil {
@@ -447,15 +456,16 @@ func (m *Master) serve(c net.Conn) error {
 	}
 	from, refuse := m.check(h)
 	eps := m.cfg.Epochs.Epochs()
+	set := m.cfg.Epochs.Identity()
 	if refuse != "" {
-		_ = writeJSON(w, frameWelcome, welcome{Error: refuse, Epochs: eps, TruncateTo: -1, Epoch: m.cfg.Epoch})
+		_ = writeJSON(w, frameWelcome, welcome{Error: refuse, Epochs: eps, TruncateTo: -1, Epoch: m.cfg.Epoch, Set: set})
 		return fmt.Errorf("refused replica %s: %s", h.Node, refuse)
 	}
 	if from < h.End {
 		m.cfg.Logger.Warn("replica log diverged; it must cut it", "node", h.Node, "end", h.End, "truncate_to", from)
-		return writeJSON(w, frameWelcome, welcome{Epochs: eps, TruncateTo: from, Epoch: m.cfg.Epoch})
+		return writeJSON(w, frameWelcome, welcome{Epochs: eps, TruncateTo: from, Epoch: m.cfg.Epoch, Set: set})
 	}
-	if err := writeJSON(w, frameWelcome, welcome{Epochs: eps, TruncateTo: -1, Epoch: m.cfg.Epoch}); err != nil {
+	if err := writeJSON(w, frameWelcome, welcome{Epochs: eps, TruncateTo: -1, Epoch: m.cfg.Epoch, Set: set}); err != nil {
 		return fmt.Errorf("write welcome: %w", err)
 	}
 	_ = c.SetDeadline(time.Time{})
@@ -491,6 +501,10 @@ func (m *Master) check(h hello) (int64, string) {
 		return 0, fmt.Sprintf("replica of %s/%s dialed the master of %s/%s", h.Cluster, h.BrokerName, m.cfg.Cluster, m.cfg.BrokerName)
 	case h.SegmentSize != m.cfg.Store.SegmentSize():
 		return 0, fmt.Sprintf("replica segment size %d, master's %d: they must be equal", h.SegmentSize, m.cfg.Store.SegmentSize())
+	case h.Set != 0 && h.Set != m.cfg.Epochs.Identity():
+		// Checked before the histories are compared: another set's log may look like a
+		// diverged one ("epoch 1 at 0" in both), and nothing of it may be cut.
+		return 0, otherSet(h.Set, m.cfg.Epochs.Identity())
 	}
 	st := m.cfg.Store.Stats()
 	from := CommonOffset(m.cfg.Epochs.Epochs(), st.CommitLogMaxOffset, h.Epochs, h.End)
@@ -498,6 +512,12 @@ func (m *Master) check(h hello) (int64, string) {
 		return 0, fmt.Sprintf("replica log ends at %d, the master's starts at %d: empty its data directory to copy the master afresh", from, st.CommitLogMinOffset)
 	}
 	return from, ""
+}
+
+// otherSet is why a replica holding the log of another set is refused.
+func otherSet(replica, master SetID) string {
+	return fmt.Sprintf("the replica's log is of replica set %s, the master's set is %s (%v): nothing of it was cut; give it an empty data directory to copy this set, or start it in its own set",
+		replica, master, ErrOtherSet)
 }
 
 func (m *Master) drop(p *peer) {

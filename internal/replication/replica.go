@@ -129,7 +129,7 @@ func (f *Follower) once(ctx context.Context) error {
 	}
 	if err := writeJSON(w, frameHello, hello{
 		Cluster: f.cfg.Cluster, BrokerName: f.cfg.BrokerName, Node: f.cfg.Node,
-		SegmentSize: f.cfg.Store.SegmentSize(), End: end, Epochs: f.cfg.Epochs.Epochs(),
+		SegmentSize: f.cfg.Store.SegmentSize(), End: end, Epochs: f.cfg.Epochs.Epochs(), Set: f.cfg.Epochs.Identity(),
 	}); err != nil {
 		return fmt.Errorf("send hello to %s: %w", addr, err)
 	}
@@ -137,13 +137,24 @@ func (f *Follower) once(ctx context.Context) error {
 	if err := readJSON(r, frameWelcome, &wl); err != nil {
 		return fmt.Errorf("read welcome from %s: %w", addr, err)
 	}
+	mine := f.cfg.Epochs.Identity()
 	switch {
 	case wl.Error != "":
 		return fmt.Errorf("master %s: %s: %w", addr, wl.Error, ErrRefused)
+	case wl.Set != 0 && mine != 0 && wl.Set != mine:
+		// A master that did not check (an older version): the replica refuses it itself.
+		return fmt.Errorf("master %s: %s: %w", addr, otherSet(mine, wl.Set), ErrRefused)
 	case wl.Epoch < f.cfg.Epochs.Last().Epoch:
 		return fmt.Errorf("master %s has epoch %d, the replica %d: %w", addr, wl.Epoch, f.cfg.Epochs.Last().Epoch, ErrStaleMaster)
 	case wl.TruncateTo >= 0 && wl.TruncateTo < end:
 		return &DivergedError{TruncateTo: wl.TruncateTo, End: end}
+	}
+	if mine == 0 && wl.Set != 0 {
+		// An empty history, or one written before identities: it is the master's set's.
+		if err := f.cfg.Epochs.SetIdentity(wl.Set); err != nil {
+			return fmt.Errorf("adopt the replica set identity of master %s: %w", addr, err)
+		}
+		f.cfg.Logger.Info("replica set identity adopted from the master", "master", addr, "set", wl.Set.String())
 	}
 	_ = c.SetDeadline(time.Time{})
 	f.connected.Store(true)

@@ -29,16 +29,21 @@ type hello struct {
 	SegmentSize int64   `json:"segment_size"`
 	End         int64   `json:"end"`
 	Epochs      []Epoch `json:"epochs"`
+	// Set is the identity of the replica set the replica's history belongs to (omitted: none
+	// yet, an empty or older history).
+	Set SetID `json:"set,omitempty"`
 }
 
 // welcome is the master's answer: Error set means the replica is refused (the wrong
-// replica set, another segment size); TruncateTo below the replica's end means its log
+// replica set, by name or by identity, another segment size); TruncateTo below the replica's end means its log
 // diverged there and must be cut before it follows.
 type welcome struct {
 	Error      string  `json:"error,omitempty"`
 	Epochs     []Epoch `json:"epochs"`
 	TruncateTo int64   `json:"truncate_to"`
 	Epoch      int64   `json:"epoch"`
+	// Set is the master's replica set: a replica whose history has none adopts it.
+	Set SetID `json:"set,omitempty"`
 }
 
 // dataHeader precedes a chunk of raw records. Epoch and EpochStart say which master term
