@@ -139,12 +139,12 @@ func (d *built) joinCluster(ctx context.Context, c config.Config, p *peers, cl *
 	}
 	m, err := cluster.New(cluster.Options{
 		ReplicaSet: role,
-		Conn:     d.cp.n.Conn(),
-		Node:     c.BrokerName,
-		Version:  version,
-		GRPCAddr: d.grpcAdvertise(),
-		Replicas: routedReplicas(c),
-		Logger:   log, // the member logs every registry change
+		Conn:       d.cp.n.Conn(),
+		Node:       c.BrokerName,
+		Version:    version,
+		GRPCAddr:   d.grpcAdvertise(),
+		Replicas:   routedReplicas(c),
+		Logger:     log, // the member logs every registry change
 		// The publisher never blocks on NATS, so the member's registry goroutine is not held.
 		OnEvent: func(e cluster.Event) { pub.Cluster(clusterEvent(e)) },
 	})
