@@ -15,6 +15,7 @@ import (
 
 	"github.com/flowd-io/flowd/control"
 	"github.com/flowd-io/flowd/internal/clientcore"
+	pb "github.com/flowd-io/flowd/internal/rocketmqv2"
 	"github.com/flowd-io/flowd/producer"
 	"github.com/flowd-io/flowd/protocol"
 )
@@ -107,12 +108,33 @@ func storedBy(offsetMsgID string) string {
 	return host.String()
 }
 
+// grpcEndpoints is the gRPC route of topic at c: each broker's endpoint, by broker name,
+// with two queues each ("" when the route names a broker at two endpoints).
+func grpcEndpoints(t *testing.T, c pb.MessagingServiceClient, topic string) map[string]string {
+	t.Helper()
+	out, queues := map[string]string{}, map[string]int{}
+	for _, q := range grpcRoute(t, c, topic) {
+		if a, ok := out[q.broker]; ok && a != q.addr {
+			q.addr = ""
+		}
+		out[q.broker] = q.addr
+		queues[q.broker]++
+	}
+	for name, n := range queues {
+		if n != 2 {
+			out[name] = ""
+		}
+	}
+	return out
+}
+
 // Two replica sets of two members each in one NATS cluster (four `flowd serve`, async
 // mode): every member's name service routes a topic created on one set's master to both
-// broker names, each with its master as id 0 and its replica by its broker id; flowd's
+// broker names, each with its master as id 0 and its replica by its broker id, and its gRPC
+// route names both masters' endpoints; flowd's
 // producer, pointed at a replica, spreads its sends over both sets' masters, and a lite-pull
 // group of two reads every message; cluster.status lists both sets and both masters. Then
-// one set's master is killed with SIGKILL: the routes switch to its promoted replica, sends
+// one set's master is killed with SIGKILL: the routes (gRPC too) switch to its promoted replica, sends
 // to both sets go on being acknowledged, and the group reads those too.
 func TestTwoReplicaSetsInOneClusterRouteEveryBrokerName(t *testing.T) {
 	sets := startReplicaSets(t, 2, "rs-a", "rs-b")
@@ -130,6 +152,14 @@ func TestTwoReplicaSetsInOneClusterRouteEveryBrokerName(t *testing.T) {
 			r := routeOf(m.namesrv, topic)
 			return len(r) == 2 && maps.Equal(r["rs-a"], want["rs-a"]) && maps.Equal(r["rs-b"], want["rs-b"])
 		}, wait, tick, "%s routes %s to both sets, master 0 and replica 2: %v", m.name, topic, routeOf(m.namesrv, topic))
+	}
+
+	// gRPC routes likewise: both sets' queues, each at its master's endpoint.
+	grpcWant := func(a, b *setMember) map[string]string { return map[string]string{"rs-a": a.grpc, "rs-b": b.grpc} }
+	for _, m := range members {
+		c := grpcClient(t, m.grpc)
+		require.Eventually(t, func() bool { return maps.Equal(grpcEndpoints(t, c, topic), grpcWant(a1, b1)) }, wait, tick,
+			"%s's gRPC route names both masters: %v", m.name, grpcEndpoints(t, c, topic))
 	}
 
 	// cluster.status, asked at a replica of the other set, lists both sets and both masters.
@@ -222,6 +252,9 @@ func TestTwoReplicaSetsInOneClusterRouteEveryBrokerName(t *testing.T) {
 	for i, m := range []*setMember{a2, b1, b2} {
 		require.NotZero(t, switched[i], "%s routes rs-a to its promoted replica: %v", m.name, routeOf(m.namesrv, topic))
 	}
+	c := grpcClient(t, b2.grpc)
+	require.Eventually(t, func() bool { return maps.Equal(grpcEndpoints(t, c, topic), grpcWant(a2, b1)) }, wait, tick,
+		"rs-b-2's gRPC route names rs-a's new master: %v", grpcEndpoints(t, c, topic))
 	before := ackedBy(a2.broker)
 	require.Eventually(t, func() bool { return ackedBy(a2.broker) >= before+5 && ackedBy(b1.broker) > 0 }, wait, tick,
 		"sends acknowledged by rs-a's new master")
