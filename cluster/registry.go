@@ -203,7 +203,7 @@ func (m *Member) sweep(ctx context.Context) error {
 	var stale []string
 	m.mu.RLock()
 	for name := range m.brokers {
-		if name != m.name && now.Sub(m.seen[name]) > m.opts.TTL {
+		if !m.own(name) && now.Sub(m.seen[name]) > m.opts.TTL {
 			stale = append(stale, name)
 		}
 	}
@@ -223,6 +223,11 @@ func (m *Member) sweep(ctx context.Context) error {
 	}
 	return nil
 }
+
+// own reports whether name's entry is this member's own, which it keeps for itself: a plain
+// broker's. A replica set's entry is its master's, which may be another member of the set,
+// and lapses like any other broker's.
+func (m *Member) own(name string) bool { return name == m.name && m.opts.ReplicaSet == nil }
 
 // forget drops a broker from the watched copy and reports that it left.
 func (m *Member) forget(name, reason string) {
@@ -277,7 +282,7 @@ func (m *Member) applyRegistry(name string, e jetstream.KeyValueEntry) {
 	m.mu.RLock()
 	self := m.name
 	m.mu.RUnlock()
-	if name != self && m.lapsed(e) {
+	if (name != self || m.opts.ReplicaSet != nil) && m.lapsed(e) {
 		// Redelivered after it should have aged out: a watch recreated when the stream's
 		// leader died delivers the last values again, and a sweep reads an entry the new
 		// leader has not expired yet. Its broker stopped heartbeating a TTL ago.
