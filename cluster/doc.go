@@ -16,6 +16,10 @@
 // The buckets are watched into memory, so the name service (the Member is the broker's
 // Config.Peers) answers routes without waiting on NATS.
 //
+// A replica set's node runs a Member with Options.ReplicaSet: the set's master holds its
+// broker name's registry entry (with its epoch and the set's addresses by broker id), the
+// next master's entry replacing it; replicas watch the buckets and write nothing.
+//
 // A PluginStore shares the Wasm plugins: a plugins.Store whose modules are in a JetStream
 // object store and whose versions, active versions and per-node reports are in a KV bucket.
 // Each node's plugins.Registry runs on it with a local plugins.DirStore as its copy, and

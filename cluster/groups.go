@@ -24,7 +24,9 @@ func sharedGroup(name string) bool {
 // deletions. synced is closed once the bucket is loaded and the broker reconciled with it.
 func (m *Member) syncGroups(ctx context.Context, w jetstream.KeyWatcher, local <-chan broker.Event, synced chan<- struct{}) {
 	defer w.Stop()
-	loaded := false
+	// shared: the broker's own were reconciled with the cluster's as a sharing member
+	// (a replica set's node shares only once master, and reconciles then).
+	loaded, shared := false, false
 	for {
 		select {
 		case <-ctx.Done():
@@ -35,16 +37,23 @@ func (m *Member) syncGroups(ctx context.Context, w jetstream.KeyWatcher, local <
 			}
 			if e == nil {
 				if !loaded {
-					loaded = true
-					m.reconcileGroups(ctx)
+					loaded, shared = true, m.sharing()
+					m.reconcileGroups(ctx, shared)
 					close(synced)
 				}
 				continue
 			}
 			m.applyGroup(e)
+		case <-m.groupsNow:
+			if loaded {
+				shared = m.catchUpGroups(ctx, shared)
+			}
 		case e := <-local:
 			if !loaded {
 				continue // reconcileGroups, once loaded, covers it
+			}
+			if shared = m.catchUpGroups(ctx, shared); !shared {
+				continue // a replica: its table is the master's copy
 			}
 			switch e.Type {
 			case broker.GroupCreated:
@@ -98,14 +107,23 @@ func (m *Member) unpublishGroup(ctx context.Context, name string) { m.groups.unp
 
 // reconcileGroups runs once the bucket is loaded: the broker's groups the cluster does not
 // know are published, then every group of the cluster is materialised, the cluster's copy
-// winning.
-func (m *Member) reconcileGroups(ctx context.Context) {
+// winning. A replica set's replica (share false) publishes nothing: it materialises only.
+func (m *Member) reconcileGroups(ctx context.Context, share bool) {
 	for _, gs := range m.b.Groups() {
-		if gs.Configured {
+		if share && gs.Configured {
 			m.publishGroup(ctx, gs.Name, false)
 		}
 	}
 	for _, g := range m.groups.configs(m) {
 		m.materialiseGroup(g)
 	}
+}
+
+// catchUpGroups is catchUpTopics for subscription groups.
+func (m *Member) catchUpGroups(ctx context.Context, shared bool) bool {
+	now := m.sharing()
+	if now && !shared {
+		m.reconcileGroups(ctx, true)
+	}
+	return now
 }

@@ -41,6 +41,15 @@ type BrokerInfo struct {
 	// Heartbeat is when the entry was last written.
 	Heartbeat time.Time `json:"heartbeat"`
 	Load      Load      `json:"load"`
+	// Epoch is, for a replica set's master, its lease's epoch; 0 for a plain broker. Of two
+	// masters of one set, the newer epoch's entry replaces the older's.
+	Epoch int64 `json:"epoch,omitempty"`
+	// Master is, for a replica set, the master's member name (<broker name>-<broker id>).
+	Master string `json:"master,omitempty"`
+	// Addrs are, for a replica set, the remoting addresses its routes name by broker id: the
+	// master's (Addr) as 0, each in-sync replica's by its id, so that clients may read from
+	// the replicas. Absent for a plain broker: Addr as id 0.
+	Addrs map[int64]string `json:"addrs,omitempty"`
 }
 
 // Load is what a broker reports of its work with each heartbeat.
@@ -113,8 +122,11 @@ type Member struct {
 	// brokersKV (and topics.kv, groups.kv) are set once by the goroutine that joins, before
 	// it starts the loops that use them; Close reads them after wg.Wait.
 	brokersKV jetstream.KeyValue
-	rev       uint64 // the registry entry's last revision, heartbeat goroutine only
+	rev       uint64 // the registry entry's last revision (0: none written), heartbeat goroutine only
 	closeOnce sync.Once
+	// beatNow, topicsNow and groupsNow (cap 1) are Refresh's: a replica set's change to act
+	// on at once.
+	beatNow, topicsNow, groupsNow chan struct{}
 }
 
 var _ broker.Peers = (*Member)(nil)
@@ -132,6 +144,7 @@ func New(o Options) (*Member, error) {
 		topics: newTable("topic", func(tc broker.TopicConfig) string { return tc.Name }),
 		groups: newTable("group", func(g broker.GroupConfig) string { return g.Name }),
 		ctx:    ctx, cancel: cancel,
+		beatNow: make(chan struct{}, 1), topicsNow: make(chan struct{}, 1), groupsNow: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -226,9 +239,12 @@ func (m *Member) connect(ctx context.Context) error {
 	if err := m.checkCluster(ctx, brokersKV); err != nil {
 		return err
 	}
-	rev, err := m.register(ctx, brokersKV)
-	if err != nil {
-		return err
+	var rev uint64
+	if m.opts.ReplicaSet == nil {
+		// A replica set's node registers from its heartbeat, once it is master.
+		if rev, err = m.register(ctx, brokersKV); err != nil {
+			return err
+		}
 	}
 	m.brokersKV, m.topics.kv, m.groups.kv, m.rev = brokersKV, topicsKV, groupsKV, rev
 	if err := m.startLoops(ctx); err != nil {
@@ -349,7 +365,13 @@ func (m *Member) TopicPeers(topic string) []TopicPeer {
 }
 
 func brokerData(bi BrokerInfo) protocol.BrokerData {
-	return protocol.BrokerData{Cluster: bi.Cluster, BrokerName: bi.Name, BrokerAddrs: map[int64]string{protocol.MasterID: bi.Addr}}
+	addrs := map[int64]string{protocol.MasterID: bi.Addr}
+	for id, a := range bi.Addrs {
+		if id != protocol.MasterID && a != "" {
+			addrs[id] = a // a replica set's in-sync replicas
+		}
+	}
+	return protocol.BrokerData{Cluster: bi.Cluster, BrokerName: bi.Name, BrokerAddrs: addrs}
 }
 
 func (m *Member) emit(e Event) {
@@ -366,8 +388,8 @@ func (m *Member) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() {
 		m.cancel()
 		m.wg.Wait()
-		if !m.Joined() {
-			return
+		if !m.Joined() || m.rev == 0 {
+			return // never registered: a replica set's node that was not master
 		}
 		dctx, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
 		defer cancel()

@@ -65,6 +65,15 @@ type Options struct {
 	// Logger receives the member's logs. Default slog.Default().
 	Logger *slog.Logger
 
+	// ReplicaSet, if set, makes this the member of a replica set's node (docs/cluster.md,
+	// "Several replica sets in one cluster"): it registers the broker name only while
+	// ReplicaSet.Master says this node holds the set's lease, with the set's addresses by
+	// broker id, replacing the entry of the set's previous master, and withdraws it when the
+	// node stops being master (fenced, or the lease taken); it shares the cluster's topics
+	// and groups only while master, and applies the cluster's to its broker either way.
+	// Default nil: a plain broker, registered for as long as it runs.
+	ReplicaSet ReplicaSetRole
+
 	// OnEvent is called for every registry change (a broker joined or left, this member's
 	// name taken), in order, on the member's registry goroutine: it must return quickly.
 	// Default nil: events are only logged.

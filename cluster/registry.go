@@ -15,11 +15,15 @@ import (
 // selfInfo is this broker's registry entry as of now.
 func (m *Member) selfInfo() BrokerInfo {
 	st := m.b.Status()
-	return BrokerInfo{
+	bi := BrokerInfo{
 		Name: st.BrokerName, Cluster: st.Cluster, Addr: st.Addr, NamesrvAddr: st.NamesrvAddr, GRPCAddr: m.opts.GRPCAddr,
 		Node: m.opts.Node, Version: m.opts.Version, Started: st.Started, Heartbeat: time.Now(),
 		Load: Load{Topics: st.Topics, Clients: st.Clients, Members: st.Members, WaitingPulls: st.WaitingPulls},
 	}
+	if m.opts.ReplicaSet != nil {
+		m.setInfo(&bi)
+	}
+	return bi
 }
 
 // register creates the broker's registry entry. KV Create is compare-and-set, so of two
@@ -47,7 +51,27 @@ func (m *Member) register(ctx context.Context, kv jetstream.KeyValue) (uint64, e
 		return 0, fmt.Errorf("cluster: register broker %q: read the existing entry: %w", self.Name, gerr)
 	}
 	var other BrokerInfo
-	if jerr := json.Unmarshal(e.Value(), &other); jerr == nil && other.Node == self.Node && other.Addr == self.Addr {
+	jerr := json.Unmarshal(e.Value(), &other)
+	if jerr == nil {
+		ok, err := replaces(self, other)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			// The set's previous master, listed until its entry expires: replaced on the
+			// revision read, so a newer master that wrote meanwhile keeps its entry.
+			rev, err = kv.Update(ctx, key, data, e.Revision())
+			if err != nil {
+				return 0, fmt.Errorf("cluster: register broker %q: replace the entry of the replica set's previous master %s: %w", self.Name, other.Master, err)
+			}
+			if other.Master != self.Master {
+				m.log.Info("cluster: replaced the registry entry of the replica set's previous master", "broker", self.Name,
+					"previous", other.Master, "previous_epoch", other.Epoch, "master", self.Master, "epoch", self.Epoch)
+			}
+			return rev, nil
+		}
+	}
+	if jerr == nil && other.Node == self.Node && other.Addr == self.Addr {
 		rev, err = kv.Update(ctx, key, data, e.Revision())
 		if err != nil {
 			return 0, fmt.Errorf("cluster: register broker %q: take over this node's previous entry: %w", self.Name, err)
@@ -121,8 +145,13 @@ func (m *Member) heartbeat(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-m.beatNow:
 		}
-		if err := m.beat(ctx); err != nil && ctx.Err() == nil {
+		beat := m.beat
+		if m.opts.ReplicaSet != nil {
+			beat = m.beatSet
+		}
+		if err := beat(ctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("cluster heartbeat failed", "broker", m.name, "err", err)
 		}
 		if err := m.sweep(ctx); err != nil && ctx.Err() == nil {
@@ -152,6 +181,9 @@ func (m *Member) beat(ctx context.Context) error {
 		m.emit(Event{Type: NameTaken, Time: time.Now(), Broker: m.selfInfo(), Reason: err.Error()})
 		return err
 	}
+	if errors.Is(err, errSuperseded) {
+		m.rev = 0 // a newer master's entry: this node is about to learn it lost the lease
+	}
 	if err != nil {
 		return err
 	}
@@ -171,7 +203,7 @@ func (m *Member) sweep(ctx context.Context) error {
 	var stale []string
 	m.mu.RLock()
 	for name := range m.brokers {
-		if name != m.name && now.Sub(m.seen[name]) > m.opts.TTL {
+		if !m.own(name) && now.Sub(m.seen[name]) > m.opts.TTL {
 			stale = append(stale, name)
 		}
 	}
@@ -191,6 +223,11 @@ func (m *Member) sweep(ctx context.Context) error {
 	}
 	return nil
 }
+
+// own reports whether name's entry is this member's own, which it keeps for itself: a plain
+// broker's. A replica set's entry is its master's, which may be another member of the set,
+// and lapses like any other broker's.
+func (m *Member) own(name string) bool { return name == m.name && m.opts.ReplicaSet == nil }
 
 // forget drops a broker from the watched copy and reports that it left.
 func (m *Member) forget(name, reason string) {
@@ -245,7 +282,7 @@ func (m *Member) applyRegistry(name string, e jetstream.KeyValueEntry) {
 	m.mu.RLock()
 	self := m.name
 	m.mu.RUnlock()
-	if name != self && m.lapsed(e) {
+	if (name != self || m.opts.ReplicaSet != nil) && m.lapsed(e) {
 		// Redelivered after it should have aged out: a watch recreated when the stream's
 		// leader died delivers the last values again, and a sweep reads an entry the new
 		// leader has not expired yet. Its broker stopped heartbeating a TTL ago.
@@ -330,6 +367,9 @@ func (m *Member) startLoops(ctx context.Context) error {
 			m.wg.Done()
 			return fmt.Errorf("cluster: load the shared state: %w", ctx.Err())
 		}
+	}
+	if m.opts.ReplicaSet != nil {
+		m.Refresh() // a master registers at once, not a heartbeat later
 	}
 	go func() { defer m.wg.Done(); defer lcancel(); m.heartbeat(lctx) }()
 	return nil

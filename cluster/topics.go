@@ -26,7 +26,9 @@ func shared(name string) bool {
 // loaded and the broker reconciled with them.
 func (m *Member) syncTopics(ctx context.Context, w jetstream.KeyWatcher, local <-chan broker.Event, synced chan<- struct{}) {
 	defer w.Stop()
-	loaded := false
+	// shared: the broker's own were reconciled with the cluster's as a sharing member
+	// (a replica set's node shares only once master, and reconciles then).
+	loaded, shared := false, false
 	for {
 		select {
 		case <-ctx.Done():
@@ -37,16 +39,23 @@ func (m *Member) syncTopics(ctx context.Context, w jetstream.KeyWatcher, local <
 			}
 			if e == nil {
 				if !loaded {
-					loaded = true
-					m.reconcile(ctx)
+					loaded, shared = true, m.sharing()
+					m.reconcile(ctx, shared)
 					close(synced)
 				}
 				continue
 			}
 			m.applyTopic(e)
+		case <-m.topicsNow:
+			if loaded {
+				shared = m.catchUpTopics(ctx, shared)
+			}
 		case e := <-local:
 			if !loaded {
 				continue // reconcile, once loaded, covers it
+			}
+			if shared = m.catchUpTopics(ctx, shared); !shared {
+				continue // a replica: its table is the master's copy
 			}
 			switch e.Type {
 			case broker.TopicCreated:
@@ -108,12 +117,26 @@ func (m *Member) unpublishTopic(ctx context.Context, name string) { m.topics.unp
 
 // reconcile runs once the bucket is loaded: the broker's shared topics the cluster does not
 // know are published (a node never drops queues, and their messages, because it was away),
-// then every topic of the cluster is materialised, the cluster's copy winning.
-func (m *Member) reconcile(ctx context.Context) {
+// then every topic of the cluster is materialised, the cluster's copy winning. A replica
+// set's replica (share false) publishes nothing: it materialises only.
+func (m *Member) reconcile(ctx context.Context, share bool) {
 	for _, tc := range m.b.Topics() {
-		m.publishTopic(ctx, tc.Name, false)
+		if share {
+			m.publishTopic(ctx, tc.Name, false)
+		}
 	}
 	for _, tc := range m.topics.configs(m) {
 		m.materialise(tc)
 	}
+}
+
+// catchUpTopics is a replica set's node's turn to share: once master (sharing), the broker's
+// topics the cluster does not know are published and the cluster's materialised, as at a
+// join. It returns whether the member shares now.
+func (m *Member) catchUpTopics(ctx context.Context, shared bool) bool {
+	now := m.sharing()
+	if now && !shared {
+		m.reconcile(ctx, true)
+	}
+	return now
 }

@@ -22,7 +22,8 @@ type ClusterMembership struct {
 	Joined bool
 	// Brokers are the live brokers, this one included once joined.
 	Brokers []ClusterBroker
-	// ReplicaSets are the cluster's replica sets, when this node is a member of one.
+	// ReplicaSets are the cluster's replica sets, when this node is a member of one (a
+	// gathered cluster.status adds those the other nodes list).
 	ReplicaSets []ClusterReplicaSet
 }
 
@@ -74,6 +75,10 @@ type ClusterBroker struct {
 	// registry (a single node, or one not joined yet).
 	Heartbeat *time.Time  `json:"heartbeat,omitempty"`
 	Load      ClusterLoad `json:"load"`
+	// Master is, for a replica set, its master's member name, and Epoch the master's lease
+	// epoch; both absent for a plain broker.
+	Master string `json:"master,omitempty"`
+	Epoch  int64  `json:"epoch,omitempty"`
 	// Self marks the broker of the node that answered.
 	Self bool `json:"self"`
 }
@@ -116,7 +121,8 @@ type ClusterStatusReply struct {
 	// Joined is true once the node's broker is registered in the cluster.
 	Joined  bool            `json:"joined"`
 	Brokers []ClusterBroker `json:"brokers"`
-	// ReplicaSets are the cluster's replica sets (absent without replication).
+	// ReplicaSets are the cluster's replica sets: those the answering node reads, and, when
+	// gathered, those the other nodes list (absent when no node runs replication).
 	ReplicaSets []ClusterReplicaSet `json:"replica_sets,omitempty"`
 	// NATS is the embedded NATS server's view of its cluster; absent when the node
 	// connects to an existing NATS (nats.urls) or the service has no ServiceConfig.NATS.
@@ -164,10 +170,28 @@ func (s *Service) clusterStatus(ctx context.Context, data []byte) (any, error) {
 	out.Nodes = []ClusterNodeView{nodeView(out)}
 	for _, a := range answers {
 		out.Nodes = append(out.Nodes, nodeView(a.reply))
+		out.ReplicaSets = mergeReplicaSets(out.ReplicaSets, a.reply.ReplicaSets)
 	}
 	slices.SortFunc(out.Nodes, func(x, y ClusterNodeView) int { return cmp.Compare(x.Node, y.Node) })
 	out.Coverage = cov
 	return out, nil
+}
+
+// mergeReplicaSets adds to sets the replica sets of another node's answer: a plain node
+// reads no replica set of its own, and one answer lists every set and plain broker. Of two
+// views of one set, the newer epoch's wins (the answering node's on a tie).
+func mergeReplicaSets(sets, more []ClusterReplicaSet) []ClusterReplicaSet {
+	for _, m := range more {
+		i := slices.IndexFunc(sets, func(s ClusterReplicaSet) bool { return s.BrokerName == m.BrokerName })
+		switch {
+		case i < 0:
+			sets = append(sets, m)
+		case m.Epoch > sets[i].Epoch:
+			sets[i] = m
+		}
+	}
+	slices.SortFunc(sets, func(x, y ClusterReplicaSet) int { return cmp.Compare(x.BrokerName, y.BrokerName) })
+	return sets
 }
 
 // localClusterStatus is this node's view of the cluster.

@@ -334,3 +334,43 @@ func TestGatherScopeOnASingleNode(t *testing.T) {
 	assert.Contains(t, e.fail("group.describe", `{"group":"g","timeout":"-1s"}`, control.CodeBadRequest), `field "timeout"`)
 	assert.Equal(t, "flowd.ctl.v1.east.node.broker=2Ea.topic.list", control.NodeSubject("east", "broker.a", "topic.list"), "a node name that is no subject token is escaped")
 }
+
+// setsView is a node's membership: the shared registry, and the replica sets it reads.
+type setsView struct {
+	reg  *registry
+	sets []control.ClusterReplicaSet
+}
+
+func (v setsView) ClusterMembership() control.ClusterMembership {
+	m := v.reg.ClusterMembership()
+	m.ReplicaSets = v.sets
+	return m
+}
+
+// A gathered cluster.status lists every replica set any node reads, whichever node answers:
+// a plain node reads none, and of two views of one set the newer epoch's wins.
+func TestGatheredClusterStatusListsEveryReplicaSet(t *testing.T) {
+	ns := startNATS(t)
+	reg := &registry{}
+	setA1 := control.ClusterReplicaSet{BrokerName: "rs-a", Master: "rs-a-1", Epoch: 1, Members: []control.ClusterReplicaMember{{Node: "rs-a-1", BrokerID: 1}}}
+	setA2 := control.ClusterReplicaSet{BrokerName: "rs-a", Master: "rs-a-2", Epoch: 2, Members: []control.ClusterReplicaMember{{Node: "rs-a-2", BrokerID: 2}}}
+	setB := control.ClusterReplicaSet{BrokerName: "rs-b", Master: "rs-b-1", Epoch: 1, Members: []control.ClusterReplicaMember{{Node: "rs-b-1", BrokerID: 1}}}
+	views := map[string][]control.ClusterReplicaSet{"plain": nil, "rs-a": {setA2}, "rs-b": {setA1, setB}}
+	for _, name := range []string{"plain", "rs-a", "rs-b"} {
+		reg.add(name)
+	}
+	for name, sets := range views {
+		b := startBroker(t, func(cfg *broker.Config) { cfg.BrokerName = name })
+		svc, err := control.StartService(context.Background(), connect(t, ns), b, control.ServiceConfig{Logger: quiet(), Membership: setsView{reg: reg, sets: sets}})
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, svc.Stop()) })
+	}
+	cl := connect(t, ns)
+	for range 6 { // any node answers: each must give the whole picture
+		msg, err := cl.Request("flowd.ctl.v1.local.cluster.status", nil, wait)
+		require.NoError(t, err)
+		var cs control.ClusterStatusReply
+		require.NoError(t, json.Unmarshal(msg.Data, &cs), string(msg.Data))
+		assert.Equal(t, []control.ClusterReplicaSet{setA2, setB}, cs.ReplicaSets, "answered by %s", cs.Node)
+	}
+}

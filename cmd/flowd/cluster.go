@@ -50,7 +50,11 @@ func printClusterStatus(w io.Writer, r *control.ClusterStatusReply, now time.Tim
 		if b.Heartbeat != nil {
 			hb = now.Sub(*b.Heartbeat).Round(100*time.Millisecond).String() + " ago"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", name, b.Node, b.Addr, orDash(b.Namesrv), orDash(b.Version),
+		node := b.Node
+		if b.Master != "" {
+			node = fmt.Sprintf("%s (replica set master, epoch %d)", b.Master, b.Epoch)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", name, node, b.Addr, orDash(b.Namesrv), orDash(b.Version),
 			b.Started.Format(time.RFC3339), hb, b.Load.Topics, b.Load.Clients, b.Load.WaitingPulls)
 	}
 	printReplicaSets(w, r.ReplicaSets)

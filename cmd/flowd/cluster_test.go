@@ -71,6 +71,7 @@ func TestPrintClusterStatus(t *testing.T) {
 func TestPrintClusterStatusReplicaSets(t *testing.T) {
 	r := &control.ClusterStatusReply{
 		Origin: control.Origin{Node: "rs", Cluster: "local"}, Clustered: true,
+		Brokers: []control.ClusterBroker{{Name: "rs", Node: "rs", Addr: "10.0.0.2:10911", Master: "rs-2", Epoch: 3}},
 		ReplicaSets: []control.ClusterReplicaSet{{BrokerName: "rs", Master: "rs-2", Epoch: 3, InSync: []string{"rs-1"},
 			Members: []control.ClusterReplicaMember{
 				{Node: "rs-1", BrokerID: 1, Role: "replica", Addr: "10.0.0.1:10911", InSync: true, Connected: true, LagBytes: 4096, LagMillis: 250},
@@ -83,6 +84,7 @@ func TestPrintClusterStatusReplicaSets(t *testing.T) {
 	printClusterStatus(tw, r, time.Now())
 	require.NoError(t, tw.Flush())
 	out := buf.String()
+	assert.Regexp(t, `(?m)^rs\s+rs-2 \(replica set master, epoch 3\)\s+10\.0\.0\.2:10911\s`, out, "the registry's entry of a set names its master")
 	assert.Regexp(t, `(?m)^replica set\s+rs$`, out)
 	assert.Regexp(t, `(?m)^master\s+rs-2$`, out)
 	assert.Regexp(t, `(?m)^epoch\s+3$`, out)

@@ -98,7 +98,7 @@ func (p *peers) ClusterMembership() control.ClusterMembership {
 		hb := bi.Heartbeat.UTC()
 		out.Brokers = append(out.Brokers, control.ClusterBroker{
 			Name: bi.Name, Cluster: bi.Cluster, Node: bi.Node, Addr: bi.Addr, Namesrv: bi.NamesrvAddr, GRPC: bi.GRPCAddr,
-			Version: bi.Version, Started: bi.Started.UTC(), Heartbeat: &hb,
+			Version: bi.Version, Started: bi.Started.UTC(), Heartbeat: &hb, Master: bi.Master, Epoch: bi.Epoch,
 			Load: control.ClusterLoad{Topics: bi.Load.Topics, Clients: bi.Load.Clients, Members: bi.Load.Members, WaitingPulls: bi.Load.WaitingPulls},
 		})
 	}
@@ -130,15 +130,21 @@ func clusterEvent(e cluster.Event) control.ClusterEvent {
 // plane's NATS connection and pushes its Close, which leaves the registry at once, so that
 // it stops before the broker does. The member's registry changes become cluster events, and
 // cluster.status reads its registry through p.
-func (d *built) joinCluster(ctx context.Context, c config.Config, p *peers, cl *closers, log *slog.Logger) error {
+// A replica set's member (rs) registers the broker while it is the set's master only.
+func (d *built) joinCluster(ctx context.Context, c config.Config, p *peers, cl *closers, rs *replicaSet, log *slog.Logger) error {
 	pub := d.cp.pub
+	var role cluster.ReplicaSetRole // nil: a plain broker (not a nil *replicaSet in the interface)
+	if rs != nil {
+		role = setRole{rs}
+	}
 	m, err := cluster.New(cluster.Options{
-		Conn:     d.cp.n.Conn(),
-		Node:     c.BrokerName,
-		Version:  version,
-		GRPCAddr: d.grpcAdvertise(),
-		Replicas: routedReplicas(c),
-		Logger:   log, // the member logs every registry change
+		ReplicaSet: role,
+		Conn:       d.cp.n.Conn(),
+		Node:       c.BrokerName,
+		Version:    version,
+		GRPCAddr:   d.grpcAdvertise(),
+		Replicas:   routedReplicas(c),
+		Logger:     log, // the member logs every registry change
 		// The publisher never blocks on NATS, so the member's registry goroutine is not held.
 		OnEvent: func(e cluster.Event) { pub.Cluster(clusterEvent(e)) },
 	})
@@ -149,6 +155,9 @@ func (d *built) joinCluster(ctx context.Context, c config.Config, p *peers, cl *
 		return err
 	}
 	p.m.Store(m)
+	if rs != nil {
+		rs.member.Store(m) // lease changes reach the registry at once
+	}
 	d.cp.cfg.Membership = p
 	cl.push("cluster member", func(ctx context.Context) error {
 		// A deregistration JetStream cannot take (the last node of a cluster stopping, its

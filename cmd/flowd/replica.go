@@ -70,6 +70,9 @@ type replicaSet struct {
 	// refused is why the master refused this replica (nil: it was not): it takes no part,
 	// and answers /readyz not ready, until an operator acts.
 	refused atomic.Pointer[error]
+	// member is the node's cluster member once it joined: told of every lease change, so
+	// that the registry names a new master (or none) at once.
+	member atomic.Pointer[cluster.Member]
 }
 
 // readyCheck is the readiness check of a member: not ready once its master refused it
@@ -83,6 +86,28 @@ func (r *replicaSet) readyCheck() metrics.Check {
 		return nil
 	}}
 }
+
+// setRole is the replica set as the cluster member asks of it (cluster.ReplicaSetRole).
+type setRole struct{ r *replicaSet }
+
+var _ cluster.ReplicaSetRole = setRole{}
+
+// Master implements cluster.ReplicaSetRole: this node while it serves as master and holds
+// the lease unfenced.
+func (s setRole) Master() (string, int64, bool) {
+	r := s.r
+	if r.master.Load() == nil || r.lease == nil || !r.lease.Held() {
+		return "", 0, false
+	}
+	rec, ok := r.lease.Leader()
+	if !ok || rec.Node != r.node {
+		return "", 0, false
+	}
+	return r.node, rec.Epoch, true
+}
+
+// BrokerAddrs implements cluster.ReplicaSetRole: the addresses this node's own routes name.
+func (s setRole) BrokerAddrs() map[int64]string { return s.r.BrokerAddrs(s.r.b.Addr()) }
 
 // event publishes one of the replica set's cluster events about this node.
 func (r *replicaSet) event(typ, reason string) {
@@ -294,6 +319,9 @@ func (r *replicaSet) onLease(st cluster.LeaseState) {
 	}
 	if !st.Self && st.Known && st.Leader.Node != r.node && r.follow == nil {
 		r.startFollowLocked()
+	}
+	if m := r.member.Load(); m != nil {
+		m.Refresh()
 	}
 }
 

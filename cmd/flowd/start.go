@@ -269,17 +269,18 @@ func closeListener(ln net.Listener) func(context.Context) error {
 func (d *built) startMembership(ctx context.Context, c config.Config, ps *peers, cl *closers, m *metrics.Metrics, log *slog.Logger) error {
 	switch {
 	case d.rs != nil:
-		// A replica set's members share one broker name, which the cluster's registry holds
-		// once: the set runs without it (docs/cluster.md, "Replica sets").
 		if err := d.rs.start(ctx, d.b, d.cp.n.Conn(), routedReplicas(c), d.grpcAdvertise(), d.cp.pub.Cluster); err != nil {
 			return err
 		}
 		m.WatchReplicaSet(d.rs.stats)
 		if ps != nil {
-			d.cp.cfg.Membership = ps // cluster.status shows the replica sets
+			// A replica set's members share one broker name, which the cluster's registry
+			// holds once: its master's (docs/cluster.md, "Several replica sets in one
+			// cluster"). Every member watches the registry for the other brokers' routes.
+			return d.joinCluster(ctx, c, ps, cl, d.rs, log)
 		}
 	case ps != nil:
-		return d.joinCluster(ctx, c, ps, cl, log)
+		return d.joinCluster(ctx, c, ps, cl, nil, log)
 	}
 	return nil
 }
