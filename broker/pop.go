@@ -64,6 +64,13 @@ type PopRequest struct {
 	Wait time.Duration
 	// ClientID of the receiver, shown as PopQueueStats.Receiver (optional).
 	ClientID string
+	// Order makes this receive hand out in order per message group, as for a group with
+	// ConsumeOrderly (docs/pop.md, FIFO): the order flag of RocketMQ's POP_MESSAGE.
+	Order bool
+	// NoHandles leaves PoppedMessage.Handle empty: the caller names each delivery by its
+	// queue, offset and PopTime (a remoting receipt, protocol.ExtraInfo), and saves the
+	// handle's MAC.
+	NoHandles bool
 }
 
 // PoppedMessage is one handed-out message.
@@ -75,6 +82,9 @@ type PoppedMessage struct {
 	// Attempt is 1 on first delivery, +1 per redelivery.
 	Attempt        int
 	InvisibleUntil time.Time
+	// PopTime is the hand-out's time in Unix ms, unique among the message's deliveries: with
+	// the queue and offset it names the delivery, as a remoting receipt does (ExtraInfo).
+	PopTime int64
 }
 
 // PopQueueStats is a pop group's progress in one queue.
@@ -275,9 +285,10 @@ func (b *Broker) popOnce(ctx context.Context, tc TopicConfig, req PopRequest, f 
 	for i := 0; i < n && len(out) < req.MaxMessages; i++ {
 		qid := int32((first + i) % max(tc.ReadQueueNums, 1))
 		key := popKey{req.Group, tc.Name, qid}
-		q := b.pop.queueOrCreate(key, gc.ConsumeOrderly, func() int64 { return b.popStart(key) })
+		fifo := gc.ConsumeOrderly || req.Order
+		q := b.pop.queueOrCreate(key, fifo, func() int64 { return b.popStart(key) })
 		var err error
-		out, err = b.popQueue(ctx, q, req, gc.ConsumeOrderly, f, out)
+		out, err = b.popQueue(ctx, q, req, fifo, f, out)
 		if err != nil && len(out) == 0 {
 			return nil, err
 		}
@@ -335,7 +346,7 @@ func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo
 				q.redeliv++
 				b.pop.redelivered.Add(1)
 			}
-			out = append(out, b.handOut(q, e, m, now, req.Invisible))
+			out = append(out, b.handOut(q, e, m, now, req.Invisible, req.NoHandles))
 			recs = append(recs, entryRecord(recPop, q, e))
 		}
 	}
@@ -382,7 +393,7 @@ func (b *Broker) popFresh(ctx context.Context, q *popQueue, req PopRequest, f *s
 			recs = append(recs, entryRecord(recHold, q, e))
 			continue
 		}
-		out = append(out, b.handOut(q, e, m, now, req.Invisible))
+		out = append(out, b.handOut(q, e, m, now, req.Invisible, req.NoHandles))
 		recs = append(recs, entryRecord(recPop, q, e))
 	}
 	if res.NextBeginOffset > q.next {
@@ -434,7 +445,7 @@ func (b *Broker) popRead(ctx context.Context, key popKey, off int64) (*protocol.
 }
 
 // handOut makes e in flight until now+invisible and returns it to the receiver.
-func (b *Broker) handOut(q *popQueue, e *popEntry, m *protocol.MessageExt, now time.Time, invisible time.Duration) PoppedMessage {
+func (b *Broker) handOut(q *popQueue, e *popEntry, m *protocol.MessageExt, now time.Time, invisible time.Duration, noHandle bool) PoppedMessage {
 	if !e.inflight {
 		q.unvisible(e.offset)
 		q.inflight++
@@ -442,12 +453,22 @@ func (b *Broker) handOut(q *popQueue, e *popEntry, m *protocol.MessageExt, now t
 	e.inflight = true
 	e.attempt++
 	e.epoch = b.pop.epoch.Add(1)
-	e.popTime = msNow(now)
-	until := now.Add(invisible)
-	e.deadline = msNow(until)
+	e.popTime = nextPopTime(e.popTime, now)
+	e.deadline = e.popTime + invisible.Milliseconds()
 	b.pop.timers.schedule(e)
 	m.ReconsumeTimes = e.attempt - 1
-	return PoppedMessage{Message: m, Handle: b.popHandle(q, e), Attempt: int(e.attempt), InvisibleUntil: time.UnixMilli(e.deadline)}
+	p := PoppedMessage{Message: m, Attempt: int(e.attempt), InvisibleUntil: time.UnixMilli(e.deadline), PopTime: e.popTime}
+	if !noHandle {
+		p.Handle = b.popHandle(q, e)
+	}
+	return p
+}
+
+// nextPopTime is now in Unix ms, or one past the previous hand-out's when that is not
+// earlier: a delivery's pop time is unique among the message's deliveries, so that a
+// remoting receipt, which names a delivery by it, never names a later one.
+func nextPopTime(prev int64, now time.Time) int64 {
+	return max(msNow(now), prev+1)
 }
 
 func (b *Broker) popHandle(q *popQueue, e *popEntry) string {
@@ -457,6 +478,9 @@ func (b *Broker) popHandle(q *popQueue, e *popEntry) string {
 // popEntryOf finds the in-flight delivery a handle names, with its queue locked; the caller
 // unlocks q.mu. The caller holds b.pop.mu shared.
 func (b *Broker) popEntryOf(group, topic, handle string) (*popQueue, *popEntry, error) {
+	if isExtraInfo(handle) {
+		return b.popEntryOfExtraInfo(group, topic, handle)
+	}
 	r, err := decodeHandle(b.pop.key, group, topic, handle)
 	if err != nil {
 		return nil, nil, err
@@ -616,10 +640,13 @@ func (b *Broker) PopChangeInvisible(ctx context.Context, group, topic, handle st
 	defer q.mu.Unlock()
 	now := b.pop.now()
 	e.epoch = b.pop.epoch.Add(1)
-	e.popTime = msNow(now)
-	e.deadline = msNow(now.Add(d))
+	e.popTime = nextPopTime(e.popTime, now)
+	e.deadline = e.popTime + d.Milliseconds()
 	b.pop.timers.schedule(e)
 	h := b.popHandle(q, e)
+	if isExtraInfo(handle) {
+		h = renewedExtraInfo(handle, e, d)
+	}
 	if err := b.pop.jnl.append([]popRecord{entryRecord(recPop, q, e)}); err != nil {
 		return "", fmt.Errorf("pop change invisible: journal: %w", err)
 	}
