@@ -71,6 +71,10 @@ type PopRequest struct {
 	// queue, offset and PopTime (a remoting receipt, protocol.ExtraInfo), and saves the
 	// handle's MAC.
 	NoHandles bool
+	// RawProperties hands each message out with its property block raw
+	// (protocol.MessageExt.RawProperties) instead of decoded into Properties: for a caller
+	// that writes the messages out again in the stored layout.
+	RawProperties bool
 }
 
 // PoppedMessage is one handed-out message.
@@ -332,7 +336,7 @@ func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo
 			if !q.eligible(e) {
 				continue
 			}
-			m, err := b.popRead(ctx, q.key, off)
+			m, err := b.popRead(ctx, q.key, off, req.RawProperties)
 			if errors.Is(err, errPopGone) {
 				q.done(e) // retention removed it: nothing to hand out
 				recs = append(recs, popRecord{kind: recDone, q: q, offset: off})
@@ -376,18 +380,17 @@ func (b *Broker) popFresh(ctx context.Context, q *popQueue, req PopRequest, f *s
 	}
 	defer res.Release()
 	for _, raw := range res.Messages {
-		m, _, err := protocol.DecodeStored(raw)
+		m, err := popDecode(raw, q.key.topic, req.RawProperties)
 		if err != nil {
 			return out, recs, fmt.Errorf("pop: decode %s/%d near %d: %w", q.key.topic, q.key.queueID, q.next, err)
 		}
-		m.Body = bytes.Clone(m.Body)
 		if m.QueueOffset < q.next {
 			continue
 		}
 		// Offsets between q.next and this one were rejected by the filter (or removed by
 		// retention): done for this group.
 		q.next = m.QueueOffset + 1
-		e := q.add(m.QueueOffset, m.Properties[PropertyShardingKey])
+		e := q.add(m.QueueOffset, popMessageGroup(m))
 		if !q.eligible(e) {
 			q.visible = append(q.visible, e.offset)
 			recs = append(recs, entryRecord(recHold, q, e))
@@ -423,8 +426,42 @@ func (b *Broker) popDropBelow(q *popQueue, off int64) {
 
 var errPopGone = errors.New("message no longer in the queue")
 
-// popRead reads the one message at off.
-func (b *Broker) popRead(ctx context.Context, key popKey, off int64) (*protocol.MessageExt, error) {
+// popDecode decodes a stored message into a copy that outlives the read's buffers; with
+// rawProps its property block stays raw, copied with the body in one allocation.
+func popDecode(raw []byte, topic string, rawProps bool) (*protocol.MessageExt, error) {
+	if !rawProps {
+		m, _, err := protocol.DecodeStored(raw)
+		if err != nil {
+			return nil, err
+		}
+		m.Body = bytes.Clone(m.Body)
+		return m, nil
+	}
+	m := new(protocol.MessageExt)
+	if _, err := protocol.DecodeStoredTo(m, raw, protocol.DecodeOptions{RawProperties: true, Topic: topic}); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, len(m.Body)+len(m.RawProperties))
+	n := copy(buf, m.Body)
+	copy(buf[n:], m.RawProperties)
+	m.Body, m.RawProperties = buf[:n:n], buf[n:]
+	return m, nil
+}
+
+// popMessageGroup is m's message group (PropertyShardingKey), from either form of its
+// properties.
+func popMessageGroup(m *protocol.MessageExt) string {
+	if m.RawProperties != nil {
+		if v, ok := protocol.PropertyIn(m.RawProperties, PropertyShardingKey); ok {
+			return string(v)
+		}
+		return ""
+	}
+	return m.Properties[PropertyShardingKey]
+}
+
+// popRead reads the one message at off (its properties raw with rawProps).
+func (b *Broker) popRead(ctx context.Context, key popKey, off int64, rawProps bool) (*protocol.MessageExt, error) {
 	res, err := b.store.GetMessage(ctx, key.topic, key.queueID, off, 1, 0, nil)
 	if err != nil {
 		return nil, fmt.Errorf("pop: read %s/%d at %d: %w", key.topic, key.queueID, off, err)
@@ -433,14 +470,13 @@ func (b *Broker) popRead(ctx context.Context, key popKey, off int64) (*protocol.
 	if len(res.Messages) == 0 {
 		return nil, errPopGone
 	}
-	m, _, err := protocol.DecodeStored(res.Messages[0])
+	m, err := popDecode(res.Messages[0], key.topic, rawProps)
 	if err != nil {
 		return nil, fmt.Errorf("pop: decode %s/%d at %d: %w", key.topic, key.queueID, off, err)
 	}
 	if m.QueueOffset != off {
 		return nil, errPopGone
 	}
-	m.Body = bytes.Clone(m.Body)
 	return m, nil
 }
 
@@ -560,13 +596,19 @@ func (b *Broker) PopAckBatch(ctx context.Context, group, topic string, handles [
 		}
 		return errs
 	}
+	return b.popAckEach(topic, errs, func(i int) (*popQueue, *popEntry, error) { return b.popEntryOf(group, topic, handles[i]) })
+}
+
+// popAckEach is PopAckBatch over len(errs) receipts, entry(i) finding the i-th one's delivery
+// (its queue locked, as popEntryOf returns it).
+func (b *Broker) popAckEach(topic string, errs []error, entry func(i int) (*popQueue, *popEntry, error)) []error {
 	b.pop.mu.RLock()
 	defer b.pop.mu.RUnlock()
-	recs := make([]popRecord, 0, len(handles))
-	done := make([]int, 0, len(handles)) // the indexes of handles whose record is in recs
+	recs := make([]popRecord, 0, len(errs))
+	done := make([]int, 0, len(errs)) // the indexes of receipts whose record is in recs
 	var woken []string
-	for i, h := range handles {
-		q, e, err := b.popEntryOf(group, topic, h)
+	for i := range errs {
+		q, e, err := entry(i)
 		if err != nil {
 			errs[i] = fmt.Errorf("pop ack: %w", err)
 			continue
@@ -671,7 +713,7 @@ func (b *Broker) PopToDLQ(ctx context.Context, group, topic, handle string) erro
 // popDeadLetter writes e's message to the group's dead-letter topic, keeping its origin as
 // a sent-back message does, and makes it done; q.mu is held.
 func (b *Broker) popDeadLetter(ctx context.Context, q *popQueue, e *popEntry) error {
-	orig, err := b.popRead(ctx, q.key, e.offset)
+	orig, err := b.popRead(ctx, q.key, e.offset, false)
 	if errors.Is(err, errPopGone) {
 		return b.popFinish(q, e, true)
 	}

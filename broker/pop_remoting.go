@@ -30,11 +30,16 @@ func (b *Broker) popEntryOfExtraInfo(group, topic, info string) (*popQueue, *pop
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidReceiptHandle, err)
 	}
+	return b.popEntryAt(group, topic, x)
+}
+
+// popEntryAt is popEntryOf for a parsed remoting receipt.
+func (b *Broker) popEntryAt(group, topic string, x protocol.ExtraInfo) (*popQueue, *popEntry, error) {
 	if x.QueueOffset < 0 {
-		return nil, nil, fmt.Errorf("%w: extra info %q names no queue offset", ErrInvalidReceiptHandle, info)
+		return nil, nil, fmt.Errorf("%w: extra info %q names no queue offset", ErrInvalidReceiptHandle, x.String())
 	}
 	if x.Retry != "0" {
-		return nil, nil, fmt.Errorf("%w: extra info %q names a pop retry topic, which this broker does not keep", ErrInvalidReceiptHandle, info)
+		return nil, nil, fmt.Errorf("%w: extra info %q names a pop retry topic, which this broker does not keep", ErrInvalidReceiptHandle, x.String())
 	}
 	q := b.pop.queue(popKey{group, topic, x.QueueID})
 	if q == nil {
@@ -124,7 +129,7 @@ func (b *Broker) processPop(ctx context.Context, req *protocol.Command) *protoco
 	wait := max(time.Duration(h.PollTime)*time.Millisecond, 0)
 	popped, err := b.Pop(ctx, PopRequest{
 		Group: h.ConsumerGroup, Topic: h.Topic, QueueID: h.QueueID, MaxMessages: int(h.MaxMsgNums), Invisible: invisible,
-		ExpressionType: typ, Expression: h.Exp, Wait: wait, Order: h.Order, NoHandles: true,
+		ExpressionType: typ, Expression: h.Exp, Wait: wait, Order: h.Order, NoHandles: true, RawProperties: true,
 	})
 	if err != nil && len(popped) == 0 {
 		_, exists := b.topics.get(h.Topic)
@@ -150,8 +155,9 @@ func (b *Broker) processPop(ctx context.Context, req *protocol.Command) *protoco
 	return resp
 }
 
-// popAnswerBody writes the popped messages in the stored layout, each with its POP_CK and
-// 1ST_POP_TIME properties, and fills rh's per-queue infos and pop time.
+// popAnswerBody writes the popped messages (popped with RawProperties) in the stored layout,
+// each with its POP_CK and 1ST_POP_TIME properties, and fills rh's per-queue infos and pop
+// time.
 func (b *Broker) popAnswerBody(rh *protocol.PopMessageResponseHeader, popped []PoppedMessage, invisible int64) ([]byte, error) {
 	// The first offset handed out of each queue is its receipts' checkpoint offset: RocketMQ's
 	// batch ack groups the receipts of one queue and pop time under it.
@@ -184,6 +190,7 @@ func (b *Broker) popAnswerBody(rh *protocol.PopMessageResponseHeader, popped []P
 	rh.StartOffsetInfo, rh.MsgOffsetInfo = string(start), string(offs)
 	body := make([]byte, 0, size)
 	info := make([]byte, 0, 64)
+	var props []byte
 	for i := range popped {
 		p := &popped[i]
 		m := p.Message
@@ -196,15 +203,19 @@ func (b *Broker) popAnswerBody(rh *protocol.PopMessageResponseHeader, popped []P
 		x := protocol.ExtraInfo{CkQueueOffset: ck, PopTime: p.PopTime, InvisibleTime: invisible, ReviveQid: rh.ReviveQid,
 			Retry: "0", BrokerName: b.cfg.BrokerName, QueueID: m.QueueID, QueueOffset: m.QueueOffset}
 		info = x.Append(info[:0])
-		if m.Properties == nil {
-			m.Properties = map[string]string{}
+		orig := m.RawProperties
+		props = protocol.AppendSetProperty(props[:0], orig, protocol.PropertyPopCK, string(info))
+		if _, ok := protocol.PropertyIn(orig, protocol.PropertyFirstPopTime); !ok {
+			props = append(props, protocol.PropertyFirstPopTime...)
+			props = append(props, protocol.NameValueSeparator)
+			props = strconv.AppendInt(props, p.PopTime, 10)
+			props = append(props, protocol.PropertySeparator)
 		}
-		m.Properties[protocol.PropertyPopCK] = string(info)
-		if _, ok := m.Properties[protocol.PropertyFirstPopTime]; !ok {
-			m.Properties[protocol.PropertyFirstPopTime] = strconv.FormatInt(p.PopTime, 10)
-		}
+		m.RawProperties = props
 		var err error
-		if body, err = protocol.AppendStored(body, m); err != nil {
+		body, err = protocol.AppendStored(body, m)
+		m.RawProperties = orig
+		if err != nil {
 			return nil, fmt.Errorf("pop: encode %s/%d offset %d: %w", m.Topic, m.QueueID, m.QueueOffset, err)
 		}
 	}
@@ -285,7 +296,7 @@ func (b *Broker) processBatchAck(ctx context.Context, req *protocol.Command) *pr
 	for i := 0; i < len(body.Acks); {
 		a := &body.Acks[i]
 		j := i
-		var handles []string
+		var receipts []protocol.ExtraInfo
 		for ; j < len(body.Acks) && body.Acks[j].ConsumerGroup == a.ConsumerGroup && body.Acks[j].Topic == a.Topic; j++ {
 			e := &body.Acks[j]
 			offs := e.Offsets()
@@ -298,13 +309,20 @@ func (b *Broker) processBatchAck(ctx context.Context, req *protocol.Command) *pr
 				Retry: e.Retry, BrokerName: b.cfg.BrokerName, QueueID: e.QueueID}
 			for _, o := range offs {
 				x.QueueOffset = o
-				handles = append(handles, x.String())
+				receipts = append(receipts, x)
 			}
 		}
-		if len(handles) > 0 {
-			for k, err := range b.PopAckBatch(ctx, a.ConsumerGroup, a.Topic, handles) {
-				if err != nil {
-					fail(1, fmt.Errorf("%s: %w", handles[k], err))
+		if len(receipts) > 0 {
+			if err := ctx.Err(); err != nil {
+				fail(len(receipts), fmt.Errorf("pop ack: %w", err))
+			} else {
+				errs := b.popAckEach(a.Topic, make([]error, len(receipts)), func(k int) (*popQueue, *popEntry, error) {
+					return b.popEntryAt(a.ConsumerGroup, a.Topic, receipts[k])
+				})
+				for k, err := range errs {
+					if err != nil {
+						fail(1, fmt.Errorf("%s: %w", receipts[k], err))
+					}
 				}
 			}
 		}

@@ -264,28 +264,39 @@ func (e ExtraInfo) Append(dst []byte) []byte {
 // ParseExtraInfo parses an extra info. Seven fields (no queue offset, as RocketMQ 4.9's
 // clients send with the offset in the request) leave QueueOffset -1.
 func ParseExtraInfo(s string) (ExtraInfo, error) {
-	f := strings.Split(s, " ")
-	if len(f) != 7 && len(f) != 8 {
-		return ExtraInfo{}, fmt.Errorf("%w: %q has %d fields, want 8", ErrBadExtraInfo, truncateForError(s), len(f))
+	var f [8]string
+	n, rest := 0, s
+	for n < len(f) {
+		i := strings.IndexByte(rest, ' ')
+		if i < 0 {
+			f[n], rest = rest, ""
+			n++
+			break
+		}
+		f[n], rest = rest[:i], rest[i+1:]
+		n++
+	}
+	if (n != 7 && n != 8) || rest != "" {
+		return ExtraInfo{}, fmt.Errorf("%w: %q has %d fields, want 8", ErrBadExtraInfo, truncateForError(s), strings.Count(s, " ")+1)
 	}
 	e := ExtraInfo{Retry: f[4], BrokerName: f[5], QueueOffset: -1}
 	var errs [7]error
 	e.CkQueueOffset, errs[0] = strconv.ParseInt(f[0], 10, 64)
 	e.PopTime, errs[1] = strconv.ParseInt(f[1], 10, 64)
 	e.InvisibleTime, errs[2] = strconv.ParseInt(f[2], 10, 64)
-	var n int64
-	n, errs[3] = strconv.ParseInt(f[3], 10, 32)
-	e.ReviveQid = int32(n)
-	n, errs[4] = strconv.ParseInt(f[6], 10, 32)
-	e.QueueID = int32(n)
-	if len(f) == 8 {
+	var v int64
+	v, errs[3] = strconv.ParseInt(f[3], 10, 32)
+	e.ReviveQid = int32(v)
+	v, errs[4] = strconv.ParseInt(f[6], 10, 32)
+	e.QueueID = int32(v)
+	if n == 8 {
 		e.QueueOffset, errs[5] = strconv.ParseInt(f[7], 10, 64)
 	}
 	if e.Retry != "0" && e.Retry != "1" && e.Retry != "2" {
 		errs[6] = fmt.Errorf("retry mark %q", e.Retry)
 	}
-	if err := errors.Join(errs[:]...); err != nil {
-		return ExtraInfo{}, fmt.Errorf("%w: %q: %w", ErrBadExtraInfo, truncateForError(s), err)
+	if errs != [7]error{} {
+		return ExtraInfo{}, fmt.Errorf("%w: %q: %w", ErrBadExtraInfo, truncateForError(s), errors.Join(errs[:]...))
 	}
 	return e, nil
 }
