@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -30,9 +29,7 @@ type Message struct {
 	Tags string
 	Keys []string
 	// Body is the message body, decompressed if the producer compressed it.
-	Body []byte
-	// Properties holds every property, POP_CK (the receipt) included.
-	Properties     map[string]string
+	Body           []byte
 	BornTimestamp  time.Time
 	StoreTimestamp time.Time
 	// Attempt is 1 on the first delivery, +1 per redelivery.
@@ -42,6 +39,39 @@ type Message struct {
 	Receipt string
 	// InvisibleUntil is when the broker hands the message out again unless acknowledged.
 	InvisibleUntil time.Time
+
+	props string             // the property block as it came (key\x01value\x02…)
+	rx    protocol.ExtraInfo // Receipt parsed, while rxOf == Receipt
+	rxOf  string
+}
+
+// Properties decodes every property, POP_CK (the receipt) included, into a new map: a
+// message holds its property block as it came, as most receivers read no property beyond
+// Tags, Keys and MsgID.
+func (m *Message) Properties() map[string]string {
+	p, _ := protocol.DecodeProperties(m.props) // checked when the answer was decoded
+	return p
+}
+
+// Property returns the named property, or "".
+func (m *Message) Property(name string) string {
+	v, _ := protocol.PropertyIn(m.props, name)
+	return v
+}
+
+// receipt is m.Receipt parsed.
+func (m *Message) receipt() (protocol.ExtraInfo, error) {
+	if m.rxOf != "" && m.rxOf == m.Receipt {
+		return m.rx, nil
+	}
+	x, err := protocol.ParseExtraInfo(m.Receipt)
+	if err != nil {
+		return x, fmt.Errorf("%w: message %s: %w", ErrInvalidArgument, m.MsgID, err)
+	}
+	if x.QueueOffset < 0 {
+		x.QueueOffset = m.QueueOffset
+	}
+	return x, nil
 }
 
 // Consumer receives the messages of one topic for one consumer group by pop. It is safe for
@@ -185,23 +215,23 @@ func (c *Consumer) popFrom(ctx context.Context, brokerName, addr string, n int, 
 	default:
 		return nil, fmt.Errorf("pop %s from %s: %w", c.topic, addr, clientcore.NewBrokerError(resp))
 	}
-	return decodeMessages(resp.Body, brokerName)
+	return decodeMessages(resp.Body, brokerName, c.topic)
 }
 
 // decodeMessages decodes a pop answer's body.
-func decodeMessages(body []byte, brokerName string) ([]Message, error) {
-	var out []Message
+func decodeMessages(body []byte, brokerName, topic string) ([]Message, error) {
+	out := make([]Message, 0, 32)
 	var ext protocol.MessageExt
 	var dec protocol.Decompressor
 	for len(body) > 0 {
-		n, err := protocol.DecodeStoredTo(&ext, body, protocol.DecodeOptions{})
+		n, err := protocol.DecodeStoredTo(&ext, body, protocol.DecodeOptions{RawProperties: true, Topic: topic})
 		if err != nil {
 			return out, fmt.Errorf("pop: decode the answer of %s: %w", brokerName, err)
 		}
 		body = body[n:]
 		m := Message{
 			Topic: ext.Topic, BrokerName: brokerName, QueueID: ext.QueueID, QueueOffset: ext.QueueOffset,
-			Body: ext.Body, Properties: ext.Properties, BornTimestamp: time.UnixMilli(ext.BornTimestamp),
+			Body: ext.Body, props: string(ext.RawProperties), BornTimestamp: time.UnixMilli(ext.BornTimestamp),
 			StoreTimestamp: time.UnixMilli(ext.StoreTimestamp), Attempt: int(ext.ReconsumeTimes) + 1,
 		}
 		if ext.SysFlag&protocol.MsgFlagCompressed != 0 {
@@ -209,17 +239,20 @@ func decodeMessages(body []byte, brokerName string) ([]Message, error) {
 				return out, fmt.Errorf("pop: message at %s/%d offset %d: %w", ext.Topic, ext.QueueID, ext.QueueOffset, err)
 			}
 		}
-		m.Tags = m.Properties[protocol.PropertyTags]
-		m.Keys = strings.Fields(m.Properties[protocol.PropertyKeys])
-		m.MsgID = m.Properties[protocol.PropertyUniqueKey]
+		m.Tags = m.Property(protocol.PropertyTags)
+		if keys := m.Property(protocol.PropertyKeys); keys != "" {
+			m.Keys = strings.Fields(keys)
+		}
+		m.MsgID = m.Property(protocol.PropertyUniqueKey)
 		if m.MsgID == "" {
 			m.MsgID = protocol.OffsetMsgID(ext.StoreHost, ext.CommitLogOffset)
 		}
-		m.Receipt = m.Properties[protocol.PropertyPopCK]
-		x, err := protocol.ParseExtraInfo(m.Receipt)
+		m.Receipt = m.Property(protocol.PropertyPopCK)
+		x, err := m.receipt()
 		if err != nil {
 			return out, fmt.Errorf("pop: message at %s/%d offset %d: %w", ext.Topic, ext.QueueID, ext.QueueOffset, err)
 		}
+		m.rx, m.rxOf = x, m.Receipt
 		m.InvisibleUntil = time.UnixMilli(x.PopTime + x.InvisibleTime)
 		out = append(out, m)
 	}
@@ -290,12 +323,9 @@ func (c *Consumer) batchBody(brokerName string, msgs []*Message) ([]byte, error)
 	idx := map[key]int{}
 	body := protocol.BatchAckMessageRequestBody{BrokerName: brokerName}
 	for _, m := range msgs {
-		x, err := protocol.ParseExtraInfo(m.Receipt)
+		x, err := m.receipt()
 		if err != nil {
-			return nil, fmt.Errorf("%w: message %s: %w", ErrInvalidArgument, m.MsgID, err)
-		}
-		if x.QueueOffset < 0 {
-			x.QueueOffset = m.QueueOffset
+			return nil, err
 		}
 		k := key{x.Retry, x.QueueID, x.CkQueueOffset, x.PopTime}
 		i, ok := idx[k]
@@ -334,9 +364,9 @@ func (c *Consumer) ChangeInvisibleDuration(ctx context.Context, m Message, d tim
 	if d < 0 || d > MaxInvisibleDuration {
 		return m, fmt.Errorf("%w: invisible duration %v outside 0..%v", ErrInvalidArgument, d, MaxInvisibleDuration)
 	}
-	x, err := protocol.ParseExtraInfo(m.Receipt)
+	x, err := m.receipt()
 	if err != nil {
-		return m, fmt.Errorf("%w: message %s: %w", ErrInvalidArgument, m.MsgID, err)
+		return m, err
 	}
 	addr, err := c.cl.FindBrokerAddr(ctx, m.BrokerName, c.topic)
 	if err != nil {
@@ -356,14 +386,9 @@ func (c *Consumer) ChangeInvisibleDuration(ctx context.Context, m Message, d tim
 		return m, fmt.Errorf("change invisible duration on %s: %w", addr, err)
 	}
 	x.PopTime, x.InvisibleTime, x.ReviveQid = rh.PopTime, rh.InvisibleTime, rh.ReviveQid
-	if x.QueueOffset < 0 {
-		x.QueueOffset = m.QueueOffset
-	}
 	m.Receipt = x.String()
-	if m.Properties != nil {
-		m.Properties = maps.Clone(m.Properties)
-		m.Properties[protocol.PropertyPopCK] = m.Receipt
-	}
+	m.rx, m.rxOf = x, m.Receipt
+	m.props = string(protocol.AppendSetProperty(nil, m.props, protocol.PropertyPopCK, m.Receipt))
 	m.InvisibleUntil = time.UnixMilli(x.PopTime + x.InvisibleTime)
 	return m, nil
 }

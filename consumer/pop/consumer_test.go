@@ -88,6 +88,8 @@ func TestReceiveAckBatch(t *testing.T) {
 		assert.Equal(t, "a", m.Tags)
 		assert.Equal(t, "T", m.Topic)
 		assert.NotEmpty(t, m.Receipt)
+		assert.Equal(t, m.Receipt, m.Property(protocol.PropertyPopCK))
+		assert.Equal(t, "a", m.Properties()[protocol.PropertyTags])
 		assert.True(t, m.InvisibleUntil.After(time.Now()))
 		seen[string(m.Body)] = true
 	}
