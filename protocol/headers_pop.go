@@ -396,13 +396,65 @@ type batchAckJSON struct {
 
 // MarshalJSON writes RocketMQ's short field names, the bit set base64 as fastjson writes a
 // byte array.
-func (b BatchAck) MarshalJSON() ([]byte, error) {
+func (b BatchAck) MarshalJSON() ([]byte, error) { return b.appendJSON(nil), nil }
+
+func (b *BatchAck) appendJSON(dst []byte) []byte {
 	retry := b.Retry
 	if retry == "" {
 		retry = "0"
 	}
-	return json.Marshal(batchAckJSON{C: b.ConsumerGroup, T: b.Topic, R: retry, SO: b.StartOffset, Q: b.QueueID, RQ: b.ReviveQueueID,
-		PT: b.PopTime, IT: b.InvisibleTime, B: base64.StdEncoding.EncodeToString(b.Bits)})
+	dst = append(dst, `{"b":"`...)
+	dst = base64.StdEncoding.AppendEncode(dst, b.Bits)
+	dst = append(dst, `","c":`...)
+	dst = appendJSONString(dst, b.ConsumerGroup)
+	dst = append(dst, `,"it":`...)
+	dst = strconv.AppendInt(dst, b.InvisibleTime, 10)
+	dst = append(dst, `,"pt":`...)
+	dst = strconv.AppendInt(dst, b.PopTime, 10)
+	dst = append(dst, `,"q":`...)
+	dst = strconv.AppendInt(dst, int64(b.QueueID), 10)
+	dst = append(dst, `,"r":`...)
+	dst = appendJSONString(dst, retry)
+	dst = append(dst, `,"rq":`...)
+	dst = strconv.AppendInt(dst, int64(b.ReviveQueueID), 10)
+	dst = append(dst, `,"so":`...)
+	dst = strconv.AppendInt(dst, b.StartOffset, 10)
+	dst = append(dst, `,"t":`...)
+	dst = appendJSONString(dst, b.Topic)
+	return append(dst, '}')
+}
+
+// MarshalJSON writes the body in one pass (a client sends one per batch).
+func (b BatchAckMessageRequestBody) MarshalJSON() ([]byte, error) {
+	dst := make([]byte, 0, 64+128*len(b.Acks))
+	dst = append(dst, `{"acks":[`...)
+	for i := range b.Acks {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = b.Acks[i].appendJSON(dst)
+	}
+	dst = append(dst, `],"brokerName":`...)
+	dst = appendJSONString(dst, b.BrokerName)
+	return append(dst, '}'), nil
+}
+
+// UnmarshalJSON reads the body in one pass of encoding/json.
+func (b *BatchAckMessageRequestBody) UnmarshalJSON(data []byte) error {
+	var j struct {
+		BrokerName string         `json:"brokerName"`
+		Acks       []batchAckJSON `json:"acks"`
+	}
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	*b = BatchAckMessageRequestBody{BrokerName: j.BrokerName, Acks: make([]BatchAck, len(j.Acks))}
+	for i := range j.Acks {
+		if err := b.Acks[i].from(&j.Acks[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (b *BatchAck) UnmarshalJSON(data []byte) error {
@@ -410,6 +462,10 @@ func (b *BatchAck) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &j); err != nil {
 		return err
 	}
+	return b.from(&j)
+}
+
+func (b *BatchAck) from(j *batchAckJSON) error {
 	pick := func(short, long string) string {
 		if short != "" {
 			return short
@@ -442,6 +498,6 @@ func (b *BatchAck) UnmarshalJSON(data []byte) error {
 
 // BatchAckMessageRequestBody is the body of BATCH_ACK_MESSAGE (200151), which has no header.
 type BatchAckMessageRequestBody struct {
-	BrokerName string     `json:"brokerName"`
-	Acks       []BatchAck `json:"acks"`
+	BrokerName string
+	Acks       []BatchAck
 }

@@ -60,6 +60,11 @@ func TestBatchAckBody(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(out), `"b":"BQE="`)
 	require.Contains(t, string(out), `"so":100`)
+	require.True(t, json.Valid(out), string(out))
+	var back BatchAckMessageRequestBody
+	require.NoError(t, json.Unmarshal(out, &back))
+	require.Equal(t, []int64{100, 102, 108}, back.Acks[0].Offsets())
+	require.Equal(t, "broker-a", back.BrokerName)
 }
 
 func TestPopHeadersRoundTrip(t *testing.T) {

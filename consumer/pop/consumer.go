@@ -239,15 +239,37 @@ func decodeMessages(body []byte, brokerName, topic string) ([]Message, error) {
 				return out, fmt.Errorf("pop: message at %s/%d offset %d: %w", ext.Topic, ext.QueueID, ext.QueueOffset, err)
 			}
 		}
-		m.Tags = m.Property(protocol.PropertyTags)
-		if keys := m.Property(protocol.PropertyKeys); keys != "" {
+		var keys string
+		// One pass over the block for the properties Message has as fields; a later pair of
+		// a key wins, as in DecodeProperties.
+		for rest := m.props; rest != ""; {
+			pair := rest
+			if i := strings.IndexByte(rest, protocol.PropertySeparator); i >= 0 {
+				pair, rest = rest[:i], rest[i+1:]
+			} else {
+				rest = ""
+			}
+			k, v, ok := strings.Cut(pair, string(protocol.NameValueSeparator))
+			if !ok {
+				continue
+			}
+			switch k {
+			case protocol.PropertyTags:
+				m.Tags = v
+			case protocol.PropertyKeys:
+				keys = v
+			case protocol.PropertyUniqueKey:
+				m.MsgID = v
+			case protocol.PropertyPopCK:
+				m.Receipt = v
+			}
+		}
+		if keys != "" {
 			m.Keys = strings.Fields(keys)
 		}
-		m.MsgID = m.Property(protocol.PropertyUniqueKey)
 		if m.MsgID == "" {
 			m.MsgID = protocol.OffsetMsgID(ext.StoreHost, ext.CommitLogOffset)
 		}
-		m.Receipt = m.Property(protocol.PropertyPopCK)
 		x, err := m.receipt()
 		if err != nil {
 			return out, fmt.Errorf("pop: message at %s/%d offset %d: %w", ext.Topic, ext.QueueID, ext.QueueOffset, err)
