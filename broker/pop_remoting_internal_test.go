@@ -355,3 +355,41 @@ func TestRemotingPopKillKeepsAcks(t *testing.T) {
 	assert.Equal(t, int64(3), again[0].QueueOffset)
 	assert.Equal(t, int32(1), again[0].ReconsumeTimes)
 }
+
+// BenchmarkRemotingPopAck is one POP_MESSAGE of 32 messages of 1 KiB and the
+// BATCH_ACK_MESSAGE of them, through the broker's dispatch (no network), per op.
+func BenchmarkRemotingPopAck(b *testing.B) {
+	br := newPopBroker(b, "")
+	require.NoError(b, br.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	body := make([]byte, 1024)
+	n := b.N * 32
+	for range n {
+		_, err := br.Send(context.Background(), protocol.Message{Topic: "T", Body: body, Properties: map[string]string{protocol.PropertyUniqueKey: "7F000001000118B4AAC2000000000000"}}, 0)
+		require.NoError(b, err)
+	}
+	require.Eventually(b, func() bool { return br.store.MaxOffset("T", 0) >= int64(n) }, 30*time.Second, time.Millisecond)
+	ctx := context.Background()
+	h := popHeader("G", "T", 32)
+	b.ReportAllocs()
+	b.SetBytes(32 * 1024)
+	b.ResetTimer()
+	for range b.N {
+		resp := br.serveBroker(ctx, nil, protocol.NewRequestWith(protocol.PopMessage, h, nil))
+		if resp.ResponseCode() != protocol.Success {
+			b.Fatal(resp.Remark)
+		}
+		var rh protocol.PopMessageResponseHeader
+		require.NoError(b, rh.Decode(resp.ExtFields))
+		msgs, err := protocol.DecodeStoredAll(resp.Body)
+		require.NoError(b, err)
+		a := protocol.BatchAck{ConsumerGroup: "G", Topic: "T", Retry: "0", StartOffset: msgs[0].QueueOffset, PopTime: rh.PopTime, InvisibleTime: rh.InvisibleTime}
+		for _, m := range msgs {
+			a.Set(m.QueueOffset)
+		}
+		raw, _ := json.Marshal(protocol.BatchAckMessageRequestBody{BrokerName: "broker-a", Acks: []protocol.BatchAck{a}})
+		resp = br.serveBroker(ctx, nil, protocol.NewRequest(protocol.BatchAckMessage, nil, raw))
+		if resp.ResponseCode() != protocol.Success {
+			b.Fatal(resp.Remark)
+		}
+	}
+}
