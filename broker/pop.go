@@ -286,13 +286,16 @@ func (b *Broker) popOnce(ctx context.Context, tc TopicConfig, req PopRequest, f 
 		first = b.pop.cursor(req.Group, tc.Name, n)
 	}
 	var out []PoppedMessage
+	// One pop time for the whole answer: RocketMQ 4.9's clients build each message's
+	// receipt from the answer's pop time.
+	now := b.pop.now()
 	for i := 0; i < n && len(out) < req.MaxMessages; i++ {
 		qid := int32((first + i) % max(tc.ReadQueueNums, 1))
 		key := popKey{req.Group, tc.Name, qid}
 		fifo := gc.ConsumeOrderly || req.Order
 		q := b.pop.queueOrCreate(key, fifo, func() int64 { return b.popStart(key) })
 		var err error
-		out, err = b.popQueue(ctx, q, req, fifo, f, out)
+		out, err = b.popQueue(ctx, q, req, fifo, f, now, out)
 		if err != nil && len(out) == 0 {
 			return nil, err
 		}
@@ -314,11 +317,10 @@ func (b *Broker) popStart(key popKey) int64 {
 
 // popQueue hands out q's visible messages (expired, or released by FIFO), then reads fresh
 // ones from q.next in one read of the queue, appending to out.
-func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo bool, f *store.Filter, out []PoppedMessage) ([]PoppedMessage, error) {
+func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo bool, f *store.Filter, now time.Time, out []PoppedMessage) ([]PoppedMessage, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.setFIFO(fifo)
-	now := b.pop.now()
 	if now.Sub(q.seen) > time.Minute {
 		// A pop group has no heartbeating members: receiving is what keeps it from being
 		// forgotten as idle (sweepGroups).

@@ -77,6 +77,7 @@ func TestRemotingPopAck(t *testing.T) {
 		assert.Equal(t, m.QueueOffset, x.QueueOffset)
 		assert.Equal(t, int64(0), x.CkQueueOffset, "the queue's first offset of the pop")
 		assert.Equal(t, "broker-a", x.BrokerName)
+		assert.Equal(t, rh.PopTime, x.PopTime, "one pop time for the answer's queues: 4.9 clients build receipts from it")
 		assert.Equal(t, int32(0), m.ReconsumeTimes)
 		assert.NotEmpty(t, m.Properties[protocol.PropertyFirstPopTime])
 	}
