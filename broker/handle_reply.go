@@ -114,7 +114,7 @@ func (b *Broker) processSendReply(ctx context.Context, c *remoting.Conn, req *pr
 	(&protocol.SendMessageResponseHeader{MsgID: res.MsgID, QueueID: m.QueueID, QueueOffset: res.QueueOffset}).EncodeTo(resp.ExtFields)
 	if err := b.pushReply(ctx, h, &m); err != nil {
 		b.log.Warn("reply stored but not pushed", "topic", h.Topic, "correlationId", props[protocol.PropertyCorrelationID], "err", err)
-		resp.Code = int16(protocol.SystemError)
+		resp.Code = int32(protocol.SystemError)
 		resp.Remark = err.Error()
 	}
 	return resp

@@ -64,6 +64,17 @@ type PopRequest struct {
 	Wait time.Duration
 	// ClientID of the receiver, shown as PopQueueStats.Receiver (optional).
 	ClientID string
+	// Order makes this receive hand out in order per message group, as for a group with
+	// ConsumeOrderly (docs/pop.md, FIFO): the order flag of RocketMQ's POP_MESSAGE.
+	Order bool
+	// NoHandles leaves PoppedMessage.Handle empty: the caller names each delivery by its
+	// queue, offset and PopTime (a remoting receipt, protocol.ExtraInfo), and saves the
+	// handle's MAC.
+	NoHandles bool
+	// RawProperties hands each message out with its property block raw
+	// (protocol.MessageExt.RawProperties) instead of decoded into Properties: for a caller
+	// that writes the messages out again in the stored layout.
+	RawProperties bool
 }
 
 // PoppedMessage is one handed-out message.
@@ -75,6 +86,9 @@ type PoppedMessage struct {
 	// Attempt is 1 on first delivery, +1 per redelivery.
 	Attempt        int
 	InvisibleUntil time.Time
+	// PopTime is the hand-out's time in Unix ms, unique among the message's deliveries: with
+	// the queue and offset it names the delivery, as a remoting receipt does (ExtraInfo).
+	PopTime int64
 }
 
 // PopQueueStats is a pop group's progress in one queue.
@@ -272,12 +286,16 @@ func (b *Broker) popOnce(ctx context.Context, tc TopicConfig, req PopRequest, f 
 		first = b.pop.cursor(req.Group, tc.Name, n)
 	}
 	var out []PoppedMessage
+	// One pop time for the whole answer: RocketMQ 4.9's clients build each message's
+	// receipt from the answer's pop time.
+	now := b.pop.now()
 	for i := 0; i < n && len(out) < req.MaxMessages; i++ {
 		qid := int32((first + i) % max(tc.ReadQueueNums, 1))
 		key := popKey{req.Group, tc.Name, qid}
-		q := b.pop.queueOrCreate(key, gc.ConsumeOrderly, func() int64 { return b.popStart(key) })
+		fifo := gc.ConsumeOrderly || req.Order
+		q := b.pop.queueOrCreate(key, fifo, func() int64 { return b.popStart(key) })
 		var err error
-		out, err = b.popQueue(ctx, q, req, gc.ConsumeOrderly, f, out)
+		out, err = b.popQueue(ctx, q, req, fifo, f, now, out)
 		if err != nil && len(out) == 0 {
 			return nil, err
 		}
@@ -302,11 +320,10 @@ func (b *Broker) popStart(key popKey) int64 {
 
 // popQueue hands out q's visible messages (expired, or released by FIFO), then reads fresh
 // ones from q.next in one read of the queue, appending to out.
-func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo bool, f *store.Filter, out []PoppedMessage) ([]PoppedMessage, error) {
+func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo bool, f *store.Filter, now time.Time, out []PoppedMessage) ([]PoppedMessage, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.setFIFO(fifo)
-	now := b.pop.now()
 	if now.Sub(q.seen) > time.Minute {
 		// A pop group has no heartbeating members: receiving is what keeps it from being
 		// forgotten as idle (sweepGroups).
@@ -324,7 +341,7 @@ func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo
 			if !q.eligible(e) {
 				continue
 			}
-			m, err := b.popRead(ctx, q.key, off)
+			m, err := b.popRead(ctx, q.key, off, req.RawProperties)
 			if errors.Is(err, errPopGone) {
 				q.done(e) // retention removed it: nothing to hand out
 				recs = append(recs, popRecord{kind: recDone, q: q, offset: off})
@@ -338,7 +355,7 @@ func (b *Broker) popQueue(ctx context.Context, q *popQueue, req PopRequest, fifo
 				q.redeliv++
 				b.pop.redelivered.Add(1)
 			}
-			out = append(out, b.handOut(q, e, m, now, req.Invisible))
+			out = append(out, b.handOut(q, e, m, now, req.Invisible, req.NoHandles))
 			recs = append(recs, entryRecord(recPop, q, e))
 		}
 	}
@@ -367,18 +384,23 @@ func (b *Broker) popFresh(ctx context.Context, q *popQueue, req PopRequest, f *s
 		return out, recs, fmt.Errorf("pop: read %s/%d from %d: %w", q.key.topic, q.key.queueID, q.next, err)
 	}
 	defer res.Release()
-	// The batch's messages in one allocation and their bodies, copied out of the read's
-	// buffer before it goes back to the store, in one more: not two allocations a message.
+	// The batch's messages in one allocation and their bodies (and raw property blocks),
+	// copied out of the read's buffer before it goes back to the store, in one more: not two
+	// allocations a message.
 	ms := make([]protocol.MessageExt, len(res.Messages))
+	opts := protocol.DecodeOptions{VerifyCRC: true}
+	if req.RawProperties {
+		opts.RawProperties, opts.Topic = true, q.key.topic
+	}
 	var decodeErr error
 	size := 0
 	for i, raw := range res.Messages {
-		if _, err := protocol.DecodeStoredTo(&ms[i], raw, protocol.DecodeOptions{VerifyCRC: true}); err != nil {
+		if _, err := protocol.DecodeStoredTo(&ms[i], raw, opts); err != nil {
 			decodeErr = fmt.Errorf("pop: decode %s/%d near %d: %w", q.key.topic, q.key.queueID, q.next, err)
 			ms = ms[:i] // hand out those before it, as one by one would
 			break
 		}
-		size += len(ms[i].Body)
+		size += len(ms[i].Body) + len(ms[i].RawProperties)
 	}
 	bodies := make([]byte, 0, size)
 	if out == nil {
@@ -392,19 +414,24 @@ func (b *Broker) popFresh(ctx context.Context, q *popQueue, req PopRequest, f *s
 		at := len(bodies)
 		bodies = append(bodies, m.Body...)
 		m.Body = bodies[at:len(bodies):len(bodies)]
+		if m.RawProperties != nil {
+			at = len(bodies)
+			bodies = append(bodies, m.RawProperties...)
+			m.RawProperties = bodies[at:len(bodies):len(bodies)]
+		}
 		if m.QueueOffset < q.next {
 			continue
 		}
 		// Offsets between q.next and this one were rejected by the filter (or removed by
 		// retention): done for this group.
 		q.next = m.QueueOffset + 1
-		e := q.add(m.QueueOffset, m.Properties[PropertyShardingKey])
+		e := q.add(m.QueueOffset, popMessageGroup(m))
 		if !q.eligible(e) {
 			q.visible = append(q.visible, e.offset)
 			recs = append(recs, entryRecord(recHold, q, e))
 			continue
 		}
-		out = append(out, b.handOut(q, e, m, now, req.Invisible))
+		out = append(out, b.handOut(q, e, m, now, req.Invisible, req.NoHandles))
 		recs = append(recs, entryRecord(recPop, q, e))
 	}
 	if decodeErr != nil {
@@ -437,8 +464,42 @@ func (b *Broker) popDropBelow(q *popQueue, off int64) {
 
 var errPopGone = errors.New("message no longer in the queue")
 
-// popRead reads the one message at off.
-func (b *Broker) popRead(ctx context.Context, key popKey, off int64) (*protocol.MessageExt, error) {
+// popDecode decodes a stored message into a copy that outlives the read's buffers; with
+// rawProps its property block stays raw, copied with the body in one allocation.
+func popDecode(raw []byte, topic string, rawProps bool) (*protocol.MessageExt, error) {
+	if !rawProps {
+		m, _, err := protocol.DecodeStored(raw)
+		if err != nil {
+			return nil, err
+		}
+		m.Body = bytes.Clone(m.Body)
+		return m, nil
+	}
+	m := new(protocol.MessageExt)
+	if _, err := protocol.DecodeStoredTo(m, raw, protocol.DecodeOptions{RawProperties: true, Topic: topic}); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, len(m.Body)+len(m.RawProperties))
+	n := copy(buf, m.Body)
+	copy(buf[n:], m.RawProperties)
+	m.Body, m.RawProperties = buf[:n:n], buf[n:]
+	return m, nil
+}
+
+// popMessageGroup is m's message group (PropertyShardingKey), from either form of its
+// properties.
+func popMessageGroup(m *protocol.MessageExt) string {
+	if m.RawProperties != nil {
+		if v, ok := protocol.PropertyIn(m.RawProperties, PropertyShardingKey); ok {
+			return string(v)
+		}
+		return ""
+	}
+	return m.Properties[PropertyShardingKey]
+}
+
+// popRead reads the one message at off (its properties raw with rawProps).
+func (b *Broker) popRead(ctx context.Context, key popKey, off int64, rawProps bool) (*protocol.MessageExt, error) {
 	res, err := b.store.GetMessage(ctx, key.topic, key.queueID, off, 1, 0, nil)
 	if err != nil {
 		return nil, fmt.Errorf("pop: read %s/%d at %d: %w", key.topic, key.queueID, off, err)
@@ -447,19 +508,18 @@ func (b *Broker) popRead(ctx context.Context, key popKey, off int64) (*protocol.
 	if len(res.Messages) == 0 {
 		return nil, errPopGone
 	}
-	m, _, err := protocol.DecodeStored(res.Messages[0])
+	m, err := popDecode(res.Messages[0], key.topic, rawProps)
 	if err != nil {
 		return nil, fmt.Errorf("pop: decode %s/%d at %d: %w", key.topic, key.queueID, off, err)
 	}
 	if m.QueueOffset != off {
 		return nil, errPopGone
 	}
-	m.Body = bytes.Clone(m.Body)
 	return m, nil
 }
 
 // handOut makes e in flight until now+invisible and returns it to the receiver.
-func (b *Broker) handOut(q *popQueue, e *popEntry, m *protocol.MessageExt, now time.Time, invisible time.Duration) PoppedMessage {
+func (b *Broker) handOut(q *popQueue, e *popEntry, m *protocol.MessageExt, now time.Time, invisible time.Duration, noHandle bool) PoppedMessage {
 	if !e.inflight {
 		q.unvisible(e.offset)
 		q.inflight++
@@ -467,12 +527,22 @@ func (b *Broker) handOut(q *popQueue, e *popEntry, m *protocol.MessageExt, now t
 	e.inflight = true
 	e.attempt++
 	e.epoch = b.pop.epoch.Add(1)
-	e.popTime = msNow(now)
-	until := now.Add(invisible)
-	e.deadline = msNow(until)
+	e.popTime = nextPopTime(e.popTime, now)
+	e.deadline = e.popTime + invisible.Milliseconds()
 	b.pop.timers.schedule(e)
 	m.ReconsumeTimes = e.attempt - 1
-	return PoppedMessage{Message: m, Handle: b.popHandle(q, e), Attempt: int(e.attempt), InvisibleUntil: time.UnixMilli(e.deadline)}
+	p := PoppedMessage{Message: m, Attempt: int(e.attempt), InvisibleUntil: time.UnixMilli(e.deadline), PopTime: e.popTime}
+	if !noHandle {
+		p.Handle = b.popHandle(q, e)
+	}
+	return p
+}
+
+// nextPopTime is now in Unix ms, or one past the previous hand-out's when that is not
+// earlier: a delivery's pop time is unique among the message's deliveries, so that a
+// remoting receipt, which names a delivery by it, never names a later one.
+func nextPopTime(prev int64, now time.Time) int64 {
+	return max(msNow(now), prev+1)
 }
 
 func (b *Broker) popHandle(q *popQueue, e *popEntry) string {
@@ -482,6 +552,9 @@ func (b *Broker) popHandle(q *popQueue, e *popEntry) string {
 // popEntryOf finds the in-flight delivery a handle names, with its queue locked; the caller
 // unlocks q.mu. The caller holds b.pop.mu shared.
 func (b *Broker) popEntryOf(group, topic, handle string) (*popQueue, *popEntry, error) {
+	if isExtraInfo(handle) {
+		return b.popEntryOfExtraInfo(group, topic, handle)
+	}
 	r, err := decodeHandle(b.pop.key, group, topic, handle)
 	if err != nil {
 		return nil, nil, err
@@ -561,13 +634,19 @@ func (b *Broker) PopAckBatch(ctx context.Context, group, topic string, handles [
 		}
 		return errs
 	}
+	return b.popAckEach(topic, errs, func(i int) (*popQueue, *popEntry, error) { return b.popEntryOf(group, topic, handles[i]) })
+}
+
+// popAckEach is PopAckBatch over len(errs) receipts, entry(i) finding the i-th one's delivery
+// (its queue locked, as popEntryOf returns it).
+func (b *Broker) popAckEach(topic string, errs []error, entry func(i int) (*popQueue, *popEntry, error)) []error {
 	b.pop.mu.RLock()
 	defer b.pop.mu.RUnlock()
-	recs := make([]popRecord, 0, len(handles))
-	done := make([]int, 0, len(handles)) // the indexes of handles whose record is in recs
+	recs := make([]popRecord, 0, len(errs))
+	done := make([]int, 0, len(errs)) // the indexes of receipts whose record is in recs
 	var woken []string
-	for i, h := range handles {
-		q, e, err := b.popEntryOf(group, topic, h)
+	for i := range errs {
+		q, e, err := entry(i)
 		if err != nil {
 			errs[i] = fmt.Errorf("pop ack: %w", err)
 			continue
@@ -641,10 +720,13 @@ func (b *Broker) PopChangeInvisible(ctx context.Context, group, topic, handle st
 	defer q.mu.Unlock()
 	now := b.pop.now()
 	e.epoch = b.pop.epoch.Add(1)
-	e.popTime = msNow(now)
-	e.deadline = msNow(now.Add(d))
+	e.popTime = nextPopTime(e.popTime, now)
+	e.deadline = e.popTime + d.Milliseconds()
 	b.pop.timers.schedule(e)
 	h := b.popHandle(q, e)
+	if isExtraInfo(handle) {
+		h = renewedExtraInfo(handle, e, d)
+	}
 	if err := b.pop.jnl.append([]popRecord{entryRecord(recPop, q, e)}); err != nil {
 		return "", fmt.Errorf("pop change invisible: journal: %w", err)
 	}
@@ -669,7 +751,7 @@ func (b *Broker) PopToDLQ(ctx context.Context, group, topic, handle string) erro
 // popDeadLetter writes e's message to the group's dead-letter topic, keeping its origin as
 // a sent-back message does, and makes it done; q.mu is held.
 func (b *Broker) popDeadLetter(ctx context.Context, q *popQueue, e *popEntry) error {
-	orig, err := b.popRead(ctx, q.key, e.offset)
+	orig, err := b.popRead(ctx, q.key, e.offset, false)
 	if errors.Is(err, errPopGone) {
 		return b.popFinish(q, e, true)
 	}

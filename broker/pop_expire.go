@@ -28,6 +28,9 @@ func (b *Broker) popExpireLoop(ctx context.Context) {
 			}
 			b.pop.mu.Unlock()
 		}
+		// Read again under the heap's lock: what was scheduled since the pass, without a
+		// kick for being later than the deadline armed then, is in it.
+		next = b.pop.timers.arm()
 		wait := time.Hour
 		if next != 0 {
 			wait = max(time.Duration(next-msNow(b.pop.now()))*time.Millisecond, time.Millisecond)

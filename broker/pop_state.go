@@ -182,7 +182,11 @@ func (h *deadlineHeap) Pop() any {
 type popTimers struct {
 	mu   sync.Mutex
 	h    deadlineHeap
-	kick chan struct{} // the earliest deadline changed
+	kick chan struct{} // a deadline earlier than armed was scheduled
+	// armed is the deadline the expiry loop sleeps until (0: none): only an earlier one
+	// wakes it. Waking it for each receive's first delivery (the heap's top once the
+	// acknowledgements emptied it) cost a goroutine wake-up per receive.
+	armed int64
 }
 
 func (t *popTimers) schedule(e *popEntry) {
@@ -193,7 +197,10 @@ func (t *popTimers) schedule(e *popEntry) {
 	} else {
 		heap.Push(&t.h, e)
 	}
-	first := t.h[0] == e
+	first := t.armed == 0 || e.hdeadline < t.armed
+	if first {
+		t.armed = e.hdeadline
+	}
 	t.mu.Unlock()
 	if first {
 		select {
@@ -209,6 +216,18 @@ func (t *popTimers) cancel(e *popEntry) {
 		heap.Remove(&t.h, e.hidx)
 	}
 	t.mu.Unlock()
+}
+
+// arm records and returns the deadline the expiry loop sleeps until: the heap's earliest (0:
+// none).
+func (t *popTimers) arm() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.armed = 0
+	if len(t.h) > 0 {
+		t.armed = t.h[0].hdeadline
+	}
+	return t.armed
 }
 
 // scheduled reports whether e is in the heap (hidx belongs to the heap's lock).

@@ -133,6 +133,14 @@ func (b *Broker) serveBroker(ctx context.Context, c *remoting.Conn, req *protoco
 		return b.processDeleteGroup(req)
 	case protocol.InvokeBrokerToResetOffset:
 		return b.processInvokeReset(ctx, req)
+	case protocol.PopMessage:
+		return b.processPop(ctx, req)
+	case protocol.AckMessage:
+		return b.processAck(ctx, req)
+	case protocol.BatchAckMessage:
+		return b.processBatchAck(ctx, req)
+	case protocol.ChangeMessageInvisibleTime:
+		return b.processChangeInvisible(ctx, req)
 	}
 	return b.serveCommon(req)
 }

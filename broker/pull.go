@@ -276,7 +276,7 @@ func (b *Broker) serveParked(w *pollWaiter) {
 // request is what a parked pull's answer is built from: the transport sets its opaque and
 // serialize type from the request it deferred.
 func (w *pollWaiter) request() *protocol.Command {
-	return &protocol.Command{Code: int16(protocol.PullMessage)}
+	return &protocol.Command{Code: int32(protocol.PullMessage)}
 }
 
 // pullResponse answers a pull with what res holds, suggesting broker id suggest for the

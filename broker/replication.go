@@ -238,7 +238,7 @@ func replicaTimeoutAnswer(c *protocol.Command, err error) *protocol.Command {
 	if protocol.ResponseCode(c.Code) != protocol.Success {
 		return c
 	}
-	c.Code = int16(protocol.FlushSlaveTimeout)
+	c.Code = int32(protocol.FlushSlaveTimeout)
 	c.Remark = err.Error()
 	return c
 }

@@ -172,7 +172,7 @@ func sendAnswer(req *protocol.Command, err error, h protocol.SendMessageResponse
 		code, remark = protocol.FlushDiskTimeout, err.Error()
 	}
 	a.cmd = protocol.Command{
-		Code: int16(code), Language: protocol.LangGo, Version: protocol.Version, Opaque: req.Opaque,
+		Code: int32(code), Language: protocol.LangGo, Version: protocol.Version, Opaque: req.Opaque,
 		Flag: protocol.FlagResponse, Remark: remark, Fields: a, Serialize: req.Serialize,
 	}
 	return a

@@ -745,5 +745,5 @@ type sendRequest struct {
 // init sets r to a request of code with header h, and no body.
 func (r *sendRequest) init(code protocol.RequestCode, h protocol.SendMessageRequestHeader) {
 	r.h = protocol.SendV2Fields(h)
-	r.cmd = protocol.Command{Code: int16(code), Language: protocol.LangGo, Version: protocol.Version, Fields: &r.h}
+	r.cmd = protocol.Command{Code: int32(code), Language: protocol.LangGo, Version: protocol.Version, Fields: &r.h}
 }

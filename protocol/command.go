@@ -35,7 +35,7 @@ var (
 // up opaque could be taken as the answer to some other request.
 type HeaderError struct {
 	Serialize   SerializeType
-	Code        int16
+	Code        int32
 	Opaque      int32
 	Flag        int32
 	OpaqueKnown bool
@@ -57,7 +57,7 @@ func (e *HeaderError) IsOneway() bool { return e.Flag&FlagOneway != 0 }
 // Custom header fields travel as strings in ExtFields; the typed headers in headers.go read and
 // write them.
 type Command struct {
-	Code      int16
+	Code      int32
 	Language  LanguageCode
 	Version   int16
 	Opaque    int32
@@ -96,7 +96,7 @@ func NewRequest(code RequestCode, ext map[string]string, body []byte) *Command {
 	if ext == nil {
 		ext = map[string]string{}
 	}
-	return &Command{Code: int16(code), Language: LangGo, Version: Version, ExtFields: ext, Body: body}
+	return &Command{Code: int32(code), Language: LangGo, Version: Version, ExtFields: ext, Body: body}
 }
 
 // NewResponse makes the response to req: it echoes req's opaque and serialize type.
@@ -110,7 +110,7 @@ func NewResponse(req *Command, code ResponseCode, remark string) *Command {
 // frame, and no ExtFields map: for an answer nothing reads before it is sent.
 func NewResponseWith(req *Command, code ResponseCode, remark string, h FieldAppender) *Command {
 	return &Command{
-		Code:      int16(code),
+		Code:      int32(code),
 		Language:  LangGo,
 		Version:   Version,
 		Opaque:    req.Opaque,
@@ -139,7 +139,15 @@ func (c *Command) AppendFrame(dst []byte) ([]byte, error) {
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0) // length and header mark, filled in below
 	var err error
-	switch c.Serialize {
+	st := c.Serialize
+	if st == RocketMQ && (c.Code > math.MaxInt16 || c.Code < math.MinInt16) {
+		// The binary header has 16 bits for the code; RocketMQ 5's pop codes (200050 and
+		// on) need more. Such a command goes out with a JSON header, which any peer reads
+		// by the header mark, rather than with its code cut short as RocketMQ's own
+		// encoder does.
+		st = JSON
+	}
+	switch st {
 	case JSON:
 		dst, err = c.appendJSONHeader(dst)
 	case RocketMQ:
@@ -157,7 +165,7 @@ func (c *Command) AppendFrame(dst []byte) ([]byte, error) {
 	}
 	dst = append(dst, c.Body...)
 	binary.BigEndian.PutUint32(dst[start:], uint32(total))
-	binary.BigEndian.PutUint32(dst[start+4:], uint32(c.Serialize)<<24|uint32(headerLen))
+	binary.BigEndian.PutUint32(dst[start+4:], uint32(st)<<24|uint32(headerLen))
 	return dst, nil
 }
 
@@ -258,7 +266,7 @@ func decodeBinaryHeader(b []byte, o ReadOptions) (*Command, error) {
 	if err != nil {
 		he := &HeaderError{Serialize: RocketMQ, Err: err}
 		if len(b) >= 13 {
-			he.Code = int16(binary.BigEndian.Uint16(b))
+			he.Code = int32(int16(binary.BigEndian.Uint16(b)))
 			he.Opaque = int32(binary.BigEndian.Uint32(b[5:]))
 			he.Flag = int32(binary.BigEndian.Uint32(b[9:]))
 			he.OpaqueKnown = true
@@ -278,7 +286,7 @@ func parseBinaryHeader(b []byte, rawExt func(RequestCode) bool, rawResponses boo
 		c = new(Command)
 	}
 	*c = Command{
-		Code:     int16(binary.BigEndian.Uint16(b)),
+		Code:     int32(int16(binary.BigEndian.Uint16(b))),
 		Language: LanguageCode(b[2]),
 		Version:  int16(binary.BigEndian.Uint16(b[3:])),
 		Opaque:   int32(binary.BigEndian.Uint32(b[5:])),

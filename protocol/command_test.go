@@ -160,7 +160,7 @@ func TestDecodeFrameBadInput(t *testing.T) {
 		{"invalid JSON", withMark(0, []byte(`{"code":`)), ErrMalformedHeader, "decode JSON header"},
 		{"JSON not an object", withMark(0, []byte(`[1,2]`)), ErrMalformedHeader, "not an object"},
 		{"JSON trailing garbage", withMark(0, []byte(`{} x`)), ErrMalformedHeader, "after top-level value"},
-		{"JSON code overflows int16", withMark(0, []byte(`{"code":40000}`)), ErrMalformedHeader, "not an int16"},
+		{"JSON code overflows int32", withMark(0, []byte(`{"code":4000000000}`)), ErrMalformedHeader, "not an int32"},
 		{"JSON ext value not a number", withMark(0, []byte(`{"extFields":{"a":-}}`)), ErrMalformedHeader, `(key "a")`},
 		{"JSON extFields not an object", withMark(0, []byte(`{"extFields":"a"}`)), ErrMalformedHeader, `header field "extFields": "a" is not an object`},
 		{"JSON raw control character", withMark(0, []byte("{\"remark\":\"a\nb\"}")), ErrMalformedHeader, "in string literal"},
@@ -436,9 +436,9 @@ func TestDecodeFrameHeaderErrorKeepsTheOpaque(t *testing.T) {
 		opaque      int32
 		msg         string
 	}{
-		{"bad code before the opaque", `{"code":"x","flag":2,"opaque":7}`, true, 7, `header field "code": "x" is not an int16`},
+		{"bad code before the opaque", `{"code":"x","flag":2,"opaque":7}`, true, 7, `header field "code": "x" is not an int32`},
 		{"bad extFields before the opaque", `{"code":10,"extFields":[1],"opaque":7}`, true, 7, `header field "extFields": [1] is not an object`},
-		{"code out of range", `{"code":99999,"opaque":7}`, true, 7, `header field "code": 99999 is not an int16`},
+		{"code out of range", `{"code":4000000000,"opaque":7}`, true, 7, `header field "code": 4000000000 is not an int32`},
 		{"bad remark", `{"remark":{},"opaque":-3}`, true, -3, `header field "remark": {} is not a string`},
 		{"bad opaque", `{"code":10,"opaque":"7"}`, false, 0, `header field "opaque"`},
 		{"syntax error after the opaque", `{"opaque":7,"code":10,"extFields":{"a":-}}`, true, 7, `(key "a")`},
@@ -470,7 +470,7 @@ func TestDecodeFrameHeaderErrorKeepsTheOpaque(t *testing.T) {
 		_, err := DecodeFrame(append(binary.BigEndian.AppendUint32(nil, uint32(len(h))), h...))
 		var he *HeaderError
 		require.ErrorAs(t, err, &he)
-		require.Equal(t, int16(11), he.Code)
+		require.Equal(t, int32(11), he.Code)
 		require.True(t, he.IsOneway())
 		require.False(t, he.IsResponse())
 	})
@@ -481,7 +481,7 @@ func TestDecodeFrameHeaderErrorKeepsTheOpaque(t *testing.T) {
 		require.ErrorAs(t, err, &he)
 		require.True(t, he.OpaqueKnown)
 		require.Equal(t, int32(1), he.Opaque)
-		require.Equal(t, int16(11), he.Code)
+		require.Equal(t, int32(11), he.Code)
 	})
 	t.Run("binary header without its fixed part", func(t *testing.T) {
 		_, err := DecodeFrame(frameOf(uint32(RocketMQ)<<24|3, 0, 1, 2))
@@ -558,4 +558,25 @@ func TestFieldsEncodeAsExtFields(t *testing.T) {
 			require.Equal(t, *h, back)
 		}
 	}
+}
+
+// A code wider than the binary header's 16 bits (RocketMQ 5's pop codes) goes out with a
+// JSON header even on a connection that writes binary ones, and decodes whole.
+func TestWideCodeGoesOutAsJSON(t *testing.T) {
+	c := NewRequest(PopMessage, map[string]string{"topic": "t"}, nil)
+	c.Serialize = RocketMQ
+	frame, err := c.AppendFrame(nil)
+	require.NoError(t, err)
+	require.Equal(t, byte(JSON), frame[4], "the header mark's serialize type")
+	got, err := DecodeFrame(frame[4:])
+	require.NoError(t, err)
+	require.Equal(t, PopMessage, got.RequestCode())
+	require.Equal(t, JSON, got.Serialize)
+	require.Equal(t, "t", got.ExtFields["topic"])
+
+	c = NewRequest(PullMessage, nil, nil)
+	c.Serialize = RocketMQ
+	frame, err = c.AppendFrame(nil)
+	require.NoError(t, err)
+	require.Equal(t, byte(RocketMQ), frame[4])
 }

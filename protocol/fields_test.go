@@ -44,7 +44,7 @@ func TestFieldsEncodeAsTheMap(t *testing.T) {
 // TestFieldsOnlyJSON checks a JSON header whose fields all come from Fields.
 func TestFieldsOnlyJSON(t *testing.T) {
 	h := typicalSendHeader()
-	c := &Command{Code: int16(SendMessageV2), Language: LangGo, Version: Version, Fields: (*SendV2Fields)(&h)}
+	c := &Command{Code: int32(SendMessageV2), Language: LangGo, Version: Version, Fields: (*SendV2Fields)(&h)}
 	frame, err := c.AppendFrame(nil)
 	require.NoError(t, err)
 	got, err := DecodeFrame(frame[4:])
@@ -81,7 +81,7 @@ func BenchmarkSendHeader(b *testing.B) {
 	b.Run("fields", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			c := Command{Code: int16(SendMessageV2), Serialize: RocketMQ, Fields: (*SendV2Fields)(&h)}
+			c := Command{Code: int32(SendMessageV2), Serialize: RocketMQ, Fields: (*SendV2Fields)(&h)}
 			buf, _ = c.AppendFrame(buf[:0])
 		}
 	})

@@ -263,7 +263,7 @@ func TestGoClientReadsOurJSONHeaders(t *testing.T) {
 		var g goRemotingCommand
 		require.NoError(t, jsoniter.Unmarshal(frame[8:], &g))
 		require.Equal(t, goRemotingCommand{
-			Code: c.Code, Language: "GO", Version: c.Version, Opaque: c.Opaque, Flag: c.Flag, Remark: c.Remark, ExtFields: c.ExtFields,
+			Code: int16(c.Code), Language: "GO", Version: c.Version, Opaque: c.Opaque, Flag: c.Flag, Remark: c.Remark, ExtFields: c.ExtFields,
 		}, g)
 	}
 }

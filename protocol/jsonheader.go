@@ -616,8 +616,8 @@ func parseJSONHeader(b []byte) (c *Command, opaqueKnown bool, err error) {
 		}
 		switch {
 		case bytes.EqualFold(key, jsonKeyCode):
-			n, err = r.intField("code", 16, int64(c.Code))
-			c.Code = int16(n)
+			n, err = r.intField("code", 32, int64(c.Code))
+			c.Code = int32(n)
 		case bytes.EqualFold(key, jsonKeyLanguage):
 			c.Language, err = r.language()
 		case bytes.EqualFold(key, jsonKeyVersion):

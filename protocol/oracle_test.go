@@ -7,7 +7,7 @@ import "encoding/json"
 // inputs and produce the same commands.
 func decodeJSONHeaderStd(b []byte) (*Command, error) {
 	var h struct {
-		Code      int16                      `json:"code"`
+		Code      int32                      `json:"code"`
 		Language  json.RawMessage            `json:"language,omitempty"`
 		Version   int16                      `json:"version"`
 		Opaque    int32                      `json:"opaque"`

@@ -70,7 +70,7 @@ func TestReadFrameRawExtLeavesTheRestAlone(t *testing.T) {
 	assert.Equal(t, "T", c.ExtFields["topic"], "a code not asked for builds the map")
 
 	resp := NewResponse(&Command{Serialize: RocketMQ}, Success, "")
-	resp.Code = int16(SendMessageV2)
+	resp.Code = int32(SendMessageV2)
 	resp.ExtFields["msgId"] = "x"
 	b, err := resp.AppendFrame(nil)
 	require.NoError(t, err)
@@ -180,8 +180,8 @@ func TestDecodeSendHeaderLettersAsTheMap(t *testing.T) {
 			for i := 0; i < len(kv); i += 2 {
 				ext[kv[i]] = kv[i+1]
 			}
-			want, wantErr := DecodeSendHeader(&Command{Code: int16(code), ExtFields: ext})
-			got, err := DecodeSendHeader(&Command{Code: int16(code), RawExt: rawBlock(kv...)})
+			want, wantErr := DecodeSendHeader(&Command{Code: int32(code), ExtFields: ext})
+			got, err := DecodeSendHeader(&Command{Code: int32(code), RawExt: rawBlock(kv...)})
 			if wantErr != nil {
 				assert.Equal(t, wantErr.Error(), err.Error(), name)
 				var fe *FieldError

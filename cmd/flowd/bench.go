@@ -248,6 +248,7 @@ func benchScenarios(c benchConfig) []benchScenario {
 	if c.namesrv == "" { // the gRPC endpoint is the bench's own broker's
 		out = append(out, grpcScenarios()...)
 	}
+	out = append(out, benchScenario{name: fmt.Sprintf("pop-remoting-%d", remotingPopSize), kind: "pop-remoting", size: remotingPopSize})
 	return out
 }
 

@@ -25,20 +25,9 @@ func (r *benchRun) grpcPop(ctx context.Context, sc benchScenario) ([]benchResult
 	if err != nil {
 		return nil, err
 	}
-	jsRate := 0.0
-	var jw *window
-	if r.js != nil {
-		subject, _, err := r.js.produce(ctx, sc.size, "async", 1, c.inflight, c.messages, nil)
-		if err != nil {
-			return nil, err
-		}
-		jw = newWindow(r.js.pid)
-		if jsRate, err = r.js.consume(ctx, subject, c.messages, jw); err != nil {
-			return nil, err
-		}
-		if err := r.js.purge(ctx, subject); err != nil {
-			return nil, err
-		}
+	jsRate, jw, err := r.jsFetchAck(ctx, sc)
+	if err != nil {
+		return nil, err
 	}
 	g, err := dialBenchGRPC(c.grpcAddr, fmt.Sprintf("flowd-bench-pop-%d", time.Now().UnixNano()))
 	if err != nil {
@@ -51,6 +40,29 @@ func (r *benchRun) grpcPop(ctx context.Context, sc benchScenario) ([]benchResult
 		return nil, err
 	}
 	return consumeResult(sc, rate, jsRate, fw, jw, c.messages)
+}
+
+// jsFetchAck is the pop scenarios' baseline: JetStream's pull consumer with explicit acks
+// (Fetch of up to 32, Ack each) on c.messages stored messages of sc.size bytes; 0 and a nil
+// window with --baseline none.
+func (r *benchRun) jsFetchAck(ctx context.Context, sc benchScenario) (float64, *window, error) {
+	if r.js == nil {
+		return 0, nil, nil
+	}
+	c := r.c
+	subject, _, err := r.js.produce(ctx, sc.size, "async", 1, c.inflight, c.messages, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	jw := newWindow(r.js.pid)
+	rate, err := r.js.consume(ctx, subject, c.messages, jw)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := r.js.purge(ctx, subject); err != nil {
+		return 0, nil, err
+	}
+	return rate, jw, nil
 }
 
 // popAll receives messages of topic for group until n came and returns messages per second;

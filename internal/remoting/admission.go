@@ -199,7 +199,7 @@ type requestCtx struct {
 
 	// What a deferred answer needs of the request (see Defer), so that the request itself
 	// is not kept while it waits.
-	code      int16
+	code      int32
 	opaque    int32
 	serialize protocol.SerializeType
 

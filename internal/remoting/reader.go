@@ -105,7 +105,7 @@ func (c *Conn) badHeader(he *protocol.HeaderError) {
 	case he.IsResponse():
 		c.log.Warn("response with an unreadable header", "opaque", he.Opaque, "err", he)
 		c.deliver(&protocol.Command{
-			Code: int16(protocol.SystemError), Language: protocol.LangGo, Version: protocol.Version,
+			Code: int32(protocol.SystemError), Language: protocol.LangGo, Version: protocol.Version,
 			Opaque: he.Opaque, Flag: protocol.FlagResponse, Serialize: he.Serialize,
 			Remark: "unreadable response header: " + he.Error(), ExtFields: map[string]string{},
 		})

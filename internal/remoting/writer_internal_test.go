@@ -240,7 +240,7 @@ func TestQueuedBatchBufferKeptAtInFlightSize(t *testing.T) {
 	body := make([]byte, 1200)
 	var want int64
 	for i := 0; i <= 256; i++ {
-		cmd := &protocol.Command{Code: int16(protocol.SendMessageV2), Opaque: int32(i), Body: body}
+		cmd := &protocol.Command{Code: int32(protocol.SendMessageV2), Opaque: int32(i), Body: body}
 		b, err := cmd.AppendFrame(nil)
 		require.NoError(t, err)
 		want += int64(len(b))

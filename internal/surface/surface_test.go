@@ -100,6 +100,7 @@ var decided = []string{
 	"config",
 	"consumer",
 	"consumer/allocate",
+	"consumer/pop",
 	"control",
 	"fields",
 	"metrics",
