@@ -78,7 +78,7 @@ func TestPullOutcomesSteerTheQueueAndCountReads(t *testing.T) {
 	mq := MessageQueue{Topic: "t", BrokerName: "b", QueueID: 0}
 	q := addActive(l, mq)
 	answer := func(code protocol.ResponseCode) *protocol.Command {
-		return &protocol.Command{Code: int16(code), Flag: 1}
+		return &protocol.Command{Code: int32(code), Flag: 1}
 	}
 	note := func(from int64, resp *protocol.Command, res *pullResult, err error) {
 		l.mu.Lock()
