@@ -185,6 +185,7 @@ func (l *LitePull) startPull(ctx context.Context, q *queue, gen uint64, sub *sub
 	from = id
 	cancel()
 	if err != nil {
+		from = noMember // no member was asked: nothing to say about any
 		finish(nil, err)
 		return
 	}

@@ -37,6 +37,9 @@ type ReadStat struct {
 	Messages int64
 }
 
+// noMember is the member of a pull that went to none (its broker's address was not found).
+const noMember = -1
+
 // readMember is a member of a broker: the key of LitePull.reads.
 type readMember struct {
 	broker string
@@ -101,6 +104,8 @@ type readOutcome struct {
 // failed whether it failed to answer (a lost connection, a timeout; not a cancelled pull).
 func nextRead(from int64, answered bool, code protocol.ResponseCode, suggest int64, failed bool) readOutcome {
 	switch {
+	case from == noMember:
+		return readOutcome{}
 	case failed && from == protocol.MasterID:
 		return readOutcome{masterFailed: true}
 	case failed, !answered:

@@ -64,6 +64,7 @@ func TestNextReadFollowsTheSuggestionAndFallsBack(t *testing.T) {
 		{"the master failed: replicas for a while", 0, false, 0, 0, true, readOutcome{masterFailed: true}},
 		{"a replica refuses: the master", 2, true, protocol.SystemError, 0, false, readOutcome{}},
 		{"a cancelled pull", 2, false, 0, 0, false, readOutcome{}},
+		{"no member found: the master, and no fallback", noMember, false, 0, 0, true, readOutcome{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			assert.Equal(t, c.want, nextRead(c.from, c.answered, c.code, c.suggest, c.failed))
