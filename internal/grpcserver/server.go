@@ -97,7 +97,8 @@ func New(cfg Config) (*Server, error) {
 		// Deliveries written by hand go out as they are (wire.go).
 		grpc.ForceServerCodecV2(newServerCodec()),
 		// Calls run on a pool of goroutines, one per core, instead of a new goroutine (and
-		// its stack growth) per call: a consumer makes two calls per batch.
+		// its stack growth) per call: a consumer makes two calls per batch. A call finding
+		// them all busy (Telemetry streams, long polls) gets its own goroutine.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 	}
 	if cfg.TLS != nil {
