@@ -385,41 +385,53 @@ func (l *Lease) moveStreamLeader(ctx context.Context, now time.Time) {
 		return
 	}
 	l.leaderCheck = now
-	st, err := l.o.KV.Status(ctx)
-	if err != nil {
-		l.o.Logger.Debug("replica-set lease: bucket status", "err", err)
-		return
-	}
-	bs, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok || bs.StreamInfo().Cluster == nil || bs.StreamInfo().Cluster.Leader != l.o.ServerName || len(bs.StreamInfo().Cluster.Replicas) == 0 {
-		return
-	}
 	// The leadership goes to a peer that is current and whose member is in the in-sync set:
 	// one that is following, not a deposed master about to cut its log and run again
 	// (which would cost the stream the election this move is to avoid). None yet: later.
 	l.mu.Lock()
 	inSync := slices.Clone(l.inSync)
 	l.mu.Unlock()
+	to, retry := moveLeaderOff(ctx, l.o.Conn, l.o.KV, l.o.ServerName, func(name string) bool { return slices.Contains(inSync, name) }, l.o.Logger)
+	if retry {
+		l.leaderCheck = time.Time{} // look again at the next renewal
+	}
+	if to != "" {
+		l.o.Logger.Info("replica-set lease: moved the lease stream's leader off the master's NATS server", "stream", "KV_"+ReplicaSetsBucket, "server", l.o.ServerName, "to", to)
+	}
+}
+
+// moveLeaderOff asks JetStream to move the leadership of kv's stream off the server self
+// when it holds it, to a current peer that prefer accepts. It returns the peer it moved the
+// leadership to ("" when it did not), and retry when self leads but no peer fits yet.
+func moveLeaderOff(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, self string, prefer func(server string) bool, log *slog.Logger) (to string, retry bool) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		log.Debug("stream leader check: bucket status", "bucket", kv.Bucket(), "err", err)
+		return "", false
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo().Cluster == nil || bs.StreamInfo().Cluster.Leader != self || len(bs.StreamInfo().Cluster.Replicas) == 0 {
+		return "", false
+	}
 	preferred := ""
 	for _, p := range bs.StreamInfo().Cluster.Replicas {
-		if p.Current && !p.Offline && slices.Contains(inSync, p.Name) {
+		if p.Current && !p.Offline && prefer(p.Name) {
 			preferred = p.Name
 			break
 		}
 	}
 	if preferred == "" {
-		l.leaderCheck = time.Time{} // look again at the next renewal
-		return
+		return "", true
 	}
 	stream := bs.StreamInfo().Config.Name
 	req, err := json.Marshal(map[string]any{"placement": map[string]string{"preferred": preferred}})
 	if err != nil {
-		return
+		return "", false
 	}
-	resp, err := l.o.Conn.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, req)
+	resp, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, req)
 	if err != nil {
-		l.o.Logger.Debug("replica-set lease: stream leader step-down", "stream", stream, "err", err)
-		return
+		log.Debug("stream leader step-down", "stream", stream, "err", err)
+		return "", false
 	}
 	var r struct {
 		Success bool `json:"success"`
@@ -428,8 +440,8 @@ func (l *Lease) moveStreamLeader(ctx context.Context, now time.Time) {
 		} `json:"error"`
 	}
 	if json.Unmarshal(resp.Data, &r) != nil || !r.Success {
-		l.o.Logger.Debug("replica-set lease: stream leader step-down refused", "stream", stream, "reply", string(resp.Data))
-		return
+		log.Debug("stream leader step-down refused", "stream", stream, "reply", string(resp.Data))
+		return "", false
 	}
-	l.o.Logger.Info("replica-set lease: moved the lease stream's leader off the master's NATS server", "stream", stream, "server", l.o.ServerName, "to", preferred)
+	return preferred, false
 }
