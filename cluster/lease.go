@@ -92,6 +92,11 @@ type LeaseOptions struct {
 	// goes to the server of an in-sync member (the server names are the member names).
 	Conn       *nats.Conn
 	ServerName string
+	// MayLead, if set, accepts the other servers the leadership may go to when no in-sync
+	// member's server is a peer of the stream: several replica sets share the bucket, whose
+	// peers need not include this set's members. It should accept no set's master (which
+	// would move it again) and no member of this set (a deposed master among them).
+	MayLead func(server string) bool
 }
 
 // LeaseState is what OnChange reports.
@@ -391,7 +396,11 @@ func (l *Lease) moveStreamLeader(ctx context.Context, now time.Time) {
 	l.mu.Lock()
 	inSync := slices.Clone(l.inSync)
 	l.mu.Unlock()
-	to, retry := moveLeaderOff(ctx, l.o.Conn, l.o.KV, l.o.ServerName, func(name string) bool { return slices.Contains(inSync, name) }, l.o.Logger)
+	prefer := []func(string) bool{func(name string) bool { return slices.Contains(inSync, name) }}
+	if l.o.MayLead != nil {
+		prefer = append(prefer, l.o.MayLead)
+	}
+	to, retry := moveLeaderOff(ctx, l.o.Conn, l.o.KV, l.o.ServerName, l.o.Logger, prefer...)
 	if retry {
 		l.leaderCheck = time.Time{} // look again at the next renewal
 	}
@@ -401,9 +410,10 @@ func (l *Lease) moveStreamLeader(ctx context.Context, now time.Time) {
 }
 
 // moveLeaderOff asks JetStream to move the leadership of kv's stream off the server self
-// when it holds it, to a current peer that prefer accepts. It returns the peer it moved the
-// leadership to ("" when it did not), and retry when self leads but no peer fits yet.
-func moveLeaderOff(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, self string, prefer func(server string) bool, log *slog.Logger) (to string, retry bool) {
+// when it holds it, to a current peer the first of prefer that accepts any accepts. It
+// returns the peer it moved the leadership to ("" when it did not), and retry when self
+// leads but no peer fits yet.
+func moveLeaderOff(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, self string, log *slog.Logger, prefer ...func(server string) bool) (to string, retry bool) {
 	st, err := kv.Status(ctx)
 	if err != nil {
 		log.Debug("stream leader check: bucket status", "bucket", kv.Bucket(), "err", err)
@@ -414,10 +424,11 @@ func moveLeaderOff(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, se
 		return "", false
 	}
 	preferred := ""
-	for _, p := range bs.StreamInfo().Cluster.Replicas {
-		if p.Current && !p.Offline && prefer(p.Name) {
-			preferred = p.Name
-			break
+	for _, ok := range prefer {
+		for _, p := range bs.StreamInfo().Cluster.Replicas {
+			if preferred == "" && p.Current && !p.Offline && ok(p.Name) {
+				preferred = p.Name
+			}
 		}
 	}
 	if preferred == "" {

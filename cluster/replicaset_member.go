@@ -146,7 +146,7 @@ func (m *Member) moveRegistryLeader(ctx context.Context) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
 	defer cancel()
-	to, retry := moveLeaderOff(cctx, m.opts.Conn, m.brokersKV, m.opts.ServerName, func(name string) bool { return !masters[name] }, m.log)
+	to, retry := moveLeaderOff(cctx, m.opts.Conn, m.brokersKV, m.opts.ServerName, m.log, func(name string) bool { return !masters[name] })
 	if retry {
 		m.leaderCheck = time.Time{}
 	}
