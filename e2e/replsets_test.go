@@ -135,12 +135,12 @@ func grpcEndpoints(t *testing.T, c pb.MessagingServiceClient, topic string) map[
 // Two replica sets of two members each in one NATS cluster (four `flowd serve`, async
 // mode): every member's name service routes a topic created on one set's master to both
 // broker names, each with its master as id 0 and its replica by its broker id, and its gRPC
-// route names both masters' endpoints; flowd's
-// producer, pointed at a replica, spreads its sends over both sets' masters, and a lite-pull
-// group of two reads every message; cluster.status lists both sets and both masters. Then
-// one set's master is killed with SIGKILL: the routes (gRPC too) switch to its promoted replica, sends
-// to both sets go on being acknowledged, and the group reads those too; restarted, the old
-// master is routed as the set's replica 1.
+// route names both masters' endpoints; cluster.status lists both sets and both masters;
+// flowd's producer, pointed at a replica, spreads its sends over both sets' masters, and a
+// lite-pull group of two reads every message. Then one set's master is killed with SIGKILL:
+// the routes (gRPC too) switch to its promoted replica, sends to both sets go on being
+// acknowledged, and the group reads those too; restarted, the old master is routed as the
+// set's replica 1.
 func TestTwoReplicaSetsInOneClusterRouteEveryBrokerName(t *testing.T) {
 	sets := startReplicaSets(t, 2, "rs-a", "rs-b")
 	a1, a2, b1, b2 := sets["rs-a"][0], sets["rs-a"][1], sets["rs-b"][0], sets["rs-b"][1]
