@@ -96,6 +96,11 @@ type LeaseOptions struct {
 	// goes to the server of an in-sync member (the server names are the member names).
 	Conn       *nats.Conn
 	ServerName string
+	// MayLead, if set, accepts the other servers the leadership may go to when no in-sync
+	// member's server is a peer of the stream: several replica sets share the bucket, whose
+	// peers need not include this set's members. It should accept no set's master (which
+	// would move it again) and no member of this set (a deposed master among them).
+	MayLead func(server string) bool
 }
 
 // LeaseState is what OnChange reports.
@@ -499,44 +504,60 @@ func (l *Lease) moveStreamLeader(ctx context.Context, now time.Time) {
 		return
 	}
 	l.leaderCheck = now
-	st, err := l.o.KV.Status(ctx)
-	if err != nil {
-		l.o.Logger.Debug("replica-set lease: bucket status", "err", err)
-		l.leaderCheck = time.Time{} // again at the next renewal
-		return
-	}
-	bs, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok || bs.StreamInfo().Cluster == nil || bs.StreamInfo().Cluster.Leader != l.o.ServerName || len(bs.StreamInfo().Cluster.Replicas) == 0 {
-		return
-	}
 	// The leadership goes to a peer that is current and whose member is in the in-sync set:
 	// one that is following, not a deposed master about to cut its log and run again
 	// (which would cost the stream the election this move is to avoid). None yet: later.
 	l.mu.Lock()
 	inSync := slices.Clone(l.inSync)
 	l.mu.Unlock()
+	prefer := []func(string) bool{func(name string) bool { return slices.Contains(inSync, name) }}
+	if l.o.MayLead != nil {
+		prefer = append(prefer, l.o.MayLead)
+	}
+	to, retry := moveLeaderOff(ctx, l.o.Conn, l.o.KV, l.o.ServerName, l.o.Logger, prefer...)
+	l.trace("stream leader step-down", "to", to, "retry", retry)
+	if retry {
+		l.leaderCheck = time.Time{} // look again at the next renewal
+	}
+	if to != "" {
+		l.o.Logger.Info("replica-set lease: moved the lease stream's leader off the master's NATS server", "stream", "KV_"+ReplicaSetsBucket, "server", l.o.ServerName, "to", to)
+	}
+}
+
+// moveLeaderOff asks JetStream to move the leadership of kv's stream off the server self
+// when it holds it, to a current peer the first of prefer that accepts any accepts. It
+// returns the peer it moved the leadership to ("" when it did not), and retry when self
+// may still lead: no peer fits yet, or JetStream did not answer or refused the move.
+func moveLeaderOff(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, self string, log *slog.Logger, prefer ...func(server string) bool) (to string, retry bool) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		log.Debug("stream leader check: bucket status", "bucket", kv.Bucket(), "err", err)
+		return "", true
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo().Cluster == nil || bs.StreamInfo().Cluster.Leader != self || len(bs.StreamInfo().Cluster.Replicas) == 0 {
+		return "", false
+	}
 	preferred := ""
-	for _, p := range bs.StreamInfo().Cluster.Replicas {
-		if p.Current && !p.Offline && slices.Contains(inSync, p.Name) {
-			preferred = p.Name
-			break
+	for _, ok := range prefer {
+		for _, p := range bs.StreamInfo().Cluster.Replicas {
+			if preferred == "" && p.Current && !p.Offline && ok(p.Name) {
+				preferred = p.Name
+			}
 		}
 	}
 	if preferred == "" {
-		l.leaderCheck = time.Time{} // look again at the next renewal
-		return
+		return "", true
 	}
 	stream := bs.StreamInfo().Config.Name
 	req, err := json.Marshal(map[string]any{"placement": map[string]string{"preferred": preferred}})
 	if err != nil {
-		return
+		return "", false
 	}
-	resp, err := l.o.Conn.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, req)
-	l.trace("stream leader step-down", "stream", stream, "to", preferred, "err", err)
+	resp, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, req)
 	if err != nil {
-		l.o.Logger.Debug("replica-set lease: stream leader step-down", "stream", stream, "err", err)
-		l.leaderCheck = time.Time{} // again at the next renewal
-		return
+		log.Debug("stream leader step-down", "stream", stream, "err", err)
+		return "", true
 	}
 	var r struct {
 		Success bool `json:"success"`
@@ -545,9 +566,8 @@ func (l *Lease) moveStreamLeader(ctx context.Context, now time.Time) {
 		} `json:"error"`
 	}
 	if json.Unmarshal(resp.Data, &r) != nil || !r.Success {
-		l.o.Logger.Debug("replica-set lease: stream leader step-down refused", "stream", stream, "reply", string(resp.Data))
-		l.leaderCheck = time.Time{} // again at the next renewal
-		return
+		log.Debug("stream leader step-down refused", "stream", stream, "reply", string(resp.Data))
+		return "", true
 	}
-	l.o.Logger.Info("replica-set lease: moved the lease stream's leader off the master's NATS server", "stream", stream, "server", l.o.ServerName, "to", preferred)
+	return preferred, false
 }

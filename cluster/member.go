@@ -127,6 +127,9 @@ type Member struct {
 	// beatNow, topicsNow and groupsNow (cap 1) are Refresh's: a replica set's change to act
 	// on at once.
 	beatNow, topicsNow, groupsNow chan struct{}
+	// leaderCheck is when a replica set's master last checked who leads the registry's
+	// stream (Options.ServerName), heartbeat goroutine only.
+	leaderCheck time.Time
 }
 
 var _ broker.Peers = (*Member)(nil)

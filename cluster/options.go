@@ -74,6 +74,13 @@ type Options struct {
 	// Default nil: a plain broker, registered for as long as it runs.
 	ReplicaSet ReplicaSetRole
 
+	// ServerName is the name of the NATS server this node embeds, if any. A replica set's
+	// master keeps the registry stream's Raft leader off it, as its lease does for the
+	// lease's stream: when the master dies with its server, its successor's entry is then
+	// written at once rather than after JetStream elects another leader (seconds). Default
+	// "": the leader is left where it is. Used only with ReplicaSet.
+	ServerName string
+
 	// OnEvent is called for every registry change (a broker joined or left, this member's
 	// name taken), in order, on the member's registry goroutine: it must return quickly.
 	// Default nil: events are only logged.

@@ -243,21 +243,46 @@ func (m *Member) forget(name, reason string) {
 
 // watchRegistry keeps m.brokers in step with the registry bucket and reports joins and
 // leaves. synced is closed once the initial values are in.
+//
+// A watch is an ordered consumer on one NATS server: when that server dies, the watch goes
+// silent until the client notices, seconds later. Every live broker rewrites its entry each
+// HeartbeatInterval, so a watch that delivers nothing for two of them while the copy lists
+// a broker is recreated (it delivers the last values again): a replica set's new master is
+// then routed by this member within about a heartbeat, not once the sweep reads it.
 func (m *Member) watchRegistry(ctx context.Context, w jetstream.KeyWatcher, synced chan<- struct{}) {
-	defer w.Stop()
+	defer func() { w.Stop() }()
+	check := time.NewTicker(m.opts.HeartbeatInterval)
+	defer check.Stop()
+	last := time.Now()
 	for {
 		var e jetstream.KeyValueEntry
 		var ok bool
 		select {
 		case <-ctx.Done():
 			return
+		case <-check.C:
+			if silent := time.Since(last); silent > 2*m.opts.HeartbeatInterval && m.listsBrokers() {
+				nw, err := m.brokersKV.WatchAll(ctx)
+				if err != nil {
+					m.log.Debug("cluster registry: watch silent, not recreated", "silent", silent, "err", err)
+					continue
+				}
+				w.Stop()
+				w, last = nw, time.Now()
+				m.log.Info("cluster registry: watch silent while brokers are live: recreated", "broker", m.name, "silent", silent.Round(time.Millisecond))
+			}
+			continue
 		case e, ok = <-w.Updates():
 		}
 		if !ok {
 			return
 		}
+		last = time.Now()
 		if e == nil {
-			close(synced)
+			if synced != nil {
+				close(synced)
+				synced = nil
+			}
 			continue
 		}
 		name, err := decodeKey(e.Key())
@@ -267,6 +292,14 @@ func (m *Member) watchRegistry(ctx context.Context, w jetstream.KeyWatcher, sync
 		}
 		m.applyRegistry(name, e)
 	}
+}
+
+// listsBrokers reports whether the watched copy holds a broker, whose heartbeats the watch
+// should deliver.
+func (m *Member) listsBrokers() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.brokers) > 0
 }
 
 func (m *Member) applyRegistry(name string, e jetstream.KeyValueEntry) {

@@ -71,7 +71,11 @@ func (m *Member) beatSet(ctx context.Context) error {
 		m.log.Info("cluster: registered as the replica set's master", "broker", m.name, "master", node, "epoch", epoch)
 		return nil
 	case master:
-		return m.beat(ctx)
+		err := m.beat(ctx)
+		if err == nil {
+			m.moveRegistryLeader(ctx)
+		}
+		return err
 	case m.rev != 0:
 		return m.withdraw(ctx)
 	}
@@ -125,4 +129,29 @@ func (m *Member) setInfo(bi *BrokerInfo) {
 		bi.Addrs = map[int64]string{}
 	}
 	bi.Addrs[0] = bi.Addr
+}
+
+// moveRegistryLeader moves the registry stream's leadership off this master's NATS server
+// (Options.ServerName), at most every leaderCheckInterval, to a server that hosts no master
+// of the registry: a master's death then costs the registry no Raft election.
+func (m *Member) moveRegistryLeader(ctx context.Context) {
+	now := time.Now()
+	if m.opts.ServerName == "" || now.Sub(m.leaderCheck) < leaderCheckInterval {
+		return
+	}
+	m.leaderCheck = now
+	masters := map[string]bool{}
+	for _, bi := range m.Registry() {
+		masters[bi.Master] = true
+	}
+	cctx, cancel := context.WithTimeout(ctx, m.opts.RequestTimeout)
+	defer cancel()
+	to, retry := moveLeaderOff(cctx, m.opts.Conn, m.brokersKV, m.opts.ServerName, m.log, func(name string) bool { return !masters[name] })
+	if retry {
+		m.leaderCheck = time.Time{}
+	}
+	if to != "" {
+		m.log.Info("cluster: moved the registry stream's leader off the replica-set master's NATS server", "bucket", m.opts.BrokersBucket,
+			"server", m.opts.ServerName, "to", to)
+	}
 }

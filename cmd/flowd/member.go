@@ -134,11 +134,16 @@ func clusterEvent(e cluster.Event) control.ClusterEvent {
 func (d *built) joinCluster(ctx context.Context, c config.Config, p *peers, cl *closers, rs *replicaSet, log *slog.Logger) error {
 	pub := d.cp.pub
 	var role cluster.ReplicaSetRole // nil: a plain broker (not a nil *replicaSet in the interface)
+	serverName := ""
 	if rs != nil {
 		role = setRole{rs}
+		if c.NATS.Cluster.Listen != "" {
+			serverName, _ = natsCluster(c) // embedded: a master keeps the registry's leader off it
+		}
 	}
 	m, err := cluster.New(cluster.Options{
 		ReplicaSet: role,
+		ServerName: serverName,
 		Conn:       d.cp.n.Conn(),
 		Node:       c.BrokerName,
 		Version:    version,

@@ -219,13 +219,34 @@ func (r *replicaSet) start(ctx context.Context, b *broker.Broker, nc *nats.Conn,
 		KV: kv, BrokerName: r.c.BrokerName, Node: r.node, HAAddr: r.haAddr(), Addr: b.Addr(), GRPCAddr: grpcAddr,
 		MayBootstrap: rc.BrokerID == 1, LastEpoch: r.epochs.Last().Epoch, TTL: rc.LeaseTTL, Position: position,
 		Healthy:  func() bool { return b.StoreStats().WriteFailure == nil },
-		OnChange: r.onLease, Replicas: r.replicaLags, Logger: r.log, Trace: trace, Conn: nc, ServerName: serverName,
+		OnChange: r.onLease, Replicas: r.replicaLags, Logger: r.log, Trace: trace, Conn: nc, ServerName: serverName, MayLead: r.mayLeadLeases,
 	})
 	r.leased.Store(r.lease)
 	r.runWG.Go(func() { r.lease.Run(r.ctx) })
 	r.runWG.Go(func() { r.watchSets(r.ctx, kv) })
 	r.log.Info("replica set: member started", "broker", r.c.BrokerName, "node", r.node, "mode", rc.Mode, "ha", r.haAddr())
 	return nil
+}
+
+// mayLeadLeases accepts, as the leases' stream leader, a NATS server of no replica set's
+// master and of no member of this set, as last read (watchSets): with several sets, the
+// stream's peers may include none of this set's in-sync members.
+func (r *replicaSet) mayLeadLeases(server string) bool {
+	p := r.sets.Load()
+	if p == nil {
+		return false
+	}
+	for _, s := range *p {
+		if s.Leader != nil && s.Leader.Node == server {
+			return false
+		}
+		for _, mem := range s.Members {
+			if mem.Node == server && s.BrokerName == r.c.BrokerName {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // close stops the lease (it lapses: another member takes over), the master or follower,
