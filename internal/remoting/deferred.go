@@ -229,3 +229,11 @@ func (c *Conn) dropDeferred() {
 		rc.onDrop = nil
 	}
 }
+
+// ServedInline reports whether the Handler serving ctx runs on its connection's read
+// goroutine (InlineHandler), where it must not wait: a handler that may wait for an event
+// answers at once instead.
+func ServedInline(ctx context.Context) bool {
+	rc, ok := ctx.Value(requestCtxKey{}).(*requestCtx)
+	return ok && rc.inline
+}
