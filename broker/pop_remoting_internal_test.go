@@ -255,6 +255,25 @@ func TestRemotingPopOrder(t *testing.T) {
 	msgs, _ = remotePop(t, b, h)
 	require.Len(t, msgs, 1)
 	assert.Equal(t, int64(1), msgs[0].QueueOffset)
+
+	// Without a message group an ordered pop keeps the whole queue in order, as RocketMQ's
+	// does; an expired one comes again before its successors.
+	require.NoError(t, b.CreateTopic(TopicConfig{Name: "U", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	popSendN(t, b, "U", 0, 3, nil)
+	u := popHeader("G", "U", 32)
+	u.Order = true
+	msgs, _ = remotePop(t, b, u)
+	require.Len(t, msgs, 1)
+	assert.Equal(t, int64(0), msgs[0].QueueOffset)
+	advance(b, 15*time.Second)
+	msgs, _ = remotePop(t, b, u)
+	require.Len(t, msgs, 1)
+	assert.Equal(t, int64(0), msgs[0].QueueOffset, "redelivered first")
+	assert.Equal(t, int32(1), msgs[0].ReconsumeTimes)
+	require.Equal(t, protocol.Success, remoteAck(t, b, "G", msgs[0]).ResponseCode())
+	msgs, _ = remotePop(t, b, u)
+	require.Len(t, msgs, 1)
+	assert.Equal(t, int64(1), msgs[0].QueueOffset)
 }
 
 func TestRemotingPopBadInput(t *testing.T) {
