@@ -458,8 +458,8 @@ func popDecode(raw []byte, topic string, rawProps bool) (*protocol.MessageExt, e
 }
 
 // popQueueGroup is the message group an ordered receive (PopRequest.Order) reads a message
-// without one into: the queue's own, which no producer can name (a property value holds no
-// NUL).
+// without one into: the queue's own, a name starting with a NUL, which no message group a
+// client sets is expected to take.
 const popQueueGroup = "\x00queue"
 
 // popMessageGroup is m's message group (PropertyShardingKey), from either form of its
