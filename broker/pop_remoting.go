@@ -195,6 +195,7 @@ func (b *Broker) processPop(ctx context.Context, req *protocol.Command) *protoco
 	resp := protocol.NewResponse(req, protocol.Success, "FOUND")
 	rh.EncodeTo(resp.ExtFields)
 	resp.Body = body
+	remoting.WriteAnswerDirect(ctx) // the receiver waits for this batch: no hand-off to the flusher
 	return resp
 }
 
