@@ -286,7 +286,7 @@ func (b *Broker) popOnce(ctx context.Context, tc TopicConfig, req PopRequest, f 
 		n = tc.ReadQueueNums
 		first = b.pop.cursor(req.Group, tc.Name, n)
 	}
-	var out []PoppedMessage
+	out := make([]PoppedMessage, 0, req.MaxMessages)
 	// One pop time for the whole answer: RocketMQ 4.9's clients build each message's
 	// receipt from the answer's pop time.
 	now := b.pop.now()
