@@ -65,7 +65,8 @@ type PopRequest struct {
 	// ClientID of the receiver, shown as PopQueueStats.Receiver (optional).
 	ClientID string
 	// Order makes this receive hand out in order per message group, as for a group with
-	// ConsumeOrderly (docs/pop.md, FIFO): the order flag of RocketMQ's POP_MESSAGE.
+	// ConsumeOrderly (docs/pop.md, FIFO), and the messages it reads without a message group
+	// in order per queue: the order flag of RocketMQ's POP_MESSAGE.
 	Order bool
 	// NoHandles leaves PoppedMessage.Handle empty: the caller names each delivery by its
 	// queue, offset and PopTime (a remoting receipt, protocol.ExtraInfo), and saves the
@@ -285,7 +286,7 @@ func (b *Broker) popOnce(ctx context.Context, tc TopicConfig, req PopRequest, f 
 		n = tc.ReadQueueNums
 		first = b.pop.cursor(req.Group, tc.Name, n)
 	}
-	var out []PoppedMessage
+	out := make([]PoppedMessage, 0, req.MaxMessages)
 	// One pop time for the whole answer: RocketMQ 4.9's clients build each message's
 	// receipt from the answer's pop time.
 	now := b.pop.now()
@@ -425,7 +426,13 @@ func (b *Broker) popFresh(ctx context.Context, q *popQueue, req PopRequest, f *s
 		// Offsets between q.next and this one were rejected by the filter (or removed by
 		// retention): done for this group.
 		q.next = m.QueueOffset + 1
-		e := q.add(m.QueueOffset, popMessageGroup(m))
+		mg := popMessageGroup(m)
+		if mg == "" && req.Order {
+			// RocketMQ's ordered pop keeps a whole queue in order: a message without a
+			// message group is in the queue's own.
+			mg = popQueueGroup
+		}
+		e := q.add(m.QueueOffset, mg)
 		if !q.eligible(e) {
 			q.visible = append(q.visible, e.offset)
 			recs = append(recs, entryRecord(recHold, q, e))
@@ -485,6 +492,11 @@ func popDecode(raw []byte, topic string, rawProps bool) (*protocol.MessageExt, e
 	m.Body, m.RawProperties = buf[:n:n], buf[n:]
 	return m, nil
 }
+
+// popQueueGroup is the message group an ordered receive (PopRequest.Order) reads a message
+// without one into: the queue's own, a name starting with a NUL, which no message group a
+// client sets is expected to take.
+const popQueueGroup = "\x00queue"
 
 // popMessageGroup is m's message group (PropertyShardingKey), from either form of its
 // properties.

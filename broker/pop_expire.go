@@ -17,8 +17,7 @@ func (b *Broker) popExpireLoop(ctx context.Context) {
 	tm := time.NewTimer(time.Hour)
 	defer tm.Stop()
 	for {
-		next, more := b.popExpireDue(ctx)
-		if more {
+		if _, more := b.popExpireDue(ctx); more {
 			continue
 		}
 		if b.pop.jnl.needsCompaction() {
@@ -30,7 +29,7 @@ func (b *Broker) popExpireLoop(ctx context.Context) {
 		}
 		// Read again under the heap's lock: what was scheduled since the pass, without a
 		// kick for being later than the deadline armed then, is in it.
-		next = b.pop.timers.arm()
+		next := b.pop.timers.arm()
 		wait := time.Hour
 		if next != 0 {
 			wait = max(time.Duration(next-msNow(b.pop.now()))*time.Millisecond, time.Millisecond)

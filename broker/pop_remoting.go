@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flowd-io/flowd/internal/remoting"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -102,6 +103,43 @@ func popErrorResponse(req *protocol.Command, err error, topicExists bool) *proto
 	return errorResponse(req, protocol.SystemError, err)
 }
 
+// popInline reports whether a POP_MESSAGE finds messages at once, so that it is served on
+// the connection's read goroutine: a queue of the request with fresh messages and room in
+// its window, or messages due again and no FIFO order holding them. A group's first
+// receive of a queue, and one that would wait, go to a goroutine of their own.
+func (b *Broker) popInline(req *protocol.Command) bool {
+	group, topic := req.Ext2("consumerGroup", "topic")
+	tc, ok := b.topics.get(topic)
+	if !ok {
+		return false
+	}
+	qid, err := strconv.ParseInt(req.Ext("queueId"), 10, 32)
+	if err != nil {
+		return false
+	}
+	first, n := int(qid), 1
+	if qid < 0 {
+		first, n = 0, tc.ReadQueueNums
+	}
+	if first >= tc.ReadQueueNums {
+		return false
+	}
+	for i := first; i < first+n; i++ {
+		q := b.pop.queue(popKey{group, topic, int32(i)})
+		if q == nil {
+			return false
+		}
+		q.mu.Lock()
+		fresh := q.next < b.store.MaxOffset(topic, int32(i)) && q.next-q.start < popWindow
+		due := len(q.visible) > 0 && !q.fifo
+		q.mu.Unlock()
+		if fresh || due {
+			return true
+		}
+	}
+	return false
+}
+
 // processPop serves POP_MESSAGE: up to maxMsgNums messages of any queue (queueId -1) or one,
 // in one answer, each with its receipt in the POP_CK property.
 func (b *Broker) processPop(ctx context.Context, req *protocol.Command) *protocol.Command {
@@ -127,6 +165,11 @@ func (b *Broker) processPop(ctx context.Context, req *protocol.Command) *protoco
 		typ = protocol.ExpressionTag
 	}
 	wait := max(time.Duration(h.PollTime)*time.Millisecond, 0)
+	if remoting.ServedInline(ctx) {
+		// popInline saw messages; should another receive take them first, the answer
+		// is empty at once and the client asks again.
+		wait = 0
+	}
 	popped, err := b.Pop(ctx, PopRequest{
 		Group: h.ConsumerGroup, Topic: h.Topic, QueueID: h.QueueID, MaxMessages: int(h.MaxMsgNums), Invisible: invisible,
 		ExpressionType: typ, Expression: h.Exp, Wait: wait, Order: h.Order, NoHandles: true, RawProperties: true,
@@ -152,6 +195,7 @@ func (b *Broker) processPop(ctx context.Context, req *protocol.Command) *protoco
 	resp := protocol.NewResponse(req, protocol.Success, "FOUND")
 	rh.EncodeTo(resp.ExtFields)
 	resp.Body = body
+	remoting.WriteAnswerDirect(ctx) // the receiver waits for this batch: no hand-off to the flusher
 	return resp
 }
 

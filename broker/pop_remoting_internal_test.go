@@ -255,6 +255,25 @@ func TestRemotingPopOrder(t *testing.T) {
 	msgs, _ = remotePop(t, b, h)
 	require.Len(t, msgs, 1)
 	assert.Equal(t, int64(1), msgs[0].QueueOffset)
+
+	// Without a message group an ordered pop keeps the whole queue in order, as RocketMQ's
+	// does; an expired one comes again before its successors.
+	require.NoError(t, b.CreateTopic(TopicConfig{Name: "U", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	popSendN(t, b, "U", 0, 3, nil)
+	u := popHeader("G", "U", 32)
+	u.Order = true
+	msgs, _ = remotePop(t, b, u)
+	require.Len(t, msgs, 1)
+	assert.Equal(t, int64(0), msgs[0].QueueOffset)
+	advance(b, 15*time.Second)
+	msgs, _ = remotePop(t, b, u)
+	require.Len(t, msgs, 1)
+	assert.Equal(t, int64(0), msgs[0].QueueOffset, "redelivered first")
+	assert.Equal(t, int32(1), msgs[0].ReconsumeTimes)
+	require.Equal(t, protocol.Success, remoteAck(t, b, "G", msgs[0]).ResponseCode())
+	msgs, _ = remotePop(t, b, u)
+	require.Len(t, msgs, 1)
+	assert.Equal(t, int64(1), msgs[0].QueueOffset)
 }
 
 func TestRemotingPopBadInput(t *testing.T) {
@@ -392,5 +411,34 @@ func BenchmarkRemotingPopAck(b *testing.B) {
 		if resp.ResponseCode() != protocol.Success {
 			b.Fatal(resp.Remark)
 		}
+	}
+}
+
+// A pop is served on the read goroutine only when it finds messages at once: never the
+// group's first of a queue, never one that would wait (nothing fresh, or only messages
+// FIFO order holds back).
+func TestRemotingPopInline(t *testing.T) {
+	b := newPopBroker(t, "")
+	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	popSendN(t, b, "T", 0, 3, map[string]string{PropertyShardingKey: "k"})
+	h := popHeader("G", "T", 1)
+	req := func() *protocol.Command { return protocol.NewRequestWith(protocol.PopMessage, h, nil) }
+	assert.False(t, b.inline(req()), "no progress of the group in the queue yet")
+	msgs, _ := remotePop(t, b, h)
+	require.Len(t, msgs, 1)
+	assert.True(t, b.inline(req()), "two fresh messages")
+	h.MaxMsgNums = 32
+	msgs, _ = remotePop(t, b, h)
+	require.Len(t, msgs, 2)
+	assert.False(t, b.inline(req()), "nothing fresh, nothing due")
+	advance(b, 15*time.Second)
+	assert.True(t, b.inline(req()), "three due again")
+
+	h.Order = true
+	msgs, _ = remotePop(t, b, h)
+	require.Len(t, msgs, 1, "in order: the first of the message group")
+	assert.False(t, b.inline(req()), "what is visible waits for its predecessor (FIFO)")
+	for _, c := range []protocol.RequestCode{protocol.AckMessage, protocol.BatchAckMessage, protocol.ChangeMessageInvisibleTime} {
+		assert.True(t, b.inline(protocol.NewRequest(c, nil, nil)), c.String())
 	}
 }

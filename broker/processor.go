@@ -28,7 +28,8 @@ func (h brokerHandler) RawExt(code protocol.RequestCode) bool {
 }
 
 // inline reports whether req never blocks, so that serving it on the connection's read
-// goroutine costs less than handing it to another (remoting.InlineHandler): a send to an
+// goroutine costs less than handing it to another (remoting.InlineHandler): pop
+// acknowledgements, a pop that finds messages at once (popInline), a send to an
 // existing topic when the store has room in its active segment (Store.AppendReady; with
 // SYNC_FLUSH, Store.PutAsyncReady: the send appends and its answer waits for the fsync
 // deferred, see sendSyncFlush). Everything else is served on a goroutine of its own: a send
@@ -39,6 +40,11 @@ func (h brokerHandler) RawExt(code protocol.RequestCode) bool {
 func (b *Broker) inline(req *protocol.Command) bool {
 	var topic, props string
 	switch req.RequestCode() {
+	case protocol.AckMessage, protocol.BatchAckMessage, protocol.ChangeMessageInvisibleTime:
+		// In memory and one write to the pop journal's page cache, as an inline send.
+		return true
+	case protocol.PopMessage:
+		return b.popInline(req)
 	case protocol.SendMessageV2, protocol.SendBatchMessage:
 		topic, props = req.Ext2("b", "i")
 	case protocol.SendMessage:

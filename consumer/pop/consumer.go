@@ -169,19 +169,26 @@ func (c *Consumer) Receive(ctx context.Context, n int) ([]Message, error) {
 	first := int(c.cursor.Add(1))
 	// With several brokers each is asked without waiting, then the last one with the poll
 	// time: a wait at one broker must not hold up messages at another.
-	for i := range names {
+	for i := range len(names) - 1 {
 		name := names[(first+i)%len(names)]
-		poll := time.Duration(0)
-		if i == len(names)-1 {
-			poll = c.cfg.pollTime
-		}
 		addr, _ := r.BrokerAddr(name)
-		msgs, err := c.popFrom(ctx, name, addr, n, poll)
+		msgs, err := c.popFrom(ctx, name, addr, n, 0)
 		if err != nil || len(msgs) > 0 {
 			return msgs, err
 		}
 	}
-	return nil, nil
+	name := names[(first+len(names)-1)%len(names)]
+	addr, _ := r.BrokerAddr(name)
+	deadline := time.Now().Add(c.cfg.pollTime)
+	// A broker that saw messages answers without waiting; another receive may have taken
+	// them first, and then the answer is empty early: ask again, a few times, while the
+	// poll time lasts.
+	for tries := 0; ; tries++ {
+		msgs, err := c.popFrom(ctx, name, addr, n, max(time.Until(deadline), 0))
+		if err != nil || len(msgs) > 0 || tries == 3 || time.Until(deadline) < 10*time.Millisecond || ctx.Err() != nil {
+			return msgs, err
+		}
+	}
 }
 
 // popFrom sends one POP_MESSAGE to the broker.

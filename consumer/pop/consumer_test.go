@@ -246,3 +246,39 @@ func TestSharedClient(t *testing.T) {
 	_, err = pop.New("G", "T", pop.WithClient(cl), pop.WithClientOptions(client.WithNameServers("x:1")))
 	require.ErrorIs(t, err, pop.ErrInvalidOption)
 }
+
+// A receive with nothing there waits at the broker (a parked pop, not a goroutine asking
+// again) and is answered when a message arrives.
+func TestReceiveLongPolls(t *testing.T) {
+	b := startBroker(t, nil)
+	require.NoError(t, b.CreateTopic(broker.TopicConfig{Name: "T", ReadQueueNums: 2, WriteQueueNums: 2, Perm: 6}))
+	send(t, b, "T", 1, 1, nil)
+	c := newConsumer(t, b, "G", "T", pop.WithPollTime(time.Minute))
+	ctx := context.Background()
+	first := receiveAll(t, c, 1)
+	require.NoError(t, c.Ack(ctx, first...))
+
+	got := make(chan []pop.Message, 1)
+	go func() {
+		msgs, err := c.Receive(ctx, 32)
+		assert.NoError(t, err)
+		got <- msgs
+	}()
+	// Sent once the receive is parked or about to be: either way it must come.
+	_, err := b.Send(ctx, protocol.Message{Topic: "T", Body: []byte("late")}, 1)
+	require.NoError(t, err)
+	select {
+	case msgs := <-got:
+		require.Len(t, msgs, 1)
+		assert.Equal(t, "late", string(msgs[0].Body))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the parked receive did not get the message")
+	}
+
+	// A receive ends with its context: no error, no message.
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { time.Sleep(100 * time.Millisecond); cancel() }()
+	msgs, err := c.Receive(cctx, 32)
+	require.NoError(t, err)
+	assert.Empty(t, msgs)
+}

@@ -99,7 +99,8 @@ func WithFilter(expType, expression string) Option {
 
 // WithOrder receives in order per message group: of the messages of one queue with the
 // same message group (the __SHARDINGKEY property), the next is not received until the one
-// before it is acknowledged (RocketMQ's order flag of POP_MESSAGE).
+// before it is acknowledged; the messages of a queue without one are in order as a whole
+// (RocketMQ's order flag of POP_MESSAGE).
 func WithOrder() Option {
 	return func(cfg *config) error {
 		cfg.order = true

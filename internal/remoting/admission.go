@@ -170,9 +170,12 @@ func (c *Conn) serve(req *protocol.Command, inline bool) {
 		c.inflight.Add(-1)
 	}
 	if answer {
-		if files {
+		switch {
+		case files:
 			c.respondFiles(req, resp, rc.fileRegions, rc.fileRelease)
-		} else {
+		case rc.direct:
+			c.respondDirect(req, resp)
+		default:
 			c.respond(req, resp)
 		}
 		c.responding.Add(-1)
@@ -196,6 +199,8 @@ type requestCtx struct {
 	// inline: served on the read goroutine, which must not wait (Defer refuses).
 	inline bool
 	oneway bool
+	// direct: the answer is written by the serving goroutine (WriteAnswerDirect).
+	direct bool
 
 	// What a deferred answer needs of the request (see Defer), so that the request itself
 	// is not kept while it waits.
@@ -284,6 +289,18 @@ func (c *Conn) callHandler(ctx context.Context, req *protocol.Command) (resp *pr
 // is replaced by SYSTEM_ERROR so that the caller is not left waiting.
 func (c *Conn) respond(req, resp *protocol.Command) {
 	c.respondFiles(req, resp, nil, nil)
+}
+
+// respondDirect is respond writing the answer on this goroutine (after any write under way),
+// not handing it to the flusher.
+func (c *Conn) respondDirect(req, resp *protocol.Command) {
+	fixed := *resp
+	fixed.Opaque = req.Opaque
+	fixed.Serialize = req.Serialize
+	fixed.Flag = fixed.Flag&^protocol.FlagOneway | protocol.FlagResponse
+	if _, err := c.writeFrame(&fixed, nil, nil); err != nil && !errors.Is(err, ErrConnClosed) {
+		c.log.Error("cannot write response", "code", req.RequestCode(), "opaque", req.Opaque, "err", err)
+	}
 }
 
 // respondFiles is respond for a response whose body is regions of files (none: resp.Body);

@@ -229,3 +229,22 @@ func (c *Conn) dropDeferred() {
 		rc.onDrop = nil
 	}
 }
+
+// ServedInline reports whether the Handler serving ctx runs on its connection's read
+// goroutine (InlineHandler), where it must not wait: a handler that may wait for an event
+// answers at once instead.
+func ServedInline(ctx context.Context) bool {
+	rc, ok := ctx.Value(requestCtxKey{}).(*requestCtx)
+	return ok && rc.inline
+}
+
+// WriteAnswerDirect asks that the answer of the Handler serving ctx be written by the serving
+// goroutine itself once the Handler returns, rather than queued for the connection's flusher:
+// for a large answer its peer waits for (a pop's batch), one goroutine wake-up less. The
+// serving goroutine then waits for the write, which on the read goroutine (InlineHandler)
+// holds up the connection's next requests until the socket takes it.
+func WriteAnswerDirect(ctx context.Context) {
+	if rc, ok := ctx.Value(requestCtxKey{}).(*requestCtx); ok {
+		rc.direct = true
+	}
+}

@@ -53,6 +53,12 @@ func (h *inlineHandler) ServeRemoting(ctx context.Context, c *remoting.Conn, req
 	}
 	resp := protocol.NewResponse(req, protocol.Success, "")
 	resp.ExtFields["g"] = strconv.FormatUint(goroutineID(), 10)
+	resp.ExtFields["servedInline"] = strconv.FormatBool(remoting.ServedInline(ctx))
+	if req.ExtFields["direct"] == "1" {
+		remoting.WriteAnswerDirect(ctx)
+		resp.Body = bytes.Repeat([]byte("d"), 64<<10)
+		return resp
+	}
 	_, parked := remoting.Defer(ctx, nil)
 	resp.ExtFields["parked"] = strconv.FormatBool(parked)
 	return resp
@@ -226,4 +232,22 @@ func TestLendingInlineHandlerBodies(t *testing.T) {
 	resp := recv(t, done, "the blocked request's answer")
 	require.NotNil(t, resp)
 	assert.Equal(t, string(held), string(resp.Body), "the body of a request not served inline is its own")
+}
+
+// ServedInline tells a Handler where it runs; an answer written directly (WriteAnswerDirect)
+// arrives whole, from the read goroutine or a goroutine of its own, and the connection goes on.
+func TestInlineServedInlineAndDirectAnswers(t *testing.T) {
+	checkGoroutines(t)
+	_, c := startInline(t)
+	assert.Equal(t, "true", where(t, c, "1").ExtFields["servedInline"])
+	assert.Equal(t, "false", where(t, c, "0").ExtFields["servedInline"])
+	for _, inline := range []string{"1", "0"} {
+		for range 3 {
+			resp, err := c.Invoke(ctxTimeout(t, 3*time.Second), protocol.NewRequest(codeWhere, map[string]string{"inline": inline, "direct": "1"}, nil))
+			require.NoError(t, err)
+			require.Equal(t, protocol.Success, resp.ResponseCode())
+			assert.Equal(t, bytes.Repeat([]byte("d"), 64<<10), resp.Body)
+		}
+	}
+	assert.Equal(t, "true", where(t, c, "1").ExtFields["servedInline"])
 }
