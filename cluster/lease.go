@@ -125,8 +125,9 @@ type Lease struct {
 	leaderCheck time.Time     // when the master last checked who leads the bucket's stream
 	kick        chan struct{} // cap 1: SetInSync asks for a renewal now
 	stand       standing      // this member's campaign for a lapsed lease
-	// outage is when a KV call of this member last went unanswered (a timeout, no stream
-	// leader): JetStream, not the master, may be why the lease stopped changing.
+	// outage is when a KV write of this member last went unanswered (a timeout, no stream
+	// leader): JetStream, not the master, may be why the lease stopped changing. Reads do
+	// not count: a direct get may go to a paused replica of the stream while writes work.
 	outage time.Time
 	// graceRev is the lapsed revision this member gave the master a grace for, once
 	// JetStream answered again after an outage, until graceUntil (see campaign).
@@ -265,10 +266,11 @@ func (l *Lease) round(now time.Time) time.Duration {
 	return d
 }
 
-// readTimeout bounds one attempt of a KV read: a read that an unanswering server holds is
-// tried again on a short deadline, rather than waiting out the step's.
+// readTimeout bounds one attempt of a KV read: a read that an unanswering server holds (a
+// direct get may be served by any replica of the stream, a paused one too) is tried again
+// on a short deadline, rather than waiting out the step's.
 func (l *Lease) readTimeout() time.Duration {
-	return max(l.o.RenewInterval/4, 50*time.Millisecond)
+	return max(l.o.RenewInterval/10, 50*time.Millisecond)
 }
 
 // get reads key, retrying on short deadlines until ctx ends. ErrKeyNotFound is an answer.
@@ -280,7 +282,8 @@ func (l *Lease) get(ctx context.Context, key string) (jetstream.KeyValueEntry, e
 		if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) || ctx.Err() != nil {
 			return e, err
 		}
-		l.unanswered(err)
+		// Not an outage (unanswered): a direct get may go to any replica of the stream,
+		// a paused one too, and the next attempt to another.
 		select {
 		case <-ctx.Done():
 			return nil, err
@@ -289,8 +292,7 @@ func (l *Lease) get(ctx context.Context, key string) (jetstream.KeyValueEntry, e
 	}
 }
 
-// unanswered records that JetStream did not answer a KV call (not a lost race, not a
-// missing key).
+// unanswered records that JetStream did not answer a KV write (not a lost race).
 func (l *Lease) unanswered(err error) {
 	if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) || lostRace(err) {
 		return

@@ -134,6 +134,9 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 		}
 		if d := took[kind]; len(d) > 0 && kind != faultKinds[3] {
 			t.Logf("fault %d: %s (rs-%d); a send acknowledged by the new master %s later", f+1, kind, m.id, d[len(d)-1].Round(time.Millisecond))
+			if os.Getenv("FLOWD_LEASE_TRACE") == "1" {
+				logTrace(t, nodes, m, t0, t0.Add(d[len(d)-1]))
+			}
 		}
 		require.Eventually(t, func() bool { return s.count() > before+20 }, wait, tick, "sends acknowledged after the fault")
 		cur := masterAddr(nodes)
