@@ -125,9 +125,10 @@ type Lease struct {
 	leaderCheck time.Time     // when the master last checked who leads the bucket's stream
 	kick        chan struct{} // cap 1: SetInSync asks for a renewal now
 	stand       standing      // this member's campaign for a lapsed lease
-	// outage is when a KV write of this member last went unanswered (a timeout, no stream
-	// leader): JetStream, not the master, may be why the lease stopped changing. Reads do
-	// not count: a direct get may go to a paused replica of the stream while writes work.
+	// outage is when a KV write of this member, or every read of a round, last went
+	// unanswered (a timeout, no stream leader): JetStream, not the master, may be why the
+	// lease stopped changing. One read attempt does not count: a direct get may go to a
+	// paused replica of the stream while the next attempt, and writes, are answered.
 	outage time.Time
 	// graceRev is the lapsed revision this member gave the master a grace for, once
 	// JetStream answered again after an outage, until graceUntil (see campaign).
@@ -353,6 +354,11 @@ func (l *Lease) step(ctx context.Context) {
 		}
 		return
 	case err != nil:
+		// Every attempt of the round went unanswered: an outage, unlike one attempt that a
+		// paused replica of the stream held.
+		l.mu.Lock()
+		l.outage = time.Now()
+		l.mu.Unlock()
 		l.o.Logger.Debug("replica-set lease unreadable", "broker", l.o.BrokerName, "err", err)
 		return
 	}

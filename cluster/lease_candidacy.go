@@ -75,7 +75,7 @@ func (l *Lease) candidateKey(node string) string {
 // windows later than without positions.
 //
 // The candidacy is also this member's probe of JetStream: when the lease lapsed while a KV
-// write of this member went unanswered (the bucket's stream had no leader: the master could
+// write of this member, or a round's reads, went unanswered (the bucket's stream had no leader: the master could
 // not renew either), the first candidacy JetStream takes gives the master two renew
 // intervals to renew before this member takes the lease, once per lapsed revision, so that
 // losing the stream's leader does not fail the set over.
