@@ -208,8 +208,8 @@ func (l *Lease) SetInSync(nodes []string) {
 	}
 }
 
-// Run keeps the lease until ctx is done: it reads the record every RenewInterval/2,
-// renews it while this member holds it, and takes it over when it lapsed and this member
+// Run keeps the lease until ctx is done: it reads the record every RenewInterval/2 (every
+// fastRound while a renewal is late), renews it while this member holds it, and takes it over when it lapsed and this member
 // may. It never deletes the record: a stopped master's lease lapses.
 func (l *Lease) Run(ctx context.Context) {
 	t := time.NewTimer(l.round(time.Now()))
