@@ -130,8 +130,10 @@ type Lease struct {
 	leaderCheck time.Time     // when the master last checked who leads the bucket's stream
 	kick        chan struct{} // cap 1: SetInSync asks for a renewal now
 	stand       standing      // this member's campaign for a lapsed lease
-	// outage is when a KV call of this member last went unanswered (a timeout, no stream
-	// leader): JetStream, not the master, may be why the lease stopped changing.
+	// outage is when a KV write of this member, or every read of a round, last went
+	// unanswered (a timeout, no stream leader): JetStream, not the master, may be why the
+	// lease stopped changing. One read attempt does not count: a direct get may go to a
+	// paused replica of the stream while the next attempt, and writes, are answered.
 	outage time.Time
 	// graceRev is the lapsed revision this member gave the master a grace for, once
 	// JetStream answered again after an outage, until graceUntil (see campaign).
@@ -211,8 +213,8 @@ func (l *Lease) SetInSync(nodes []string) {
 	}
 }
 
-// Run keeps the lease until ctx is done: it reads the record every RenewInterval/2,
-// renews it while this member holds it, and takes it over when it lapsed and this member
+// Run keeps the lease until ctx is done: it reads the record every RenewInterval/2 (every
+// fastRound while a renewal is late), renews it while this member holds it, and takes it over when it lapsed and this member
 // may. It never deletes the record: a stopped master's lease lapses.
 func (l *Lease) Run(ctx context.Context) {
 	t := time.NewTimer(l.round(time.Now()))
@@ -270,10 +272,11 @@ func (l *Lease) round(now time.Time) time.Duration {
 	return d
 }
 
-// readTimeout bounds one attempt of a KV read: a read that an unanswering server holds is
-// tried again on a short deadline, rather than waiting out the step's.
+// readTimeout bounds one attempt of a KV read: a read that an unanswering server holds (a
+// direct get may be served by any replica of the stream, a paused one too) is tried again
+// on a short deadline, rather than waiting out the step's.
 func (l *Lease) readTimeout() time.Duration {
-	return max(l.o.RenewInterval/4, 50*time.Millisecond)
+	return max(l.o.RenewInterval/10, 50*time.Millisecond)
 }
 
 // get reads key, retrying on short deadlines until ctx ends. ErrKeyNotFound is an answer.
@@ -285,7 +288,8 @@ func (l *Lease) get(ctx context.Context, key string) (jetstream.KeyValueEntry, e
 		if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) || ctx.Err() != nil {
 			return e, err
 		}
-		l.unanswered(err)
+		// Not an outage (unanswered): a direct get may go to any replica of the stream,
+		// a paused one too, and the next attempt to another.
 		select {
 		case <-ctx.Done():
 			return nil, err
@@ -294,8 +298,7 @@ func (l *Lease) get(ctx context.Context, key string) (jetstream.KeyValueEntry, e
 	}
 }
 
-// unanswered records that JetStream did not answer a KV call (not a lost race, not a
-// missing key).
+// unanswered records that JetStream did not answer a KV write (not a lost race).
 func (l *Lease) unanswered(err error) {
 	if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) || lostRace(err) {
 		return
@@ -356,6 +359,11 @@ func (l *Lease) step(ctx context.Context) {
 		}
 		return
 	case err != nil:
+		// Every attempt of the round went unanswered: an outage, unlike one attempt that a
+		// paused replica of the stream held.
+		l.mu.Lock()
+		l.outage = time.Now()
+		l.mu.Unlock()
 		l.o.Logger.Debug("replica-set lease unreadable", "broker", l.o.BrokerName, "err", err)
 		return
 	}

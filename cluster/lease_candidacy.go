@@ -75,7 +75,7 @@ func (l *Lease) candidateKey(node string) string {
 // windows later than without positions.
 //
 // The candidacy is also this member's probe of JetStream: when the lease lapsed while a KV
-// call of this member went unanswered (the bucket's stream had no leader: the master could
+// write of this member, or a round's reads, went unanswered (the bucket's stream had no leader: the master could
 // not renew either), the first candidacy JetStream takes gives the master two renew
 // intervals to renew before this member takes the lease, once per lapsed revision, so that
 // losing the stream's leader does not fail the set over.
@@ -108,7 +108,19 @@ func (l *Lease) campaign(ctx context.Context, rev uint64, rec LeaderRecord, now 
 		return
 	}
 	l.mu.Lock()
-	if l.graceRev != rev && l.outage.After(l.revSeen) {
+	graceDue := l.graceRev != rev && l.outage.After(l.revSeen)
+	l.mu.Unlock()
+	if graceDue && l.masterServerGone(wctx, rec.Node) {
+		// The master's NATS server is not heard from either (it died with its process): no
+		// renewal is coming, and the grace would only delay its successor.
+		l.trace("no grace: the master's NATS server is gone", "rev", rev, "master", rec.Node)
+		graceDue = false
+		l.mu.Lock()
+		l.graceRev, l.graceUntil = rev, time.Time{}
+		l.mu.Unlock()
+	}
+	l.mu.Lock()
+	if graceDue {
 		l.graceRev, l.graceUntil = rev, time.Now().Add(2*l.o.RenewInterval)
 		l.mu.Unlock()
 		l.o.Logger.Info("replica-set lease lapsed while JetStream did not answer: the master has two renew intervals to renew it before this member takes it",
@@ -136,6 +148,35 @@ func (l *Lease) campaign(ctx context.Context, rev uint64, rec LeaderRecord, now 
 	}
 	l.trace("no standing member is ahead: taking the lease", "rev", rev)
 	l.take(ctx, rev, last)
+}
+
+// masterServerGone reports whether the bucket's stream says the NATS server of master (the
+// server names are the member names) is offline, or neither current nor heard from for a
+// renew interval. Anything it cannot tell (no cluster, no answer, an unknown peer) is not
+// gone: the master gets its grace.
+func (l *Lease) masterServerGone(ctx context.Context, master string) bool {
+	if l.o.ServerName == "" {
+		return false // not the embedded servers named after the members
+	}
+	st, err := l.o.KV.Status(ctx)
+	if err != nil {
+		return false
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo().Cluster == nil {
+		return false
+	}
+	ci := bs.StreamInfo().Cluster
+	if ci.Leader == master {
+		return false
+	}
+	for _, p := range ci.Replicas {
+		if p.Name == master {
+			l.trace("the master's NATS server as the stream sees it", "master", master, "current", p.Current, "offline", p.Offline, "active", p.Active)
+			return p.Offline || !p.Current && p.Active >= l.o.RenewInterval
+		}
+	}
+	return false
 }
 
 // standing returns another eligible member's candidacy for the lapsed revision rev, if one

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -62,6 +63,13 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 			cuts[n.id] = strings.Count(n.logs.String(), "the commit log was cut back")
 		}
 		kind := faultKinds[f%len(faultKinds)]
+		tracing := os.Getenv("FLOWD_LEASE_TRACE") == "1"
+		if tracing {
+			if nc, err := nats.Connect(m.nats); err == nil {
+				t.Logf("fault %d: the lease stream's leader is %q, the master rs-%d", f+1, streamLeader(nc), m.id)
+				nc.Close()
+			}
+		}
 		t0 := time.Now()
 		switch kind {
 		case faultKinds[0]:
@@ -134,6 +142,9 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 		}
 		if d := took[kind]; len(d) > 0 && kind != faultKinds[3] {
 			t.Logf("fault %d: %s (rs-%d); a send acknowledged by the new master %s later", f+1, kind, m.id, d[len(d)-1].Round(time.Millisecond))
+			if tracing {
+				logTrace(t, nodes, m, t0, t0.Add(d[len(d)-1]))
+			}
 		}
 		require.Eventually(t, func() bool { return s.count() > before+20 }, wait, tick, "sends acknowledged after the fault")
 		cur := masterAddr(nodes)

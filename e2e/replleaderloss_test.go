@@ -103,6 +103,9 @@ func TestReplicaSetLosingTheLeaseStreamLeaderKeepsItsMaster(t *testing.T) {
 		for _, n := range nodes {
 			graced = graced || logSince(n.logs.String(), "the master has two renew intervals to renew it", t0)
 		}
+		if os.Getenv("FLOWD_LEASE_TRACE") == "1" {
+			logTrace(t, nodes, leader, t0, time.Now())
+		}
 		require.NoError(t, leader.cmd.Process.Signal(syscall.SIGCONT))
 		nc.Close()
 		t.Logf("round %d: rs-%d (the lease stream's leader) paused; JetStream elected another %s later; the master rs-%d fenced: %v, a replica gave it its grace: %v; it kept the lease",

@@ -178,10 +178,17 @@ func TestSyncSendsCompleteOnceAReplicaHoldsThem(t *testing.T) {
 	sameLog(t, mn.st, r1.st)
 	sameLog(t, mn.st, r2.st)
 	require.Equal(t, []Epoch{{Epoch: 1, Start: 0}}, terms(r1.epochs.Epochs()), "the replica recorded the master's epoch")
-	for _, r := range m.Replicas() {
-		require.True(t, r.InSync)
-		require.Equal(t, mn.end(), r.Written)
-	}
+	// The master learns a replica's offset from the replica's next report,
+	// which may come a moment after the replica wrote the bytes.
+	eventually(t, "the master sees both replicas at its end", func() bool {
+		reps := m.Replicas()
+		for _, r := range reps {
+			if !r.InSync || r.Written != mn.end() {
+				return false
+			}
+		}
+		return len(reps) == 2
+	})
 }
 
 func TestSyncRefusesWhenTooFewAreInSync(t *testing.T) {
