@@ -206,6 +206,9 @@ type benchScenario struct {
 	size      int
 	mode      string // produce: sync, async or batched
 	producers int
+	// receivers is how many receive loops a pop-remoting scenario runs on its one consumer
+	// (and fetch loops on the JetStream baseline's one durable consumer); 0 is one.
+	receivers int
 }
 
 // benchScenarios lists every scenario of a configuration, in the order they run.
@@ -248,7 +251,8 @@ func benchScenarios(c benchConfig) []benchScenario {
 	if c.namesrv == "" { // the gRPC endpoint is the bench's own broker's
 		out = append(out, grpcScenarios()...)
 	}
-	out = append(out, benchScenario{name: fmt.Sprintf("pop-remoting-%d", remotingPopSize), kind: "pop-remoting", size: remotingPopSize})
+	out = append(out, benchScenario{name: fmt.Sprintf("pop-remoting-%d", remotingPopSize), kind: "pop-remoting", size: remotingPopSize},
+		benchScenario{name: fmt.Sprintf("pop-remoting-%d-r%d", remotingPopSize, remotingPopReceivers), kind: "pop-remoting", size: remotingPopSize, receivers: remotingPopReceivers})
 	return out
 }
 

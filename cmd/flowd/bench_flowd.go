@@ -190,7 +190,7 @@ func (r *benchRun) consume(ctx context.Context, sc benchScenario) ([]benchResult
 		}
 		var err error
 		jw = newWindow(r.js.pid)
-		if jsRate, err = r.js.consume(ctx, subject, c.messages, jw); err != nil {
+		if jsRate, err = r.js.consume(ctx, subject, c.messages, 1, jw); err != nil {
 			return nil, err
 		}
 		delete(r.jsSubject, sc.size)

@@ -55,7 +55,7 @@ func (r *benchRun) jsFetchAck(ctx context.Context, sc benchScenario) (float64, *
 		return 0, nil, err
 	}
 	jw := newWindow(r.js.pid)
-	rate, err := r.js.consume(ctx, subject, c.messages, jw)
+	rate, err := r.js.consume(ctx, subject, c.messages, max(sc.receivers, 1), jw)
 	if err != nil {
 		return 0, nil, err
 	}

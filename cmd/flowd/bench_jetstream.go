@@ -206,8 +206,10 @@ func (p *jetStreamPeer) purge(ctx context.Context, subject string) error {
 
 // consume reads a subject from its start with a durable pull consumer, fetching up to 32
 // messages a request (flowd's pull batch in the consume run) and acknowledging each, and
-// returns messages per second; a non-nil w measures the processes meanwhile.
-func (p *jetStreamPeer) consume(ctx context.Context, subject string, messages int, w *window) (float64, error) {
+// returns messages per second; a non-nil w measures the processes meanwhile. fetchers
+// loops fetch from the one consumer at once (one for every scenario but the pop ones with
+// several receivers); the clock stops at the last message's ack.
+func (p *jetStreamPeer) consume(ctx context.Context, subject string, messages, fetchers int, w *window) (float64, error) {
 	w.begin()
 	start := time.Now()
 	name := fmt.Sprintf("flowd-bench-%d", p.seq)
@@ -218,29 +220,73 @@ func (p *jetStreamPeer) consume(ctx context.Context, subject string, messages in
 	if err != nil {
 		return 0, fmt.Errorf("bench: JetStream consumer: %w", err)
 	}
-	defer func() { _ = p.stream.DeleteConsumer(context.Background(), name) }()
-	got := 0
-	for got < messages {
-		batch, err := cons.Fetch(min(32, messages-got), jetstream.FetchMaxWait(10*time.Second))
+	var (
+		got     atomic.Int64
+		done    = make(chan struct{})
+		once    sync.Once
+		elapsed time.Duration
+		wg      sync.WaitGroup
+		errs    = make([]error, max(fetchers, 1))
+	)
+	finish := func() {
+		once.Do(func() {
+			elapsed = time.Since(start)
+			w.end()
+			close(done)
+		})
+	}
+	for f := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fetchAcking(cons, int64(messages), &got, done, finish); err != nil {
+				errs[f] = err
+				finish()
+			}
+		}()
+	}
+	<-done
+	// Deleting the consumer ends the fetches still waiting for messages that will not come.
+	_ = p.stream.DeleteConsumer(context.Background(), name)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil && got.Load() < int64(messages) {
+		return 0, err
+	}
+	return float64(got.Load()) / elapsed.Seconds(), nil
+}
+
+// fetchAcking fetches batches of up to 32 from cons and acknowledges each message until got
+// reaches messages (then it calls finish) or done is closed.
+func fetchAcking(cons jetstream.Consumer, messages int64, got *atomic.Int64, done <-chan struct{}, finish func()) error {
+	for {
+		select {
+		case <-done:
+			return nil
+		default:
+		}
+		left := messages - got.Load()
+		if left <= 0 {
+			return nil
+		}
+		batch, err := cons.Fetch(int(min(32, left)), jetstream.FetchMaxWait(10*time.Second))
 		if err != nil {
-			return 0, fmt.Errorf("bench: JetStream fetch after %d messages: %w", got, err)
+			return fmt.Errorf("bench: JetStream fetch after %d messages: %w", got.Load(), err)
 		}
 		n := 0
 		for m := range batch.Messages() {
 			if err := m.Ack(); err != nil {
-				return 0, fmt.Errorf("bench: JetStream ack: %w", err)
+				return fmt.Errorf("bench: JetStream ack: %w", err)
 			}
 			n++
+			if got.Add(1) == messages {
+				finish()
+			}
 		}
 		if err := batch.Error(); err != nil {
-			return 0, fmt.Errorf("bench: JetStream fetch after %d messages: %w", got, err)
+			return fmt.Errorf("bench: JetStream fetch after %d messages: %w", got.Load(), err)
 		}
 		if n == 0 {
-			return 0, fmt.Errorf("bench: JetStream fetch after %d messages: no message within 10 s", got)
+			return fmt.Errorf("bench: JetStream fetch after %d messages: no message within 10 s", got.Load())
 		}
-		got += n
 	}
-	elapsed := time.Since(start)
-	w.end()
-	return float64(got) / elapsed.Seconds(), nil
 }
