@@ -105,3 +105,73 @@ func ReadReplicaSets(ctx context.Context, kv jetstream.KeyValue) ([]ReplicaSetSt
 	slices.SortFunc(out, func(a, b ReplicaSetState) int { return cmp.Compare(a.BrokerName, b.BrokerName) })
 	return out, nil
 }
+
+// StreamHealth is a JetStream stream's Raft group as one NATS server reports it: the lease
+// bucket's (ReadLeaseStreamHealth), whose writes renewals and elections are.
+type StreamHealth struct {
+	// Clustered is false for a stream of a single server (no Raft group): Leader and
+	// Replicas are then empty and the stream is whole while it answers.
+	Clustered bool
+	// Leader is the server leading the group; empty while it has none.
+	Leader string
+	// Replicas are the other servers of the group.
+	Replicas []StreamPeer
+}
+
+// StreamPeer is a follower of a stream's Raft group.
+type StreamPeer struct {
+	Name string
+	// Current: the follower has what the leader committed; Offline: its server is known
+	// to be gone.
+	Current, Offline bool
+	// Active is how long ago the leader last heard from it.
+	Active time.Duration
+	// Lag is how many entries it is behind.
+	Lag uint64
+}
+
+// MaxFollowerSilence is how long a follower may go unheard and still count in a whole stream:
+// the group's heartbeats come every second, and JetStream itself marks a silent follower
+// not current only after ten.
+const MaxFollowerSilence = 3 * time.Second
+
+// Whole reports whether the stream has a leader and every follower is current, online and
+// heard from within three heartbeats: then it can lose any one server of three and still
+// take writes. A set whose lease stream is not whole depends on every member it has left.
+func (h StreamHealth) Whole() bool {
+	if !h.Clustered {
+		return true
+	}
+	if h.Leader == "" {
+		return false
+	}
+	for _, p := range h.Replicas {
+		if !p.Current || p.Offline || p.Active > MaxFollowerSilence {
+			return false
+		}
+	}
+	return true
+}
+
+// ReadLeaseStreamHealth reads the Raft group of kv's stream (ReplicaSetsBucket) as the
+// server kv's connection reaches reports it.
+func ReadLeaseStreamHealth(ctx context.Context, kv jetstream.KeyValue) (StreamHealth, error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return StreamHealth{}, fmt.Errorf("cluster: read the lease stream's state: %w", err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return StreamHealth{}, fmt.Errorf("cluster: read the lease stream's state: a bucket status of type %T", st)
+	}
+	ci := bs.StreamInfo().Cluster
+	if ci == nil || len(ci.Replicas) == 0 && bs.StreamInfo().Config.Replicas <= 1 {
+		return StreamHealth{}, nil
+	}
+	h := StreamHealth{Clustered: true, Leader: ci.Leader}
+	for _, p := range ci.Replicas {
+		h.Replicas = append(h.Replicas, StreamPeer{Name: p.Name, Current: p.Current, Offline: p.Offline, Active: p.Active, Lag: p.Lag})
+	}
+	slices.SortFunc(h.Replicas, func(a, b StreamPeer) int { return cmp.Compare(a.Name, b.Name) })
+	return h, nil
+}

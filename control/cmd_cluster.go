@@ -40,6 +40,37 @@ type ClusterReplicaSet struct {
 	// of then.
 	Renewed *time.Time             `json:"renewed,omitempty"`
 	Members []ClusterReplicaMember `json:"members"`
+	// LeaseStream is the JetStream stream the set's lease lives in, as one member's NATS
+	// server reports it; absent from a node outside the set.
+	LeaseStream *ClusterLeaseStream `json:"lease_stream,omitempty"`
+}
+
+// ClusterLeaseStream is the Raft group of the stream holding the replica sets' leases.
+// Renewals and elections are writes to it: while it is not whole the set survives the loss
+// of no further member of that group (docs/cluster.md, "A member that rejoins").
+type ClusterLeaseStream struct {
+	// ReportedBy is the member whose NATS server answered, at Read.
+	ReportedBy string    `json:"reported_by"`
+	Read       time.Time `json:"read"`
+	// Whole: the stream has a leader and every follower is current, online and heard
+	// from within 3 s (or the stream has one server only).
+	Whole  bool   `json:"whole"`
+	Leader string `json:"leader,omitempty"`
+	// Replicas are the followers.
+	Replicas []ClusterStreamPeer `json:"replicas,omitempty"`
+	// Error is why the stream's state could not be read (then it is not whole).
+	Error string `json:"error,omitempty"`
+}
+
+// ClusterStreamPeer is a follower of a stream's Raft group.
+type ClusterStreamPeer struct {
+	Name    string `json:"name"`
+	Current bool   `json:"current"`
+	Offline bool   `json:"offline,omitempty"`
+	// ActiveMillis is how long ago the leader last heard from it; Lag how many entries it
+	// is behind.
+	ActiveMillis int64  `json:"active_ms"`
+	Lag          uint64 `json:"lag,omitempty"`
 }
 
 // ClusterReplicaMember is one member of a replica set.

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"regexp"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -123,6 +121,10 @@ func TestReplicaSetSurvivesFaultsWithoutLosingAcknowledgedSends(t *testing.T) {
 			// way; the second is the price of keeping that leader off the master.
 			require.Eventually(t, func() bool { return outOfSync(m, r, t0) || logSince(m.logs.String(), "fenced, taking no writes", t0) },
 				wait, tick, "the master dropped the cut-off rs-%d from its in-sync set, or fenced", r.id)
+			// The master's NATS server sees the cut-off member's replica of the lease
+			// stream fall silent: the set could lose no further member now.
+			require.Eventually(t, func() bool { return strings.Contains(scrape(m), "flowd_replication_lease_stream_whole 0\n") },
+				wait, tick, "the master exports the lease stream not whole while rs-%d is cut off", r.id)
 			fencedToo := logSince(m.logs.String(), "fenced, taking no writes", t0)
 			if fencedToo {
 				replicaCutFenced++
@@ -313,50 +315,26 @@ func maxDur(d []time.Duration) time.Duration {
 	return m.Round(time.Millisecond)
 }
 
-// jetStreamWhole waits until every member's NATS server reports the lease bucket's stream
-// with a leader and every replica current, and returns how long that took. A member whose
-// links healed a moment ago follows the master at once, but its NATS routes come back on
-// the servers' reconnect timer and its stream replica catches up after them: until then the
-// stream has a quorum only while both other members are up, and losing one of them (the
-// next fault) stops every KV write, elections included, until the healed member is back.
-// The faults are of a whole set, one at a time.
+// jetStreamWhole waits until every member exports the lease bucket's stream whole
+// (flowd_replication_lease_stream_whole 1: a leader, every follower current, as its own
+// NATS server reports it), and returns how long that took. A member whose links healed a
+// moment ago follows the master at once, but its NATS routes come back on the servers'
+// reconnect timer and its replica of the stream catches up after them, often with an
+// election of the stream's leader: until then the stream has a quorum only while both
+// other members are up, and losing one of them (the next fault) stops every KV write,
+// elections included, until the healed member is back. The faults are of a whole set, one
+// at a time.
 func jetStreamWhole(t *testing.T, nodes []*replNode) time.Duration {
 	t.Helper()
 	start := time.Now()
-	whole := func(n *replNode) bool {
-		nc, err := nats.Connect(n.nats, nats.Timeout(time.Second))
-		if err != nil {
-			return false
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return false
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		st, err := js.Stream(ctx, leaseStream)
-		if err != nil {
-			return false
-		}
-		info, err := st.Info(ctx)
-		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != len(nodes)-1 {
-			return false
-		}
-		for _, p := range info.Cluster.Replicas {
-			if !p.Current || p.Offline {
-				return false
-			}
-		}
-		return true
-	}
 	require.Eventually(t, func() bool {
 		for _, n := range nodes {
-			if !whole(n) {
+			n.refresh()
+			if !strings.Contains(scrape(n), "flowd_replication_lease_stream_whole 1\n") {
 				return false
 			}
 		}
 		return true
-	}, wait, tick, "every member's NATS server has the lease stream whole")
+	}, wait, tick, "every member exports the lease stream whole")
 	return time.Since(start)
 }

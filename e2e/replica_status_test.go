@@ -109,8 +109,11 @@ func TestReplicaSetStatusRoutesAndReadsFromReplicas(t *testing.T) {
 				return false
 			}
 		}
-		return true
-	}, wait, tick, "cluster.status shows the replica set: %+v", st.ReplicaSets)
+		// The lease stream, as the answering member's NATS server reports it: a leader
+		// and both other members' replicas current.
+		ls := s.LeaseStream
+		return ls != nil && ls.ReportedBy == fmt.Sprintf("rs-%d", replicas[0].id) && ls.Whole && ls.Leader != "" && len(ls.Replicas) == 2
+	}, wait, tick, "cluster.status shows the replica set and its lease stream whole: %+v", st.ReplicaSets)
 	epoch := st.ReplicaSets[0].Epoch
 
 	for _, r := range replicas {

@@ -462,6 +462,16 @@ func TestReplicaSetCollector(t *testing.T) {
 	assert.Equal(t, 0.0, v)
 	v, _ = value(t, m.Registry(), "flowd_replication_lag_bytes")
 	assert.Equal(t, 1234.0, v)
+	// The lease stream's health is exported once known: 1 while whole, 0 while not.
+	_, ok = value(t, m.Registry(), "flowd_replication_lease_stream_whole")
+	assert.False(t, ok, "not exported before the lease stream was read")
+	stats.LeaseStreamKnown, stats.LeaseStreamWhole = true, true
+	v, _ = value(t, m.Registry(), "flowd_replication_lease_stream_whole")
+	assert.Equal(t, 1.0, v)
+	stats.LeaseStreamWhole = false
+	v, ok = value(t, m.Registry(), "flowd_replication_lease_stream_whole")
+	assert.True(t, ok)
+	assert.Equal(t, 0.0, v)
 	problems, err := testutil.GatherAndLint(m.Registry())
 	require.NoError(t, err)
 	assert.Empty(t, problems)

@@ -19,6 +19,10 @@ type ReplicaSetStats struct {
 	Replicas []ReplicaLag
 	// LagBytes, on a replica: how far its log is behind the master's end as last reported.
 	LagBytes int64
+	// LeaseStreamWhole: the lease bucket's stream, as this node's NATS server last reported
+	// it, has a leader and every follower current (cluster.StreamHealth.Whole); exported
+	// once LeaseStreamKnown.
+	LeaseStreamKnown, LeaseStreamWhole bool
 }
 
 // ReplicaLag is one replica as its master sees it.
@@ -46,11 +50,12 @@ var (
 	descReplLagBytes   = desc("flowd_replication_replica_lag_bytes", "On the master: how far a replica's acknowledged log is behind the master's end.", "replica")
 	descReplLagSeconds = desc("flowd_replication_replica_lag_seconds", "On the master: time since a replica was last within the allowed lag (0 while caught up).", "replica")
 	descReplOwnLag     = desc("flowd_replication_lag_bytes", "On a replica: how far its log is behind its master's end, as the master last reported it.")
+	descReplLeaseWhole = desc("flowd_replication_lease_stream_whole", "1 while the JetStream stream of the replica-set leases has a leader and every follower current, as this node's NATS server reports it; 0 while not (the set then survives the loss of no further member).")
 )
 
 func (c *replicaSetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReplMaster, descReplEpoch, descReplInSync, descReplElections, descReplFenced,
-		descReplLagBytes, descReplLagSeconds, descReplOwnLag} {
+		descReplLagBytes, descReplLagSeconds, descReplOwnLag, descReplLeaseWhole} {
 		ch <- d
 	}
 }
@@ -74,4 +79,11 @@ func (c *replicaSetCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, descReplElections, uint64(s.Elections))
 	counter(ch, descReplFenced, uint64(s.Fenced))
 	gauge(ch, descReplOwnLag, float64(s.LagBytes))
+	if s.LeaseStreamKnown {
+		whole := 0.0
+		if s.LeaseStreamWhole {
+			whole = 1
+		}
+		gauge(ch, descReplLeaseWhole, whole)
+	}
 }

@@ -92,7 +92,38 @@ func printReplicaSets(w io.Writer, sets []control.ClusterReplicaSet) {
 			}
 			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%t\t%s\t%s\n", m.Node, m.BrokerID, m.Role, m.Addr, m.InSync, lagB, lagT)
 		}
+		if ls := s.LeaseStream; ls != nil {
+			fmt.Fprintf(w, "lease stream\t%s (as %s's NATS server reports it)\n", leaseStreamLine(ls), ls.ReportedBy)
+		}
 	}
+}
+
+// leaseStreamLine says whether the lease stream is whole, its leader, and each follower:
+// current or not, when the leader last heard from it, how far behind it is.
+func leaseStreamLine(ls *control.ClusterLeaseStream) string {
+	if ls.Error != "" {
+		return "unreadable: " + ls.Error
+	}
+	state := "whole"
+	if !ls.Whole {
+		state = "not whole"
+	}
+	parts := []string{fmt.Sprintf("%s, leader %s", state, orDash(ls.Leader))}
+	for _, p := range ls.Replicas {
+		f := "current"
+		switch {
+		case p.Offline:
+			f = "offline"
+		case !p.Current:
+			f = "not current"
+		}
+		f = fmt.Sprintf("%s %s, heard from %s ago", p.Name, f, time.Duration(p.ActiveMillis)*time.Millisecond)
+		if p.Lag > 0 {
+			f += fmt.Sprintf(", %d entries behind", p.Lag)
+		}
+		parts = append(parts, f)
+	}
+	return strings.Join(parts, "; ")
 }
 
 func orDash(s string) string {

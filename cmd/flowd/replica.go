@@ -67,6 +67,9 @@ type replicaSet struct {
 	// broker id the master suggests for reads (0: none).
 	sets        atomic.Pointer[[]cluster.ReplicaSetState]
 	readReplica atomic.Int64
+	// leaseStream is the lease bucket's stream as this node's NATS server last reported
+	// it (watchSets); nil before the first read.
+	leaseStream atomic.Pointer[leaseStreamView]
 	// refused is why the master refused this replica (nil: it was not): it takes no part,
 	// and answers /readyz not ready, until an operator acts.
 	refused atomic.Pointer[error]
@@ -276,6 +279,9 @@ func (r *replicaSet) stats() metrics.ReplicaSetStats {
 		}
 	} else if f := r.follower.Load(); f != nil {
 		st.LagBytes = f.LagBytes()
+	}
+	if v := r.leaseStream.Load(); v != nil {
+		st.LeaseStreamKnown, st.LeaseStreamWhole = true, v.err == nil && v.h.Whole()
 	}
 	return st
 }

@@ -35,12 +35,16 @@ func (r *replicaSet) watchSets(ctx context.Context, kv jetstream.KeyValue) {
 			}
 		}
 		sets, err := cluster.ReadReplicaSets(rctx, kv)
-		cancel()
 		if err == nil {
 			r.sets.Store(&sets)
 			r.readReplica.Store(r.pickReadReplica(sets))
 		} else if ctx.Err() == nil {
 			r.log.Debug("replica set: replica sets unreadable", "err", err)
+		}
+		h, err := cluster.ReadLeaseStreamHealth(rctx, kv)
+		cancel()
+		if ctx.Err() == nil {
+			r.leaseStream.Store(&leaseStreamView{h: h, err: err, at: time.Now()})
 		}
 		select {
 		case <-ctx.Done():
@@ -48,6 +52,28 @@ func (r *replicaSet) watchSets(ctx context.Context, kv jetstream.KeyValue) {
 		case <-t.C:
 		}
 	}
+}
+
+// leaseStreamView is the lease bucket's stream as this node's NATS server reported it at
+// a time, or why it could not be read (then it is not whole: no write of the lease would
+// be answered either).
+type leaseStreamView struct {
+	h   cluster.StreamHealth
+	err error
+	at  time.Time
+}
+
+// control is the view for cluster.status.
+func (v *leaseStreamView) control(node string) *control.ClusterLeaseStream {
+	out := &control.ClusterLeaseStream{ReportedBy: node, Whole: v.err == nil && v.h.Whole(), Read: v.at.UTC(), Leader: v.h.Leader}
+	if v.err != nil {
+		out.Error = v.err.Error()
+	}
+	for _, p := range v.h.Replicas {
+		out.Replicas = append(out.Replicas, control.ClusterStreamPeer{Name: p.Name, Current: p.Current, Offline: p.Offline,
+			ActiveMillis: p.Active.Milliseconds(), Lag: p.Lag})
+	}
+	return out
 }
 
 // ownMembers is this set's members as last read, by broker id.
@@ -177,6 +203,9 @@ func (r *replicaSet) replicaSetsView() []control.ClusterReplicaSet {
 				cm.Role = "replica"
 			}
 			v.Members = append(v.Members, cm)
+		}
+		if ls := r.leaseStream.Load(); ls != nil && s.BrokerName == r.c.BrokerName {
+			v.LeaseStream = ls.control(r.node)
 		}
 		out = append(out, v)
 	}
