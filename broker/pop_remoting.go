@@ -283,18 +283,29 @@ func remotingReceipt(extraInfo string, queueID int32, offset int64) (string, err
 	return x.String(), nil
 }
 
+// requestReceipt checks the topic and queue of an ACK_MESSAGE or
+// CHANGE_MESSAGE_INVISIBLETIME and makes the receipt its extra info and offset name; a
+// refusal comes back as the answer.
+func (b *Broker) requestReceipt(req *protocol.Command, topic string, queueID int32, extraInfo string, offset int64) (string, *protocol.Command) {
+	if bad := b.checkPopTarget(req, topic, queueID); bad != nil {
+		return "", bad
+	}
+	receipt, err := remotingReceipt(extraInfo, queueID, offset)
+	if err != nil {
+		return "", errorResponse(req, protocol.MessageIllegal, err)
+	}
+	return receipt, nil
+}
+
 // processAck serves ACK_MESSAGE.
 func (b *Broker) processAck(ctx context.Context, req *protocol.Command) *protocol.Command {
 	var h protocol.AckMessageRequestHeader
 	if err := req.DecodeHeader(&h); err != nil {
 		return errorResponse(req, protocol.InvalidParameter, err)
 	}
-	if bad := b.checkPopTarget(req, h.Topic, h.QueueID); bad != nil {
+	receipt, bad := b.requestReceipt(req, h.Topic, h.QueueID, h.ExtraInfo, h.Offset)
+	if bad != nil {
 		return bad
-	}
-	receipt, err := remotingReceipt(h.ExtraInfo, h.QueueID, h.Offset)
-	if err != nil {
-		return errorResponse(req, protocol.MessageIllegal, err)
 	}
 	if err := b.PopAck(ctx, h.ConsumerGroup, h.Topic, receipt); err != nil {
 		return popErrorResponse(req, err, true)
@@ -385,12 +396,9 @@ func (b *Broker) processChangeInvisible(ctx context.Context, req *protocol.Comma
 	if err := req.DecodeHeader(&h); err != nil {
 		return errorResponse(req, protocol.InvalidParameter, err)
 	}
-	if bad := b.checkPopTarget(req, h.Topic, h.QueueID); bad != nil {
+	receipt, bad := b.requestReceipt(req, h.Topic, h.QueueID, h.ExtraInfo, h.Offset)
+	if bad != nil {
 		return bad
-	}
-	receipt, err := remotingReceipt(h.ExtraInfo, h.QueueID, h.Offset)
-	if err != nil {
-		return errorResponse(req, protocol.MessageIllegal, err)
 	}
 	d := time.Duration(h.InvisibleTime) * time.Millisecond
 	renewed, err := b.PopChangeInvisible(ctx, h.ConsumerGroup, h.Topic, receipt, d)
