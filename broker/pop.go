@@ -89,6 +89,10 @@ type PoppedMessage struct {
 	// PopTime is the hand-out's time in Unix ms, unique among the message's deliveries: with
 	// the queue and offset it names the delivery, as a remoting receipt does (ExtraInfo).
 	PopTime int64
+	// FirstPopTime is the Unix ms of the message's first hand-out (RocketMQ's 1ST_POP_TIME).
+	// After a restart it is the first hand-out the pop state kept: a snapshot keeps it, a
+	// journal record of a redelivery does not, and then it is that redelivery's.
+	FirstPopTime int64
 }
 
 // PopQueueStats is a pop group's progress in one queue.
@@ -539,10 +543,13 @@ func (b *Broker) handOut(q *popQueue, e *popEntry, m *protocol.MessageExt, now t
 	e.attempt++
 	e.epoch = b.pop.epoch.Add(1)
 	e.popTime = nextPopTime(e.popTime, now)
+	if e.attempt == 1 || e.firstPop == 0 {
+		e.firstPop = e.popTime
+	}
 	e.deadline = e.popTime + invisible.Milliseconds()
 	b.pop.timers.schedule(e)
 	m.ReconsumeTimes = e.attempt - 1
-	p := PoppedMessage{Message: m, Attempt: int(e.attempt), InvisibleUntil: time.UnixMilli(e.deadline), PopTime: e.popTime}
+	p := PoppedMessage{Message: m, Attempt: int(e.attempt), InvisibleUntil: time.UnixMilli(e.deadline), PopTime: e.popTime, FirstPopTime: e.firstPop}
 	if !noHandle {
 		p.Handle = b.popHandle(q, e)
 	}

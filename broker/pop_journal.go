@@ -208,6 +208,7 @@ type popSnapshotE struct {
 	Deadline int64  `json:"d"`
 	InFlight bool   `json:"f,omitempty"`
 	MsgGroup string `json:"g,omitempty"`
+	FirstPop int64  `json:"fp,omitempty"`
 }
 
 // compact writes a snapshot of every queue and moves to the next journal generation. The
@@ -227,7 +228,7 @@ func (t *popTable) compact() error {
 		sq := popSnapshotQ{ID: id, Group: q.key.group, Topic: q.key.topic, QueueID: q.key.queueID, FIFO: q.fifo,
 			Start: q.start, Next: q.next, Acked: q.acked, DLQ: q.dlq, Redeliv: q.redeliv}
 		for _, e := range q.entries {
-			sq.Entries = append(sq.Entries, popSnapshotE{Offset: e.offset, Attempt: e.attempt, Epoch: e.epoch, PopTime: e.popTime, Deadline: e.deadline, InFlight: e.inflight, MsgGroup: e.msgGroup})
+			sq.Entries = append(sq.Entries, popSnapshotE{Offset: e.offset, Attempt: e.attempt, Epoch: e.epoch, PopTime: e.popTime, Deadline: e.deadline, InFlight: e.inflight, MsgGroup: e.msgGroup, FirstPop: e.firstPop})
 		}
 		snap.Queues = append(snap.Queues, sq)
 		id++
@@ -287,7 +288,7 @@ func openPopTable(dir string) (*popTable, error) {
 		q := newPopQueue(popKey{sq.Group, sq.Topic, sq.QueueID}, sq.Start, sq.FIFO)
 		q.next, q.acked, q.dlq, q.redeliv, q.jid = sq.Next, sq.Acked, sq.DLQ, sq.Redeliv, sq.ID
 		for _, se := range sq.Entries {
-			q.entries[se.Offset] = &popEntry{q: q, offset: se.Offset, attempt: se.Attempt, epoch: se.Epoch, popTime: se.PopTime, deadline: se.Deadline, inflight: se.InFlight, msgGroup: se.MsgGroup, hidx: -1}
+			q.entries[se.Offset] = &popEntry{q: q, offset: se.Offset, attempt: se.Attempt, epoch: se.Epoch, popTime: se.PopTime, deadline: se.Deadline, inflight: se.InFlight, msgGroup: se.MsgGroup, firstPop: se.FirstPop, hidx: -1}
 			maxEpoch = max(maxEpoch, se.Epoch)
 		}
 		t.queues[q.key] = q
@@ -451,6 +452,12 @@ func (t *popTable) apply(b []byte, byID map[uint32]*popQueue) (epoch uint64, ok 
 			return 0, false
 		}
 		e.inflight = kind == recPop
+		switch old := q.entries[off]; {
+		case e.attempt == 1:
+			e.firstPop = e.popTime
+		case old != nil:
+			e.firstPop = old.firstPop
+		}
 		q.entries[off] = e
 		q.next = max(q.next, off+1)
 		return e.epoch, true

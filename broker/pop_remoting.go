@@ -250,9 +250,13 @@ func (b *Broker) popAnswerBody(rh *protocol.PopMessageResponseHeader, popped []P
 		orig := m.RawProperties
 		props = protocol.AppendSetProperty(props[:0], orig, protocol.PropertyPopCK, string(info))
 		if _, ok := protocol.PropertyIn(orig, protocol.PropertyFirstPopTime); !ok {
+			first := p.FirstPopTime
+			if first == 0 {
+				first = p.PopTime
+			}
 			props = append(props, protocol.PropertyFirstPopTime...)
 			props = append(props, protocol.NameValueSeparator)
-			props = strconv.AppendInt(props, p.PopTime, 10)
+			props = strconv.AppendInt(props, first, 10)
 			props = append(props, protocol.PropertySeparator)
 		}
 		m.RawProperties = props
@@ -281,6 +285,33 @@ func remotingReceipt(extraInfo string, queueID int32, offset int64) (string, err
 	}
 	x.QueueOffset = offset
 	return x.String(), nil
+}
+
+// Bounds of one BATCH_ACK_MESSAGE. A client merges the receipts of the messages it acks into
+// one entry per queue and pop (at most PopMaxMessages offsets, within the queue's window of
+// messages in flight), so these are far above what a client sends, and far below what
+// would cost the broker memory or hold the pop state: each offset becomes a receipt.
+const (
+	maxBatchAckOffsets = 64 * PopMaxMessages
+	maxBatchAckSpan    = 64 * popWindow // offsets from an entry's start its bit set may reach
+)
+
+// checkBatchAckSize refuses a batch ack naming more offsets than maxBatchAckOffsets, or an
+// entry whose bit set reaches past maxBatchAckSpan, before any is expanded.
+func checkBatchAckSize(acks []protocol.BatchAck) error {
+	total := 0
+	for i := range acks {
+		a := &acks[i]
+		if len(a.Bits)*8 > maxBatchAckSpan {
+			return fmt.Errorf("batch ack entry %d (%s queue %d): a bit set of %d bytes reaches past %d offsets from its start %d",
+				i, a.Topic, a.QueueID, len(a.Bits), maxBatchAckSpan, a.StartOffset)
+		}
+		total += a.Count()
+	}
+	if total > maxBatchAckOffsets {
+		return fmt.Errorf("batch ack of %d offsets exceeds %d", total, maxBatchAckOffsets)
+	}
+	return nil
 }
 
 // requestReceipt checks the topic and queue of an ACK_MESSAGE or
@@ -338,6 +369,9 @@ func (b *Broker) processBatchAck(ctx context.Context, req *protocol.Command) *pr
 	}
 	if len(body.Acks) == 0 {
 		return errorResponse(req, protocol.NoMessage, errors.New("the batch ack holds no entry"))
+	}
+	if err := checkBatchAckSize(body.Acks); err != nil {
+		return errorResponse(req, protocol.MessageIllegal, err)
 	}
 	failed, total := 0, 0
 	var first error

@@ -1,8 +1,10 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -441,4 +443,68 @@ func TestRemotingPopInline(t *testing.T) {
 	for _, c := range []protocol.RequestCode{protocol.AckMessage, protocol.BatchAckMessage, protocol.ChangeMessageInvisibleTime} {
 		assert.True(t, b.inline(protocol.NewRequest(c, nil, nil)), c.String())
 	}
+}
+
+// A redelivery carries the first delivery's 1ST_POP_TIME, and its own pop time in its
+// receipt, as RocketMQ's revived messages do.
+func TestRemotingRedeliveryKeepsTheFirstPopTime(t *testing.T) {
+	b := newPopBroker(t, "")
+	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	popSendN(t, b, "T", 0, 1, nil)
+	first, _ := remotePop(t, b, popHeader("G", "T", 32))
+	require.Len(t, first, 1)
+	firstPop := first[0].Properties[protocol.PropertyFirstPopTime]
+	x1, err := protocol.ParseExtraInfo(first[0].Properties[protocol.PropertyPopCK])
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprint(x1.PopTime), firstPop, "a first delivery's 1ST_POP_TIME is its pop time")
+
+	advance(b, time.Minute) // past the 10 s invisibility: it comes back
+	again, _ := remotePop(t, b, popHeader("G", "T", 32))
+	require.Len(t, again, 1)
+	assert.Equal(t, int32(1), again[0].ReconsumeTimes)
+	x2, err := protocol.ParseExtraInfo(again[0].Properties[protocol.PropertyPopCK])
+	require.NoError(t, err)
+	assert.Greater(t, x2.PopTime, x1.PopTime, "the redelivery's receipt names its own pop")
+	assert.Equal(t, firstPop, again[0].Properties[protocol.PropertyFirstPopTime], "1ST_POP_TIME stays the first delivery's")
+}
+
+// A batch ack naming more offsets than any client sends is refused before its bit sets
+// are expanded (one of 16 MiB of set bits would have been 100 million receipts), and
+// nothing of it is acknowledged; the broker then takes a good one.
+func TestRemotingBatchAckTooLargeIsRefused(t *testing.T) {
+	b := newPopBroker(t, "")
+	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	popSendN(t, b, "T", 0, 2, nil)
+	msgs, _ := remotePop(t, b, popHeader("G", "T", 32))
+	require.Len(t, msgs, 2)
+	x, err := protocol.ParseExtraInfo(msgs[0].Properties[protocol.PropertyPopCK])
+	require.NoError(t, err)
+	entry := func(bits []byte) protocol.BatchAck {
+		return protocol.BatchAck{ConsumerGroup: "G", Topic: "T", Retry: x.Retry, StartOffset: x.CkQueueOffset, QueueID: x.QueueID,
+			ReviveQueueID: x.ReviveQid, PopTime: x.PopTime, InvisibleTime: x.InvisibleTime, Bits: bits}
+	}
+	wide := bytes.Repeat([]byte{0xff}, maxBatchAckSpan/8+1)
+	many := make([]protocol.BatchAck, 0, maxBatchAckOffsets/8+1)
+	for range maxBatchAckOffsets/8 + 1 {
+		many = append(many, entry([]byte{0xff}))
+	}
+	for name, acks := range map[string][]protocol.BatchAck{
+		"an entry reaching too far":  {entry(wide)},
+		"too many offsets in entries": many,
+	} {
+		raw, err := json.Marshal(protocol.BatchAckMessageRequestBody{BrokerName: "broker-a", Acks: acks})
+		require.NoError(t, err)
+		resp := remote(t, b, protocol.BatchAckMessage, nil, raw)
+		assert.Equal(t, protocol.MessageIllegal, resp.ResponseCode(), name)
+		assert.Contains(t, resp.Remark, "batch ack", name)
+		assert.Equal(t, 2, b.PopStats("G")[0].InFlight, "%s: nothing acknowledged", name)
+	}
+	ok := entry(nil)
+	ok.Set(msgs[0].QueueOffset)
+	ok.Set(msgs[1].QueueOffset)
+	raw, err := json.Marshal(protocol.BatchAckMessageRequestBody{BrokerName: "broker-a", Acks: []protocol.BatchAck{ok}})
+	require.NoError(t, err)
+	resp := remote(t, b, protocol.BatchAckMessage, nil, raw)
+	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	assert.Equal(t, 0, b.PopStats("G")[0].InFlight)
 }

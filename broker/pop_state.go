@@ -32,6 +32,7 @@ type popEntry struct {
 	inflight bool
 	epoch    uint64
 	popTime  int64 // Unix ms of the last hand-out
+	firstPop int64 // Unix ms of the first hand-out (0: not known, the entry came back from a journal record without it)
 	deadline int64 // Unix ms: invisible until (in flight only)
 	msgGroup string
 	// hidx (index in the deadline heap, -1 when not in it) and hdeadline (the deadline the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 )
@@ -356,6 +357,15 @@ func (b *BatchAck) Set(offset int64) {
 		b.Bits = append(b.Bits, 0)
 	}
 	b.Bits[i/8] |= 1 << (i % 8)
+}
+
+// Count is how many offsets the entry acknowledges, counted without listing them.
+func (b *BatchAck) Count() int {
+	n := 0
+	for _, by := range b.Bits {
+		n += bits.OnesCount8(by)
+	}
+	return n
 }
 
 // Offsets lists the acknowledged offsets, ascending.

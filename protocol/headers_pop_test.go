@@ -79,3 +79,13 @@ func TestPopHeadersRoundTrip(t *testing.T) {
 	var bad PopMessageRequestHeader
 	require.Error(t, bad.Decode(map[string]string{"topic": "T"}))
 }
+
+func TestBatchAckCount(t *testing.T) {
+	var a BatchAck
+	a.StartOffset = 10
+	for _, o := range []int64{10, 12, 17, 40} {
+		a.Set(o)
+	}
+	require.Equal(t, 4, a.Count())
+	require.Equal(t, []int64{10, 12, 17, 40}, a.Offsets())
+}
