@@ -489,7 +489,7 @@ func TestRemotingBatchAckTooLargeIsRefused(t *testing.T) {
 		many = append(many, entry([]byte{0xff}))
 	}
 	for name, acks := range map[string][]protocol.BatchAck{
-		"an entry reaching too far":  {entry(wide)},
+		"an entry reaching too far":   {entry(wide)},
 		"too many offsets in entries": many,
 	} {
 		raw, err := json.Marshal(protocol.BatchAckMessageRequestBody{BrokerName: "broker-a", Acks: acks})
