@@ -182,7 +182,9 @@ type Config struct {
 	// (suggestWhichBrokerId) when the pull's messages lie beyond the store's memory budget,
 	// and a replica sends a consumer that caught up back to the master (PULL_RETRY_IMMEDIATELY,
 	// suggesting 0) instead of holding its pull. Default false: every answer suggests the
-	// master, as RocketMQ's default does, and a replica serves whatever pull reaches it.
+	// master, as RocketMQ's default does, and a replica holds a caught-up pull as any broker
+	// does. Either way a replica corrects no offset from its copy (PULL_RETRY_IMMEDIATELY at
+	// the offset asked for instead of OFFSET_MOVED).
 	ReplicaReads bool
 }
 

@@ -230,6 +230,9 @@ func (b *Broker) Pop(ctx context.Context, req PopRequest) ([]PoppedMessage, erro
 
 // popPrepare validates req, creates its group on first use and compiles its filter.
 func (b *Broker) popPrepare(ctx context.Context, req *PopRequest) (TopicConfig, *store.Filter, error) {
+	if err := b.popServed("pop"); err != nil {
+		return TopicConfig{}, nil, err
+	}
 	if isInternalGroup(req.Group) || req.Group == protocol.ReaderGroup {
 		return TopicConfig{}, nil, fmt.Errorf("pop: group %q keeps no pop state: %w", req.Group, ErrBadRequest)
 	}

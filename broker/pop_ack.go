@@ -11,11 +11,26 @@ import (
 	"github.com/flowd-io/flowd/protocol"
 )
 
+// popServed is nil unless this broker is a replica (or a master that fenced itself): the pop
+// state is the master's alone (a replica gets only the consumed offsets, in the master's
+// snapshots), so a replica hands out nothing and takes no acknowledgement, which would
+// count nowhere once a client's refreshed route names the master. ErrNotMaster is answered
+// as a refused send is (SERVICE_NOT_AVAILABLE, gRPC HA_NOT_AVAILABLE).
+func (b *Broker) popServed(what string) error {
+	if err := b.writable(); errors.Is(err, ErrNotMaster) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
 // PopAck acknowledges one handed-out message for good. Once it returns nil the message is
 // never handed out again, a kill -9 of the broker included (docs/pop.md).
 func (b *Broker) PopAck(ctx context.Context, group, topic, handle string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("pop ack: %w", err)
+	}
+	if err := b.popServed("pop ack"); err != nil {
+		return err
 	}
 	b.pop.mu.RLock()
 	defer b.pop.mu.RUnlock()
@@ -33,9 +48,15 @@ func (b *Broker) PopAck(ctx context.Context, group, topic, handle string) error 
 // PopAck's meaning: nil once the acknowledgement is journaled.
 func (b *Broker) PopAckBatch(ctx context.Context, group, topic string, handles []string) []error {
 	errs := make([]error, len(handles))
-	if err := ctx.Err(); err != nil {
+	err := ctx.Err()
+	if err != nil {
+		err = fmt.Errorf("pop ack: %w", err)
+	} else {
+		err = b.popServed("pop ack")
+	}
+	if err != nil {
 		for i := range errs {
-			errs[i] = fmt.Errorf("pop ack: %w", err)
+			errs[i] = err
 		}
 		return errs
 	}
@@ -116,6 +137,9 @@ func (b *Broker) PopChangeInvisible(ctx context.Context, group, topic, handle st
 	if d < 0 || d > PopMaxInvisible {
 		return "", fmt.Errorf("pop change invisible: duration %v outside 0..%v: %w", d, PopMaxInvisible, ErrBadRequest)
 	}
+	if err := b.popServed("pop change invisible"); err != nil {
+		return "", err
+	}
 	b.pop.mu.RLock()
 	defer b.pop.mu.RUnlock()
 	q, e, err := b.popEntryOf(group, topic, handle)
@@ -140,6 +164,9 @@ func (b *Broker) PopChangeInvisible(ctx context.Context, group, topic, handle st
 
 // PopToDLQ sends the handed-out message to %DLQ%<group> now and acknowledges it.
 func (b *Broker) PopToDLQ(ctx context.Context, group, topic, handle string) error {
+	if err := b.popServed("pop to DLQ"); err != nil {
+		return err
+	}
 	b.pop.mu.RLock()
 	defer b.pop.mu.RUnlock()
 	q, e, err := b.popEntryOf(group, topic, handle)

@@ -99,6 +99,8 @@ func popErrorResponse(req *protocol.Command, err error, topicExists bool) *proto
 		return errorResponse(req, protocol.NoMessage, err)
 	case errors.Is(err, ErrLimit):
 		return errorResponse(req, protocol.SystemBusy, err)
+	case errors.Is(err, ErrNotMaster):
+		return errorResponse(req, protocol.ServiceNotAvailable, err)
 	}
 	return errorResponse(req, protocol.SystemError, err)
 }

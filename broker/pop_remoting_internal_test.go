@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowd-io/flowd/broker/store"
 	"github.com/flowd-io/flowd/protocol"
 )
 
@@ -507,4 +509,76 @@ func TestRemotingBatchAckTooLargeIsRefused(t *testing.T) {
 	resp := remote(t, b, protocol.BatchAckMessage, nil, raw)
 	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
 	assert.Equal(t, 0, b.PopStats("G")[0].InFlight)
+}
+
+// switchRole is a Replication whose node is master or replica as the test says.
+type switchRole struct{ replica atomic.Bool }
+
+func (r *switchRole) Writable() error {
+	if r.replica.Load() {
+		return fmt.Errorf("a replica: %w", ErrNotMaster)
+	}
+	return nil
+}
+func (r *switchRole) Sync() bool                                   { return false }
+func (r *switchRole) Await(_ int64, _ time.Time, done func(error)) { done(nil) }
+
+// A replica hands out nothing and takes no acknowledgement (the pop state is the master's):
+// both answer SERVICE_NOT_AVAILABLE, as a refused send does, and what was in flight on the
+// node stays so until it is master again.
+func TestRemotingPopRefusedOnAReplica(t *testing.T) {
+	r := &switchRole{}
+	b := newPopBroker(t, "", func(c *Config) { c.Replication = r })
+	require.NoError(t, b.CreateTopic(TopicConfig{Name: "T", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}))
+	popSendN(t, b, "T", 0, 2, nil)
+	msgs, _ := remotePop(t, b, popHeader("G", "T", 1))
+	require.Len(t, msgs, 1)
+
+	r.replica.Store(true)
+	resp := remote(t, b, protocol.PopMessage, popHeader("G", "T", 32), nil)
+	assert.Equal(t, protocol.ServiceNotAvailable, resp.ResponseCode(), resp.Remark)
+	resp = remoteAck(t, b, "G", msgs[0])
+	assert.Equal(t, protocol.ServiceNotAvailable, resp.ResponseCode(), resp.Remark)
+	_, err := b.Pop(context.Background(), popReq("G", "T", 32))
+	assert.ErrorIs(t, err, ErrNotMaster)
+	assert.Equal(t, 1, b.PopStats("G")[0].InFlight)
+
+	r.replica.Store(false)
+	resp = remoteAck(t, b, "G", msgs[0])
+	require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
+	rest, _ := remotePop(t, b, popHeader("G", "T", 32))
+	assert.Len(t, rest, 1)
+}
+
+// A replica corrects no offset from its own copy (its retention runs on its own clock):
+// a pull it would move, or whose consume-queue file it no longer has, is answered
+// PULL_RETRY_IMMEDIATELY at the requested offset, so that the consumer asks the master;
+// the master answers such pulls as any broker does.
+func TestReplicaCorrectsNoOffset(t *testing.T) {
+	r := &switchRole{}
+	b := newPopBroker(t, "", func(c *Config) { c.Replication = r })
+	for _, tc := range []struct {
+		status store.GetStatus
+		code   protocol.ResponseCode
+	}{
+		{store.OffsetTooSmall, protocol.PullOffsetMoved},
+		{store.OffsetOverflowBadly, protocol.PullOffsetMoved},
+		{store.NoMessageInQueue, protocol.PullOffsetMoved},
+		{store.OffsetFoundNull, protocol.PullNotFound},
+	} {
+		for _, replica := range []bool{false, true} {
+			r.replica.Store(replica)
+			res := &store.GetResult{Status: tc.status, NextBeginOffset: 7}
+			code, turned := b.replicaCaughtUp(res, tc.code, 42)
+			if replica {
+				assert.True(t, turned, "%v on a replica", tc.status)
+				assert.Equal(t, protocol.PullRetryImmediately, code, "%v on a replica", tc.status)
+				assert.Equal(t, int64(42), res.NextBeginOffset, "%v on a replica: the offset stands", tc.status)
+			} else {
+				assert.False(t, turned, "%v on the master", tc.status)
+				assert.Equal(t, tc.code, code)
+				assert.Equal(t, int64(7), res.NextBeginOffset)
+			}
+		}
+	}
 }

@@ -93,7 +93,12 @@ func TestReplicaServesPullsAndTheMasterSuggestsItForOldMessages(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, protocol.Success, resp.ResponseCode(), resp.Remark)
 	}
-	waitFor(t, "the replica dispatched", func() bool { return r.StoreMax(topic, 0) == n })
+	// The topic table reaches the replica with the master's snapshots, which may come
+	// after the messages are dispatched.
+	waitFor(t, "the replica dispatched and knows the topic", func() bool {
+		_, ok := r.Topic(topic)
+		return ok && r.StoreMax(topic, 0) == n
+	})
 
 	h, msgs := pullAt(t, m.Addr(), topic, 0, -1)
 	require.NotEmpty(t, msgs)

@@ -91,16 +91,20 @@ func (b *Broker) suggestBroker(inDisk bool) int64 {
 // off), so that the client pulls at the master, which has what comes next, instead of
 // waiting on a replica that may lag, or being moved back to where this replica's queue
 // ends. A caught-up pull is turned only with Config.ReplicaReads (otherwise it waits here as
-// on any broker); an offset past the end always is: correcting it from a replica's copy
-// could send a consumer back to the queue's start. Neither happens while the routes name no
-// other master (masterElsewhere). It reports whether it did.
+// on any broker); an offset the replica would correct always is, past its end or before
+// its head alike (OFFSET_MOVED), and one whose consume-queue file the replica no longer has
+// (OFFSET_FOUND_NULL): the replica's retention runs on its own clock, and correcting an
+// offset from its copy could move a consumer past messages the master still holds, or back
+// to the queue's start. Neither happens while the routes name no other master
+// (masterElsewhere). It reports whether it did.
 func (b *Broker) replicaCaughtUp(res *store.GetResult, code protocol.ResponseCode, requested int64) (protocol.ResponseCode, bool) {
 	switch res.Status {
 	case store.OffsetOverflowOne:
 		if _, ok := b.replicaReads(); !ok {
 			return code, false
 		}
-	case store.OffsetOverflowBadly, store.NoMessageInQueue, store.NoMatchedLogicQueue:
+	case store.OffsetFoundNull:
+	case store.OffsetOverflowBadly, store.OffsetTooSmall, store.NoMessageInQueue, store.NoMatchedLogicQueue:
 		if code != protocol.PullOffsetMoved {
 			return code, false
 		}
