@@ -166,15 +166,21 @@ func (c *Consumer) Receive(ctx context.Context, n int) ([]Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	first := int(c.cursor.Add(1))
+	first := int(c.cursor.Add(1) % uint32(len(names)))
 	// With several brokers each is asked without waiting, then the last one with the poll
-	// time: a wait at one broker must not hold up messages at another.
+	// time: a wait at one broker must not hold up messages at another. A broker that fails
+	// does not end the receive while another may have messages: its error is returned only
+	// if none had any.
+	var errs []error
 	for i := range len(names) - 1 {
 		name := names[(first+i)%len(names)]
 		addr, _ := r.BrokerAddr(name)
 		msgs, err := c.popFrom(ctx, name, addr, n, 0)
-		if err != nil || len(msgs) > 0 {
-			return msgs, err
+		if len(msgs) > 0 {
+			return msgs, nil
+		}
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	name := names[(first+len(names)-1)%len(names)]
@@ -185,8 +191,14 @@ func (c *Consumer) Receive(ctx context.Context, n int) ([]Message, error) {
 	// poll time lasts.
 	for tries := 0; ; tries++ {
 		msgs, err := c.popFrom(ctx, name, addr, n, max(time.Until(deadline), 0))
-		if err != nil || len(msgs) > 0 || tries == 3 || time.Until(deadline) < 10*time.Millisecond || ctx.Err() != nil {
-			return msgs, err
+		if len(msgs) > 0 {
+			return msgs, nil
+		}
+		if err != nil || tries == 3 || time.Until(deadline) < 10*time.Millisecond || ctx.Err() != nil {
+			if err != nil {
+				errs = append(errs, err)
+			}
+			return nil, errors.Join(errs...)
 		}
 	}
 }
