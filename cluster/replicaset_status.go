@@ -106,7 +106,7 @@ func ReadReplicaSets(ctx context.Context, kv jetstream.KeyValue) ([]ReplicaSetSt
 	return out, nil
 }
 
-// StreamHealth is a JetStream stream's Raft group as one NATS server reports it: the lease
+// StreamHealth is a JetStream stream's Raft group as JetStream reports it: the lease
 // bucket's (ReadLeaseStreamHealth), whose writes renewals and elections are.
 type StreamHealth struct {
 	// Clustered is false for a stream of a single server (no Raft group): Leader and
@@ -135,9 +135,14 @@ type StreamPeer struct {
 // not current only after ten.
 const MaxFollowerSilence = 3 * time.Second
 
-// Whole reports whether the stream has a leader and every follower is current, online and
-// heard from within three heartbeats: then it can lose any one server of three and still
-// take writes. A set whose lease stream is not whole depends on every member it has left.
+// MaxFollowerLag is how many entries a follower heard from recently may be behind and still
+// count in a whole stream: the leader counts a follower current only with nothing left to
+// send it, and under steady renewals one is often sampled an entry or two behind.
+const MaxFollowerLag = 8
+
+// Whole reports whether the stream has a leader and every follower is online, heard from
+// within three heartbeats and current (or at most MaxFollowerLag entries behind): then it
+// can lose any one server of three and still take writes. A set whose lease stream is not whole depends on every member it has left.
 func (h StreamHealth) Whole() bool {
 	if !h.Clustered {
 		return true
@@ -146,7 +151,7 @@ func (h StreamHealth) Whole() bool {
 		return false
 	}
 	for _, p := range h.Replicas {
-		if !p.Current || p.Offline || p.Active > MaxFollowerSilence {
+		if p.Offline || p.Active > MaxFollowerSilence || !p.Current && p.Lag > MaxFollowerLag {
 			return false
 		}
 	}
@@ -154,7 +159,9 @@ func (h StreamHealth) Whole() bool {
 }
 
 // ReadLeaseStreamHealth reads the Raft group of kv's stream (ReplicaSetsBucket) as the
-// server kv's connection reaches reports it.
+// stream's leader reports it (JetStream lets the leader answer a stream's info, and a member
+// of the group when it has none: then Leader is empty and the stream not whole). Every member
+// that reaches the leader reads the same view; one that cannot gets an error.
 func ReadLeaseStreamHealth(ctx context.Context, kv jetstream.KeyValue) (StreamHealth, error) {
 	st, err := kv.Status(ctx)
 	if err != nil {

@@ -45,13 +45,16 @@ type ClusterReplicaSet struct {
 	LeaseStream *ClusterLeaseStream `json:"lease_stream,omitempty"`
 }
 
-// ClusterLeaseStream is the Raft group of the stream holding the replica sets' leases.
+// ClusterLeaseStream is the Raft group of the stream holding the replica sets' leases, as
+// JetStream answered a member.
 // Renewals and elections are writes to it: while it is not whole the set survives the loss
 // of no further member of that group (docs/cluster.md, "A member that rejoins").
 type ClusterLeaseStream struct {
-	// ReportedBy is the member whose NATS server answered, at Read.
-	ReportedBy string    `json:"reported_by"`
-	Read       time.Time `json:"read"`
+	// ReadBy is the member that read it, at Read. The stream's leader answers (a member
+	// of the group when it has none): every member that reaches it reads the same view,
+	// and one that cannot reads an Error.
+	ReadBy string    `json:"read_by"`
+	Read   time.Time `json:"read"`
 	// Whole: the stream has a leader and every follower is current, online and heard
 	// from within 3 s (or the stream has one server only).
 	Whole  bool   `json:"whole"`

@@ -317,7 +317,7 @@ func maxDur(d []time.Duration) time.Duration {
 
 // jetStreamWhole waits until every member exports the lease bucket's stream whole
 // (flowd_replication_lease_stream_whole 1: a leader, every follower current, as its own
-// NATS server reports it), and returns how long that took. A member whose links healed a
+// stream's leader answers each of them), and returns how long that took. A member whose links healed a
 // moment ago follows the master at once, but its NATS routes come back on the servers'
 // reconnect timer and its replica of the stream catches up after them, often with an
 // election of the stream's leader: until then the stream has a quorum only while both

@@ -109,10 +109,10 @@ func TestReplicaSetStatusRoutesAndReadsFromReplicas(t *testing.T) {
 				return false
 			}
 		}
-		// The lease stream, as the answering member's NATS server reports it: a leader
+		// The lease stream, as JetStream answered the member asked: a leader
 		// and both other members' replicas current.
 		ls := s.LeaseStream
-		return ls != nil && ls.ReportedBy == fmt.Sprintf("rs-%d", replicas[0].id) && ls.Whole && ls.Leader != "" && len(ls.Replicas) == 2
+		return ls != nil && ls.ReadBy == fmt.Sprintf("rs-%d", replicas[0].id) && ls.Whole && ls.Leader != "" && len(ls.Replicas) == 2
 	}, wait, tick, "cluster.status shows the replica set and its lease stream whole: %+v", st.ReplicaSets)
 	epoch := st.ReplicaSets[0].Epoch
 

@@ -19,9 +19,9 @@ type ReplicaSetStats struct {
 	Replicas []ReplicaLag
 	// LagBytes, on a replica: how far its log is behind the master's end as last reported.
 	LagBytes int64
-	// LeaseStreamWhole: the lease bucket's stream, as this node's NATS server last reported
-	// it, has a leader and every follower current (cluster.StreamHealth.Whole); exported
-	// once LeaseStreamKnown.
+	// LeaseStreamWhole: the lease bucket's stream, as JetStream last answered this node (the
+	// stream's leader answers), has a leader and every follower current
+	// (cluster.StreamHealth.Whole); exported once LeaseStreamKnown.
 	LeaseStreamKnown, LeaseStreamWhole bool
 }
 
@@ -50,7 +50,7 @@ var (
 	descReplLagBytes   = desc("flowd_replication_replica_lag_bytes", "On the master: how far a replica's acknowledged log is behind the master's end.", "replica")
 	descReplLagSeconds = desc("flowd_replication_replica_lag_seconds", "On the master: time since a replica was last within the allowed lag (0 while caught up).", "replica")
 	descReplOwnLag     = desc("flowd_replication_lag_bytes", "On a replica: how far its log is behind its master's end, as the master last reported it.")
-	descReplLeaseWhole = desc("flowd_replication_lease_stream_whole", "1 while the JetStream stream of the replica-set leases has a leader and every follower current, as this node's NATS server reports it; 0 while not (the set then survives the loss of no further member).")
+	descReplLeaseWhole = desc("flowd_replication_lease_stream_whole", "1 while the JetStream stream of the replica-set leases has a leader and every follower current, online and heard from within 3 s, as the stream's leader answered this node; 0 while not, or when this node could not read it (the set then survives the loss of no further member).")
 )
 
 func (c *replicaSetCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -93,7 +93,7 @@ func printReplicaSets(w io.Writer, sets []control.ClusterReplicaSet) {
 			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%t\t%s\t%s\n", m.Node, m.BrokerID, m.Role, m.Addr, m.InSync, lagB, lagT)
 		}
 		if ls := s.LeaseStream; ls != nil {
-			fmt.Fprintf(w, "lease stream\t%s (as %s's NATS server reports it)\n", leaseStreamLine(ls), ls.ReportedBy)
+			fmt.Fprintf(w, "lease stream\t%s (read by %s)\n", leaseStreamLine(ls), ls.ReadBy)
 		}
 	}
 }

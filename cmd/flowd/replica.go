@@ -67,7 +67,7 @@ type replicaSet struct {
 	// broker id the master suggests for reads (0: none).
 	sets        atomic.Pointer[[]cluster.ReplicaSetState]
 	readReplica atomic.Int64
-	// leaseStream is the lease bucket's stream as this node's NATS server last reported
+	// leaseStream is the lease bucket's stream as JetStream last answered this node
 	// it (watchSets); nil before the first read.
 	leaseStream atomic.Pointer[leaseStreamView]
 	// refused is why the master refused this replica (nil: it was not): it takes no part,

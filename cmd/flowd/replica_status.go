@@ -41,8 +41,11 @@ func (r *replicaSet) watchSets(ctx context.Context, kv jetstream.KeyValue) {
 		} else if ctx.Err() == nil {
 			r.log.Debug("replica set: replica sets unreadable", "err", err)
 		}
-		h, err := cluster.ReadLeaseStreamHealth(rctx, kv)
 		cancel()
+		// A read of its own: a held read of the sets must not make the stream look broken.
+		hctx, hcancel := context.WithTimeout(ctx, every)
+		h, err := cluster.ReadLeaseStreamHealth(hctx, kv)
+		hcancel()
 		if ctx.Err() == nil {
 			r.leaseStream.Store(&leaseStreamView{h: h, err: err, at: time.Now()})
 		}
@@ -54,7 +57,7 @@ func (r *replicaSet) watchSets(ctx context.Context, kv jetstream.KeyValue) {
 	}
 }
 
-// leaseStreamView is the lease bucket's stream as this node's NATS server reported it at
+// leaseStreamView is the lease bucket's stream as JetStream answered this node at
 // a time, or why it could not be read (then it is not whole: no write of the lease would
 // be answered either).
 type leaseStreamView struct {
@@ -65,7 +68,7 @@ type leaseStreamView struct {
 
 // control is the view for cluster.status.
 func (v *leaseStreamView) control(node string) *control.ClusterLeaseStream {
-	out := &control.ClusterLeaseStream{ReportedBy: node, Whole: v.err == nil && v.h.Whole(), Read: v.at.UTC(), Leader: v.h.Leader}
+	out := &control.ClusterLeaseStream{ReadBy: node, Whole: v.err == nil && v.h.Whole(), Read: v.at.UTC(), Leader: v.h.Leader}
 	if v.err != nil {
 		out.Error = v.err.Error()
 	}
