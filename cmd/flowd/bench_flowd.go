@@ -71,6 +71,8 @@ func (r *benchRun) run(ctx context.Context, sc benchScenario) ([]benchResult, er
 		return r.grpcSend(ctx, sc)
 	case "pop":
 		return r.grpcPop(ctx, sc)
+	case "pop-floor":
+		return r.grpcFloor(ctx, sc)
 	case "pop-remoting":
 		return r.remotingPop(ctx, sc)
 	}

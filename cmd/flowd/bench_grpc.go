@@ -38,6 +38,7 @@ func grpcScenarios() []benchScenario {
 	return []benchScenario{
 		{name: fmt.Sprintf("grpc-send-%d", grpcSendSize), kind: "grpc-send", size: grpcSendSize, mode: "sync"},
 		{name: fmt.Sprintf("pop-%d", grpcSendSize), kind: "pop", size: grpcSendSize},
+		{name: fmt.Sprintf("pop-floor-%d", grpcSendSize), kind: "pop-floor", size: grpcSendSize},
 	}
 }
 

@@ -18,7 +18,7 @@ func runGRPCBench(t *testing.T, args ...string) benchReport {
 	t.Helper()
 	var stdout, errs bytes.Buffer
 	args = append([]string{"--json", "--data-dir", t.TempDir(), "--messages", "300", "--producers", "2", "--queues", "2",
-		"--scenarios", "grpc-send-1024*,pop-1024,pop-remoting-1024*"}, args...)
+		"--scenarios", "grpc-send-1024*,pop-1024,pop-floor-1024,pop-remoting-1024*"}, args...)
 	require.NoError(t, bench(context.Background(), args, &stdout, &errs), errs.String())
 	var report benchReport
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &report), "stdout is one JSON document: %s", stdout.String())
@@ -27,8 +27,8 @@ func runGRPCBench(t *testing.T, args ...string) benchReport {
 		names = append(names, r.Scenario)
 		assert.Positive(t, r.Flowd, r.Scenario)
 	}
-	require.Equal(t, []string{"grpc-send-1024", "grpc-send-1024-p50", "grpc-send-1024-p99", "pop-1024", "pop-remoting-1024", "pop-remoting-1024-r4"}, names)
-	send, p50, p99, pop, rpop, rpop4 := report.Results[0], report.Results[1], report.Results[2], report.Results[3], report.Results[4], report.Results[5]
+	require.Equal(t, []string{"grpc-send-1024", "grpc-send-1024-p50", "grpc-send-1024-p99", "pop-1024", "pop-floor-1024", "pop-remoting-1024", "pop-remoting-1024-r4"}, names)
+	send, p50, p99, pop, floor, rpop, rpop4 := report.Results[0], report.Results[1], report.Results[2], report.Results[3], report.Results[4], report.Results[5], report.Results[6]
 	require.NotNil(t, send.Ratio)
 	assert.Equal(t, "remoting", send.BaselineName, "gRPC sends are compared with remoting sends")
 	assert.Equal(t, 2, send.Producers)
@@ -37,6 +37,8 @@ func runGRPCBench(t *testing.T, args ...string) benchReport {
 	require.NotNil(t, pop.Ratio)
 	assert.Equal(t, "jetstream", pop.BaselineName, "pop is compared with JetStream's fetch + explicit ack")
 	assert.InDelta(t, pop.Flowd / *pop.Baseline, *pop.Ratio, 1e-9)
+	require.NotNil(t, floor.Ratio)
+	assert.Equal(t, "jetstream", floor.BaselineName, "the floor has pop-1024's baseline")
 	require.NotNil(t, rpop.Ratio)
 	assert.Equal(t, "jetstream", rpop.BaselineName, "remoting pop has pop-1024's baseline")
 	require.NotNil(t, rpop4.Ratio)
@@ -48,7 +50,7 @@ func runGRPCBench(t *testing.T, args ...string) benchReport {
 // generated client sending and receiving through it.
 func TestBenchGRPCScenariosInProcess(t *testing.T) {
 	report := runGRPCBench(t, "--deploy", "in-process")
-	for _, r := range []benchResult{report.Results[0], report.Results[3], report.Results[4], report.Results[5]} {
+	for _, r := range []benchResult{report.Results[0], report.Results[3], report.Results[4], report.Results[5], report.Results[6]} {
 		assert.Positive(t, r.ProcessCPU, r.Scenario)
 		assert.Positive(t, r.BaselineProcessCPU, r.Scenario)
 	}
@@ -61,9 +63,9 @@ func TestBenchGRPCScenariosSeparate(t *testing.T) {
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "build flowd: %s", out)
 	report := runGRPCBench(t, "--deploy", "separate", "--flowd-binary", bin)
-	for _, r := range []benchResult{report.Results[0], report.Results[3], report.Results[4], report.Results[5]} {
+	for _, r := range []benchResult{report.Results[0], report.Results[3], report.Results[4], report.Results[5], report.Results[6]} {
 		assert.Positive(t, r.ClientCPU, r.Scenario)
-		assert.Positive(t, r.BrokerCPU, "%s: the broker's process", r.Scenario)
+		assert.Positive(t, r.BrokerCPU, "%s: the broker's (the floor's) process", r.Scenario)
 		assert.Positive(t, r.BaselineClientCPU, r.Scenario)
 		assert.Positive(t, r.BrokerSyscalls, r.Scenario)
 	}
@@ -76,7 +78,7 @@ func TestBenchGRPCScenariosSeparate(t *testing.T) {
 func TestBenchGRPCScenariosListed(t *testing.T) {
 	var out, errs bytes.Buffer
 	require.NoError(t, bench(context.Background(), []string{"--list", "--scenarios", "grpc-*,pop-*"}, &out, &errs))
-	assert.Equal(t, "grpc-send-1024\npop-1024\npop-remoting-1024\npop-remoting-1024-r4\n", out.String())
+	assert.Equal(t, "grpc-send-1024\npop-1024\npop-floor-1024\npop-remoting-1024\npop-remoting-1024-r4\n", out.String())
 	out.Reset()
 	require.NoError(t, bench(context.Background(), []string{"--list", "--scenarios", "grpc-send-1024-p99"}, &out, &errs))
 	assert.Equal(t, "grpc-send-1024\n", out.String(), "a result's name selects its scenario")

@@ -114,7 +114,7 @@ nats.disabled_commands apply at once; other changes are logged as needing a rest
 			return err
 		},
 	}
-	root.AddCommand(serve, benchCommand(), benchJetStreamCommand(), ver, configCommand(), produceCommand(), consumeCommand())
+	root.AddCommand(serve, benchCommand(), benchJetStreamCommand(), benchGRPCFloorCommand(), ver, configCommand(), produceCommand(), consumeCommand())
 	root.AddCommand(clientCommands()...)
 	checkArgs(root)
 	return root
