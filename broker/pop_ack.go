@@ -29,17 +29,31 @@ func (b *Broker) PopAck(ctx context.Context, group, topic, handle string) error 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("pop ack: %w", err)
 	}
-	if err := b.popServed("pop ack"); err != nil {
+	q, e, release, err := b.popDelivery("pop ack", group, topic, handle)
+	if err != nil {
 		return err
 	}
-	b.pop.mu.RLock()
-	defer b.pop.mu.RUnlock()
-	q, e, err := b.popEntryOf(group, topic, handle)
-	if err != nil {
-		return fmt.Errorf("pop ack: %w", err)
-	}
-	defer q.mu.Unlock()
+	defer release()
 	return b.popFinish(q, e, false)
+}
+
+// popDelivery finds the delivery handle names for one of what's requests (PopAck,
+// PopChangeInvisible, PopToDLQ) and returns it locked: the pop state's read lock and its
+// queue's lock held until release. Errors are wrapped with what.
+func (b *Broker) popDelivery(what, group, topic, handle string) (q *popQueue, e *popEntry, release func(), err error) {
+	if err := b.popServed(what); err != nil {
+		return nil, nil, nil, err
+	}
+	b.pop.mu.RLock()
+	q, e, err = b.popEntryOf(group, topic, handle)
+	if err != nil {
+		b.pop.mu.RUnlock()
+		return nil, nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return q, e, func() {
+		q.mu.Unlock()
+		b.pop.mu.RUnlock()
+	}, nil
 }
 
 // PopAckBatch acknowledges handles of group and topic together, as one AckMessage of a
@@ -137,16 +151,11 @@ func (b *Broker) PopChangeInvisible(ctx context.Context, group, topic, handle st
 	if d < 0 || d > PopMaxInvisible {
 		return "", fmt.Errorf("pop change invisible: duration %v outside 0..%v: %w", d, PopMaxInvisible, ErrBadRequest)
 	}
-	if err := b.popServed("pop change invisible"); err != nil {
+	q, e, release, err := b.popDelivery("pop change invisible", group, topic, handle)
+	if err != nil {
 		return "", err
 	}
-	b.pop.mu.RLock()
-	defer b.pop.mu.RUnlock()
-	q, e, err := b.popEntryOf(group, topic, handle)
-	if err != nil {
-		return "", fmt.Errorf("pop change invisible: %w", err)
-	}
-	defer q.mu.Unlock()
+	defer release()
 	now := b.pop.now()
 	e.epoch = b.pop.epoch.Add(1)
 	e.popTime = nextPopTime(e.popTime, now)
@@ -164,16 +173,11 @@ func (b *Broker) PopChangeInvisible(ctx context.Context, group, topic, handle st
 
 // PopToDLQ sends the handed-out message to %DLQ%<group> now and acknowledges it.
 func (b *Broker) PopToDLQ(ctx context.Context, group, topic, handle string) error {
-	if err := b.popServed("pop to DLQ"); err != nil {
+	q, e, release, err := b.popDelivery("pop to DLQ", group, topic, handle)
+	if err != nil {
 		return err
 	}
-	b.pop.mu.RLock()
-	defer b.pop.mu.RUnlock()
-	q, e, err := b.popEntryOf(group, topic, handle)
-	if err != nil {
-		return fmt.Errorf("pop to DLQ: %w", err)
-	}
-	defer q.mu.Unlock()
+	defer release()
 	if err := b.popDeadLetter(ctx, q, e); err != nil {
 		return fmt.Errorf("pop to DLQ: %w", err)
 	}
@@ -190,22 +194,8 @@ func (b *Broker) popDeadLetter(ctx context.Context, q *popQueue, e *popEntry) er
 	if err != nil {
 		return err
 	}
-	props := orig.Properties
-	if props == nil {
-		props = map[string]string{}
-	}
-	if _, ok := props[protocol.PropertyRetryTopic]; !ok {
-		props[protocol.PropertyRetryTopic] = orig.Topic
-	}
-	if _, ok := props[protocol.PropertyOriginMsgID]; !ok {
-		id := props[protocol.PropertyUniqueKey]
-		if id == "" {
-			id = protocol.OffsetMsgID(orig.StoreHost, orig.CommitLogOffset)
-		}
-		props[protocol.PropertyOriginMsgID] = id
-	}
+	props := originProperties(orig, "")
 	props[protocol.PropertyReconsumeTimes] = strconv.Itoa(int(e.attempt))
-	delete(props, protocol.PropertyDelayLevel)
 	topic := DLQTopicPrefix + q.key.group
 	if _, err := b.internalTopic(topic); err != nil {
 		return err

@@ -39,24 +39,7 @@ func (b *Broker) processSendBack(ctx context.Context, c *remoting.Conn, req *pro
 			maxTimes = b.cfg.MaxReconsumeTimes
 		}
 	}
-	props := orig.Properties
-	if props == nil {
-		props = map[string]string{}
-	}
-	if _, ok := props[protocol.PropertyRetryTopic]; !ok {
-		props[protocol.PropertyRetryTopic] = orig.Topic
-	}
-	if _, ok := props[protocol.PropertyOriginMsgID]; !ok {
-		id := h.OriginMsgID
-		if id == "" {
-			id = props[protocol.PropertyUniqueKey]
-		}
-		if id == "" {
-			id = protocol.OffsetMsgID(orig.StoreHost, orig.CommitLogOffset)
-		}
-		props[protocol.PropertyOriginMsgID] = id
-	}
-	delete(props, protocol.PropertyDelayLevel)
+	props := originProperties(orig, h.OriginMsgID)
 	m := &protocol.MessageExt{
 		Message:        protocol.Message{Flag: orig.Flag, Properties: props, Body: orig.Body},
 		SysFlag:        orig.SysFlag,
@@ -85,4 +68,29 @@ func (b *Broker) processSendBack(ctx context.Context, c *remoting.Conn, req *pro
 		return storeErrorResponse(req, err)
 	}
 	return protocol.NewResponse(req, protocol.Success, "")
+}
+
+// originProperties are orig's properties for its copy in a retry or dead-letter topic: the
+// topic and message id it first had, unless an earlier copy recorded them (RETRY_TOPIC,
+// ORIGIN_MESSAGE_ID; id is the client's word for the latter, else the message's unique key,
+// else its offset id), and no delay level of its own. The map is orig's, changed in place.
+func originProperties(orig *protocol.MessageExt, id string) map[string]string {
+	props := orig.Properties
+	if props == nil {
+		props = map[string]string{}
+	}
+	if _, ok := props[protocol.PropertyRetryTopic]; !ok {
+		props[protocol.PropertyRetryTopic] = orig.Topic
+	}
+	if _, ok := props[protocol.PropertyOriginMsgID]; !ok {
+		if id == "" {
+			id = props[protocol.PropertyUniqueKey]
+		}
+		if id == "" {
+			id = protocol.OffsetMsgID(orig.StoreHost, orig.CommitLogOffset)
+		}
+		props[protocol.PropertyOriginMsgID] = id
+	}
+	delete(props, protocol.PropertyDelayLevel)
+	return props
 }
