@@ -280,9 +280,14 @@ func (l *Lease) readTimeout() time.Duration {
 }
 
 // get reads key, retrying on short deadlines until ctx ends. ErrKeyNotFound is an answer.
+// Each attempt's deadline is twice the last one's (from readTimeout, at most TTL): a server
+// that answers, but slower than the first deadline (a stream leader busy catching up, a
+// loaded machine), is waited for by a later attempt instead of being cut off every time.
 func (l *Lease) get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	attempt := l.readTimeout()
 	for {
-		actx, cancel := context.WithTimeout(ctx, l.readTimeout())
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		attempt = min(2*attempt, max(l.o.TTL, l.readTimeout()))
 		e, err := l.o.KV.Get(actx, key)
 		cancel()
 		if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) || ctx.Err() != nil {
