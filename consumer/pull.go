@@ -13,11 +13,12 @@ import (
 
 // pullResult is what one pull brought back.
 type pullResult struct {
-	code    protocol.ResponseCode
-	next    int64
-	suggest int64 // the member the broker suggests for the next pull (suggestWhichBrokerId)
-	msgs    []*Message
-	bytes   int64
+	code      protocol.ResponseCode
+	requested int64 // the offset pulled from
+	next      int64
+	suggest   int64 // the member the broker suggests for the next pull (suggestWhichBrokerId)
+	msgs      []*Message
+	bytes     int64
 }
 
 // pullTask pulls one owned queue until the queue is dropped or the consumer shuts down: one
@@ -230,7 +231,7 @@ func (l *LitePull) pullAnswer(resp *protocol.Command, mq MessageQueue, sub *subs
 	if err := resp.DecodeHeader(&rh); err != nil {
 		return nil, err
 	}
-	res := &pullResult{code: code, next: rh.NextBeginOffset, suggest: rh.SuggestWhichBrokerID}
+	res := &pullResult{code: code, requested: offset, next: rh.NextBeginOffset, suggest: rh.SuggestWhichBrokerID}
 	if code != protocol.Success || len(resp.Body) == 0 {
 		return res, nil
 	}

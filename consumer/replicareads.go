@@ -100,9 +100,17 @@ type readOutcome struct {
 }
 
 // nextRead decides the member for a queue's next pull after a pull sent to member from:
-// answered is whether the member answered (code and suggest are then its answer's),
-// failed whether it failed to answer (a lost connection, a timeout; not a cancelled pull).
-func nextRead(from int64, answered bool, code protocol.ResponseCode, suggest int64, failed bool) readOutcome {
+// answered is whether the member answered (code and suggest are then its answer's, advanced
+// whether its next offset is past the one pulled from), failed whether it failed to answer
+// (a lost connection, a timeout; not a cancelled pull).
+//
+// # Notes
+//
+// A replica sends a caught-up consumer back with PULL_RETRY_IMMEDIATELY at the offset it
+// pulled from; the same code with an offset that moved on is a batch its filter matched
+// none of (NO_MATCHED_MSG), which says nothing of the master: a fallback from a failed
+// master goes on.
+func nextRead(from int64, answered bool, code protocol.ResponseCode, suggest int64, advanced, failed bool) readOutcome {
 	switch {
 	case from == noMember:
 		return readOutcome{}
@@ -110,7 +118,7 @@ func nextRead(from int64, answered bool, code protocol.ResponseCode, suggest int
 		return readOutcome{masterFailed: true}
 	case failed, !answered:
 		return readOutcome{} // the replica failed, or the pull was cancelled: the master
-	case from != protocol.MasterID && code == protocol.PullRetryImmediately:
+	case from != protocol.MasterID && code == protocol.PullRetryImmediately && !advanced:
 		// A caught-up replica: what comes next is at the master.
 		return readOutcome{next: suggest, masterBack: true}
 	}
@@ -141,12 +149,13 @@ func (l *LitePull) notePullLocked(q *queue, from int64, resp *protocol.Command, 
 	failed := !answered && err != nil && !errors.Is(err, context.Canceled)
 	var code protocol.ResponseCode
 	var suggest int64
+	advanced := false
 	if res != nil {
-		code, suggest = res.code, res.suggest
+		code, suggest, advanced = res.code, res.suggest, res.next > res.requested
 	} else if answered {
 		code = resp.ResponseCode()
 	}
-	o := nextRead(from, answered, code, suggest, failed)
+	o := nextRead(from, answered, code, suggest, advanced, failed)
 	q.readFrom = o.next
 	switch {
 	case o.masterFailed:

@@ -49,25 +49,27 @@ func TestNextReadFollowsTheSuggestionAndFallsBack(t *testing.T) {
 		answered bool
 		code     protocol.ResponseCode
 		suggest  int64
+		advanced bool
 		failed   bool
 		want     readOutcome
 	}{
-		{"the master suggests a replica", 0, true, ok, 2, false, readOutcome{next: 2}},
-		{"the master keeps it", 0, true, ok, 0, false, readOutcome{}},
-		{"the replica keeps it", 2, true, ok, 2, false, readOutcome{next: 2}},
-		{"the replica sends it back", 2, true, ok, 0, false, readOutcome{}},
-		{"a caught-up replica: back to the master now", 2, true, protocol.PullRetryImmediately, 0, false, readOutcome{masterBack: true}},
-		{"nothing new at the master", 0, true, protocol.PullNotFound, 0, false, readOutcome{}},
-		{"the master retries at once", 0, true, protocol.PullRetryImmediately, 0, false, readOutcome{}},
-		{"an offset moved at the master", 0, true, protocol.PullOffsetMoved, 0, false, readOutcome{}},
-		{"the replica failed: the master", 2, false, 0, 0, true, readOutcome{}},
-		{"the master failed: replicas for a while", 0, false, 0, 0, true, readOutcome{masterFailed: true}},
-		{"a replica refuses: the master", 2, true, protocol.SystemError, 0, false, readOutcome{}},
-		{"a cancelled pull", 2, false, 0, 0, false, readOutcome{}},
-		{"no member found: the master, and no fallback", noMember, false, 0, 0, true, readOutcome{}},
+		{"the master suggests a replica", 0, true, ok, 2, false, false, readOutcome{next: 2}},
+		{"the master keeps it", 0, true, ok, 0, false, false, readOutcome{}},
+		{"the replica keeps it", 2, true, ok, 2, false, false, readOutcome{next: 2}},
+		{"the replica sends it back", 2, true, ok, 0, false, false, readOutcome{}},
+		{"a caught-up replica: back to the master now", 2, true, protocol.PullRetryImmediately, 0, false, false, readOutcome{masterBack: true}},
+		{"a replica's batch matched none: it keeps the queue", 2, true, protocol.PullRetryImmediately, 2, true, false, readOutcome{next: 2}},
+		{"nothing new at the master", 0, true, protocol.PullNotFound, 0, false, false, readOutcome{}},
+		{"the master retries at once", 0, true, protocol.PullRetryImmediately, 0, false, false, readOutcome{}},
+		{"an offset moved at the master", 0, true, protocol.PullOffsetMoved, 0, false, false, readOutcome{}},
+		{"the replica failed: the master", 2, false, 0, 0, false, true, readOutcome{}},
+		{"the master failed: replicas for a while", 0, false, 0, 0, false, true, readOutcome{masterFailed: true}},
+		{"a replica refuses: the master", 2, true, protocol.SystemError, 0, false, false, readOutcome{}},
+		{"a cancelled pull", 2, false, 0, 0, false, false, readOutcome{}},
+		{"no member found: the master, and no fallback", noMember, false, 0, 0, false, true, readOutcome{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			assert.Equal(t, c.want, nextRead(c.from, c.answered, c.code, c.suggest, c.failed))
+			assert.Equal(t, c.want, nextRead(c.from, c.answered, c.code, c.suggest, c.advanced, c.failed))
 		})
 	}
 }
@@ -101,11 +103,13 @@ func TestPullOutcomesSteerTheQueueAndCountReads(t *testing.T) {
 	assert.True(t, down(), "the master failed")
 	note(2, nil, nil, context.Canceled)
 	assert.True(t, down(), "a cancelled pull says nothing about the master")
-	note(2, answer(protocol.PullRetryImmediately), &pullResult{code: protocol.PullRetryImmediately}, nil)
+	note(2, answer(protocol.PullRetryImmediately), &pullResult{code: protocol.PullRetryImmediately, requested: 40, next: 72, suggest: 2}, nil)
+	assert.True(t, down(), "a batch the filter matched none of does not end the fallback")
+	note(2, answer(protocol.PullRetryImmediately), &pullResult{code: protocol.PullRetryImmediately, requested: 72, next: 72}, nil)
 	assert.False(t, down(), "a caught-up replica sends the consumer back to the master")
 
 	assert.Equal(t, []ReadStat{
 		{BrokerName: "b", BrokerID: 0, Pulls: 1, Messages: 8},
-		{BrokerName: "b", BrokerID: 2, Pulls: 3, Messages: 11},
+		{BrokerName: "b", BrokerID: 2, Pulls: 4, Messages: 11},
 	}, l.ReadStats())
 }
