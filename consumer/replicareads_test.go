@@ -81,6 +81,14 @@ func TestConsumerFollowsTheSuggestionAndFallsBackToTheReplica(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
+	// A send returns before its message is in the consume queue; a pull the replica gets
+	// before then is sent back to the master, and the whole history is read in less time.
+	for _, b := range []*broker.Broker{m, r} {
+		require.Eventually(t, func() bool {
+			qr, err := b.ReadQueue(ctx, topic, 0, 0, 1)
+			return err == nil && qr.Max == history
+		}, wait, time.Millisecond, "the history in both brokers' consume queue")
+	}
 	rRole.replica.Store(true)
 
 	c, err := consumer.NewLitePull("rr-group", consumer.WithClientOptions(client.WithNameServers(m.NamesrvAddr()), client.WithLogger(quiet())),
