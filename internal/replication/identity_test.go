@@ -227,3 +227,30 @@ func TestEpochFileOfTwoSetsIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// A member that joined a new set before its first message keeps the set's identity on disk:
+// reopened (a whole set restarted before any traffic), it still has it, and its history is
+// the master's terms so far, so that, promoted then, it does not choose another identity.
+func TestAnEmptyReplicaKeepsTheAdoptedIdentity(t *testing.T) {
+	m := newNode(t, "m")
+	ma := startMaster(t, m, 1, false, 1)
+	set := m.epochs.Identity()
+	r := newNode(t, "r")
+	stop, _ := follow(t, r, ma.Addr().String(), "b")
+	eventually(t, "the replica adopted the identity", func() bool { return r.epochs.Identity() == set })
+	stop()
+	require.Zero(t, r.end(), "no message was sent")
+
+	r.close()
+	r.open()
+	require.Equal(t, set, r.epochs.Identity(), "the identity survives a restart")
+	require.Equal(t, terms(m.epochs.Epochs()), terms(r.epochs.Epochs()), "the master's term at 0, as the master has it")
+
+	// Promoted, it carries the set on: a master of epoch 2 keeps the identity.
+	rm := startMaster(t, r, 2, false, 1)
+	require.NoError(t, rm.Close())
+	require.Equal(t, set, r.epochs.Identity())
+	for _, id := range onDisk(t, r) {
+		require.Equal(t, set, id)
+	}
+}

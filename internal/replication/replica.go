@@ -156,11 +156,35 @@ func (f *Follower) once(ctx context.Context) error {
 		}
 		f.cfg.Logger.Info("replica set identity adopted from the master", "master", addr, "set", wl.Set.String())
 	}
+	if err := f.recordEmptyTerms(end, wl.Epochs); err != nil {
+		return fmt.Errorf("record the terms of master %s: %w", addr, err)
+	}
 	_ = c.SetDeadline(time.Time{})
 	f.connected.Store(true)
 	defer f.connected.Store(false)
 	f.cfg.Logger.Info("following master", "master", addr, "epoch", wl.Epoch, "from", end)
 	return f.follow(ctx, c, r, w)
+}
+
+// recordEmptyTerms writes, into an empty member's empty history, the master's terms that
+// start at offset 0 (terms that wrote nothing yet, or the first of the log): true of this
+// member's log too, which ends there. It is what keeps an adopted identity on disk before
+// any message came (an empty history is never written), so that a whole set restarted
+// before its first message still has one identity, whichever member is elected then. The
+// frames that follow add those terms again, a no-op.
+func (f *Follower) recordEmptyTerms(end int64, master []Epoch) error {
+	if end != 0 || len(f.cfg.Epochs.Epochs()) != 0 {
+		return nil
+	}
+	for _, e := range master {
+		if e.Start != 0 {
+			break
+		}
+		if err := f.cfg.Epochs.Add(e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // watchMaster closes c once the lease names a master other than addr (a new one, never
