@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -172,7 +171,7 @@ func (r *benchRun) grpcFloor(ctx context.Context, sc benchScenario) ([]benchResu
 // (pid 0).
 func startFloor(ctx context.Context, c benchConfig, size int) (addr string, pid int, stop func(), err error) {
 	if c.deploy != deploySeparate {
-		addr, stop, err := serveFloor(size)
+		addr, stop, err = serveFloor(size)
 		return addr, 0, stop, err
 	}
 	nd := &benchNode{name: "grpc-floor", bin: c.flowdBin, args: []string{"bench-grpc-floor", "--size", fmt.Sprint(size)}}
@@ -182,7 +181,7 @@ func startFloor(ctx context.Context, c benchConfig, size int) (addr string, pid 
 	m, err := nd.awaitLine(ctx, floorServing)
 	if err != nil {
 		nd.kill()
-		return "", 0, nil, errors.Join(errors.New("bench: start the gRPC floor"), err)
+		return "", 0, nil, fmt.Errorf("bench: start the gRPC floor: %w", err)
 	}
 	return m[1], nd.cmd.Process.Pid, nd.kill, nil
 }
